@@ -1,0 +1,68 @@
+"""The outcome and error vocabulary (DESIGN.md, "Outcome and error vocabulary").
+
+One code, one meaning, everywhere: events, CLI, SDK and docs use these spellings.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Code(StrEnum):
+    ALLOWED = "allowed"
+    EXECUTED = "executed"
+    REPLAYED = "replayed"
+    APPROVAL_REQUIRED = "approval_required"
+    TOOL_FORBIDDEN = "tool_forbidden"
+    IDENTITY_SPOOF = "identity_spoof"
+    INVALID_ARGUMENTS = "invalid_arguments"
+    UNKNOWN_TOOL = "unknown_tool"
+    UNAUTHENTICATED = "unauthenticated"
+    APPROVAL_MISSING = "approval_missing"
+    APPROVAL_EXPIRED = "approval_expired"
+    APPROVAL_MISMATCH = "approval_mismatch"
+    APPROVAL_DENIED = "approval_denied"
+    APPROVAL_CONSUMED = "approval_consumed"
+    IDEMPOTENCY_CONFLICT = "idempotency_conflict"
+    EXECUTION_FAILED = "execution_failed"
+    OUTCOME_UNCERTAIN = "outcome_uncertain"
+    MALFORMED_EVENT = "malformed_event"
+    # Added codes (DESIGN allows additions where users need them):
+    # an approver who may not decide on this invocation (role missing, or the actor themself).
+    APPROVER_FORBIDDEN = "approver_forbidden"
+    # the invocation asked about (approve/deny/status) does not exist or is not pending.
+    NOT_PENDING = "not_pending"
+
+
+# Outcomes after which an invocation will not change by itself.
+TERMINAL: frozenset[Code] = frozenset(
+    {
+        Code.EXECUTED,
+        Code.REPLAYED,
+        Code.APPROVAL_REQUIRED,
+        Code.TOOL_FORBIDDEN,
+        Code.IDENTITY_SPOOF,
+        Code.INVALID_ARGUMENTS,
+        Code.UNKNOWN_TOOL,
+        Code.UNAUTHENTICATED,
+        Code.APPROVAL_MISSING,
+        Code.APPROVAL_EXPIRED,
+        Code.APPROVAL_MISMATCH,
+        Code.APPROVAL_DENIED,
+        Code.APPROVAL_CONSUMED,
+        Code.IDEMPOTENCY_CONFLICT,
+        Code.EXECUTION_FAILED,
+        Code.OUTCOME_UNCERTAIN,
+        Code.MALFORMED_EVENT,
+    }
+)
+
+
+class Rejection(Exception):
+    """A coded rejection raised by pure checks; the decider turns it into an event."""
+
+    def __init__(self, code: Code, message: str, details: dict[str, str] | None = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.details = details or {}

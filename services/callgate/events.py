@@ -1,0 +1,308 @@
+"""Every callgate event, explicit and greppable (one Avro record per class, same name).
+
+All events share one envelope (``Event``). Payload fields use only Avro-friendly
+types: str, int, bool, optional str, tuple[str, ...]. JSON payloads (arguments,
+results, dry-run snapshots) travel as canonical JSON strings so that hashes over
+them are stable.
+
+Topics (see README "Topics"):
+- ``requests``: written by clients (agent platforms, approval UIs):
+  ``ToolCallProposed``, ``ApprovalDecisionSubmitted``.
+- ``events``: the authoritative invocation log, written only by callgate services.
+- ``dead-letter``: ``EventDeadLettered``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """The envelope shared by every event."""
+
+    event_id: str
+    invocation_id: str
+    partition_key: str
+    causation_id: str = ""
+    correlation_id: str = ""
+    occurred_at: int = 0  # epoch milliseconds
+    producer: str = ""
+    schema_version: int = SCHEMA_VERSION
+
+    TOPIC: ClassVar[str] = "events"
+
+    @property
+    def event_type(self) -> str:
+        return type(self).__name__
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+# --- requests topic (client-written) -------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallProposed(Event):
+    """A model proposed a tool call; the agent platform publishes it with the session token."""
+
+    TOPIC: ClassVar[str] = "requests"
+    session_token: str
+    tool: str
+    args_json: str
+    idempotency_key: str | None = None
+    approval_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalDecisionSubmitted(Event):
+    """A human decided on a pending approval; identity comes from ``session_token``."""
+
+    TOPIC: ClassVar[str] = "requests"
+    session_token: str
+    decision: str  # "grant" | "deny"
+    reason: str = ""
+
+
+# --- events topic: decider outputs -----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProposalRejected(Event):
+    """A proposal failed a check before or after policy; ``code`` is the outcome."""
+
+    code: str
+    message: str
+    tool: str = ""
+    actor: str = ""
+    tenant: str = ""
+    details_json: str = "{}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PolicyDecided(Event):
+    """The policy decision on the session principal (C1, C7, C9)."""
+
+    actor: str
+    tenant: str
+    roles: tuple[str, ...]
+    tool: str
+    target: str
+    args_json: str  # normalized arguments, canonical JSON
+    args_hash: str
+    fingerprint: str
+    idempotency_key: str | None
+    policy_version: str
+    decision: str  # "permit" | "deny"
+    determining_policies: tuple[str, ...]
+    mutation: bool
+    high_impact: bool
+    confirmation: str  # "none" | "owner" | "approver"
+    approval_jti: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConfirmationAccepted(Event):
+    """A proposal presented a valid approval artifact for this exact call (C4, C11)."""
+
+    approval_jti: str
+    approved_invocation_id: str
+    approver: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DryRunRequested(Event):
+    tool: str
+    target: str
+    args_json: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalRequested(Event):
+    """A pending approval: what the human is asked to confirm (C5)."""
+
+    tenant: str
+    actor: str
+    tool: str
+    target: str
+    args_json: str
+    args_hash: str
+    dry_run_json: str
+    dry_run_hash: str
+    policy_version: str
+    confirmation: str
+    approver_roles: tuple[str, ...]
+    expires_at: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalGranted(Event):
+    """A signed approval artifact was issued (C11); ``approval_id`` is the artifact."""
+
+    approval_id: str
+    approval_jti: str
+    approver: str
+    expires_at: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalDenied(Event):
+    approver: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalExpired(Event):
+    """A pending approval, or an unused granted artifact, ran out of time."""
+
+    stage: str  # "pending" | "granted"
+    approval_jti: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalDecisionRejected(Event):
+    """A submitted approval decision was refused (bad token, wrong approver, not pending)."""
+
+    code: str
+    message: str
+    approver: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutionRequested(Event):
+    tool: str
+    target: str
+    args_json: str
+    execution_token: str  # passed through to the provider as its idempotency token
+    attempt: int = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReconciliationRequested(Event):
+    """C12: before any retry, ask the provider what happened to ``execution_token``."""
+
+    tool: str
+    target: str
+    args_json: str
+    execution_token: str
+    original_invocation_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplayServed(Event):
+    """C8: an idempotency key replayed the stored result of the original authorized call."""
+
+    original_invocation_id: str
+    original_outcome: str
+    result_json: str
+
+
+# --- events topic: executor outputs ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DryRunRecorded(Event):
+    snapshot_json: str
+    snapshot_hash: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DryRunFailed(Event):
+    message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutionStarted(Event):
+    """Written before the provider is called, so a crash leaves a trace to reconcile."""
+
+    execution_token: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutionSucceeded(Event):
+    execution_token: str
+    result_json: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutionFailed(Event):
+    execution_token: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutionUncertain(Event):
+    """C12: the provider timed out or the executor crashed; the effect may or may not exist."""
+
+    execution_token: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutionReconciled(Event):
+    """C12: the provider's ``lookup`` told what happened to ``execution_token``."""
+
+    execution_token: str
+    found: bool
+    result_json: str = ""
+    original_invocation_id: str = ""
+
+
+# --- dead-letter topic -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EventDeadLettered(Event):
+    """Input that could not be decoded or validated, kept with its reason and original bytes."""
+
+    TOPIC: ClassVar[str] = "dead-letter"
+    code: str
+    reason: str
+    source_topic: str
+    source_partition: int
+    source_offset: int
+    original: bytes
+
+
+REQUEST_TYPES: tuple[type[Event], ...] = (ToolCallProposed, ApprovalDecisionSubmitted)
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    ToolCallProposed,
+    ApprovalDecisionSubmitted,
+    ProposalRejected,
+    PolicyDecided,
+    ConfirmationAccepted,
+    DryRunRequested,
+    ApprovalRequested,
+    ApprovalGranted,
+    ApprovalDenied,
+    ApprovalExpired,
+    ApprovalDecisionRejected,
+    ExecutionRequested,
+    ReconciliationRequested,
+    ReplayServed,
+    DryRunRecorded,
+    DryRunFailed,
+    ExecutionStarted,
+    ExecutionSucceeded,
+    ExecutionFailed,
+    ExecutionUncertain,
+    ExecutionReconciled,
+    EventDeadLettered,
+)
+
+BY_NAME: dict[str, type[Event]] = {cls.__name__: cls for cls in EVENT_TYPES}
+
+
+def event_from_dict(event_type: str, data: dict[str, Any]) -> Event:
+    """Build an event from a decoded dict; lists become tuples to keep events immutable."""
+    cls = BY_NAME[event_type]
+    fields = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in fields}
+    return cls(**kwargs)

@@ -1,0 +1,66 @@
+"""The one shape every runner executes: a process over per-partition-key state.
+
+A *process* consumes events from its input topics and, for each event, returns the
+new state of that event's partition key and the events that follow. Runners (the
+embedded SQLite runner and the Kafka transactional runner) own everything else:
+reading, batching, committing outputs + state + input positions atomically,
+timers, and restoring state. One set of processes, two runners.
+
+Deciders and projections are pure: ``handle`` and ``due`` do no I/O and read no
+clock (``now_ms`` is passed in). The executor is the one process whose
+``handle``/``follow_up`` talk to providers; it is the imperative shell around the
+pure ``executor_core``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, TypeVar
+
+from callgate.events import Event
+
+S = TypeVar("S")
+
+
+class Process(Protocol[S]):
+    """A stateful stream process keyed by partition key."""
+
+    @property
+    def name(self) -> str:
+        """Stable name: used for consumer groups, positions, state and changelogs."""
+        ...
+
+    @property
+    def inputs(self) -> frozenset[str]:
+        """Logical topic names consumed ("requests", "events")."""
+        ...
+
+    def initial_state(self) -> S: ...
+
+    def handle(self, state: S, event: Event, now_ms: int) -> tuple[S, Sequence[Event]]:
+        """React to one input event; return the key's new state and the events that follow."""
+        ...
+
+    def due(self, state: S, now_ms: int) -> tuple[S, Sequence[Event]]:
+        """Fire timers that are due at ``now_ms`` (e.g. approval expiry)."""
+        ...
+
+    def next_due(self, state: S) -> int | None:
+        """Earliest time a timer of this state is due, or None."""
+        ...
+
+    def follow_up(self, state: S, committed: Sequence[Event], now_ms: int) -> tuple[S, Sequence[Event]]:
+        """Work to do after ``committed`` outputs are durable (the executor calls providers).
+
+        Runners call this after the commit that made ``committed`` durable and commit
+        what it returns in a further transaction. Pure processes return ``(state, [])``.
+        """
+        ...
+
+    def recover(self, state: S, now_ms: int) -> tuple[S, Sequence[Event]]:
+        """Called once per key when a runner takes ownership (start-up, rebalance)."""
+        ...
+
+    def dump_state(self, state: S) -> bytes: ...
+
+    def load_state(self, data: bytes) -> S: ...
