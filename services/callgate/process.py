@@ -15,11 +15,29 @@ pure ``executor_core``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from callgate.events import Event
 
 S = TypeVar("S")
+
+
+@dataclass(frozen=True, slots=True)
+class ViewRecord:
+    """A keyed projection record (audit, pending, status views).
+
+    Runners write it to the view's compacted Kafka topic (``callgate.view.<view>``) or the
+    embedded view table; ``value_json is None`` is a tombstone (the key is removed).
+    """
+
+    view: str
+    key: str
+    value_json: str | None
+
+
+# What a process may emit: events (routed by ``Event.TOPIC``) or view records.
+Output = Event | ViewRecord
 
 
 class Process(Protocol[S]):
@@ -37,11 +55,11 @@ class Process(Protocol[S]):
 
     def initial_state(self) -> S: ...
 
-    def handle(self, state: S, event: Event, now_ms: int) -> tuple[S, Sequence[Event]]:
+    def handle(self, state: S, event: Event, now_ms: int) -> tuple[S, Sequence[Output]]:
         """React to one input event; return the key's new state and the events that follow."""
         ...
 
-    def due(self, state: S, now_ms: int) -> tuple[S, Sequence[Event]]:
+    def due(self, state: S, now_ms: int) -> tuple[S, Sequence[Output]]:
         """Fire timers that are due at ``now_ms`` (e.g. approval expiry)."""
         ...
 
@@ -49,7 +67,7 @@ class Process(Protocol[S]):
         """Earliest time a timer of this state is due, or None."""
         ...
 
-    def follow_up(self, state: S, committed: Sequence[Event], now_ms: int) -> tuple[S, Sequence[Event]]:
+    def follow_up(self, state: S, committed: Sequence[Event], now_ms: int) -> tuple[S, Sequence[Output]]:
         """Work to do after ``committed`` outputs are durable (the executor calls providers).
 
         Runners call this after the commit that made ``committed`` durable and commit
@@ -57,7 +75,7 @@ class Process(Protocol[S]):
         """
         ...
 
-    def recover(self, state: S, now_ms: int) -> tuple[S, Sequence[Event]]:
+    def recover(self, state: S, now_ms: int) -> tuple[S, Sequence[Output]]:
         """Called once per key when a runner takes ownership (start-up, rebalance)."""
         ...
 
