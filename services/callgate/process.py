@@ -53,6 +53,11 @@ class Process(Protocol[S]):
         """Logical topic names consumed ("requests", "events")."""
         ...
 
+    @property
+    def recovers(self) -> bool:
+        """True when ``recover`` must run for every stored key on taking ownership (executor)."""
+        ...
+
     def initial_state(self) -> S: ...
 
     def handle(self, state: S, event: Event, now_ms: int) -> tuple[S, Sequence[Output]]:
