@@ -117,6 +117,7 @@ class ConfirmationAccepted(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DryRunRequested(Event):
+    tenant: str
     tool: str
     target: str
     args_json: str
@@ -175,6 +176,7 @@ class ApprovalDecisionRejected(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExecutionRequested(Event):
+    tenant: str
     tool: str
     target: str
     args_json: str
@@ -186,6 +188,7 @@ class ExecutionRequested(Event):
 class ReconciliationRequested(Event):
     """C12: before any retry, ask the provider what happened to ``execution_token``."""
 
+    tenant: str
     tool: str
     target: str
     args_json: str
@@ -304,5 +307,7 @@ def event_from_dict(event_type: str, data: dict[str, Any]) -> Event:
     """Build an event from a decoded dict; lists become tuples to keep events immutable."""
     cls = BY_NAME[event_type]
     fields = {f.name for f in dataclasses.fields(cls)}
-    kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in fields}
+    kwargs: dict[str, Any] = {
+        k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in fields
+    }
     return cls(**kwargs)

@@ -14,10 +14,12 @@ pure ``executor_core``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
+from callgate.canonical import canonical_json
 from callgate.events import Event
 
 S = TypeVar("S")
@@ -34,6 +36,17 @@ class ViewRecord:
     view: str
     key: str
     value_json: str | None
+
+    @classmethod
+    def of(cls, view: str, key: str, value: Mapping[str, Any] | None) -> ViewRecord:
+        return cls(view, key, None if value is None else canonical_json(value))
+
+    @property
+    def value(self) -> dict[str, Any] | None:
+        if self.value_json is None:
+            return None
+        parsed: dict[str, Any] = json.loads(self.value_json)
+        return parsed
 
 
 # What a process may emit: events (routed by ``Event.TOPIC``) or view records.

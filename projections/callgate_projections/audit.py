@@ -1,0 +1,247 @@
+"""Audit trail (C9): one hash-chained record per settled outcome of every invocation.
+
+View ``audit``, key ``audit_key(partition_key, seq)``. A record is appended when an
+invocation reaches a terminal outcome, and again (``revision`` 2, 3, ...) whenever what
+the record says changes later: ``outcome_uncertain`` reconciled to ``executed`` (C12), an
+approval that was requested being granted, denied or expiring. Each record stores
+``proposed_by: "model"`` and ``authorized_by``: the policy decision on the session
+principal, the policy version and determining policies, and the approval the call
+presented (C4, C9, C11). ``decision`` is ``"none"`` when the proposal was rejected before
+policy ran (e.g. ``unauthenticated``).
+
+Chain: the records of one partition key form a chain. Record ``seq`` n (from 1) carries
+``prev_hash`` (the hash of record n-1, ``GENESIS`` for the first) and
+``hash = sha256(prev_hash + canonical_json(record without "hash"))``. ``verify_chain``
+detects a changed, inserted, reordered or removed record; removal *from the end* leaves a
+shorter valid chain, so it is only visible against the chain's head (``seq`` and last
+``hash``). The projection keeps the head in its state and also emits it to view
+``audit_head`` (key ``partition_key``); ``verify_chain(records, heads)`` compares. The
+strongest check compares against heads rebuilt from the authoritative ``events`` log
+(``fold_log`` / ``callgate replay``), since a head stored next to the records can be
+truncated together with them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from callgate.canonical import canonical_json, sha256_hex
+from callgate.codes import TERMINAL
+from callgate.events import (
+    ApprovalDenied,
+    ApprovalExpired,
+    ApprovalGranted,
+    ApprovalRequested,
+    ConfirmationAccepted,
+    Event,
+    PolicyDecided,
+    ProposalRejected,
+    ReplayServed,
+)
+from callgate_projections import EVENTS_TOPIC, Projection, ViewRecord, load_json_object
+from callgate_projections.status import outcome_for
+
+VIEW = "audit"
+HEAD_VIEW = "audit_head"
+GENESIS = "0" * 64
+
+
+def audit_key(partition_key: str, seq: int) -> str:
+    """Record key; zero-padded so that key order is chain order within a partition key."""
+    return f"{partition_key}:{seq:012d}"
+
+
+def record_hash(record: Mapping[str, Any]) -> str:
+    """``sha256(prev_hash + canonical JSON of the record without its hash)``."""
+    body = {k: v for k, v in record.items() if k != "hash"}
+    return sha256_hex(str(record.get("prev_hash")) + canonical_json(body))
+
+
+@dataclass(frozen=True, slots=True)
+class AuditState:
+    """Per partition key: the chain head and, per invocation, what its record would say.
+
+    ``invocations[id]`` holds ``facts`` (gathered from its events), ``audited`` (hash of
+    the content last recorded, or ``None``) and ``revision`` (records so far).
+    """
+
+    seq: int = 0
+    head_hash: str = GENESIS
+    invocations: Mapping[str, Mapping[str, Any]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+
+    def head(self, partition_key: str) -> dict[str, Any]:
+        """The chain head, in the shape ``verify_chain`` takes as ``heads``."""
+        return {"partition_key": partition_key, "seq": self.seq, "hash": self.head_hash}
+
+
+def _principal(user: str, tenant: str, roles: Iterable[str]) -> dict[str, Any]:
+    return {"user": user or None, "tenant": tenant or None, "roles": list(roles)}
+
+
+def _request(facts: Mapping[str, Any], **changes: Any) -> dict[str, Any]:
+    base = facts.get("approval_request") or {"state": None, "approver": None, "approval_jti": None}
+    return {**base, **changes}
+
+
+def _gather(old: Mapping[str, Any], event: Event) -> dict[str, Any]:
+    """The invocation's audit facts after ``event``; never mutates ``old``."""
+    facts = dict(old)
+    match event:
+        case PolicyDecided():
+            facts["principal"] = _principal(event.actor, event.tenant, event.roles)
+            facts["decision"] = event.decision
+            facts["policy_version"] = event.policy_version
+            facts["determining_policies"] = list(event.determining_policies)
+            facts.update(tool=event.tool, target=event.target, args_hash=event.args_hash)
+        case ProposalRejected() if "decision" not in facts:  # rejected before policy ran
+            facts["principal"] = _principal(event.actor, event.tenant, ())
+            facts["tool"] = event.tool or None
+        case ConfirmationAccepted():
+            facts["approval"] = {
+                "jti": event.approval_jti,
+                "approver": event.approver,
+                "approved_invocation_id": event.approved_invocation_id,
+            }
+        case ApprovalRequested():
+            facts["approval_request"] = _request(facts, state="pending")
+        case ApprovalGranted():
+            facts["approval_request"] = _request(
+                facts, state="granted", approver=event.approver, approval_jti=event.approval_jti
+            )
+        case ApprovalDenied():
+            facts["approval_request"] = _request(facts, state="denied", approver=event.approver)
+        case ApprovalExpired():
+            facts["approval_request"] = _request(facts, state="expired")
+        case ReplayServed():
+            facts["replay_of"] = event.original_invocation_id
+    outcome = outcome_for(event)
+    if outcome is not None:
+        facts["outcome"] = outcome.value
+    return facts
+
+
+def _content(invocation_id: str, partition_key: str, facts: Mapping[str, Any]) -> dict[str, Any]:
+    """What the audit record says (C9), before revision, time and chain fields."""
+    return {
+        "invocation_id": invocation_id,
+        "partition_key": partition_key,
+        "proposed_by": "model",
+        "authorized_by": {
+            "decision": facts.get("decision", "none"),
+            "principal": facts.get("principal"),
+            "policy_version": facts.get("policy_version"),
+            "determining_policies": facts.get("determining_policies", []),
+            "approval": facts.get("approval"),
+        },
+        "approval_request": facts.get("approval_request"),
+        "tool": facts.get("tool"),
+        "target": facts.get("target"),
+        "args_hash": facts.get("args_hash"),
+        "outcome": facts.get("outcome"),
+        "replay_of": facts.get("replay_of"),
+    }
+
+
+def project(state: AuditState, event: Event) -> tuple[AuditState, tuple[ViewRecord, ...]]:
+    """Fold one event; append a chained record when a settled invocation's record changes."""
+    if type(event).TOPIC != EVENTS_TOPIC:
+        return state, ()
+    inv, pk = event.invocation_id, event.partition_key
+    old = state.invocations.get(inv, {"facts": {}, "audited": None, "revision": 0})
+    facts = _gather(old["facts"], event)
+    if facts == old["facts"]:
+        return state, ()
+    entry = {**old, "facts": facts}
+    records: tuple[ViewRecord, ...] = ()
+    seq, head_hash = state.seq, state.head_hash
+    if facts.get("outcome") in TERMINAL:
+        content = _content(inv, pk, facts)
+        digest = sha256_hex(canonical_json(content))
+        if digest != old["audited"]:
+            seq += 1
+            record = {
+                **content,
+                "revision": old["revision"] + 1,
+                "occurred_at": event.occurred_at,
+                "seq": seq,
+                "prev_hash": head_hash,
+            }
+            head_hash = record["hash"] = record_hash(record)
+            entry.update(audited=digest, revision=record["revision"])
+            head = {"partition_key": pk, "seq": seq, "hash": head_hash}
+            records = (ViewRecord.of(VIEW, audit_key(pk, seq), record),)
+            records += (ViewRecord.of(HEAD_VIEW, pk, head),)
+    invocations = MappingProxyType({**state.invocations, inv: entry})
+    return AuditState(seq, head_hash, invocations), records
+
+
+class AuditProjection(Projection[AuditState]):
+    name = "audit-projection"
+    views = frozenset({VIEW, HEAD_VIEW})
+
+    def initial_state(self) -> AuditState:
+        return AuditState()
+
+    def project(self, state: AuditState, event: Event) -> tuple[AuditState, Sequence[ViewRecord]]:
+        return project(state, event)
+
+    def dump_state(self, state: AuditState) -> bytes:
+        raw = {"seq": state.seq, "head_hash": state.head_hash, "invocations": state.invocations}
+        return canonical_json(raw).encode()
+
+    def load_state(self, data: bytes) -> AuditState:
+        raw = load_json_object(data)
+        return AuditState(raw["seq"], raw["head_hash"], MappingProxyType(raw["invocations"]))
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyResult:
+    """``records``: how many records verified before the first bad one (all, when ok)."""
+
+    ok: bool
+    records: int
+    first_bad: str | None = None
+    reason: str | None = None
+
+
+def verify_chain(
+    records: Iterable[Mapping[str, Any]], heads: Iterable[Mapping[str, Any]] | None = None
+) -> VerifyResult:
+    """Check every partition key's chain, records in stored order (C9).
+
+    Detects a changed field (hash), an inserted, duplicated, removed or reordered record
+    (``seq`` and ``prev_hash`` continuity from ``GENESIS``). With ``heads`` (values of
+    view ``audit_head`` or ``AuditState.head``) also a chain cut short at its end, a
+    chain with records beyond its head, and a whole chain gone missing.
+    """
+    tips: dict[str, tuple[int, str]] = {}
+    good = 0
+    for index, record in enumerate(records):
+        pk, seq = str(record.get("partition_key")), record.get("seq")
+        label = audit_key(pk, seq) if isinstance(seq, int) else f"{pk}:#{index}"
+        last_seq, last_hash = tips.get(pk, (0, GENESIS))
+        if seq != last_seq + 1 or type(seq) is not int:
+            reason = f"expected seq {last_seq + 1}, found {seq!r}"
+            return VerifyResult(False, good, label, reason)
+        if record.get("prev_hash") != last_hash:
+            return VerifyResult(False, good, label, "prev_hash is not the previous record's hash")
+        if record.get("hash") != record_hash(record):
+            return VerifyResult(False, good, label, "hash does not match the record's content")
+        tips[pk] = (seq, record["hash"])
+        good += 1
+    if heads is not None:
+        expected = {str(h["partition_key"]): (h["seq"], h["hash"]) for h in heads}
+        for pk in sorted(expected.keys() | tips.keys()):
+            seq, last = tips.get(pk, (0, GENESIS))
+            head_seq, head_hash = expected.get(pk, (0, GENESIS))
+            if seq != head_seq:
+                reason = f"chain ends at seq {seq}, its head is at seq {head_seq}"
+                return VerifyResult(False, good, audit_key(pk, min(seq, head_seq) + 1), reason)
+            if last != head_hash:
+                return VerifyResult(False, good, audit_key(pk, seq), "last hash differs from head")
+    return VerifyResult(True, good)

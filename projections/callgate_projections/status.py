@@ -1,0 +1,257 @@
+"""Invocation status view (CLI ``status``/``propose``): what became of each invocation.
+
+View ``status``, key ``invocation_id``, one record per change a caller would see. The
+value: ``invocation_id``, ``partition_key``, ``tool``, ``actor``, ``tenant``, ``target``
+(``None`` while unknown, e.g. before authentication), ``outcome`` (always a ``Code``:
+``allowed`` while a permitted call is in progress, then a terminal code), ``settled``
+(outcome in ``TERMINAL``), ``error`` ``{code, message, details}`` for rejections and
+failures, ``result`` (parsed JSON) once executed or replayed, ``dry_run`` (the snapshot),
+``approval`` (the approval requested *for* this invocation: ``state``
+pending/granted/denied/expired, ``approval_id`` once granted, ``approver``, ``reason``,
+``expires_at``), ``approved_by`` (the approval this invocation *presented*, C4/C11),
+``replay_of`` (C8) and ``updated_at`` (``occurred_at`` of the last change).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from callgate.canonical import canonical_json
+from callgate.codes import TERMINAL, Code, Rejection
+from callgate.events import (
+    ApprovalDenied,
+    ApprovalExpired,
+    ApprovalGranted,
+    ApprovalRequested,
+    ConfirmationAccepted,
+    DryRunFailed,
+    DryRunRecorded,
+    DryRunRequested,
+    Event,
+    ExecutionFailed,
+    ExecutionReconciled,
+    ExecutionRequested,
+    ExecutionSucceeded,
+    ExecutionUncertain,
+    PolicyDecided,
+    ProposalRejected,
+    ReconciliationRequested,
+    ReplayServed,
+)
+from callgate_projections import (
+    EVENTS_TOPIC,
+    Projection,
+    ViewRecord,
+    load_json_object,
+    materialize,
+    parse_json_field,
+)
+
+VIEW = "status"
+
+# Outcomes that are not failures: they carry no ``error``.
+_NOT_FAILURES = frozenset({Code.ALLOWED, Code.EXECUTED, Code.REPLAYED, Code.APPROVAL_REQUIRED})
+_APPROVAL_STAGES = frozenset({"pending", "granted"})
+
+
+def as_code(value: str) -> Code:
+    """A code from the log; an unknown spelling is a corrupt log (fail closed)."""
+    try:
+        return Code(value)
+    except ValueError as exc:
+        raise Rejection(Code.MALFORMED_EVENT, f"unknown code {value!r}", {"code": value}) from exc
+
+
+def outcome_for(event: Event) -> Code | None:
+    """The outcome ``event`` moves its invocation to, or ``None`` when it does not change it.
+
+    Shared by the status and audit views so both read one mapping (C9, C12).
+    """
+    match event:
+        case ProposalRejected():
+            return as_code(event.code)
+        case PolicyDecided(decision="permit"):
+            return Code.ALLOWED
+        case PolicyDecided(decision="deny"):
+            return Code.TOOL_FORBIDDEN  # C12: denial never reaches a provider
+        case PolicyDecided():
+            raise Rejection(Code.MALFORMED_EVENT, f"unknown policy decision {event.decision!r}")
+        case ApprovalRequested():
+            return Code.APPROVAL_REQUIRED
+        case ExecutionRequested():
+            return Code.ALLOWED  # in progress again, e.g. a retry after reconciliation (C12)
+        case ReplayServed():
+            return Code.REPLAYED
+        case ExecutionSucceeded():
+            return Code.EXECUTED
+        case ExecutionFailed() | DryRunFailed():
+            return Code.EXECUTION_FAILED
+        case ExecutionUncertain():
+            return Code.OUTCOME_UNCERTAIN
+        case ExecutionReconciled(found=True):
+            return Code.EXECUTED
+        case ApprovalExpired() if event.stage not in _APPROVAL_STAGES:
+            raise Rejection(Code.MALFORMED_EVENT, f"unknown approval stage {event.stage!r}")
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class StatusState:
+    """Per partition key: the current status value of each of its invocations."""
+
+    invocations: Mapping[str, Mapping[str, Any]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+
+
+def _blank(event: Event) -> dict[str, Any]:
+    return {
+        "invocation_id": event.invocation_id,
+        "partition_key": event.partition_key,
+        "tool": None,
+        "actor": None,
+        "tenant": None,
+        "target": None,
+        "outcome": None,
+        "settled": False,
+        "error": None,
+        "result": None,
+        "dry_run": None,
+        "approval": None,
+        "approved_by": None,
+        "replay_of": None,
+        "updated_at": 0,
+    }
+
+
+def _known(value: dict[str, Any], **fields: str) -> None:
+    """Record identity fields the event knows (empty strings mean "not known")."""
+    for name, given in fields.items():
+        if given:
+            value[name] = given
+
+
+def _approval(value: Mapping[str, Any], **changes: Any) -> dict[str, Any]:
+    base = value["approval"] or {
+        "state": None,
+        "approval_id": None,
+        "approver": None,
+        "reason": None,
+        "expires_at": None,
+    }
+    return {**base, **changes}
+
+
+def _error(code: Code, message: str, details: Any = None) -> dict[str, Any]:
+    return {"code": code.value, "message": message, "details": {} if details is None else details}
+
+
+def _evolve(old: Mapping[str, Any], event: Event) -> dict[str, Any]:
+    """The status value after ``event``; never mutates ``old`` (state is shared)."""
+    value = dict(old)
+    outcome = outcome_for(event)
+    match event:
+        case ProposalRejected():
+            _known(value, tool=event.tool, actor=event.actor, tenant=event.tenant)
+            details = parse_json_field(event.details_json, "details_json")
+            value["error"] = _error(as_code(event.code), event.message, details)
+        case PolicyDecided():
+            _known(value, tool=event.tool, actor=event.actor, tenant=event.tenant)
+            _known(value, target=event.target)
+            if outcome is Code.TOOL_FORBIDDEN:
+                message = f"policy {event.policy_version} does not permit {event.tool}"
+                value["error"] = _error(outcome, message)
+        case ApprovalRequested():
+            _known(value, tool=event.tool, actor=event.actor, tenant=event.tenant)
+            _known(value, target=event.target)
+            value["dry_run"] = parse_json_field(event.dry_run_json, "dry_run_json")
+            value["approval"] = _approval(value, state="pending", expires_at=event.expires_at)
+        case ApprovalGranted():
+            value["approval"] = _approval(
+                value,
+                state="granted",
+                approval_id=event.approval_id,
+                approver=event.approver,
+                expires_at=event.expires_at,
+            )
+        case ApprovalDenied():
+            value["approval"] = _approval(
+                value, state="denied", approver=event.approver, reason=event.reason
+            )
+        case ApprovalExpired():
+            value["approval"] = _approval(value, state="expired")
+        case ConfirmationAccepted():
+            value["approved_by"] = {
+                "approval_jti": event.approval_jti,
+                "approver": event.approver,
+                "approved_invocation_id": event.approved_invocation_id,
+            }
+        case DryRunRequested() | ExecutionRequested() | ReconciliationRequested():
+            _known(value, tenant=event.tenant, tool=event.tool, target=event.target)
+        case DryRunRecorded():
+            value["dry_run"] = parse_json_field(event.snapshot_json, "snapshot_json")
+        case ExecutionFailed() | DryRunFailed():
+            value["error"] = _error(Code.EXECUTION_FAILED, event.message)
+        case ExecutionUncertain():
+            value["error"] = _error(Code.OUTCOME_UNCERTAIN, event.reason)
+        case ExecutionSucceeded() | ExecutionReconciled(found=True):
+            value["result"] = parse_json_field(event.result_json, "result_json")
+        case ReplayServed():
+            value["result"] = parse_json_field(event.result_json, "result_json")
+            value["replay_of"] = {
+                "invocation_id": event.original_invocation_id,
+                "outcome": as_code(event.original_outcome).value,
+            }
+    if outcome is not None:
+        value["outcome"] = outcome.value
+        value["settled"] = outcome in TERMINAL
+        if outcome in _NOT_FAILURES:
+            value["error"] = None
+    return value
+
+
+def _content(value: Mapping[str, Any]) -> str:
+    return canonical_json({k: v for k, v in value.items() if k != "updated_at"})
+
+
+def project(state: StatusState, event: Event) -> tuple[StatusState, tuple[ViewRecord, ...]]:
+    """Fold one ``events``-topic event; emit the invocation's status when it changed.
+
+    No record is emitted before an invocation has an outcome (its first event on the
+    log, ``PolicyDecided`` or ``ProposalRejected``, always gives one).
+    """
+    if type(event).TOPIC != EVENTS_TOPIC:
+        return state, ()
+    old = state.invocations.get(event.invocation_id) or _blank(event)
+    new = _evolve(old, event)
+    if _content(new) == _content(old):
+        return state, ()
+    new["updated_at"] = event.occurred_at
+    invocations = {**state.invocations, event.invocation_id: new}
+    records = () if new["outcome"] is None else (ViewRecord.of(VIEW, event.invocation_id, new),)
+    return StatusState(MappingProxyType(invocations)), records
+
+
+class StatusProjection(Projection[StatusState]):
+    name = "status-projection"
+    views = frozenset({VIEW})
+
+    def initial_state(self) -> StatusState:
+        return StatusState()
+
+    def project(self, state: StatusState, event: Event) -> tuple[StatusState, Sequence[ViewRecord]]:
+        return project(state, event)
+
+    def dump_state(self, state: StatusState) -> bytes:
+        return canonical_json({"invocations": dict(state.invocations)}).encode()
+
+    def load_state(self, data: bytes) -> StatusState:
+        return StatusState(MappingProxyType(load_json_object(data)["invocations"]))
+
+
+def status_of(records: Iterable[ViewRecord], invocation_id: str) -> dict[str, Any] | None:
+    """The current status of ``invocation_id`` in a stream of view records (or ``None``)."""
+    return materialize(records, VIEW).get(invocation_id)

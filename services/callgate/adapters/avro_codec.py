@@ -1,0 +1,229 @@
+"""Avro codec for callgate events: single-object encoding over schema-first ``.avsc`` files.
+
+Wire format (Avro spec, "Single object encoding"; see docs/adr/0004):
+``C3 01`` marker, then the 8-byte little-endian CRC-64-AVRO fingerprint of the writer
+schema's parsing canonical form, then the schemaless Avro body. The fingerprint names the
+writer schema, so every released version stays decodable and is resolved to the current
+(reader) schema; events evolve only in compatible ways (DESIGN "Shape").
+
+Schema directory layout: ``<dir>/<EventType>.avsc`` holds the current schema of each event
+type (the source of truth; tests keep ``callgate.events`` in line with it), and
+``<dir>/released/<version>/<EventType>.avsc`` every schema version that was ever released.
+
+Any undecodable input raises ``MalformedEvent``; the caller dead-letters it with code
+``malformed_event`` (the first check in DESIGN "order of checks") instead of skipping it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from collections.abc import Mapping
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
+from fastavro.schema import fingerprint, to_parsing_canonical_form
+
+from callgate.events import BY_NAME, Event
+
+MARKER = b"\xc3\x01"
+HEADER_LEN = 10  # marker + 8-byte fingerprint
+NAMESPACE = "callgate.events"
+RELEASED_DIR = "released"
+
+Schema = dict[str, Any]
+
+
+class MalformedEvent(ValueError):
+    """Bytes that are not a valid callgate event (or an event that cannot be encoded)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class SchemaSetError(ValueError):
+    """The schema directory is incomplete or disagrees with ``callgate.events``."""
+
+
+def schema_fingerprint(schema: Schema) -> bytes:
+    """The 8 fingerprint bytes of the single-object header (CRC-64-AVRO, little-endian)."""
+    # fastavro already returns the little-endian byte order that Java and the spec use.
+    return bytes.fromhex(fingerprint(to_parsing_canonical_form(schema), "CRC-64-AVRO"))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Encoder:
+    header: bytes
+    schema: Any  # parsed by fastavro
+    fields: tuple[str, ...]  # record field names, in schema order
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Decoder:
+    event_cls: type[Event]
+    version: str
+    writer: Any  # parsed writer schema
+    reader: Any  # parsed current schema, or None when the writer is the current schema
+    tuple_fields: tuple[str, ...]  # Avro arrays that the event holds as tuples
+
+
+class AvroCodec:
+    """Encodes events with their current schema; decodes any registered schema version."""
+
+    def __init__(self, current: Mapping[str, Schema], released: Mapping[str, Mapping[str, Schema]]):
+        """``current``: event type -> schema; ``released``: version -> event type -> schema."""
+        _check_current(current)
+        self._encoders: dict[type[Event], _Encoder] = {}
+        self._decoders: dict[bytes, _Decoder] = {}
+        readers: dict[str, Any] = {}
+        for name, schema in current.items():
+            cls = BY_NAME[name]
+            parsed = parse_schema(schema)
+            readers[name] = parsed
+            fp = schema_fingerprint(schema)
+            fields = tuple(f["name"] for f in schema["fields"])
+            self._encoders[cls] = _Encoder(MARKER + fp, parsed, fields)
+            self._register(fp, _Decoder(cls, "current", parsed, None, _tuple_fields(cls)))
+        for version, schemas in sorted(released.items()):
+            for name, schema in schemas.items():
+                if name not in current:
+                    raise SchemaSetError(f"released {version}/{name} has no current schema")
+                fp = schema_fingerprint(schema)
+                if fp in self._decoders:
+                    continue  # identical canonical form: already registered
+                cls = BY_NAME[name]
+                parsed = parse_schema(schema)
+                self._register(fp, _Decoder(cls, version, parsed, readers[name], _tuple_fields(cls)))
+
+    def _register(self, fp: bytes, decoder: _Decoder) -> None:
+        other = self._decoders.get(fp)
+        if other is not None and other.event_cls is not decoder.event_cls:
+            raise SchemaSetError(f"fingerprint collision: {other.event_cls.__name__}")
+        self._decoders[fp] = decoder
+
+    @classmethod
+    def from_directory(cls, path: str | Path) -> AvroCodec:
+        root = Path(path)
+        current = {p.stem: _load(p) for p in sorted(root.glob("*.avsc"))}
+        released: dict[str, dict[str, Schema]] = {}
+        for vdir in sorted((root / RELEASED_DIR).glob("*")):
+            if vdir.is_dir():
+                released[vdir.name] = {p.stem: _load(p) for p in sorted(vdir.glob("*.avsc"))}
+        for version, schemas in released.items():
+            for stem, schema in schemas.items():
+                if schema.get("name") != stem:
+                    raise SchemaSetError(f"{RELEASED_DIR}/{version}/{stem}.avsc names another record")
+        return cls(current, released)
+
+    @classmethod
+    def default(cls) -> AvroCodec:
+        """The schemas shipped with callgate: ``callgate/_schemas`` (installed package data),
+        else the repository's ``schemas/`` (source checkout or editable install)."""
+        package = Path(__file__).resolve().parent.parent
+        candidates = (package / "_schemas", package.parent.parent / "schemas")
+        for candidate in candidates:
+            if (candidate / "ToolCallProposed.avsc").is_file():
+                return cls.from_directory(candidate)
+        raise SchemaSetError(f"no callgate schemas found in {[str(c) for c in candidates]}")
+
+    def encode(self, event: Event) -> bytes:
+        encoder = self._encoders.get(type(event))
+        if encoder is None:
+            raise MalformedEvent(f"no Avro schema for {type(event).__name__}")
+        record = {name: getattr(event, name) for name in encoder.fields}
+        out = BytesIO()
+        out.write(encoder.header)
+        try:
+            schemaless_writer(out, encoder.schema, record, disable_tuple_notation=True)
+        except Exception as exc:
+            raise MalformedEvent(f"cannot encode {event.event_type}: {_describe(exc)}") from exc
+        return out.getvalue()
+
+    def event_type_of(self, data: bytes) -> str | None:
+        """The event type named by the header, without decoding the body; None if unknown."""
+        if not isinstance(data, bytes) or len(data) < HEADER_LEN or data[:2] != MARKER:
+            return None
+        decoder = self._decoders.get(data[2:HEADER_LEN])
+        return None if decoder is None else decoder.event_cls.__name__
+
+    def decode(self, data: bytes) -> Event:
+        """Decode one event; every failure is a ``MalformedEvent`` with the reason."""
+        if not isinstance(data, bytes):
+            if not isinstance(data, bytearray | memoryview):
+                raise MalformedEvent(f"expected bytes, got {type(data).__name__}")
+            data = bytes(data)
+        if len(data) < HEADER_LEN:
+            raise MalformedEvent(f"too short for a single-object header: {len(data)} bytes")
+        if data[:2] != MARKER:
+            raise MalformedEvent(f"not Avro single-object encoding: marker {data[:2].hex()}")
+        decoder = self._decoders.get(data[2:HEADER_LEN])
+        if decoder is None:
+            raise MalformedEvent(f"unknown schema fingerprint {data[2:HEADER_LEN].hex()}")
+        name = decoder.event_cls.__name__
+        body = BytesIO(data)
+        body.seek(HEADER_LEN)
+        try:
+            record = schemaless_reader(body, decoder.writer, decoder.reader)
+        except Exception as exc:
+            raise MalformedEvent(f"corrupt {name} body: {_describe(exc)}") from None
+        if body.tell() != len(data):
+            raise MalformedEvent(f"{len(data) - body.tell()} trailing bytes after {name} body")
+        return _build(decoder, record)
+
+
+def _build(decoder: _Decoder, record: Any) -> Event:
+    name = decoder.event_cls.__name__
+    if not isinstance(record, dict):
+        raise MalformedEvent(f"{name} body is not a record")
+    event_type = record.pop("event_type", None)
+    if event_type != name:
+        raise MalformedEvent(f"event_type {event_type!r} contradicts the {name} schema")
+    try:
+        for field in decoder.tuple_fields:
+            record[field] = tuple(record[field])
+        return decoder.event_cls(**record)
+    except Exception as exc:
+        raise MalformedEvent(f"{name} body does not build an event: {_describe(exc)}") from None
+
+
+def _describe(exc: Exception) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
+
+
+def _load(path: Path) -> Schema:
+    try:
+        schema = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SchemaSetError(f"{path}: {exc}") from exc
+    if not isinstance(schema, dict):
+        raise SchemaSetError(f"{path}: not a record schema")
+    return schema
+
+
+def _check_current(current: Mapping[str, Schema]) -> None:
+    """Fail at startup, not on every decode, if the schemas and the event classes disagree."""
+    missing = sorted(set(BY_NAME) - set(current))
+    if missing:
+        raise SchemaSetError(f"no current schema for {missing}")
+    for name, schema in current.items():
+        if name not in BY_NAME:
+            raise SchemaSetError(f"schema {name} has no event class in callgate.events")
+        if schema.get("name") != name or schema.get("namespace") != NAMESPACE:
+            raise SchemaSetError(f"schema {name} must be record {NAMESPACE}.{name}")
+        fields = {f["name"] for f in schema.get("fields", ())}
+        expected = {f.name for f in dataclasses.fields(BY_NAME[name])} | {"event_type"}
+        if fields != expected:
+            raise SchemaSetError(f"schema {name} fields differ from the class: {fields ^ expected}")
+
+
+def _tuple_fields(cls: type[Event]) -> tuple[str, ...]:
+    hints = typing.get_type_hints(cls)
+    return tuple(f.name for f in dataclasses.fields(cls) if typing.get_origin(hints[f.name]) is tuple)
+
+
+__all__ = ["MARKER", "AvroCodec", "MalformedEvent", "SchemaSetError", "schema_fingerprint"]

@@ -1,0 +1,321 @@
+"""The embedded backend's durable event store: one SQLite file under the state directory.
+
+The log plays the role of the Kafka topics (``requests``, ``events``, ``dead-letter``), one
+totally ordered sequence (``seq``) instead of partitions. Events are stored as the same Avro
+bytes the Kafka backend produces. Next to the log, in the same database and therefore in the
+same transactions, live what the runner commits with its input position: per-key process
+state, keyed views and the positions themselves (ADR 0006).
+
+Durability: WAL journal with ``synchronous=FULL``, so a commit that returned survives a
+process kill *and* a power loss. Writers take the write lock up front (``BEGIN IMMEDIATE``)
+so that a read-then-write transaction never fails half way with SQLITE_BUSY; a second
+writer (a CLI appending a request while ``callgate serve`` runs) waits ``busy_timeout``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from callgate.events import Event
+
+DB_FILE = "events.sqlite3"
+_BUSY_TIMEOUT_MS = 30_000
+# Bound on host parameters per statement (SQLite's default limit is 32766).
+_CHUNK = 900
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS log (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        topic TEXT NOT NULL,
+        partition_key TEXT NOT NULL,
+        event_type TEXT,
+        invocation_id TEXT,
+        payload BLOB NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS log_topic_seq ON log(topic, seq)",
+    "CREATE INDEX IF NOT EXISTS log_invocation ON log(invocation_id)",
+    "CREATE TABLE IF NOT EXISTS positions (process TEXT PRIMARY KEY, seq INTEGER NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS state (
+        process TEXT NOT NULL,
+        key TEXT NOT NULL,
+        blob BLOB NOT NULL,
+        next_due INTEGER,
+        PRIMARY KEY (process, key))""",
+    "CREATE INDEX IF NOT EXISTS state_due ON state(process, next_due)",
+    """CREATE TABLE IF NOT EXISTS views (
+        view TEXT NOT NULL,
+        key TEXT NOT NULL,
+        value_json TEXT NOT NULL,
+        PRIMARY KEY (view, key))""",
+    # One dead-letter per poison log row, however many processes consume its topic.
+    """CREATE TABLE IF NOT EXISTS dead_lettered (
+        topic TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        PRIMARY KEY (topic, seq))""",
+)
+
+
+class EventCodec(Protocol):
+    """What the store and runner need from the event codec (``AvroCodec``)."""
+
+    def encode(self, event: Event) -> bytes: ...
+
+    def decode(self, data: bytes) -> Event: ...
+
+    def event_type_of(self, data: bytes) -> str | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LogRow:
+    """One stored event: ``seq`` is its position in the (single, totally ordered) log."""
+
+    seq: int
+    topic: str
+    partition_key: str
+    event_type: str | None
+    invocation_id: str | None
+    payload: bytes
+
+
+# (topic, partition_key, event_type, invocation_id, payload): a row before it has a seq.
+NewRow = tuple[str, str, str | None, str | None, bytes]
+_ROW_COLUMNS = "seq, topic, partition_key, event_type, invocation_id, payload"
+
+
+def event_row(event: Event, payload: bytes) -> NewRow:
+    """The log row of an encoded event; the topic is the event class's ``TOPIC``."""
+    return (type(event).TOPIC, event.partition_key, event.event_type, event.invocation_id, payload)
+
+
+class StoreTx:
+    """Operations inside one write transaction (see ``EmbeddedStore.transaction``)."""
+
+    __slots__ = ("_cur",)
+
+    def __init__(self, cursor: sqlite3.Cursor) -> None:
+        self._cur = cursor
+
+    def position(self, process: str) -> int:
+        row = self._cur.execute("SELECT seq FROM positions WHERE process=?", (process,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def set_position(self, process: str, seq: int) -> None:
+        self._cur.execute(
+            "INSERT INTO positions(process, seq) VALUES (?, ?) "
+            "ON CONFLICT(process) DO UPDATE SET seq=excluded.seq",
+            (process, seq),
+        )
+
+    def fetch(self, topics: Iterable[str], after_seq: int, limit: int) -> list[LogRow]:
+        names = sorted(topics)
+        marks = ",".join("?" * len(names))
+        rows = self._cur.execute(
+            f"SELECT {_ROW_COLUMNS} FROM log WHERE topic IN ({marks}) AND seq > ? "
+            "ORDER BY seq LIMIT ?",
+            (*names, after_seq, limit),
+        ).fetchall()
+        return [LogRow(*r) for r in rows]
+
+    def insert(self, rows: Sequence[NewRow]) -> None:
+        self._cur.executemany(
+            "INSERT INTO log(topic, partition_key, event_type, invocation_id, payload) "
+            "VALUES (?, ?, ?, ?, ?)",
+            rows,
+        )
+
+    def claim_dead_letter(self, topic: str, seq: int) -> bool:
+        """True the first time a poison row is claimed: only that claimant dead-letters it."""
+        self._cur.execute(
+            "INSERT OR IGNORE INTO dead_lettered(topic, seq) VALUES (?, ?)", (topic, seq)
+        )
+        return self._cur.rowcount == 1
+
+    def load_states(self, process: str, keys: Sequence[str]) -> dict[str, bytes]:
+        found: dict[str, bytes] = {}
+        for i in range(0, len(keys), _CHUNK):
+            chunk = keys[i : i + _CHUNK]
+            marks = ",".join("?" * len(chunk))
+            for key, blob in self._cur.execute(
+                f"SELECT key, blob FROM state WHERE process=? AND key IN ({marks})",
+                (process, *chunk),
+            ):
+                found[key] = blob
+        return found
+
+    def put_states(self, process: str, states: Sequence[tuple[str, bytes, int | None]]) -> None:
+        """Upsert ``(key, blob, next_due)`` rows of one process."""
+        self._cur.executemany(
+            "INSERT INTO state(process, key, blob, next_due) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT(process, key) DO UPDATE SET blob=excluded.blob, "
+            "next_due=excluded.next_due",
+            [(process, k, b, d) for k, b, d in states],
+        )
+
+    def due_states(self, process: str, now_ms: int, limit: int) -> list[tuple[str, bytes]]:
+        rows = self._cur.execute(
+            "SELECT key, blob FROM state WHERE process=? AND next_due <= ? "
+            "ORDER BY next_due, key LIMIT ?",
+            (process, now_ms, limit),
+        ).fetchall()
+        return [(k, b) for k, b in rows]
+
+    def states_after(self, process: str, after_key: str, limit: int) -> list[tuple[str, bytes]]:
+        """Stored states of ``process`` in key order, for paging through all of them."""
+        rows = self._cur.execute(
+            "SELECT key, blob FROM state WHERE process=? AND key > ? ORDER BY key LIMIT ?",
+            (process, after_key, limit),
+        ).fetchall()
+        return [(k, b) for k, b in rows]
+
+    def put_views(self, records: Iterable[tuple[str, str, str | None]]) -> None:
+        """Apply ``(view, key, value_json)`` records in order; ``None`` is a tombstone."""
+        last: dict[tuple[str, str], str | None] = {}
+        for view, key, value in records:
+            last[(view, key)] = value  # only the last record of a key survives the batch
+        self._cur.executemany(
+            "DELETE FROM views WHERE view=? AND key=?",
+            [vk for vk, value in last.items() if value is None],
+        )
+        self._cur.executemany(
+            "INSERT INTO views(view, key, value_json) VALUES (?, ?, ?) "
+            "ON CONFLICT(view, key) DO UPDATE SET value_json=excluded.value_json",
+            [(*vk, value) for vk, value in last.items() if value is not None],
+        )
+
+
+class EmbeddedStore:
+    """The durable local event store under ``state_dir`` (file ``events.sqlite3``).
+
+    Safe to share between threads (one SQLite connection per thread) and between processes
+    (SQLite locking; WAL lets readers run while one writer commits).
+    """
+
+    def __init__(
+        self,
+        state_dir: str | Path,
+        codec: EventCodec | None = None,
+        *,
+        synchronous: str = "FULL",
+    ) -> None:
+        if synchronous not in ("FULL", "NORMAL", "EXTRA"):
+            raise ValueError(f"unsupported synchronous mode {synchronous!r}")
+        self.state_dir = Path(state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.state_dir / DB_FILE
+        self._synchronous = synchronous
+        self._codec = codec
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._guard = threading.Lock()
+        conn = self._conn()
+        for stmt in _SCHEMA:
+            conn.execute(stmt)
+
+    @property
+    def codec(self) -> EventCodec:
+        if self._codec is None:
+            from callgate.adapters.avro_codec import AvroCodec
+
+            self._codec = AvroCodec.default()
+        return self._codec
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            # isolation_level=None: no implicit transactions; we issue BEGIN IMMEDIATE ourselves.
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            conn.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self._synchronous}")
+            self._local.conn = conn
+            with self._guard:
+                self._connections.append(conn)
+        return conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[StoreTx]:
+        """One write transaction: commits on normal exit, rolls back on any exception."""
+        conn = self._conn()
+        cur = conn.cursor()
+        cur.execute("BEGIN IMMEDIATE")
+        try:
+            yield StoreTx(cur)
+            cur.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.rollback()
+            raise
+        finally:
+            cur.close()
+
+    # --- clients -------------------------------------------------------------------------
+
+    def append(self, events: Sequence[Event]) -> None:
+        """Publish events (CLI/SDK requests), atomically, each to its class's ``TOPIC``."""
+        codec = self.codec
+        rows = [event_row(ev, codec.encode(ev)) for ev in events]
+        with self.transaction() as tx:
+            tx.insert(rows)
+
+    def append_raw(self, topic: str, partition_key: str, payload: bytes) -> None:
+        """Append bytes as they came (tests use it to publish poison input)."""
+        event_type = self.codec.event_type_of(payload)
+        with self.transaction() as tx:
+            tx.insert([(topic, partition_key, event_type, None, payload)])
+
+    # --- readers -------------------------------------------------------------------------
+
+    def read_log(
+        self, topic: str | None = None, after_seq: int = 0, limit: int = 10_000
+    ) -> list[LogRow]:
+        where = "seq > ?"
+        args: list[object] = [after_seq, limit]
+        if topic is not None:
+            where, args = "topic = ? AND seq > ?", [topic, after_seq, limit]
+        rows = self._conn().execute(
+            f"SELECT {_ROW_COLUMNS} FROM log WHERE {where} ORDER BY seq LIMIT ?", args
+        )
+        return [LogRow(*r) for r in rows]
+
+    def read_invocation(self, invocation_id: str) -> list[LogRow]:
+        """Every logged event of one invocation, in log order (status lookups)."""
+        rows = self._conn().execute(
+            f"SELECT {_ROW_COLUMNS} FROM log WHERE invocation_id=? ORDER BY seq",
+            (invocation_id,),
+        )
+        return [LogRow(*r) for r in rows]
+
+    def last_seq(self) -> int:
+        row = self._conn().execute("SELECT MAX(seq) FROM log").fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    def position(self, process: str) -> int:
+        row = self._conn().execute("SELECT seq FROM positions WHERE process=?", (process,))
+        found = row.fetchone()
+        return int(found[0]) if found else 0
+
+    def view(self, view: str, key: str) -> str | None:
+        row = (
+            self._conn()
+            .execute("SELECT value_json FROM views WHERE view=? AND key=?", (view, key))
+            .fetchone()
+        )
+        return str(row[0]) if row else None
+
+    def view_items(self, view: str) -> list[tuple[str, str]]:
+        rows = self._conn().execute(
+            "SELECT key, value_json FROM views WHERE view=? ORDER BY key", (view,)
+        )
+        return [(str(k), str(v)) for k, v in rows]
+
+    def close(self) -> None:
+        with self._guard:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+        self._local = threading.local()

@@ -1,0 +1,102 @@
+"""Canonical JSON, hashes and deterministic keys (C8, C11; DESIGN "Shape").
+
+Everything that is hashed or bound (normalized arguments, request fingerprints,
+approval bindings, partition keys, event ids) goes through ``canonical_json`` so
+that two encodings of the same value always give the same bytes. The encoding
+follows RFC 8785 (JCS) in spirit: object keys sorted by UTF-16 code units, no
+insignificant whitespace, UTF-8 output, integral floats written as integers,
+NaN and Infinity refused. Pure: no I/O, no clock, no randomness.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+_ENCODER = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, separators=(",", ":"), check_circular=False
+)
+
+
+def _utf16_key(key: str) -> bytes:
+    # JCS orders keys by UTF-16 code units; differs from code-point order only above U+FFFF.
+    return key.encode("utf-16-be", "surrogatepass")
+
+
+def _prepare(value: object) -> Any:
+    """Rebuild ``value`` with JCS key order and integral floats turned into ints."""
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"canonical JSON cannot encode {value!r}")
+        return int(value) if value.is_integer() else value
+    if isinstance(value, Mapping):
+        for key in value:
+            if not isinstance(key, str):
+                raise TypeError(f"canonical JSON object keys must be str, got {key!r}")
+        return {k: _prepare(value[k]) for k in sorted(value, key=_utf16_key)}
+    if isinstance(value, list | tuple):
+        return [_prepare(v) for v in value]
+    raise TypeError(f"canonical JSON cannot encode {type(value).__name__}")
+
+
+def canonical_json(value: object) -> str:
+    """The one canonical text of ``value`` (C8, C11): equal values give equal strings.
+
+    Raises ``ValueError`` for NaN/Infinity and ``TypeError`` for non-JSON values or
+    non-string object keys (silently stringifying keys could make two values collide).
+    """
+    return _ENCODER.encode(_prepare(value))
+
+
+def sha256_hex(data: str | bytes) -> str:
+    """SHA-256 of ``data`` (strings are hashed as UTF-8), as 64 lowercase hex digits."""
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    return hashlib.sha256(raw).hexdigest()
+
+
+def args_hash(normalized_args: Mapping[str, Any]) -> str:
+    """Hash of the normalized arguments, bound into approvals (C11)."""
+    return sha256_hex(canonical_json(normalized_args))
+
+
+def request_fingerprint(tool: str, target: str, normalized_args: Mapping[str, Any]) -> str:
+    """The request fingerprint an idempotency key is bound to (C8)."""
+    return sha256_hex(canonical_json([tool, target, normalized_args]))
+
+
+def partition_key(tenant: str, idempotency_key: str | None, invocation_id: str) -> str:
+    """The partition key of an invocation (DESIGN "Shape", C8).
+
+    Every attempt with one idempotency key in one tenant lands on one partition, so
+    the replay/conflict check is partition-local. The tenant is part of the hash, so
+    two tenants using the same key never share state. Without a key an invocation
+    is keyed by its own id.
+    """
+    if idempotency_key is not None:
+        return "k-" + sha256_hex(canonical_json([tenant, idempotency_key]))[:32]
+    return "i-" + invocation_id
+
+
+def execution_token(
+    partition_key: str, fingerprint: str, invocation_id: str, idempotency_key: str | None
+) -> str:
+    """The deterministic idempotency token passed to providers (C12).
+
+    With an idempotency key it depends only on (partition key, fingerprint): a retry
+    after reconciliation, even from a new invocation, presents the same token, so the
+    provider applies the effect at most once. Without a key it depends on the
+    invocation id alone.
+    """
+    if idempotency_key is not None:
+        return "xk-" + sha256_hex(canonical_json(["exec", partition_key, fingerprint]))[:32]
+    return "xi-" + sha256_hex(canonical_json(["exec", invocation_id]))[:32]
+
+
+def derive_id(*parts: str) -> str:
+    """A deterministic id (32 hex digits) for event ids: same parts, same id."""
+    return sha256_hex(canonical_json(list(parts)))[:32]

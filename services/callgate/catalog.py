@@ -1,0 +1,263 @@
+"""The tool catalog, loaded from a YAML adoption profile (C10).
+
+Mutation flags, impact, dry-run support and the confirmation policy of every tool
+live here, never in prompt text. Missing safety flags default to the strict side
+(fail closed): a tool that does not say otherwise is a high-impact mutation that
+needs a dry-run and an approver. The profile digest is the *policy version*
+recorded on every decision and bound into approvals (C4, C11).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from enum import StrEnum
+from fnmatch import translate
+from functools import cached_property
+from importlib.resources import files
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StringConstraints,
+    ValidationError,
+)
+
+from callgate.canonical import canonical_json, sha256_hex
+
+# Names end up inside generated Cedar policy text: keep them to a quote-free alphabet.
+Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.:-]*$", max_length=128)]
+Glob = Annotated[str, StringConstraints(min_length=1)]
+
+
+class ProfileError(Exception):
+    """A profile that cannot be used; the message names the file, the tool and the field."""
+
+
+class Confirmation(StrEnum):
+    NONE = "none"
+    OWNER = "owner"
+    APPROVER = "approver"
+
+
+class Impact(StrEnum):
+    LOW = "low"
+    HIGH = "high"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Threshold(_Frozen):
+    """High impact when the numeric argument ``arg`` is >= ``gte`` (C4)."""
+
+    arg: Name
+    gte: StrictFloat
+
+
+class Limits(_Frozen):
+    max_args_bytes: int = Field(default=16384, gt=0)
+    max_depth: int = Field(default=8, ge=1)
+
+
+class ToolSpec(_Frozen):
+    """One catalog entry (C10). Safety flags default to the strict side (fail closed).
+
+    ``args_schema`` is a JSON Schema (Draft 2020-12); treat it as read-only.
+    """
+
+    name: Name
+    description: str = ""
+    mutation: bool = True
+    impact: Impact = Impact.HIGH
+    high_impact_when: Threshold | None = None
+    require_dry_run: bool = True
+    confirmation: Confirmation = Confirmation.APPROVER
+    provider: Name
+    target_arg: Name | None  # required key; null means the call creates a new resource
+    identity_args: tuple[Name, ...] = ()
+    callers: tuple[Name, ...] = ()
+    approvers: tuple[Name, ...] = ()
+    approval_ttl_seconds: int = Field(default=900, gt=0)
+    allow_self_approval: bool = False
+    args_schema: dict[str, Any]
+
+    def is_high_impact(self, args: Mapping[str, Any]) -> bool:
+        """C4: high impact by catalog, or by threshold; a missing/non-numeric value is high."""
+        if self.impact is Impact.HIGH:
+            return True
+        when = self.high_impact_when
+        if when is None:
+            return False
+        value = args.get(when.arg)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return True
+        return value >= when.gte
+
+    def confirmation_for(self, args: Mapping[str, Any]) -> Confirmation:
+        """The confirmation this call needs; high-impact calls always need an approver (C4)."""
+        if self.is_high_impact(args):
+            return Confirmation.APPROVER
+        return self.confirmation
+
+    @cached_property
+    def args_schema_key(self) -> str:
+        """Canonical text of ``args_schema``: a cheap cache key for compiled validators."""
+        return canonical_json(self.args_schema)
+
+
+class Profile(_Frozen):
+    """A loaded adoption profile. Build it with ``load_profile``."""
+
+    version: Literal[1]
+    tools: dict[str, ToolSpec]
+    limits: Limits
+    tenant_fields: tuple[Name, ...]
+    resources: dict[Name, tuple[str, ...]]
+    policy_text: str
+    source: Path
+    digest: str
+
+    def tool(self, name: str) -> ToolSpec | None:
+        return self.tools.get(name)
+
+    @cached_property
+    def resource_patterns(self) -> tuple[tuple[str, re.Pattern[str]], ...]:
+        return tuple(
+            (tenant, re.compile("|".join(translate(g) for g in globs)))
+            for tenant, globs in self.resources.items()
+            if globs
+        )
+
+    def owner_of(self, target: str) -> str | None:
+        """The tenant owning ``target`` (case-sensitive globs), or None (C7).
+
+        A target claimed by two tenants is treated as unowned: the policy then denies
+        it (fail closed) instead of handing it to whichever tenant is listed first.
+        """
+        owners = [t for t, pattern in self.resource_patterns if pattern.match(target)]
+        return owners[0] if len(owners) == 1 else None
+
+    def catalog_view(self) -> list[dict[str, Any]]:
+        """The tools with their flags and argument schemas (``callgate catalog``)."""
+        return [spec.model_dump(mode="json") for spec in self.tools.values()]
+
+
+class _ProfileFile(_Frozen):
+    """The top level of the YAML file; tools are validated one by one for good errors."""
+
+    version: Literal[1]
+    policy_file: str
+    limits: Limits = Limits()
+    tenant_fields: tuple[Name, ...] = ("tenant", "tenant_id", "org_id")
+    resources: dict[Name, tuple[Glob, ...]] = {}
+    tools: dict[Name, dict[str, Any]]
+
+
+def default_profile_path() -> Path:
+    """The shipped default adoption profile (``callgate/profiles/default.yaml``)."""
+    return Path(str(files("callgate").joinpath("profiles", "default.yaml")))
+
+
+def _describe(err: ValidationError) -> str:
+    errors = err.errors()
+    first = errors[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"field '{loc}': {first['msg']}{more}"
+
+
+def _tool_problems(spec: ToolSpec) -> list[tuple[str, str]]:
+    """Cross-field checks that keep the catalog internally consistent (fail closed)."""
+    problems: list[tuple[str, str]] = []
+    try:
+        Draft202012Validator.check_schema(spec.args_schema)
+    except SchemaError as exc:
+        return [("args_schema", f"not a valid JSON Schema: {exc.message}")]
+    if spec.args_schema.get("type") != "object":
+        problems.append(("args_schema", "must have type: object"))
+    props = spec.args_schema.get("properties", {})
+    required = spec.args_schema.get("required", [])
+    if spec.target_arg is not None and spec.target_arg not in required:
+        problems.append(("target_arg", f"'{spec.target_arg}' must be a required argument"))
+    for arg in spec.identity_args:
+        if arg not in props:
+            problems.append(("identity_args", f"'{arg}' is not an argument of the tool"))
+    if spec.high_impact_when is not None and spec.high_impact_when.arg not in props:
+        arg = spec.high_impact_when.arg
+        problems.append(("high_impact_when.arg", f"'{arg}' is not an argument of the tool"))
+    may_need_approver = (
+        spec.impact is Impact.HIGH
+        or spec.high_impact_when is not None
+        or spec.confirmation is Confirmation.APPROVER
+    )
+    if may_need_approver and not spec.approvers:
+        problems.append(("approvers", "the tool may need an approver but names no approver role"))
+    return problems
+
+
+def _read(path: Path, what: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProfileError(f"{what} {path}: cannot read: {exc}") from exc
+
+
+def load_profile(path: Path) -> Profile:
+    """Load and check an adoption profile (C10); any problem raises ``ProfileError``."""
+    where = f"profile {path}"
+    try:
+        raw = yaml.safe_load(_read(path, "profile"))
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"{where}: invalid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{where}: expected a mapping at the top level")
+    try:
+        top = _ProfileFile.model_validate(raw)
+    except ValidationError as exc:
+        raise ProfileError(f"{where}: {_describe(exc)}") from exc
+
+    tools: dict[str, ToolSpec] = {}
+    for name, body in top.tools.items():
+        here = f"{where}: tool '{name}'"
+        if not isinstance(body, dict):
+            raise ProfileError(f"{here}: expected a mapping")
+        if body.get("name", name) != name:
+            raise ProfileError(f"{here}: field 'name': must equal the key '{name}' or be omitted")
+        try:
+            spec = ToolSpec.model_validate({**body, "name": name})
+        except ValidationError as exc:
+            raise ProfileError(f"{here}: {_describe(exc)}") from exc
+        problems = _tool_problems(spec)
+        if problems:
+            field, message = problems[0]
+            raise ProfileError(f"{here}: field '{field}': {message}")
+        tools[name] = spec
+
+    policy_path = path.parent / top.policy_file
+    policy_text = _read(policy_path, f"{where}: policy_file")
+    catalog = {
+        "version": top.version,
+        "limits": top.limits.model_dump(mode="json"),
+        "tenant_fields": list(top.tenant_fields),
+        "resources": {k: list(v) for k, v in top.resources.items()},
+        "tools": {k: v.model_dump(mode="json") for k, v in tools.items()},
+    }
+    return Profile(
+        version=top.version,
+        tools=tools,
+        limits=top.limits,
+        tenant_fields=top.tenant_fields,
+        resources=top.resources,
+        policy_text=policy_text,
+        source=path,
+        digest=sha256_hex(canonical_json({"catalog": catalog, "policy": policy_text})),
+    )

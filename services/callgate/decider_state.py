@@ -1,0 +1,134 @@
+"""The decider's per-partition-key state, folded from the events it emitted and consumed.
+
+Everything here is derived from the log (DESIGN "Shape"): the runner stores it next to
+the consumed position (embedded) or in a changelog inside the same transaction (Kafka),
+so it can always be rebuilt. Serialization is canonical JSON so that equal states are
+equal bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Phase:
+    """Where an invocation is in its lifecycle."""
+
+    AWAITING_DRY_RUN = "awaiting_dry_run"  # dry-run before asking for approval (C5)
+    DRY_RUN_THEN_EXECUTE = "dry_run_then_execute"  # mandatory dry-run, no confirmation
+    CONFIRMING = "confirming"  # approval presented; re-running the dry-run to compare (C11)
+    PENDING_APPROVAL = "pending_approval"
+    EXECUTING = "executing"
+    WAITING = "waiting"  # a replay attempt waiting for the original to settle (C8)
+    SETTLED = "settled"
+
+
+class KeyStatus:
+    """Status of an idempotency key's original authorized call (C8)."""
+
+    PENDING_APPROVAL = "pending_approval"
+    APPROVED = "approved"
+    DENIED = "denied"
+    EXPIRED = "expired"
+    EXECUTING = "executing"
+    UNCERTAIN = "uncertain"
+    RECONCILING = "reconciling"
+    DONE = "done"
+
+
+class ApprovalStatus:
+    PENDING = "pending"
+    GRANTED = "granted"
+    DENIED = "denied"
+    EXPIRED = "expired"
+
+
+@dataclass(slots=True)
+class Invocation:
+    invocation_id: str
+    phase: str
+    outcome: str
+    partition_key: str = ""
+    tool: str = ""
+    actor: str = ""
+    tenant: str = ""
+    target: str = ""
+    args_json: str = "{}"
+    args_hash: str = ""
+    fingerprint: str = ""
+    policy_version: str = ""
+    idempotency_key: str | None = None
+    confirmation: str = "none"
+    approver_roles: list[str] = field(default_factory=list)
+    allow_self_approval: bool = False
+    approval_ttl_ms: int = 0
+    dry_run_json: str = ""
+    dry_run_hash: str = ""
+    approval_status: str = ""  # for the approval requested *for* this invocation
+    approval_expires_at: int = 0
+    approval_jti: str = ""  # the approval this invocation presented (confirmation)
+    approved_dry_run_hash: str = ""  # what that approval's human saw
+    execution_token: str = ""
+    attempt: int = 0
+    result_json: str = ""
+
+
+@dataclass(slots=True)
+class KeyRecord:
+    """The original authorized call behind an idempotency key (C8)."""
+
+    actor: str
+    tool: str
+    target: str
+    fingerprint: str
+    invocation_id: str  # the invocation whose approval / execution the key stands for
+    status: str
+    execution_token: str = ""
+    outcome: str = ""
+    result_json: str = ""
+    waiters: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ApprovalUse:
+    """A granted approval artifact: single use (C11)."""
+
+    invocation_id: str  # the invocation it was requested for
+    status: str  # granted | expired
+    expires_at: int
+    consumed_by: str = ""  # the invocation that used it
+    consumer_key: str | None = None  # that invocation's idempotency key
+
+
+@dataclass(slots=True)
+class DeciderState:
+    invocations: dict[str, Invocation] = field(default_factory=dict)
+    keys: dict[str, KeyRecord] = field(default_factory=dict)
+    approvals: dict[str, ApprovalUse] = field(default_factory=dict)
+
+    def next_due(self) -> int | None:
+        times = [
+            inv.approval_expires_at
+            for inv in self.invocations.values()
+            if inv.approval_status == ApprovalStatus.PENDING
+        ]
+        times += [
+            a.expires_at for a in self.approvals.values() if a.status == ApprovalStatus.GRANTED
+        ]
+        return min(times) if times else None
+
+
+def dump_state(state: DeciderState) -> bytes:
+    return json.dumps(dataclasses.asdict(state), sort_keys=True, separators=(",", ":")).encode()
+
+
+def load_state(data: bytes) -> DeciderState:
+    raw: dict[str, Any] = json.loads(data)
+    return DeciderState(
+        invocations={k: Invocation(**v) for k, v in raw["invocations"].items()},
+        keys={k: KeyRecord(**v) for k, v in raw["keys"].items()},
+        approvals={k: ApprovalUse(**v) for k, v in raw["approvals"].items()},
+    )

@@ -1,0 +1,242 @@
+"""The executor: the one process that talks to providers (the imperative shell).
+
+It runs only what the decider requested on the authoritative ``events`` log; it
+decides nothing about authority. Its bookkeeping (which executions started and
+have not finished) is state folded from the log like any other process, so a
+restarted executor knows what it must reconcile first (C12).
+
+Sequence for an execution (the runner commits between the two halves):
+1. ``handle(ExecutionRequested)`` records the execution as started and emits
+   ``ExecutionStarted``; the runner commits it together with the input position.
+2. ``follow_up`` runs after that commit: it calls ``provider.execute`` with the
+   execution token and emits the outcome, committed in a second transaction.
+A crash between 1 and 2 leaves a started-but-unfinished execution, which
+``recover`` reconciles through ``provider.lookup`` before new work. Never a blind
+second execution.
+
+Dry-runs and lookups are read-only by contract, so they run inside ``handle``: a
+crash before commit merely repeats them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from callgate import events as ev
+from callgate.canonical import canonical_json, derive_id, sha256_hex
+from callgate.catalog import Profile
+from callgate.process import Output
+from callgate.providers.base import Provider, ProviderError, ProviderTimeout
+from callgate.providers.registry import ProviderRegistry
+
+PRODUCER = "executor"
+
+
+@dataclass(slots=True)
+class Started:
+    invocation_id: str
+    partition_key: str
+    tenant: str
+    tool: str
+    target: str
+    args_json: str
+    attempt: int
+
+
+@dataclass(slots=True)
+class ExecutorState:
+    started: dict[str, Started] = field(default_factory=dict)  # token -> open execution
+    finished: list[str] = field(default_factory=list)  # "token#attempt" already run
+
+
+def dry_run_hash(snapshot_json: str) -> str:
+    """The dry-run snapshot hash bound into approvals (C5, C11)."""
+    return sha256_hex(snapshot_json)
+
+
+class Executor:
+    name = "executor"
+    inputs = frozenset({"events"})
+    recovers = True
+
+    def __init__(self, profile: Profile, providers: ProviderRegistry) -> None:
+        self.profile = profile
+        self.providers = providers
+
+    def initial_state(self) -> ExecutorState:
+        return ExecutorState()
+
+    def dump_state(self, state: ExecutorState) -> bytes:
+        return json.dumps(asdict(state), sort_keys=True, separators=(",", ":")).encode()
+
+    def load_state(self, data: bytes) -> ExecutorState:
+        raw = json.loads(data)
+        return ExecutorState(
+            started={k: Started(**v) for k, v in raw["started"].items()},
+            finished=list(raw["finished"]),
+        )
+
+    def next_due(self, state: ExecutorState) -> int | None:
+        return None
+
+    def due(self, state: ExecutorState, now_ms: int) -> tuple[ExecutorState, Sequence[Output]]:
+        return state, ()
+
+    def handle(
+        self, state: ExecutorState, event: ev.Event, now_ms: int
+    ) -> tuple[ExecutorState, Sequence[Output]]:
+        if isinstance(event, ev.ExecutionRequested):
+            run = f"{event.execution_token}#{event.attempt}"
+            if run in state.finished or event.execution_token in state.started:
+                return state, ()  # already started or run: never twice
+            state.started[event.execution_token] = Started(
+                event.invocation_id,
+                event.partition_key,
+                event.tenant,
+                event.tool,
+                event.target,
+                event.args_json,
+                event.attempt,
+            )
+            return state, [
+                _follow(
+                    event,
+                    now_ms,
+                    ev.ExecutionStarted,
+                    execution_token=event.execution_token,
+                    attempt=event.attempt,
+                )
+            ]
+        if isinstance(event, ev.DryRunRequested):
+            return state, [self._dry_run(event, now_ms)]
+        if isinstance(event, ev.ReconciliationRequested):
+            return state, [
+                self._lookup(
+                    event, event.execution_token, event.original_invocation_id, event.tool, now_ms
+                )
+            ]
+        return state, ()
+
+    def follow_up(
+        self, state: ExecutorState, committed: Sequence[ev.Event], now_ms: int
+    ) -> tuple[ExecutorState, Sequence[Output]]:
+        outputs: list[Output] = []
+        for started in committed:
+            if not isinstance(started, ev.ExecutionStarted):
+                continue
+            run = state.started.pop(started.execution_token, None)
+            if run is None:
+                continue
+            state.finished.append(f"{started.execution_token}#{run.attempt}")
+            outputs.append(self._execute(started, run, now_ms))
+        return state, outputs
+
+    def recover(self, state: ExecutorState, now_ms: int) -> tuple[ExecutorState, Sequence[Output]]:
+        """C12: every started-but-unfinished execution is reconciled before new work."""
+        outputs: list[Output] = []
+        for token, run in sorted(state.started.items()):
+            cause = ev.Event(
+                event_id=derive_id("recover", token, str(run.attempt)),
+                invocation_id=run.invocation_id,
+                partition_key=run.partition_key,
+                occurred_at=now_ms,
+            )
+            outputs.append(self._lookup(cause, token, run.invocation_id, run.tool, now_ms))
+            state.finished.append(f"{token}#{run.attempt}")
+        state.started.clear()
+        return state, outputs
+
+    # -- provider calls ----------------------------------------------------------------
+
+    def _provider(self, tool: str) -> Provider:
+        spec = self.profile.tool(tool)
+        if spec is None:
+            raise ProviderError(f"tool {tool!r} is not in the catalog")
+        try:
+            return self.providers.get(spec.provider)
+        except KeyError:
+            raise ProviderError(f"no provider named {spec.provider!r}") from None
+
+    def _dry_run(self, e: ev.DryRunRequested, now_ms: int) -> ev.Event:
+        try:
+            result = self._provider(e.tool).dry_run(e.tool, e.target, _args(e.args_json), e.tenant)
+            snapshot = canonical_json(result.snapshot)
+        except (ProviderError, ProviderTimeout) as err:
+            return _follow(e, now_ms, ev.DryRunFailed, message=str(err) or type(err).__name__)
+        return _follow(
+            e,
+            now_ms,
+            ev.DryRunRecorded,
+            snapshot_json=snapshot,
+            snapshot_hash=dry_run_hash(snapshot),
+        )
+
+    def _execute(self, started: ev.ExecutionStarted, run: Started, now_ms: int) -> ev.Event:
+        token = started.execution_token
+        try:
+            provider = self._provider(run.tool)
+            result = provider.execute(
+                run.tool, run.target, _args(run.args_json), run.tenant, token, run.invocation_id
+            )
+        except ProviderTimeout as err:
+            return _follow(
+                started,
+                now_ms,
+                ev.ExecutionUncertain,
+                execution_token=token,
+                reason=str(err) or "timeout",
+            )
+        except ProviderError as err:
+            return _follow(
+                started, now_ms, ev.ExecutionFailed, execution_token=token, message=str(err)
+            )
+        return _follow(
+            started,
+            now_ms,
+            ev.ExecutionSucceeded,
+            execution_token=token,
+            result_json=canonical_json(result.result),
+        )
+
+    def _lookup(
+        self, cause: ev.Event, token: str, original_invocation_id: str, tool: str, now_ms: int
+    ) -> ev.Event:
+        try:
+            found = self._provider(tool).lookup(token)
+        except (ProviderError, ProviderTimeout) as err:
+            # Still unknown: stay uncertain rather than guess (fail closed).
+            return _follow(
+                cause, now_ms, ev.ExecutionUncertain, execution_token=token, reason=str(err)
+            )
+        return _follow(
+            cause,
+            now_ms,
+            ev.ExecutionReconciled,
+            execution_token=token,
+            found=found.found,
+            result_json=canonical_json(found.result)
+            if found.found and found.result is not None
+            else "",
+            original_invocation_id=original_invocation_id,
+        )
+
+
+def _args(args_json: str) -> Mapping[str, Any]:
+    value: dict[str, Any] = json.loads(args_json)
+    return value
+
+
+def _follow(cause: ev.Event, now_ms: int, cls: type[ev.Event], **fields: Any) -> ev.Event:
+    return cls(
+        event_id=derive_id(cause.event_id, cls.__name__),
+        invocation_id=cause.invocation_id,
+        partition_key=cause.partition_key,
+        causation_id=cause.event_id,
+        correlation_id=cause.correlation_id or cause.invocation_id,
+        occurred_at=now_ms,
+        producer=PRODUCER,
+        **fields,
+    )

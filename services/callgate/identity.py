@@ -1,0 +1,208 @@
+"""Session identity (C6): who acts comes from a signed session token, never from arguments.
+
+Pure given keys and ``now_ms``: token signatures are checked by ``keys.decode_signed``
+(which reads no clock) and every time claim is compared here against ``now_ms``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import unicodedata
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jwt
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from callgate.codes import Code, Rejection
+from callgate.keys import ALGORITHM, SignatureError, decode_signed
+from callgate.principal import Principal
+
+DEV_ISSUER = "callgate-dev"
+AUDIENCE = "callgate"
+# Claims every session token must carry; ``nbf`` and ``sid`` are checked when present
+# so that tokens from a platform issuer that omits them still verify.
+REQUIRED_CLAIMS = ("sub", "tenant", "roles", "iat", "exp", "iss", "aud")
+MAX_ARGS_DEPTH = 64  # deeper arguments are refused rather than walked
+
+
+class SessionIssuer:
+    """The development issuer behind ``callgate session issue``."""
+
+    def __init__(
+        self,
+        key: Ed25519PrivateKey,
+        kid: str,
+        issuer: str = DEV_ISSUER,
+        audience: str = AUDIENCE,
+    ) -> None:
+        self._key = key
+        self._kid = kid
+        self._issuer = issuer
+        self._audience = audience
+
+    def issue(
+        self,
+        user: str,
+        tenant: str,
+        roles: tuple[str, ...] | list[str],
+        now_ms: int,
+        ttl_seconds: int = 3600,
+        session_id: str | None = None,
+    ) -> str:
+        if not user or not tenant:
+            raise ValueError("user and tenant must be non-empty")
+        if ttl_seconds <= 0:
+            raise ValueError("ttl_seconds must be positive")
+        iat = now_ms // 1000
+        claims: dict[str, Any] = {
+            "sub": user,
+            "tenant": tenant,
+            "roles": list(roles),
+            "iat": iat,
+            "nbf": iat,
+            "exp": iat + ttl_seconds,
+            "iss": self._issuer,
+            "aud": self._audience,
+        }
+        claims["sid"] = session_id or _derived_session_id(claims)
+        return jwt.encode(claims, self._key, algorithm=ALGORITHM, headers={"kid": self._kid})
+
+
+def _derived_session_id(claims: Mapping[str, Any]) -> str:
+    canonical = json.dumps(claims, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "s-" + hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+class SessionVerifier:
+    """Turns a session token into the ``Principal`` (C6); anything doubtful is refused."""
+
+    def __init__(
+        self,
+        keys: Mapping[str, Ed25519PublicKey],
+        issuer: str | tuple[str, ...] = DEV_ISSUER,
+        audience: str = AUDIENCE,
+        leeway_ms: int = 0,
+    ) -> None:
+        self._keys = dict(keys)
+        self._issuers = (issuer,) if isinstance(issuer, str) else tuple(issuer)
+        self._audience = audience
+        self._leeway_ms = leeway_ms
+
+    def verify(self, token: str, now_ms: int) -> Principal:
+        """Raise ``Rejection(UNAUTHENTICATED, reason)`` unless ``token`` is valid at ``now_ms``."""
+        try:
+            _, claims = decode_signed(token, self._keys)
+        except SignatureError as e:
+            raise _unauthenticated(e.reason) from None
+        missing = [c for c in REQUIRED_CLAIMS if c not in claims]
+        if missing:
+            raise _unauthenticated(f"missing claims: {', '.join(missing)}")
+        if claims["iss"] not in self._issuers:
+            raise _unauthenticated(f"wrong issuer {claims['iss']!r}")
+        aud = claims["aud"]
+        audiences = aud if isinstance(aud, list) else [aud]
+        if self._audience not in audiences:
+            raise _unauthenticated(f"wrong audience {aud!r}")
+        # Floor the end and ceil the starts: rounding never widens the validity window.
+        exp_ms = _numeric_date_ms(claims, "exp", math.floor)
+        iat_ms = _numeric_date_ms(claims, "iat", math.ceil)
+        nbf_ms = _numeric_date_ms(claims, "nbf", math.ceil) if "nbf" in claims else None
+        if now_ms >= exp_ms + self._leeway_ms:
+            raise _unauthenticated("token expired")
+        if nbf_ms is not None and now_ms + self._leeway_ms < nbf_ms:
+            raise _unauthenticated("token not yet valid (nbf)")
+        if now_ms + self._leeway_ms < iat_ms:
+            raise _unauthenticated("token issued in the future (iat)")
+        user, tenant, roles = claims["sub"], claims["tenant"], claims["roles"]
+        if not isinstance(user, str) or not user:
+            raise _unauthenticated("claim 'sub' must be a non-empty string")
+        if not isinstance(tenant, str) or not tenant:
+            raise _unauthenticated("claim 'tenant' must be a non-empty string")
+        if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
+            raise _unauthenticated("claim 'roles' must be a list of strings")
+        sid = claims.get("sid", "")
+        if not isinstance(sid, str):
+            raise _unauthenticated("claim 'sid' must be a string")
+        return Principal(
+            user=user, tenant=tenant, roles=tuple(roles), session_id=sid, expires_at=exp_ms
+        )
+
+
+def _unauthenticated(reason: str) -> Rejection:
+    return Rejection(Code.UNAUTHENTICATED, f"invalid session token: {reason}", {"reason": reason})
+
+
+def _numeric_date_ms(claims: Mapping[str, Any], name: str, rounding: Callable[[float], int]) -> int:
+    value = claims[name]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise _unauthenticated(f"claim {name!r} must be a number")
+    return int(rounding(value * 1000))
+
+
+# --- C6: identity fields in arguments ----------------------------------------------------
+
+
+def normalize_identity(value: str) -> str:
+    """The form two identity spellings are compared in: NFKC, casefolded, stripped.
+
+    Full-width, upper-case and padded variants of "alice" equal "alice"; look-alikes
+    from other scripts (a Cyrillic "a", U+0430) stay different, so they are reported as a spoof.
+    """
+    return unicodedata.normalize("NFKC", value).casefold().strip()
+
+
+def check_identity(
+    spec_identity_args: tuple[str, ...],
+    tenant_fields: tuple[str, ...],
+    args: Mapping[str, Any],
+    principal: Principal,
+) -> dict[str, Any]:
+    """C6: every identity field anywhere in ``args`` must name the session's user/tenant.
+
+    Walks dicts and lists at any depth. A key whose normalized name is one of
+    ``spec_identity_args`` names the acting user; one of ``tenant_fields`` names a
+    tenant. A different value, or a non-string one, raises
+    ``Rejection(IDENTITY_SPOOF, ..., {"field": "dotted.path"})``. Returns a copy of
+    ``args`` with each such field set to the session's exact value, so what runs
+    carries the session identity, never the model's spelling of it.
+    """
+    user_keys = frozenset(normalize_identity(k) for k in spec_identity_args)
+    tenant_keys = frozenset(normalize_identity(k) for k in tenant_fields)
+
+    def walk(value: Any, path: str, depth: int) -> Any:
+        if depth > MAX_ARGS_DEPTH:
+            raise Rejection(Code.INVALID_ARGUMENTS, "arguments nested too deeply", {"field": path})
+        if isinstance(value, Mapping):
+            out: dict[Any, Any] = {}
+            for key, item in value.items():
+                item_path = f"{path}.{key}" if path else str(key)
+                name = normalize_identity(key) if isinstance(key, str) else None
+                if name in user_keys:
+                    out[key] = _expect(item, principal.user, "user", item_path)
+                elif name in tenant_keys:
+                    out[key] = _expect(item, principal.tenant, "tenant", item_path)
+                else:
+                    out[key] = walk(item, item_path, depth + 1)
+            return out
+        if isinstance(value, list | tuple):
+            return [
+                walk(item, f"{path}.{i}" if path else str(i), depth + 1)
+                for i, item in enumerate(value)
+            ]
+        return value
+
+    result: dict[str, Any] = walk(args, "", 0)
+    return result
+
+
+def _expect(value: Any, session_value: str, kind: str, path: str) -> str:
+    if not isinstance(value, str) or normalize_identity(value) != normalize_identity(session_value):
+        raise Rejection(
+            Code.IDENTITY_SPOOF,
+            f"argument {path!r} names a {kind} other than the session's",
+            {"field": path},
+        )
+    return session_value

@@ -1,0 +1,154 @@
+"""The policy engine: every call, read or write, gets a Cedar decision (C1, C2, C3, C7).
+
+The policy set is the profile's Cedar text plus one generated permit per tool,
+``@id("callers:<tool>")``, that allows the tool's catalog ``callers`` roles. It is
+parsed once and reused. Each decision evaluates, for the *session* principal (C6),
+``User::"<user>"`` doing ``Action::"<tool>"`` on ``Resource::"<target>"``, after
+the arguments were validated (C7). Reads need nothing more than this ACL decision
+(C2); mutations need it as their session authorization (C3).
+
+Fail closed: Cedar skips a policy whose evaluation errors, which would silently drop
+a ``forbid``. So any evaluation error is a deny here, as is a principal without a
+tenant and a resource that no tenant owns (the default ``tenant-isolation`` forbid).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import cedarpy
+
+from callgate.catalog import Profile, ProfileError, ToolSpec
+from callgate.principal import Principal
+
+_I64_MIN: Final = -(2**63)
+_I64_MAX: Final = 2**63 - 1
+_SKIP: Final = object()
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyDecision:
+    """The outcome recorded as ``authorized_by`` (C9); ``policy_version`` is the profile digest.
+
+    ``determining_policies`` holds the ``@id`` of the policies that decided (the
+    permit(s) on allow, the forbid(s) on an explicit deny); it is empty for the implicit
+    deny (no permit matched) and for a deny caused by evaluation errors.
+    """
+
+    allowed: bool
+    determining_policies: tuple[str, ...]
+    policy_version: str
+    errors: tuple[str, ...] = ()
+
+
+def generated_policies(profile: Profile) -> str:
+    """One permit per tool for its catalog ``callers`` (C1, C10); no callers, no permit.
+
+    Tool and role names are restricted by the catalog to a quote-free alphabet, so they
+    are safe to place inside Cedar string literals.
+    """
+    parts = []
+    for name, spec in profile.tools.items():
+        if not spec.callers:
+            continue
+        roles = ", ".join(f'"{role}"' for role in spec.callers)
+        parts.append(
+            f'@id("callers:{name}")\n'
+            f'permit (principal, action == Action::"{name}", resource)\n'
+            f"when {{ principal.roles.containsAny([{roles}]) }};\n"
+        )
+    return "\n".join(parts)
+
+
+def _cedar_value(value: Any) -> Any:
+    """The part of an argument value Cedar can hold: no null, no float, i64 ints only.
+
+    Keys starting with ``__`` are dropped: Cedar's JSON reads ``__entity``/``__extn``
+    as escapes, and model-written arguments must not forge entity references.
+    """
+    if isinstance(value, str | bool):
+        return value
+    if isinstance(value, int):
+        return value if _I64_MIN <= value <= _I64_MAX else _SKIP
+    if isinstance(value, Mapping):
+        out = {}
+        for key, item in value.items():
+            if isinstance(key, str) and not key.startswith("__"):
+                converted = _cedar_value(item)
+                if converted is not _SKIP:
+                    out[key] = converted
+        return out
+    if isinstance(value, list | tuple):
+        return [c for c in (_cedar_value(v) for v in value) if c is not _SKIP]
+    return _SKIP
+
+
+class PolicyEngine:
+    """Cedar evaluation for one profile; build once, call ``decide`` per proposal."""
+
+    def __init__(self, profile: Profile) -> None:
+        where = f"profile {profile.source}: policy_file"
+        try:
+            cedarpy.PolicySet.from_str(profile.policy_text)  # errors point at the adopter's file
+        except ValueError as exc:
+            raise ProfileError(f"{where}: invalid Cedar: {exc}") from exc
+        self._profile = profile
+        self.policy_text = generated_policies(profile) + "\n" + profile.policy_text
+        try:
+            self._policies = cedarpy.PolicySet.from_str(self.policy_text)
+        except ValueError as exc:
+            raise ProfileError(f"{where}: cannot combine with generated policies: {exc}") from exc
+
+    @property
+    def policy_version(self) -> str:
+        return self._profile.digest
+
+    def _resource(self, principal: Principal, spec: ToolSpec, target: str) -> dict[str, Any]:
+        if spec.target_arg is None:
+            # A new resource is created in the session tenant.
+            uid = {"type": "Resource", "id": f"new:{spec.name}"}
+            return {"uid": uid, "attrs": {"tenant": principal.tenant}, "parents": []}
+        owner = self._profile.owner_of(target) if target else None
+        attrs = {"tenant": owner} if owner is not None else {}
+        return {"uid": {"type": "Resource", "id": target}, "attrs": attrs, "parents": []}
+
+    def decide(
+        self, principal: Principal, spec: ToolSpec, target: str, args: Mapping[str, Any]
+    ) -> PolicyDecision:
+        """The Cedar decision for the session principal on ``spec`` at ``target`` (C1, C7)."""
+        version = self._profile.digest
+        if not principal.tenant:
+            return PolicyDecision(False, (), version, ("principal has no tenant",))
+        resource = self._resource(principal, spec, target)
+        request = {
+            "principal": {"type": "User", "id": principal.user},
+            "action": {"type": "Action", "id": spec.name},
+            "resource": resource["uid"],
+            "context": {
+                "tool": spec.name,
+                "mutation": spec.mutation,
+                "high_impact": spec.is_high_impact(args),
+                "args": _cedar_value(args),
+            },
+        }
+        entities = [
+            {
+                "uid": request["principal"],
+                "attrs": {"tenant": principal.tenant, "roles": list(principal.roles)},
+                "parents": [],
+            },
+            resource,
+        ]
+        try:
+            result = cedarpy.is_authorized(request, self._policies, entities)
+        except Exception as exc:  # any engine failure is a deny, never a crash-through
+            return PolicyDecision(False, (), version, (f"policy evaluation failed: {exc}",))
+        diagnostics = result.diagnostics
+        errors = tuple(str(e) for e in diagnostics.errors)
+        if errors:
+            return PolicyDecision(False, (), version, errors)
+        names = diagnostics.id_annotations_by_reason
+        determining = tuple(sorted(str(names.get(r, r)) for r in diagnostics.reasons))
+        return PolicyDecision(result.allowed, determining, version)

@@ -1,0 +1,70 @@
+"""The one interface every tool provider implements (DESIGN "Providers", C12).
+
+The executor talks to providers only through this protocol: ``dry_run`` (read-only, what
+a human confirms, C5), ``execute`` (with callgate's idempotency token passed through) and
+``lookup`` (reconcile an uncertain outcome before any retry, C12).
+
+The two exceptions split failures by what is known about the effect:
+
+- ``ProviderError``: definite failure, nothing was applied; the executor may report
+  ``execution_failed``.
+- ``ProviderTimeout``: the outcome is unknown, the effect may or may not exist; the
+  executor must report ``outcome_uncertain`` and reconcile with ``lookup`` (C12).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+
+class ProviderTimeout(Exception):
+    """Outcome unknown: the effect may or may not have been applied (C12)."""
+
+
+class ProviderError(Exception):
+    """Definite failure: no effect was applied."""
+
+
+@dataclass(frozen=True)
+class DryRunResult:
+    snapshot: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    result: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """What a provider knows about an idempotency token (C12 reconciliation)."""
+
+    found: bool
+    result: dict[str, Any] | None
+
+
+@runtime_checkable
+class Provider(Protocol):
+    name: str
+
+    def dry_run(self, tool: str, target: str, args: Mapping[str, Any], tenant: str) -> DryRunResult:
+        """Read-only preview of ``execute``; deterministic for a given provider state (C5)."""
+        ...
+
+    def execute(
+        self,
+        tool: str,
+        target: str,
+        args: Mapping[str, Any],
+        tenant: str,
+        token: str,
+        invocation_id: str,
+    ) -> ExecutionResult:
+        """Apply the effect; ``token`` is callgate's idempotency token, passed through."""
+        ...
+
+    def lookup(self, token: str) -> Lookup:
+        """Was an effect applied with ``token``? Used before any retry (C12)."""
+        ...

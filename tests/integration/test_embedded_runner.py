@@ -1,0 +1,427 @@
+"""The embedded runner over the SQLite store: exactly once, crash-safe, poison-tolerant.
+
+Toy processes stand in for the deciders; what is under test is the runner's commit sequence
+(position, outputs, state and views in one transaction), dead-lettering (``malformed_event``),
+follow-up, timers, recovery and the runner lock. Run as a script, this file is the worker
+that the kill -9 test starts and SIGKILLs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from callgate.adapters.avro_codec import AvroCodec
+from callgate.adapters.embedded.runner import EmbeddedRunner, RunnerLockNotHeld
+from callgate.adapters.embedded.store import EmbeddedStore
+from callgate.events import (
+    ApprovalExpired,
+    ApprovalGranted,
+    DryRunFailed,
+    DryRunRecorded,
+    Event,
+    EventDeadLettered,
+    ExecutionStarted,
+    ExecutionUncertain,
+    ToolCallProposed,
+)
+from callgate.process import Output, Process, ViewRecord
+
+CODEC = AvroCodec.default()
+REPO = Path(__file__).resolve().parents[2]
+
+
+def proposal(i: int, key: str, occurred_at: int = 0) -> ToolCallProposed:
+    return ToolCallProposed(
+        event_id=f"in-{i}",
+        invocation_id=f"inv-{i}",
+        partition_key=key,
+        occurred_at=occurred_at,
+        session_token="t",
+        tool="tickets.read",
+        args_json="{}",
+    )
+
+
+class Counting:
+    """Counts proposals per key; one ``ExecutionStarted`` (attempt = running count) each."""
+
+    name = "counter"
+    inputs = frozenset({"requests"})
+    recovers = False
+
+    def initial_state(self) -> int:
+        return 0
+
+    def handle(self, state: int, event: Event, now_ms: int) -> tuple[int, Sequence[Output]]:
+        n = state + 1
+        out = ExecutionStarted(
+            event_id=f"out-{event.event_id}",
+            invocation_id=event.invocation_id,
+            partition_key=event.partition_key,
+            execution_token=event.event_id,
+            attempt=n,
+        )
+        return n, [out, ViewRecord("counts", event.partition_key, json.dumps(n))]
+
+    def due(self, state: int, now_ms: int) -> tuple[int, Sequence[Output]]:
+        return state, []
+
+    def next_due(self, state: int) -> int | None:
+        return None
+
+    def follow_up(
+        self, state: int, committed: Sequence[Event], now_ms: int
+    ) -> tuple[int, Sequence[Output]]:
+        return state, []
+
+    def recover(self, state: int, now_ms: int) -> tuple[int, Sequence[Output]]:
+        return state, []
+
+    def dump_state(self, state: int) -> bytes:
+        return str(state).encode()
+
+    def load_state(self, data: bytes) -> int:
+        return int(data)
+
+
+class Tally(Counting):
+    """Consumes the counter's outputs ("events"): a second hop, views only, no outputs."""
+
+    name = "tally"
+    inputs = frozenset({"events"})
+
+    def handle(self, state: int, event: Event, now_ms: int) -> tuple[int, Sequence[Output]]:
+        if not isinstance(event, ExecutionStarted):
+            return state, []
+        return state + 1, [ViewRecord("tally", event.partition_key, json.dumps(state + 1))]
+
+
+class FollowingUp(Counting):
+    """Emits one event, then a second in ``follow_up`` (as the executor calls providers)."""
+
+    name = "follower"
+
+    def handle(self, state: int, event: Event, now_ms: int) -> tuple[int, Sequence[Output]]:
+        first = DryRunFailed(
+            event_id=f"dr-{event.event_id}",
+            invocation_id=event.invocation_id,
+            partition_key=event.partition_key,
+            message="first half",
+        )
+        return state, [first]
+
+    def follow_up(
+        self, state: int, committed: Sequence[Event], now_ms: int
+    ) -> tuple[int, Sequence[Output]]:
+        done = [
+            DryRunRecorded(
+                event_id=f"rec-{ev.event_id}",
+                invocation_id=ev.invocation_id,
+                partition_key=ev.partition_key,
+                snapshot_json="{}",
+                snapshot_hash="h",
+            )
+            for ev in committed
+            if isinstance(ev, DryRunFailed)
+        ]
+        return state + len(done), done
+
+
+@dataclass(frozen=True)
+class Deadline:
+    invocation_id: str
+    expires_at: int
+
+
+class Expiring:
+    """Arms a timer 1 s after each proposal; ``due`` emits ``ApprovalExpired`` once."""
+
+    name = "expiring"
+    inputs = frozenset({"requests"})
+    recovers = False
+
+    def initial_state(self) -> Deadline | None:
+        return None
+
+    def handle(
+        self, state: Deadline | None, event: Event, now_ms: int
+    ) -> tuple[Deadline | None, Sequence[Output]]:
+        return Deadline(event.invocation_id, event.occurred_at + 1000), []
+
+    def next_due(self, state: Deadline | None) -> int | None:
+        return None if state is None else state.expires_at
+
+    def due(self, state: Deadline | None, now_ms: int) -> tuple[Deadline | None, Sequence[Output]]:
+        assert state is not None and state.expires_at <= now_ms
+        expired = ApprovalExpired(
+            event_id=f"exp-{state.invocation_id}",
+            invocation_id=state.invocation_id,
+            partition_key=state.invocation_id,
+            stage="pending",
+        )
+        return None, [expired]
+
+    def follow_up(
+        self, state: Deadline | None, committed: Sequence[Event], now_ms: int
+    ) -> tuple[Deadline | None, Sequence[Output]]:
+        return state, []
+
+    def recover(
+        self, state: Deadline | None, now_ms: int
+    ) -> tuple[Deadline | None, Sequence[Output]]:
+        return state, []
+
+    def dump_state(self, state: Deadline | None) -> bytes:
+        return (
+            b"" if state is None else json.dumps([state.invocation_id, state.expires_at]).encode()
+        )
+
+    def load_state(self, data: bytes) -> Deadline | None:
+        return Deadline(*json.loads(data)) if data else None
+
+
+class Recovering(Counting):
+    """Counts inputs; on ``recover`` reports every key it holds, as the executor reconciles."""
+
+    name = "recovering"
+    recovers = True
+
+    def recover(self, state: int, now_ms: int) -> tuple[int, Sequence[Output]]:
+        return state, [
+            ExecutionUncertain(
+                event_id=f"rec-{now_ms}-{state}",
+                invocation_id="",
+                partition_key="",
+                execution_token=str(state),
+                reason="restart",
+            )
+        ]
+
+
+def open_runner(
+    state_dir: Path, *processes: Process[Any], now: list[int] | None = None, batch_size: int = 500
+) -> EmbeddedRunner:
+    clock = now if now is not None else [1_000]
+    store = EmbeddedStore(state_dir, CODEC)
+    runner = EmbeddedRunner(store, processes, CODEC, lambda: clock[0], batch_size=batch_size)
+    assert runner.try_acquire()
+    return runner
+
+
+def decoded(store: EmbeddedStore, topic: str) -> list[Event]:
+    return [CODEC.decode(row.payload) for row in store.read_log(topic, limit=1_000_000)]
+
+
+def assert_counted_exactly_once(store: EmbeddedStore, keys: Sequence[str]) -> None:
+    """Each input has exactly one output, attempts per key are 1..n, states and views exact."""
+    outputs = [ev for ev in decoded(store, "events") if isinstance(ev, ExecutionStarted)]
+    ids = [ev.event_id for ev in outputs]
+    assert len(ids) == len(set(ids)), "duplicate outputs"
+    assert sorted(ids) == sorted(f"out-in-{i}" for i in range(len(keys)))
+    expected = Counter(keys)
+    for key, n in expected.items():
+        attempts = sorted(ev.attempt for ev in outputs if ev.partition_key == key)
+        assert attempts == list(range(1, n + 1))
+    assert dict(store.view_items("counts")) == {k: json.dumps(n) for k, n in expected.items()}
+
+
+# --- exactly once ------------------------------------------------------------------------
+
+
+def test_counting_process_emits_exactly_one_output_per_input(tmp_path: Path) -> None:
+    runner = open_runner(tmp_path, Counting(), Tally(), batch_size=64)
+    keys = [f"k{i % 7}" for i in range(1_000)]
+    runner.store.append([proposal(i, k) for i, k in enumerate(keys)])
+    runner.run_until_idle()
+    assert_counted_exactly_once(runner.store, keys)
+    # A second pass is a no-op: the positions were committed with the outputs.
+    assert runner.run_until_idle() == 0
+    assert dict(runner.store.view_items("tally")) == dict(runner.store.view_items("counts"))
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    batches=st.lists(st.lists(st.sampled_from("abc"), max_size=12), min_size=1, max_size=6),
+    batch_size=st.integers(min_value=1, max_value=9),
+)
+def test_counts_are_exact_however_appends_and_steps_interleave(
+    tmp_path_factory: pytest.TempPathFactory, batches: list[list[str]], batch_size: int
+) -> None:
+    runner = open_runner(tmp_path_factory.mktemp("s"), Counting(), batch_size=batch_size)
+    keys: list[str] = []
+    for chunk in batches:
+        runner.store.append([proposal(len(keys) + j, k) for j, k in enumerate(chunk)])
+        keys += chunk
+        runner.step(runner.processes[0])  # at most one batch between appends
+    runner.run_until_idle()
+    assert_counted_exactly_once(runner.store, keys)
+    runner.release()
+    runner.store.close()
+
+
+# --- kill -9 -----------------------------------------------------------------------------
+
+
+def worker(state_dir: str, mode: str) -> None:
+    """Subprocess body: run counter + tally; "serve" forever or "finish" when idle."""
+    runner = open_runner(Path(state_dir), Counting(), Tally(), batch_size=25)
+    print("ready", flush=True)
+    if mode == "finish":
+        runner.run_until_idle(max_seconds=60)
+        return
+    runner.serve(threading.Event())
+
+
+def start_worker(state_dir: Path, mode: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'services'}:{REPO / 'projections'}"}
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "worker", str(state_dir), mode],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def test_sigkill_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    """kill -9 mid-stream, several times; every input ends up processed exactly once."""
+    rng = random.Random(0xCA11)
+    store = EmbeddedStore(tmp_path, CODEC)
+    keys = [f"k{rng.randrange(40)}" for _ in range(3_000)]
+    store.append([proposal(i, k) for i, k in enumerate(keys[:2_000])])
+    positions: list[int] = []
+    for kill in range(6):
+        proc = start_worker(tmp_path, "serve")
+        before = store.position("tally")
+        deadline = time.monotonic() + 20
+        while store.position("tally") == before and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0.0, 0.15))
+        proc.send_signal(signal.SIGKILL)
+        assert proc.wait(timeout=10) == -signal.SIGKILL
+        positions.append(store.position("counter"))
+        if kill == 2:  # more input arrives while no runner is up
+            store.append([proposal(2_000 + i, k) for i, k in enumerate(keys[2_000:])])
+    finisher = start_worker(tmp_path, "finish")
+    assert finisher.wait(timeout=60) == 0
+    assert 0 < positions[0] < positions[-1], positions  # the kills did land mid-stream
+    assert_counted_exactly_once(store, keys)
+    assert dict(store.view_items("tally")) == dict(store.view_items("counts"))
+
+
+# --- poison input ------------------------------------------------------------------------
+
+
+def test_poison_is_dead_lettered_once_and_the_stream_goes_on(tmp_path: Path) -> None:
+    runner = open_runner(tmp_path, Counting(), FollowingUp())  # two readers of "requests"
+    store = runner.store
+    store.append([proposal(0, "a")])
+    poison = b"\x00not-an-avro-event"
+    store.append_raw("requests", "a", poison)
+    granted = ApprovalGranted(
+        event_id="g", invocation_id="x", partition_key="a", approval_id="A",
+        approval_jti="j", approver="eve", expires_at=0,
+    )  # fmt: skip
+    store.append_raw("requests", "a", CODEC.encode(granted))  # a service event, client-written
+    store.append([proposal(1, "a")])
+    runner.run_until_idle()
+
+    dead = decoded(store, "dead-letter")
+    assert all(isinstance(ev, EventDeadLettered) for ev in dead)
+    by_offset = {ev.source_offset: ev for ev in dead if isinstance(ev, EventDeadLettered)}
+    assert sorted(by_offset) == [2, 3] and len(dead) == 2  # one each, not one per reader
+    assert (
+        by_offset[2].code == "malformed_event" and by_offset[2].original == b"\x00not-an-avro-event"
+    )
+    assert "marker" in by_offset[2].reason and by_offset[2].source_topic == "requests"
+    assert "ApprovalGranted does not belong on topic requests" in by_offset[3].reason
+    assert by_offset[3].original == CODEC.encode(granted)
+    assert_counted_exactly_once(store, ["a", "a"])
+
+
+# --- follow-up, timers, recovery -----------------------------------------------------------
+
+
+def test_follow_up_outputs_are_committed_with_state(tmp_path: Path) -> None:
+    runner = open_runner(tmp_path, FollowingUp())
+    runner.store.append([proposal(i, f"k{i % 3}") for i in range(10)])
+    runner.run_until_idle()
+    recorded = [ev for ev in decoded(runner.store, "events") if isinstance(ev, DryRunRecorded)]
+    assert sorted(ev.event_id for ev in recorded) == sorted(f"rec-dr-in-{i}" for i in range(10))
+    with runner.store.transaction() as tx:
+        states = tx.load_states("follower", ["k0", "k1", "k2"])
+    assert states == {"k0": b"4", "k1": b"3", "k2": b"3"}
+
+
+def test_timers_fire_once_when_due(tmp_path: Path) -> None:
+    now = [5_000]
+    runner = open_runner(tmp_path, Expiring(), now=now)
+    runner.store.append([proposal(0, "a", occurred_at=5_000), proposal(1, "b", occurred_at=7_000)])
+    runner.run_until_idle()
+    assert decoded(runner.store, "events") == []
+    now[0] = 6_000
+    runner.run_until_idle()
+    assert [ev.event_id for ev in decoded(runner.store, "events")] == ["exp-inv-0"]
+    now[0] = 60_000
+    runner.run_until_idle()
+    runner.run_until_idle()
+    assert [ev.event_id for ev in decoded(runner.store, "events")] == ["exp-inv-0", "exp-inv-1"]
+
+
+def test_recover_runs_once_per_stored_key_on_taking_ownership(tmp_path: Path) -> None:
+    first = open_runner(tmp_path, Recovering(), batch_size=2)
+    first.store.append([proposal(i, f"k{i % 5}") for i in range(12)])
+    first.run_until_idle()
+    assert decoded(first.store, "events")[-1].event_type == "ExecutionStarted"
+    first.release()
+
+    second = open_runner(tmp_path, Recovering(), batch_size=2, now=[42])
+    second.run_until_idle()
+    recovered = [
+        ev for ev in decoded(second.store, "events") if ev.event_type != "ExecutionStarted"
+    ]
+    assert sorted(ev.execution_token for ev in recovered if isinstance(ev, ExecutionUncertain)) == [
+        "2", "2", "2", "3", "3",
+    ]  # fmt: skip
+    second.run_until_idle()  # not again while it keeps ownership
+    assert len(decoded(second.store, "events")) == 12 + 5
+
+
+# --- exclusivity ---------------------------------------------------------------------------
+
+
+def test_runner_lock_is_exclusive_and_released_by_the_kernel_on_sigkill(tmp_path: Path) -> None:
+    holder = start_worker(tmp_path, "serve")
+    runner = EmbeddedRunner(EmbeddedStore(tmp_path, CODEC), [Counting()], CODEC, lambda: 0)
+    assert not runner.try_acquire()
+    assert not runner.acquire(timeout=0.2)
+    with pytest.raises(RunnerLockNotHeld):
+        runner.step(runner.processes[0])
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=10)
+    assert runner.acquire(timeout=5)
+    runner.release()
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
+    worker(sys.argv[2], sys.argv[3])

@@ -1,0 +1,921 @@
+"""Projections (C5, C9, C12): pure folds of the ``events`` topic into status, pending, audit.
+
+Tables read given / when / then: given earlier events of the log, when one more event
+arrives, then exactly these view records follow.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from callgate.canonical import canonical_json
+from callgate.codes import Code, Rejection
+from callgate.events import (
+    ApprovalDecisionRejected,
+    ApprovalDenied,
+    ApprovalExpired,
+    ApprovalGranted,
+    ApprovalRequested,
+    ConfirmationAccepted,
+    DryRunFailed,
+    DryRunRecorded,
+    DryRunRequested,
+    Event,
+    ExecutionFailed,
+    ExecutionReconciled,
+    ExecutionRequested,
+    ExecutionStarted,
+    ExecutionSucceeded,
+    ExecutionUncertain,
+    PolicyDecided,
+    ProposalRejected,
+    ReconciliationRequested,
+    ReplayServed,
+    ToolCallProposed,
+)
+from callgate_projections import Projection, ViewRecord, fold_log, materialize
+from callgate_projections.audit import (
+    GENESIS,
+    HEAD_VIEW,
+    AuditProjection,
+    AuditState,
+    record_hash,
+    verify_chain,
+)
+from callgate_projections.pending import PendingProjection
+from callgate_projections.status import StatusProjection, status_of
+
+E = TypeVar("E", bound=Event)
+PK = "k-1"
+_clock = iter(range(1_000, 10**9, 10))
+
+
+def ev(cls: type[E], inv: str = "inv-1", pk: str = PK, **fields: Any) -> E:
+    """An event of ``inv``; ``occurred_at`` grows with every call, as on a real log."""
+    at = next(_clock)
+    return cls(
+        event_id=f"{inv}-{at}", invocation_id=inv, partition_key=pk, occurred_at=at, **fields
+    )
+
+
+def permit(inv: str = "inv-1", **over: Any) -> PolicyDecided:
+    fields: dict[str, Any] = {
+        "actor": "alice",
+        "tenant": "acme",
+        "roles": ("support",),
+        "tool": "refunds.issue",
+        "target": "order-7",
+        "args_json": '{"amount_cents":500,"currency":"EUR","order_id":"order-7"}',
+        "args_hash": "ah-1",
+        "fingerprint": "fp-1",
+        "idempotency_key": "key-1",
+        "policy_version": "pv-1",
+        "decision": "permit",
+        "determining_policies": ("policy0",),
+        "mutation": True,
+        "high_impact": False,
+        "confirmation": "owner",
+    }
+    return ev(PolicyDecided, inv, **{**fields, **over})
+
+
+def deny(inv: str = "inv-1") -> PolicyDecided:
+    return permit(inv, decision="deny", determining_policies=())
+
+
+def requested(inv: str = "inv-1") -> ApprovalRequested:
+    return ev(
+        ApprovalRequested,
+        inv,
+        tenant="acme",
+        actor="alice",
+        tool="refunds.issue",
+        target="order-7",
+        args_json='{"amount_cents":500,"order_id":"order-7"}',
+        args_hash="ah-1",
+        dry_run_json='{"refundable_after_cents":0}',
+        dry_run_hash="dh-1",
+        policy_version="pv-1",
+        confirmation="owner",
+        approver_roles=("finance-approver",),
+        expires_at=99_000,
+    )
+
+
+def granted(inv: str = "inv-1") -> ApprovalGranted:
+    return ev(
+        ApprovalGranted, inv, approval_id="jws", approval_jti="j-1", approver="bob", expires_at=5
+    )
+
+
+def uncertain(inv: str = "inv-1") -> ExecutionUncertain:
+    return ev(ExecutionUncertain, inv, execution_token="x-1", reason="provider timed out")
+
+
+def fold(projection: Projection[Any], given: Sequence[Event], when: Event) -> list[ViewRecord]:
+    """Records that ``when`` produces after ``given`` (one partition key at a time)."""
+    states, _ = fold_log(projection, given)
+    _, records = fold_log(projection, [when], states)
+    return records
+
+
+# --- status ---------------------------------------------------------------------------
+
+STATUS_CASES: list[tuple[str, list[Event], Event, dict[str, Any]]] = [
+    (
+        "rejected before authentication: no actor is invented",
+        [],
+        ev(ProposalRejected, code="unauthenticated", message="bad token", tool="refunds.issue"),
+        {
+            "outcome": "unauthenticated",
+            "settled": True,
+            "actor": None,
+            "tool": "refunds.issue",
+            "error": {"code": "unauthenticated", "message": "bad token", "details": {}},
+        },
+    ),
+    (
+        "V1 identity_spoof keeps its details",
+        [],
+        ev(
+            ProposalRejected,
+            code="identity_spoof",
+            message="issued_by is not the session user",
+            actor="alice",
+            tenant="acme",
+            details_json='{"field":"issued_by"}',
+        ),
+        {"outcome": "identity_spoof", "actor": "alice", "error.details": {"field": "issued_by"}},
+    ),
+    (
+        "C12 policy denial is tool_forbidden",
+        [],
+        deny(),
+        {"outcome": "tool_forbidden", "settled": True, "error.code": "tool_forbidden"},
+    ),
+    (
+        "permit is allowed, in progress",
+        [],
+        permit(),
+        {"outcome": "allowed", "settled": False, "error": None, "target": "order-7"},
+    ),
+    (
+        "executed with parsed result",
+        [
+            permit(),
+            ev(
+                ExecutionRequested,
+                tenant="acme",
+                tool="t",
+                target="order-7",
+                args_json="{}",
+                execution_token="x-1",
+            ),
+            ev(ExecutionStarted, execution_token="x-1", attempt=1),
+        ],
+        ev(ExecutionSucceeded, execution_token="x-1", result_json='{"refund_id":"r-1"}'),
+        {"outcome": "executed", "settled": True, "result": {"refund_id": "r-1"}},
+    ),
+    (
+        "C5 approval_required shows the dry-run and a pending approval",
+        [
+            permit(),
+            ev(
+                DryRunRequested,
+                tenant="acme",
+                tool="refunds.issue",
+                target="order-7",
+                args_json="{}",
+            ),
+        ],
+        requested(),
+        {
+            "outcome": "approval_required",
+            "settled": True,
+            "dry_run": {"refundable_after_cents": 0},
+            "approval": {
+                "state": "pending",
+                "approval_id": None,
+                "approver": None,
+                "reason": None,
+                "expires_at": 99_000,
+            },
+        },
+    ),
+    (
+        "granted approval names the artifact",
+        [permit(), requested()],
+        granted(),
+        {
+            "outcome": "approval_required",
+            "approval.state": "granted",
+            "approval.approval_id": "jws",
+            "approval.approver": "bob",
+            "approval.expires_at": 5,
+        },
+    ),
+    (
+        "denied approval keeps the reason",
+        [permit(), requested()],
+        ev(ApprovalDenied, approver="bob", reason="too much"),
+        {"approval.state": "denied", "approval.reason": "too much", "approval.approver": "bob"},
+    ),
+    (
+        "C11 a pending approval expires",
+        [permit(), requested()],
+        ev(ApprovalExpired, stage="pending"),
+        {"approval.state": "expired", "outcome": "approval_required"},
+    ),
+    (
+        "C11 approval presented and accepted",
+        [permit(approval_jti="j-1")],
+        ev(
+            ConfirmationAccepted, approval_jti="j-1", approved_invocation_id="inv-0", approver="bob"
+        ),
+        {
+            "outcome": "allowed",
+            "approved_by": {
+                "approval_jti": "j-1",
+                "approver": "bob",
+                "approved_invocation_id": "inv-0",
+            },
+        },
+    ),
+    (
+        "V2 approval_mismatch names the differing bindings",
+        [permit()],
+        ev(
+            ProposalRejected,
+            code="approval_mismatch",
+            message="arguments differ",
+            details_json='{"differs":"args_hash"}',
+        ),
+        {"outcome": "approval_mismatch", "error.details": {"differs": "args_hash"}},
+    ),
+    (
+        "provider failure",
+        [permit()],
+        ev(ExecutionFailed, execution_token="x-1", message="card declined"),
+        {"outcome": "execution_failed", "error.message": "card declined", "result": None},
+    ),
+    (
+        "dry-run failure is an execution failure",
+        [permit()],
+        ev(DryRunFailed, message="no such order"),
+        {"outcome": "execution_failed", "error.code": "execution_failed"},
+    ),
+    (
+        "C12 uncertain outcome",
+        [permit()],
+        uncertain(),
+        {"outcome": "outcome_uncertain", "settled": True, "error.message": "provider timed out"},
+    ),
+    (
+        "C12 reconciliation found the effect",
+        [permit(), uncertain()],
+        ev(ExecutionReconciled, execution_token="x-1", found=True, result_json='{"ok":true}'),
+        {"outcome": "executed", "error": None, "result": {"ok": True}},
+    ),
+    (
+        "C12 retry after reconciliation found nothing is in progress again",
+        [permit(), uncertain(), ev(ExecutionReconciled, execution_token="x-1", found=False)],
+        ev(
+            ExecutionRequested,
+            tenant="acme",
+            tool="t",
+            target="order-7",
+            args_json="{}",
+            execution_token="x-1",
+            attempt=2,
+        ),
+        {"outcome": "allowed", "settled": False, "error": None},
+    ),
+    (
+        "C8 replay serves the stored result",
+        [permit("inv-2")],
+        ev(
+            ReplayServed,
+            "inv-2",
+            original_invocation_id="inv-1",
+            original_outcome="executed",
+            result_json="[1,2]",
+        ),
+        {
+            "invocation_id": "inv-2",
+            "outcome": "replayed",
+            "result": [1, 2],
+            "replay_of": {"invocation_id": "inv-1", "outcome": "executed"},
+        },
+    ),
+]
+
+
+def _field(value: Any, path: str) -> Any:
+    for part in path.split("."):
+        value = value[part]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("given_", "when", "then"),
+    [case[1:] for case in STATUS_CASES],
+    ids=[case[0] for case in STATUS_CASES],
+)
+def test_status(given_: list[Event], when: Event, then: dict[str, Any]) -> None:
+    records = fold(StatusProjection(), given_, when)
+    assert [(r.view, r.key) for r in records] == [("status", when.invocation_id)]
+    value = records[0].value
+    assert value is not None
+    for path, expected in then.items():
+        assert _field(value, path) == expected, path
+    assert value["updated_at"] == when.occurred_at
+    assert value["partition_key"] == PK
+
+
+NO_STATUS_CHANGE: list[tuple[str, list[Event], Event]] = [
+    (
+        "execution started changes nothing visible",
+        [permit()],
+        ev(ExecutionStarted, execution_token="x-1", attempt=1),
+    ),
+    (
+        "a refused approval decision leaves the invocation alone",
+        [permit(), requested()],
+        ev(ApprovalDecisionRejected, code="approver_forbidden", message="no"),
+    ),
+    (
+        "reconciliation that found nothing is not an outcome",
+        [permit(), uncertain()],
+        ev(ExecutionReconciled, execution_token="x-1", found=False),
+    ),
+    (
+        "requests-topic events are not projected",
+        [],
+        ev(ToolCallProposed, session_token="t", tool="x", args_json="{}"),
+    ),
+    (
+        "no record before the invocation has an outcome",
+        [],
+        ev(DryRunRecorded, snapshot_json="{}", snapshot_hash="h"),
+    ),
+    ("a repeated decision is not a change", [permit()], permit()),
+]
+
+
+@pytest.mark.parametrize(
+    ("given_", "when"), [c[1:] for c in NO_STATUS_CHANGE], ids=[c[0] for c in NO_STATUS_CHANGE]
+)
+def test_status_no_record(given_: list[Event], when: Event) -> None:
+    assert fold(StatusProjection(), given_, when) == []
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ev(ProposalRejected, code="not_a_code", message="?"),
+        permit(decision="maybe"),
+        ev(ExecutionSucceeded, execution_token="x", result_json="{not json"),
+        ev(ExecutionSucceeded, execution_token="x", result_json="NaN"),
+        ev(ApprovalExpired, stage="later"),
+    ],
+)
+def test_status_fails_closed_on_a_corrupt_log(bad: Event) -> None:
+    with pytest.raises(Rejection) as info:
+        fold(StatusProjection(), [], bad)
+    assert info.value.code is Code.MALFORMED_EVENT
+
+
+def test_status_of_follows_the_latest_record() -> None:
+    _, records = fold_log(StatusProjection(), [permit(), uncertain()])
+    status = status_of(records, "inv-1")
+    assert status is not None and status["outcome"] == "outcome_uncertain"
+    assert status_of(records, "inv-9") is None
+
+
+# --- pending (C5) ---------------------------------------------------------------------
+
+
+def test_pending_record_is_what_the_human_confirms() -> None:
+    when = requested()
+    assert fold(PendingProjection(), [permit()], when) == [
+        ViewRecord.of(
+            "pending",
+            "inv-1",
+            {
+                "invocation_id": "inv-1",
+                "partition_key": PK,
+                "tool": "refunds.issue",
+                "tenant": "acme",
+                "actor": "alice",
+                "target": "order-7",
+                "args": {"amount_cents": 500, "order_id": "order-7"},
+                "dry_run": {"refundable_after_cents": 0},
+                "confirmation": "owner",
+                "approver_roles": ["finance-approver"],
+                "expires_at": 99_000,
+                "policy_version": "pv-1",
+                "requested_at": when.occurred_at,
+            },
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    "closing",
+    [
+        granted(),
+        ev(ApprovalDenied, approver="bob", reason="no"),
+        ev(ApprovalExpired, stage="pending"),
+    ],
+    ids=["granted", "denied", "expired"],
+)
+def test_pending_is_tombstoned_when_decided_or_expired(closing: Event) -> None:
+    assert fold(PendingProjection(), [requested()], closing) == [
+        ViewRecord("pending", "inv-1", None)
+    ]
+    _, records = fold_log(PendingProjection(), [requested(), closing])
+    assert materialize(records, "pending") == {}
+
+
+@pytest.mark.parametrize(
+    ("given_", "when"),
+    [
+        ([requested(), granted()], ev(ApprovalExpired, stage="granted", approval_jti="j-1")),
+        ([], granted()),
+        ([requested(), granted()], ev(ApprovalDenied, approver="carol", reason="late")),
+    ],
+    ids=["granted artifact expiry", "nothing pending", "already decided"],
+)
+def test_pending_ignores_what_is_not_pending(given_: list[Event], when: Event) -> None:
+    assert fold(PendingProjection(), given_, when) == []
+
+
+def test_pending_view_holds_only_open_approvals_per_invocation() -> None:
+    log = [requested("inv-1"), requested("inv-2"), granted("inv-1"), requested("inv-3")]
+    _, records = fold_log(PendingProjection(), log)
+    assert sorted(materialize(records, "pending")) == ["inv-2", "inv-3"]
+
+
+# --- audit (C9) -----------------------------------------------------------------------
+
+
+def audit_values(records: Sequence[ViewRecord]) -> list[dict[str, Any]]:
+    return [r.value for r in records if r.view == "audit" and r.value is not None]
+
+
+AUDIT_CASES: list[tuple[str, list[Event], Event, dict[str, Any]]] = [
+    (
+        "rejected before policy: decision none, principal from the session",
+        [],
+        ev(
+            ProposalRejected,
+            code="identity_spoof",
+            message="m",
+            actor="alice",
+            tenant="acme",
+            tool="refunds.issue",
+        ),
+        {
+            "proposed_by": "model",
+            "outcome": "identity_spoof",
+            "authorized_by": {
+                "decision": "none",
+                "principal": {"user": "alice", "tenant": "acme", "roles": []},
+                "policy_version": None,
+                "determining_policies": [],
+                "approval": None,
+            },
+            "tool": "refunds.issue",
+            "target": None,
+            "args_hash": None,
+            "seq": 1,
+            "revision": 1,
+            "prev_hash": GENESIS,
+        },
+    ),
+    (
+        "C12 denial records the policy decision on the session identity",
+        [],
+        deny(),
+        {
+            "outcome": "tool_forbidden",
+            "authorized_by.decision": "deny",
+            "authorized_by.principal": {"user": "alice", "tenant": "acme", "roles": ["support"]},
+            "authorized_by.policy_version": "pv-1",
+        },
+    ),
+    (
+        "executed: permit with determining policies and args hash",
+        [permit()],
+        ev(ExecutionSucceeded, execution_token="x-1", result_json="{}"),
+        {
+            "outcome": "executed",
+            "authorized_by.decision": "permit",
+            "authorized_by.determining_policies": ["policy0"],
+            "args_hash": "ah-1",
+            "target": "order-7",
+        },
+    ),
+    (
+        "C4 the approval that was used",
+        [
+            permit(approval_jti="j-1"),
+            ev(
+                ConfirmationAccepted,
+                approval_jti="j-1",
+                approved_invocation_id="inv-0",
+                approver="bob",
+            ),
+        ],
+        ev(ExecutionSucceeded, execution_token="x-1", result_json="{}"),
+        {
+            "authorized_by.approval": {
+                "jti": "j-1",
+                "approver": "bob",
+                "approved_invocation_id": "inv-0",
+            }
+        },
+    ),
+    (
+        "C12 uncertain then reconciled is a second, chained record",
+        [permit(), uncertain()],
+        ev(ExecutionReconciled, execution_token="x-1", found=True, result_json="{}"),
+        {"outcome": "executed", "revision": 2, "seq": 2},
+    ),
+    (
+        "the human's decision on a requested approval",
+        [permit(), requested()],
+        granted(),
+        {
+            "outcome": "approval_required",
+            "revision": 2,
+            "approval_request": {"state": "granted", "approver": "bob", "approval_jti": "j-1"},
+        },
+    ),
+    (
+        "C8 replay names the original",
+        [permit("inv-2")],
+        ev(
+            ReplayServed,
+            "inv-2",
+            original_invocation_id="inv-1",
+            original_outcome="executed",
+            result_json="{}",
+        ),
+        {"outcome": "replayed", "replay_of": "inv-1", "invocation_id": "inv-2"},
+    ),
+    (
+        "invocations of one partition key share one chain",
+        [deny("inv-1")],
+        deny("inv-2"),
+        {"invocation_id": "inv-2", "seq": 2, "revision": 1},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("given_", "when", "then"),
+    [case[1:] for case in AUDIT_CASES],
+    ids=[case[0] for case in AUDIT_CASES],
+)
+def test_audit(given_: list[Event], when: Event, then: dict[str, Any]) -> None:
+    states, before = fold_log(AuditProjection(), given_)
+    _, records = fold_log(AuditProjection(), [when], states)
+    [record] = audit_values(records)
+    for path, expected in then.items():
+        assert _field(record, path) == expected, path
+    assert record["occurred_at"] == when.occurred_at
+    assert record["hash"] == record_hash(record)
+    previous = audit_values(before)
+    assert record["prev_hash"] == (previous[-1]["hash"] if previous else GENESIS)
+    heads = [r.value for r in records if r.view == HEAD_VIEW]
+    assert heads == [{"partition_key": PK, "seq": record["seq"], "hash": record["hash"]}]
+
+
+@pytest.mark.parametrize(
+    ("given_", "when"),
+    [
+        ([permit()], ev(ExecutionStarted, execution_token="x", attempt=1)),
+        ([deny()], ev(ProposalRejected, code="tool_forbidden", message="denied")),
+        ([permit(), uncertain()], ev(ExecutionReconciled, execution_token="x", found=False)),
+    ],
+    ids=["not settled", "same outcome twice", "nothing reconciled"],
+)
+def test_audit_appends_nothing_when_the_record_would_not_change(
+    given_: list[Event], when: Event
+) -> None:
+    assert fold(AuditProjection(), given_, when) == []
+
+
+def test_audit_chain_verifies_and_heads_match_state() -> None:
+    log = [
+        deny("inv-1"),
+        permit("inv-2"),
+        uncertain("inv-2"),
+        requested("inv-3"),
+        ev(ExecutionReconciled, "inv-2", execution_token="x", found=True, result_json="1"),
+        ev(ProposalRejected, "inv-4", pk="k-2", code="unknown_tool", message="m"),
+    ]
+    states, records = fold_log(AuditProjection(), log)
+    values = audit_values(records)
+    state_heads = [s.head(pk) for pk, s in states.items()]
+    assert sorted(map(canonical_json, state_heads)) == sorted(
+        map(canonical_json, materialize(records, HEAD_VIEW).values())
+    )
+    assert verify_chain(values, state_heads) == verify_chain(values)
+    assert verify_chain(values, state_heads).ok
+    assert verify_chain(values).records == len(values) == 5
+
+
+# --- invariants (hypothesis) ----------------------------------------------------------
+
+_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 3)
+    | st.floats(allow_nan=False, allow_infinity=False, width=16)
+    | st.text("ab€", max_size=2)
+)
+JSON_TEXT = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.text("xy", max_size=1), inner),
+    max_leaves=4,
+).map(canonical_json)
+WORD = st.sampled_from(["", "a", "b"])
+CODES = st.sampled_from([c.value for c in Code])
+_ENV: dict[str, Any] = {
+    "event_id": st.just(""),
+    "invocation_id": st.just(""),
+    "partition_key": st.just(""),
+}
+
+ANY_EVENT: st.SearchStrategy[Event] = st.one_of(
+    st.builds(
+        ProposalRejected,
+        code=CODES,
+        message=WORD,
+        tool=WORD,
+        actor=WORD,
+        tenant=WORD,
+        details_json=JSON_TEXT,
+        **_ENV,
+    ),
+    st.builds(
+        PolicyDecided,
+        actor=WORD,
+        tenant=WORD,
+        roles=st.tuples(WORD),
+        tool=WORD,
+        target=WORD,
+        args_json=JSON_TEXT,
+        args_hash=WORD,
+        fingerprint=WORD,
+        idempotency_key=st.none(),
+        policy_version=WORD,
+        decision=st.sampled_from(["permit", "deny"]),
+        determining_policies=st.tuples(WORD),
+        mutation=st.booleans(),
+        high_impact=st.booleans(),
+        confirmation=WORD,
+        **_ENV,
+    ),
+    st.builds(
+        ConfirmationAccepted, approval_jti=WORD, approved_invocation_id=WORD, approver=WORD, **_ENV
+    ),
+    st.builds(DryRunRequested, tenant=WORD, tool=WORD, target=WORD, args_json=JSON_TEXT, **_ENV),
+    st.builds(
+        ApprovalRequested,
+        tenant=WORD,
+        actor=WORD,
+        tool=WORD,
+        target=WORD,
+        args_json=JSON_TEXT,
+        args_hash=WORD,
+        dry_run_json=JSON_TEXT,
+        dry_run_hash=WORD,
+        policy_version=WORD,
+        confirmation=WORD,
+        approver_roles=st.tuples(WORD),
+        expires_at=st.integers(0, 9),
+        **_ENV,
+    ),
+    st.builds(
+        ApprovalGranted,
+        approval_id=WORD,
+        approval_jti=WORD,
+        approver=WORD,
+        expires_at=st.integers(0, 9),
+        **_ENV,
+    ),
+    st.builds(ApprovalDenied, approver=WORD, reason=WORD, **_ENV),
+    st.builds(
+        ApprovalExpired, stage=st.sampled_from(["pending", "granted"]), approval_jti=WORD, **_ENV
+    ),
+    st.builds(ApprovalDecisionRejected, code=CODES, message=WORD, **_ENV),
+    st.builds(
+        ExecutionRequested,
+        tenant=WORD,
+        tool=WORD,
+        target=WORD,
+        args_json=JSON_TEXT,
+        execution_token=WORD,
+        **_ENV,
+    ),
+    st.builds(
+        ReconciliationRequested,
+        tenant=WORD,
+        tool=WORD,
+        target=WORD,
+        args_json=JSON_TEXT,
+        execution_token=WORD,
+        original_invocation_id=WORD,
+        **_ENV,
+    ),
+    st.builds(
+        ReplayServed,
+        original_invocation_id=WORD,
+        original_outcome=CODES,
+        result_json=JSON_TEXT,
+        **_ENV,
+    ),
+    st.builds(DryRunRecorded, snapshot_json=JSON_TEXT, snapshot_hash=WORD, **_ENV),
+    st.builds(DryRunFailed, message=WORD, **_ENV),
+    st.builds(ExecutionStarted, execution_token=WORD, attempt=st.integers(1, 2), **_ENV),
+    st.builds(ExecutionSucceeded, execution_token=WORD, result_json=JSON_TEXT, **_ENV),
+    st.builds(ExecutionFailed, execution_token=WORD, message=WORD, **_ENV),
+    st.builds(ExecutionUncertain, execution_token=WORD, reason=WORD, **_ENV),
+    st.builds(
+        ExecutionReconciled,
+        execution_token=WORD,
+        found=st.booleans(),
+        result_json=JSON_TEXT | st.just(""),
+        **_ENV,
+    ),
+    st.builds(ToolCallProposed, session_token=WORD, tool=WORD, args_json=JSON_TEXT, **_ENV),
+)
+
+
+@st.composite
+def logs(draw: st.DrawFn) -> list[Event]:
+    """A log over four invocations in two partition keys, in time order."""
+    events = draw(st.lists(st.tuples(st.integers(0, 3), ANY_EVENT), max_size=30))
+    return [
+        dataclasses.replace(
+            e,
+            event_id=f"e{i}",
+            invocation_id=f"inv-{n}",
+            partition_key=f"pk-{n % 2}",
+            occurred_at=1_000 + i,
+        )
+        for i, (n, e) in enumerate(events)
+    ]
+
+
+PROJECTIONS: list[Projection[Any]] = [StatusProjection(), PendingProjection(), AuditProjection()]
+
+
+def dumped(projection: Projection[Any], states: dict[str, Any]) -> dict[str, bytes]:
+    return {k: projection.dump_state(s) for k, s in states.items()}
+
+
+@settings(max_examples=60)
+@given(log=logs(), cut=st.integers(0, 30))
+def test_replay_from_scratch_and_from_a_restored_state_are_byte_identical(
+    log: list[Event], cut: int
+) -> None:
+    for projection in PROJECTIONS:
+        states, records = fold_log(projection, log)
+        again_states, again = fold_log(projection, log)
+        assert again == records
+        assert dumped(projection, again_states) == dumped(projection, states)
+        # Stop at ``cut``, store the states as bytes, load them and go on, as after a restart.
+        head_states, head = fold_log(projection, log[:cut])
+        restored = {k: projection.load_state(b) for k, b in dumped(projection, head_states).items()}
+        tail_states, tail = fold_log(projection, log[cut:], restored)
+        assert head + tail == records
+        assert dumped(projection, tail_states) == dumped(projection, states)
+        for record in records:
+            assert record.view in projection.views
+            if record.value_json is not None:
+                assert record.value_json == canonical_json(json.loads(record.value_json))
+
+
+def audit_chain(log: list[Event]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    states, records = fold_log(AuditProjection(), log)
+    assert all(isinstance(s, AuditState) for s in states.values())
+    return audit_values(records), [s.head(pk) for pk, s in states.items()]
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    found = [prefix] if prefix else []
+    if isinstance(value, dict):
+        for key in value:
+            found += _paths(value[key], (*prefix, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found += _paths(item, (*prefix, index))
+    return found
+
+
+def _changed(value: Any) -> Any:
+    """A value whose canonical JSON differs from ``value``'s."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, str):
+        return value + "~"
+    if isinstance(value, list):
+        return [*value, "~"]
+    if isinstance(value, dict):
+        return {**value, "~": 1}
+    return "~"
+
+
+@settings(max_examples=80)
+@given(log=logs(), data=st.data())
+def test_any_tampered_field_is_detected(log: list[Event], data: st.DataObject) -> None:
+    records, heads = audit_chain(log)
+    assume(records)
+    assert verify_chain(records, heads).ok
+    index = data.draw(st.integers(0, len(records) - 1))
+    tampered = copy.deepcopy(records)
+    path = data.draw(st.sampled_from(_paths(tampered[index])))
+    holder = tampered[index]
+    for part in path[:-1]:
+        holder = holder[part]
+    holder[path[-1]] = _changed(holder[path[-1]])
+    result = verify_chain(tampered)
+    assert not result.ok and result.records == index
+    assert not verify_chain(tampered, heads).ok
+
+
+@settings(max_examples=60)
+@given(log=logs(), data=st.data())
+def test_added_or_dropped_fields_are_detected(log: list[Event], data: st.DataObject) -> None:
+    records, _ = audit_chain(log)
+    assume(records)
+    index = data.draw(st.integers(0, len(records) - 1))
+    added = copy.deepcopy(records)
+    added[index]["note"] = "inserted"
+    assert not verify_chain(added).ok
+    dropped = copy.deepcopy(records)
+    del dropped[index][data.draw(st.sampled_from(sorted(dropped[index])))]
+    assert not verify_chain(dropped).ok
+
+
+@settings(max_examples=60)
+@given(log=logs(), data=st.data())
+def test_any_removed_record_is_detected_against_the_heads(
+    log: list[Event], data: st.DataObject
+) -> None:
+    records, heads = audit_chain(log)
+    assume(records)
+    index = data.draw(st.integers(0, len(records) - 1))
+    removed = records[index]
+    rest = records[:index] + records[index + 1 :]
+    assert not verify_chain(rest, heads).ok
+    # Without heads only a cut at a chain's end goes unnoticed (why the head is kept).
+    last_of_chain = all(r["partition_key"] != removed["partition_key"] for r in rest[index:])
+    assert verify_chain(rest).ok == last_of_chain
+
+
+@settings(max_examples=60)
+@given(log=logs(), data=st.data())
+def test_swapped_or_inserted_records_are_detected(log: list[Event], data: st.DataObject) -> None:
+    records, heads = audit_chain(log)
+    chain = [i for i, r in enumerate(records) if r["partition_key"] == "pk-0"]
+    assume(len(chain) >= 2)
+    i, j = data.draw(st.lists(st.sampled_from(chain), min_size=2, max_size=2, unique=True))
+    swapped = list(records)
+    swapped[i], swapped[j] = swapped[j], swapped[i]
+    assert not verify_chain(swapped).ok
+    at = data.draw(st.integers(0, len(records)))
+    duplicated = [*records[:at], records[i], *records[at:]]
+    assert not verify_chain(duplicated).ok
+    # A forged record appended with a correct hash passes the links but not the heads.
+    last = records[chain[-1]]
+    forged = {**last, "seq": last["seq"] + 1, "prev_hash": last["hash"], "outcome": "executed"}
+    forged["hash"] = record_hash(forged)
+    assert verify_chain([*records, forged]).ok
+    result = verify_chain([*records, forged], heads)
+    assert not result.ok and result.first_bad == f"pk-0:{forged['seq']:012d}"
+
+
+def test_projections_have_no_timers_and_handle_is_project() -> None:
+    for projection in PROJECTIONS:
+        state = projection.initial_state()
+        assert projection.inputs == frozenset({"events"})
+        assert projection.due(state, 10**15) == (state, ())
+        assert projection.next_due(state) is None
+        assert projection.recover(state, 0) == (state, ())
+        event = deny()
+        assert projection.handle(state, event, 123) == projection.project(state, event)
