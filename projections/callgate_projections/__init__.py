@@ -12,11 +12,10 @@ The shape, chosen so that one runner drives deciders and projections on both bac
 - A projection emits ``ViewRecord`` s, not events: a record is the latest value of one key
   of one view (``value_json=None`` is a tombstone). On Kafka a view is a keyed, compacted
   topic; on the embedded backend a row of the ``views`` table (``StoreTx.put_view``).
-- ``Projection`` (below) gives each projection the lifecycle of ``callgate.process.Process``
-  (``name``, ``inputs``, ``initial_state``, ``handle``, timers, ``dump_state``/``load_state``)
-  with ``ViewRecord`` as the output type; its timers and ``follow_up``/``recover`` do nothing.
-  A runner commits the records, the key's state and the input position together, exactly
-  as it commits a decider's events.
+- ``Projection`` (below) implements ``callgate.process.Process``: ``handle`` is ``project``
+  (ignoring ``now_ms``) and its outputs are ``ViewRecord`` s; timers, ``follow_up`` and
+  ``recover`` do nothing. A runner commits the records, the key's state and the input
+  position together, exactly as it commits a decider's events.
 - State is per partition key, like a decider's; ``dump_state`` is canonical JSON, so equal
   states are equal bytes, and ``fold_log`` replays a log from scratch for ``callgate replay``.
 """
@@ -26,21 +25,26 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
-from callgate.canonical import canonical_json
 from callgate.codes import Code, Rejection
 from callgate.events import Event
 from callgate.process import ViewRecord
+
+__all__ = [
+    "EVENTS_TOPIC",
+    "Projection",
+    "ViewRecord",
+    "fold_log",
+    "load_json_object",
+    "materialize",
+    "parse_json_field",
+]
 
 S = TypeVar("S")
 
 # What a projection consumes: the authoritative invocation log.
 EVENTS_TOPIC = "events"
-
-
-# One record type for every view, shared with the runners (see callgate.process).
 
 
 def parse_json_field(text: str, field: str) -> Any:
@@ -75,6 +79,7 @@ class Projection(ABC, Generic[S]):
     name: ClassVar[str]
     views: ClassVar[frozenset[str]]
     inputs: ClassVar[frozenset[str]] = frozenset({EVENTS_TOPIC})
+    recovers: ClassVar[bool] = False
 
     @abstractmethod
     def initial_state(self) -> S: ...
@@ -100,7 +105,7 @@ class Projection(ABC, Generic[S]):
         return None
 
     def follow_up(
-        self, state: S, committed: Sequence[ViewRecord], now_ms: int
+        self, state: S, committed: Sequence[Event], now_ms: int
     ) -> tuple[S, Sequence[ViewRecord]]:
         return state, ()
 

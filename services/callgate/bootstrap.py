@@ -28,6 +28,7 @@ from callgate.process import Process
 from callgate.providers.ledger import EffectLedger
 from callgate.providers.registry import ProviderRegistry
 from callgate_projections.audit import AuditProjection
+from callgate_projections.decisions import DecisionsProjection
 from callgate_projections.pending import PendingProjection
 from callgate_projections.status import StatusProjection
 
@@ -127,7 +128,7 @@ class App:
         return Executor(self.profile, self.providers)
 
     def projections(self) -> list[Process[Any]]:
-        return [StatusProjection(), PendingProjection(), AuditProjection()]
+        return [StatusProjection(), PendingProjection(), AuditProjection(), DecisionsProjection()]
 
     def processes(self) -> list[Process[Any]]:
         """Every process `callgate serve` runs, in pipeline order."""

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from callgate.canonical import canonical_json
 from callgate.codes import Code, Rejection
 from callgate.events import (
+    EVENT_TYPES,
     ApprovalDecisionRejected,
     ApprovalDenied,
     ApprovalExpired,
@@ -37,10 +38,10 @@ from callgate.events import (
     ExecutionUncertain,
     PolicyDecided,
     ProposalRejected,
-    ReconciliationRequested,
     ReplayServed,
     ToolCallProposed,
 )
+from callgate.process import Process
 from callgate_projections import Projection, ViewRecord, fold_log, materialize
 from callgate_projections.audit import (
     GENESIS,
@@ -116,6 +117,18 @@ def granted(inv: str = "inv-1") -> ApprovalGranted:
     )
 
 
+def execution_requested(attempt: int = 1) -> ExecutionRequested:
+    return ev(
+        ExecutionRequested,
+        tenant="acme",
+        tool="refunds.issue",
+        target="order-7",
+        args_json="{}",
+        execution_token="x-1",
+        attempt=attempt,
+    )
+
+
 def uncertain(inv: str = "inv-1") -> ExecutionUncertain:
     return ev(ExecutionUncertain, inv, execution_token="x-1", reason="provider timed out")
 
@@ -171,14 +184,7 @@ STATUS_CASES: list[tuple[str, list[Event], Event, dict[str, Any]]] = [
         "executed with parsed result",
         [
             permit(),
-            ev(
-                ExecutionRequested,
-                tenant="acme",
-                tool="t",
-                target="order-7",
-                args_json="{}",
-                execution_token="x-1",
-            ),
+            execution_requested(),
             ev(ExecutionStarted, execution_token="x-1", attempt=1),
         ],
         ev(ExecutionSucceeded, execution_token="x-1", result_json='{"refund_id":"r-1"}'),
@@ -287,15 +293,7 @@ STATUS_CASES: list[tuple[str, list[Event], Event, dict[str, Any]]] = [
     (
         "C12 retry after reconciliation found nothing is in progress again",
         [permit(), uncertain(), ev(ExecutionReconciled, execution_token="x-1", found=False)],
-        ev(
-            ExecutionRequested,
-            tenant="acme",
-            tool="t",
-            target="order-7",
-            args_json="{}",
-            execution_token="x-1",
-            attempt=2,
-        ),
+        execution_requested(attempt=2),
         {"outcome": "allowed", "settled": False, "error": None},
     ),
     (
@@ -650,116 +648,42 @@ JSON_TEXT = st.recursive(
     max_leaves=4,
 ).map(canonical_json)
 WORD = st.sampled_from(["", "a", "b"])
-CODES = st.sampled_from([c.value for c in Code])
-_ENV: dict[str, Any] = {
-    "event_id": st.just(""),
-    "invocation_id": st.just(""),
-    "partition_key": st.just(""),
+# Fields whose values must be valid for a log written by callgate; the rest go by type.
+_BY_NAME: dict[str, st.SearchStrategy[Any]] = {
+    "code": st.sampled_from([c.value for c in Code]),
+    "original_outcome": st.sampled_from([c.value for c in Code]),
+    "decision": st.sampled_from(["permit", "deny"]),
+    "stage": st.sampled_from(["pending", "granted"]),
 }
+_BY_TYPE: dict[str, st.SearchStrategy[Any]] = {
+    "str": WORD,
+    "str | None": st.none() | WORD,
+    "int": st.integers(0, 9),
+    "bool": st.booleans(),
+    "tuple[str, ...]": st.lists(WORD, max_size=2).map(tuple),
+}
+_ENVELOPE = {f.name for f in dataclasses.fields(Event)}
 
-ANY_EVENT: st.SearchStrategy[Event] = st.one_of(
-    st.builds(
-        ProposalRejected,
-        code=CODES,
-        message=WORD,
-        tool=WORD,
-        actor=WORD,
-        tenant=WORD,
-        details_json=JSON_TEXT,
-        **_ENV,
-    ),
-    st.builds(
-        PolicyDecided,
-        actor=WORD,
-        tenant=WORD,
-        roles=st.tuples(WORD),
-        tool=WORD,
-        target=WORD,
-        args_json=JSON_TEXT,
-        args_hash=WORD,
-        fingerprint=WORD,
-        idempotency_key=st.none(),
-        policy_version=WORD,
-        decision=st.sampled_from(["permit", "deny"]),
-        determining_policies=st.tuples(WORD),
-        mutation=st.booleans(),
-        high_impact=st.booleans(),
-        confirmation=WORD,
-        **_ENV,
-    ),
-    st.builds(
-        ConfirmationAccepted, approval_jti=WORD, approved_invocation_id=WORD, approver=WORD, **_ENV
-    ),
-    st.builds(DryRunRequested, tenant=WORD, tool=WORD, target=WORD, args_json=JSON_TEXT, **_ENV),
-    st.builds(
-        ApprovalRequested,
-        tenant=WORD,
-        actor=WORD,
-        tool=WORD,
-        target=WORD,
-        args_json=JSON_TEXT,
-        args_hash=WORD,
-        dry_run_json=JSON_TEXT,
-        dry_run_hash=WORD,
-        policy_version=WORD,
-        confirmation=WORD,
-        approver_roles=st.tuples(WORD),
-        expires_at=st.integers(0, 9),
-        **_ENV,
-    ),
-    st.builds(
-        ApprovalGranted,
-        approval_id=WORD,
-        approval_jti=WORD,
-        approver=WORD,
-        expires_at=st.integers(0, 9),
-        **_ENV,
-    ),
-    st.builds(ApprovalDenied, approver=WORD, reason=WORD, **_ENV),
-    st.builds(
-        ApprovalExpired, stage=st.sampled_from(["pending", "granted"]), approval_jti=WORD, **_ENV
-    ),
-    st.builds(ApprovalDecisionRejected, code=CODES, message=WORD, **_ENV),
-    st.builds(
-        ExecutionRequested,
-        tenant=WORD,
-        tool=WORD,
-        target=WORD,
-        args_json=JSON_TEXT,
-        execution_token=WORD,
-        **_ENV,
-    ),
-    st.builds(
-        ReconciliationRequested,
-        tenant=WORD,
-        tool=WORD,
-        target=WORD,
-        args_json=JSON_TEXT,
-        execution_token=WORD,
-        original_invocation_id=WORD,
-        **_ENV,
-    ),
-    st.builds(
-        ReplayServed,
-        original_invocation_id=WORD,
-        original_outcome=CODES,
-        result_json=JSON_TEXT,
-        **_ENV,
-    ),
-    st.builds(DryRunRecorded, snapshot_json=JSON_TEXT, snapshot_hash=WORD, **_ENV),
-    st.builds(DryRunFailed, message=WORD, **_ENV),
-    st.builds(ExecutionStarted, execution_token=WORD, attempt=st.integers(1, 2), **_ENV),
-    st.builds(ExecutionSucceeded, execution_token=WORD, result_json=JSON_TEXT, **_ENV),
-    st.builds(ExecutionFailed, execution_token=WORD, message=WORD, **_ENV),
-    st.builds(ExecutionUncertain, execution_token=WORD, reason=WORD, **_ENV),
-    st.builds(
-        ExecutionReconciled,
-        execution_token=WORD,
-        found=st.booleans(),
-        result_json=JSON_TEXT | st.just(""),
-        **_ENV,
-    ),
-    st.builds(ToolCallProposed, session_token=WORD, tool=WORD, args_json=JSON_TEXT, **_ENV),
+
+def any_of(cls: type[Event]) -> st.SearchStrategy[Event]:
+    """Events of ``cls`` with every payload field drawn (so new fields are covered too)."""
+    fields = {
+        f.name: _BY_NAME[f.name]
+        if f.name in _BY_NAME
+        else JSON_TEXT
+        if f.name.endswith("_json")
+        else _BY_TYPE[str(f.type)]
+        for f in dataclasses.fields(cls)
+        if f.name not in _ENVELOPE
+    }
+    return st.builds(
+        cls, event_id=st.just(""), invocation_id=st.just(""), partition_key=st.just(""), **fields
+    )
+
+
+# Everything on the ``events`` topic, plus a request that projections must ignore.
+ANY_EVENT = st.one_of(
+    [any_of(cls) for cls in EVENT_TYPES if cls.TOPIC == "events"] + [any_of(ToolCallProposed)]
 )
 
 
@@ -908,6 +832,12 @@ def test_swapped_or_inserted_records_are_detected(log: list[Event], data: st.Dat
     assert verify_chain([*records, forged]).ok
     result = verify_chain([*records, forged], heads)
     assert not result.ok and result.first_bad == f"pk-0:{forged['seq']:012d}"
+
+
+def test_projections_are_processes_without_timers() -> None:
+    # Checked by mypy: each projection is a ``Process`` the runners can drive.
+    processes: list[Process[Any]] = [StatusProjection(), PendingProjection(), AuditProjection()]
+    assert [p.name for p in processes] == [p.name for p in PROJECTIONS]
 
 
 def test_projections_have_no_timers_and_handle_is_project() -> None:

@@ -120,7 +120,9 @@ def test_ledger_failed_effect_function_records_nothing(ledger: EffectLedger) -> 
 
 def _refund_worker(path: str, worker: int, n: int, go: Any) -> None:
     led = EffectLedger(path)
-    refunds = ProviderRegistry.simulated(led, {}).get("refunds")
+    # 1 ms between transactions: SQLite's busy handler backs off, so without gaps one
+    # writer can starve the other and the run would not interleave.
+    refunds = ProviderRegistry.simulated(led, {"refunds": {"latency_ms": 1}}).get("refunds")
     go.wait(30)  # both writers start together, so they really contend
     for i in range(n):
         args = {"order_id": "o-shared", "amount_cents": 1, "currency": "EUR"}
@@ -130,7 +132,7 @@ def _refund_worker(path: str, worker: int, n: int, go: Any) -> None:
 
 def test_two_processes_writing_concurrently_lose_nothing(tmp_path: Path) -> None:
     """Concurrent writers: no lost effect rows and no lost read-modify-write of world state."""
-    path, n = str(tmp_path / "effects.sqlite"), 300
+    path, n = str(tmp_path / "effects.sqlite"), 200
     EffectLedger(path).close()  # create the schema before the race
     ctx = multiprocessing.get_context("spawn")
     go = ctx.Barrier(2)

@@ -1,0 +1,61 @@
+"""Approval-decision view: the answer to one submitted approve/deny.
+
+View ``decisions``, key = the ``ApprovalDecisionSubmitted`` event id (the decider's
+follow-on events carry it as ``causation_id``). An approval UI or the CLI that
+published a decision reads its answer here: the signed ``approval_id`` when granted,
+``denied``, or the coded refusal (``approver_forbidden``, ``not_pending``,
+``unauthenticated``, ``approval_expired``). Stateless: each record depends on one event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from callgate.events import ApprovalDecisionRejected, ApprovalDenied, ApprovalGranted, Event
+from callgate_projections import Projection, ViewRecord
+
+VIEW = "decisions"
+
+DecisionsState = None
+
+
+def project(state: None, event: Event) -> tuple[None, tuple[ViewRecord, ...]]:
+    base = {"invocation_id": event.invocation_id, "decided_at": event.occurred_at}
+    match event:
+        case ApprovalGranted():
+            value = {
+                **base,
+                "decision": "granted",
+                "approval_id": event.approval_id,
+                "approval_jti": event.approval_jti,
+                "approver": event.approver,
+                "expires_at": event.expires_at,
+            }
+        case ApprovalDenied():
+            value = {**base, "decision": "denied", "approver": event.approver, "reason": event.reason}
+        case ApprovalDecisionRejected():
+            value = {
+                **base,
+                "decision": "rejected",
+                "error": {"code": event.code, "message": event.message},
+            }
+        case _:
+            return state, ()
+    return state, (ViewRecord.of(VIEW, event.causation_id, value),)
+
+
+class DecisionsProjection(Projection[None]):
+    name = "decisions-projection"
+    views = frozenset({VIEW})
+
+    def initial_state(self) -> None:
+        return None
+
+    def project(self, state: None, event: Event) -> tuple[None, Sequence[ViewRecord]]:
+        return project(state, event)
+
+    def dump_state(self, state: None) -> bytes:
+        return b"null"
+
+    def load_state(self, data: bytes) -> None:
+        return None

@@ -1,0 +1,64 @@
+"""The SDK backend over the embedded store.
+
+With no ``callgate serve`` running, the client itself takes the runner lock and runs
+the deciders in-process until its call settles (DESIGN "Command line"); with a
+server running, it only appends requests and polls the views.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from functools import cached_property
+from typing import Any
+
+from callgate.adapters.avro_codec import AvroCodec
+from callgate.adapters.embedded.runner import EmbeddedRunner
+from callgate.adapters.embedded.store import EmbeddedStore
+from callgate.bootstrap import App
+from callgate.events import Event
+
+
+class EmbeddedBackend:
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.codec = AvroCodec.default()
+        self.store = EmbeddedStore(app.settings.state_dir, self.codec)
+
+    @cached_property
+    def runner(self) -> EmbeddedRunner:
+        return EmbeddedRunner(self.store, self.app.processes(), self.codec, self.app.clock)
+
+    def publish(self, events: Sequence[Event]) -> None:
+        self.store.append(events)
+
+    def view(self, view: str, key: str) -> dict[str, Any] | None:
+        raw = self.store.view(view, key)
+        return None if raw is None else _obj(raw)
+
+    def view_items(self, view: str) -> list[tuple[str, dict[str, Any]]]:
+        return [(k, _obj(v)) for k, v in self.store.view_items(view)]
+
+    def wait(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            if self.runner.try_acquire():
+                try:
+                    return self.runner.run_until(predicate, remaining)
+                finally:
+                    self.runner.release()
+            time.sleep(0.02)  # a server holds the lock and is doing the work
+        return True
+
+    def close(self) -> None:
+        self.runner.release()
+        self.store.close()
+
+
+def _obj(raw: str) -> dict[str, Any]:
+    value: dict[str, Any] = json.loads(raw)
+    return value

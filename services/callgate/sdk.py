@@ -1,0 +1,213 @@
+"""The Python SDK for agent platforms and approval UIs, identical on both backends.
+
+    from callgate.sdk import connect
+    from callgate.bootstrap import Settings
+
+    gate = connect(Settings(state_dir=Path(".callgate")))
+    answer = gate.propose(session=token, tool="tickets.read", args={"ticket_id": "T-1"})
+    answer["outcome"]  # "executed"
+
+A ``Gateway`` publishes request events and reads the projections; it never decides
+anything itself: identity comes from the session token the decider verifies (C6).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from callgate import events as ev
+from callgate.approvals import peek_partition_key
+from callgate.bootstrap import App, Settings, bootstrap
+from callgate.canonical import partition_key
+from callgate.codes import Code, Rejection
+from callgate_projections.audit import VerifyResult, verify_chain
+
+
+class Backend(Protocol):
+    """What the SDK needs from a backend: publish requests, read views, wait."""
+
+    def publish(self, events: Sequence[ev.Event]) -> None: ...
+
+    def view(self, view: str, key: str) -> dict[str, Any] | None: ...
+
+    def view_items(self, view: str) -> list[tuple[str, dict[str, Any]]]: ...
+
+    def wait(self, predicate: Callable[[], bool], timeout_s: float) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class Gateway:
+    """The client: ``propose``, ``pending``, ``approve``, ``deny``, ``status``, ``audit``."""
+
+    def __init__(self, app: App, backend: Backend) -> None:
+        self.app = app
+        self.backend = backend
+
+    # -- agent platforms --------------------------------------------------------------
+
+    def propose(
+        self,
+        session: str,
+        tool: str,
+        args: Mapping[str, Any] | str,
+        idempotency_key: str | None = None,
+        approval_id: str | None = None,
+        timeout_s: float = 30.0,
+    ) -> dict[str, Any]:
+        """Publish a proposal and wait until it settles (DESIGN "callgate propose")."""
+        invocation_id = str(uuid.uuid4())
+        args_json = args if isinstance(args, str) else json.dumps(dict(args))
+        proposal = ev.ToolCallProposed(
+            event_id=str(uuid.uuid4()),
+            invocation_id=invocation_id,
+            partition_key=_route(session, idempotency_key, approval_id, invocation_id),
+            correlation_id=invocation_id,
+            occurred_at=self.app.clock(),
+            producer="callgate-sdk",
+            session_token=session,
+            tool=tool,
+            args_json=args_json,
+            idempotency_key=idempotency_key,
+            approval_id=approval_id,
+        )
+        self.backend.publish([proposal])
+        self.backend.wait(lambda: self._settled(invocation_id), timeout_s)
+        return self.answer(invocation_id)
+
+    def answer(self, invocation_id: str) -> dict[str, Any]:
+        """The ``propose`` answer shape for an invocation, from its status."""
+        status = self.status(invocation_id)
+        if status is None:
+            return {"invocation_id": invocation_id, "outcome": Code.ALLOWED.value, "settled": False}
+        out: dict[str, Any] = {
+            "invocation_id": invocation_id,
+            "outcome": status["outcome"],
+            "settled": bool(status.get("settled")),
+        }
+        if status.get("error"):
+            out["error"] = status["error"]
+        if status.get("result") is not None:
+            out["result"] = status["result"]
+        if status.get("dry_run") is not None:
+            out["dry_run"] = status["dry_run"]
+        approval = status.get("approval") or {}
+        if approval.get("approval_id"):
+            out["approval_id"] = approval["approval_id"]
+        if status.get("replay_of"):
+            out["replay_of"] = status["replay_of"]
+        return out
+
+    def _settled(self, invocation_id: str) -> bool:
+        status = self.status(invocation_id)
+        return bool(status and status.get("settled"))
+
+    # -- approval UIs -------------------------------------------------------------------
+
+    def pending(self, session: str | None = None) -> list[dict[str, Any]]:
+        """Pending approvals; only the session's tenant when a session is given."""
+        rows = [value for _, value in self.backend.view_items("pending")]
+        if session is not None:
+            tenant = self.app.session_verifier.verify(session, self.app.clock()).tenant
+            rows = [r for r in rows if r.get("tenant") == tenant]
+        return sorted(rows, key=lambda r: (r.get("requested_at", 0), r["invocation_id"]))
+
+    def approve(self, invocation_id: str, session: str, timeout_s: float = 30.0) -> dict[str, Any]:
+        return self._decide(invocation_id, session, "grant", "", timeout_s)
+
+    def deny(
+        self, invocation_id: str, session: str, reason: str = "", timeout_s: float = 30.0
+    ) -> dict[str, Any]:
+        return self._decide(invocation_id, session, "deny", reason, timeout_s)
+
+    def _decide(
+        self, invocation_id: str, session: str, decision: str, reason: str, timeout_s: float
+    ) -> dict[str, Any]:
+        status = self.status(invocation_id)
+        if status is None:
+            raise Rejection(Code.NOT_PENDING, f"no invocation {invocation_id}")
+        submit = ev.ApprovalDecisionSubmitted(
+            event_id=str(uuid.uuid4()),
+            invocation_id=invocation_id,
+            partition_key=status["partition_key"],
+            correlation_id=invocation_id,
+            occurred_at=self.app.clock(),
+            producer="callgate-sdk",
+            session_token=session,
+            decision=decision,
+            reason=reason,
+        )
+        self.backend.publish([submit])
+        if not self.backend.wait(lambda: self.backend.view("decisions", submit.event_id) is not None, timeout_s):
+            raise TimeoutError(f"no answer to the {decision} of {invocation_id} within {timeout_s}s")
+        answer = self.backend.view("decisions", submit.event_id) or {}
+        if answer.get("decision") == "rejected":
+            err = answer["error"]
+            raise Rejection(Code(err["code"]), err["message"])
+        return answer
+
+    # -- everyone -----------------------------------------------------------------------
+
+    def status(self, invocation_id: str) -> dict[str, Any] | None:
+        return self.backend.view("status", invocation_id)
+
+    def audit(self, invocation_id: str | None = None) -> list[dict[str, Any]]:
+        rows = [value for _, value in self.backend.view_items("audit")]
+        if invocation_id is not None:
+            rows = [r for r in rows if r.get("invocation_id") == invocation_id]
+        return sorted(rows, key=lambda r: (r.get("partition_key", ""), r.get("seq", 0)))
+
+    def verify_audit(self) -> VerifyResult:
+        return verify_chain(self.audit())
+
+    def effects(self) -> list[dict[str, Any]]:
+        return list(self.app.ledger.effects())
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+def _route(session: str, key: str | None, approval_id: str | None, invocation_id: str) -> str:
+    """The partition key: the decider re-derives it from the verified session (C8)."""
+    if key is not None:
+        return partition_key(_unverified_tenant(session), key, invocation_id)
+    if approval_id is not None:
+        return peek_partition_key(approval_id) or partition_key("", None, invocation_id)
+    return partition_key("", None, invocation_id)
+
+
+def _unverified_tenant(token: str) -> str:
+    """Routing only; the decider verifies the token and rejects a misrouted call."""
+    import jwt
+
+    try:
+        tenant = jwt.PyJWS().decode_complete(token, options={"verify_signature": False})
+        value = json.loads(tenant["payload"]).get("tenant", "")
+    except (jwt.PyJWTError, ValueError, AttributeError, TypeError):
+        return ""
+    return value if isinstance(value, str) else ""
+
+
+def connect(settings: Settings, app: App | None = None) -> Gateway:
+    """A gateway on the backend the settings name (embedded by default)."""
+    app = app or bootstrap(settings)
+    if settings.backend == "kafka":
+        from callgate.adapters.kafka.gateway import KafkaBackend
+
+        return Gateway(app, KafkaBackend(app))
+    from callgate.adapters.embedded.gateway import EmbeddedBackend
+
+    return Gateway(app, EmbeddedBackend(app))
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float, poll_s: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(poll_s)
+    return True
