@@ -42,7 +42,7 @@ from callgate.events import (
     ReplayServed,
 )
 from callgate_projections import EVENTS_TOPIC, Projection, ViewRecord, load_json_object
-from callgate_projections.status import outcome_for
+from callgate_projections.status import outcome_for, subject_of
 
 VIEW = "audit"
 HEAD_VIEW = "audit_head"
@@ -151,7 +151,7 @@ def project(state: AuditState, event: Event) -> tuple[AuditState, tuple[ViewReco
     """Fold one event; append a chained record when a settled invocation's record changes."""
     if type(event).TOPIC != EVENTS_TOPIC:
         return state, ()
-    inv, pk = event.invocation_id, event.partition_key
+    inv, pk = subject_of(event), event.partition_key
     old = state.invocations.get(inv, {"facts": {}, "audited": None, "revision": 0})
     facts = _gather(old["facts"], event)
     if facts == old["facts"]:

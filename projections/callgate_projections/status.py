@@ -4,12 +4,12 @@ View ``status``, key ``invocation_id``, one record per change a caller would see
 value: ``invocation_id``, ``partition_key``, ``tool``, ``actor``, ``tenant``, ``target``
 (``None`` while unknown, e.g. before authentication), ``outcome`` (always a ``Code``:
 ``allowed`` while a permitted call is in progress, then a terminal code), ``settled``
-(outcome in ``TERMINAL``), ``error`` ``{code, message, details}`` for rejections and
-failures, ``result`` (parsed JSON) once executed or replayed, ``dry_run`` (the snapshot),
-``approval`` (the approval requested *for* this invocation: ``state``
-pending/granted/denied/expired, ``approval_id`` once granted, ``approver``, ``reason``,
-``expires_at``), ``approved_by`` (the approval this invocation *presented*, C4/C11),
-``replay_of`` (C8) and ``updated_at`` (``occurred_at`` of the last change).
+(outcome in ``TERMINAL``), ``error`` ``{code, message, details}`` when the outcome came
+from a rejection or a failure, ``result`` (parsed JSON) once executed or replayed,
+``dry_run`` (the snapshot), ``approval`` (the approval requested *for* this invocation:
+``state`` pending/granted/denied/expired, ``approval_id`` once granted, ``approver``,
+``reason``, ``expires_at``), ``approved_by`` (the approval this invocation *presented*,
+C4/C11), ``replay_of`` (C8) and ``updated_at`` (``occurred_at`` of the last change).
 """
 
 from __future__ import annotations
@@ -52,8 +52,6 @@ from callgate_projections import (
 
 VIEW = "status"
 
-# Outcomes that are not failures: they carry no ``error``.
-_NOT_FAILURES = frozenset({Code.ALLOWED, Code.EXECUTED, Code.REPLAYED, Code.APPROVAL_REQUIRED})
 _APPROVAL_STAGES = frozenset({"pending", "granted"})
 
 
@@ -107,10 +105,22 @@ class StatusState:
     )
 
 
-def _blank(event: Event) -> dict[str, Any]:
+def subject_of(event: Event) -> str:
+    """The invocation an event tells about: its own, except for a reconciliation.
+
+    ``ExecutionReconciled`` is emitted on the invocation that asked (often a later call
+    with the same idempotency key, which then gets ``ReplayServed`` or a new
+    ``ExecutionRequested``) but states what became of the original execution (C12).
+    """
+    if isinstance(event, ExecutionReconciled) and event.original_invocation_id:
+        return event.original_invocation_id
+    return event.invocation_id
+
+
+def _blank(invocation_id: str, partition_key: str) -> dict[str, Any]:
     return {
-        "invocation_id": event.invocation_id,
-        "partition_key": event.partition_key,
+        "invocation_id": invocation_id,
+        "partition_key": partition_key,
         "tool": None,
         "actor": None,
         "tenant": None,
@@ -150,20 +160,25 @@ def _error(code: Code, message: str, details: Any = None) -> dict[str, Any]:
 
 
 def _evolve(old: Mapping[str, Any], event: Event) -> dict[str, Any]:
-    """The status value after ``event``; never mutates ``old`` (state is shared)."""
+    """The status value after ``event``; never mutates ``old`` (state is shared).
+
+    An event that sets the outcome also sets ``error``: its own for rejections and
+    failures, ``None`` otherwise (a reconciled or retried call is no longer failing).
+    """
     value = dict(old)
     outcome = outcome_for(event)
+    error: dict[str, Any] | None = None
     match event:
         case ProposalRejected():
             _known(value, tool=event.tool, actor=event.actor, tenant=event.tenant)
             details = parse_json_field(event.details_json, "details_json")
-            value["error"] = _error(as_code(event.code), event.message, details)
+            error = _error(as_code(event.code), event.message, details)
         case PolicyDecided():
             _known(value, tool=event.tool, actor=event.actor, tenant=event.tenant)
             _known(value, target=event.target)
             if outcome is Code.TOOL_FORBIDDEN:
                 message = f"policy {event.policy_version} does not permit {event.tool}"
-                value["error"] = _error(outcome, message)
+                error = _error(outcome, message)
         case ApprovalRequested():
             _known(value, tool=event.tool, actor=event.actor, tenant=event.tenant)
             _known(value, target=event.target)
@@ -194,9 +209,9 @@ def _evolve(old: Mapping[str, Any], event: Event) -> dict[str, Any]:
         case DryRunRecorded():
             value["dry_run"] = parse_json_field(event.snapshot_json, "snapshot_json")
         case ExecutionFailed() | DryRunFailed():
-            value["error"] = _error(Code.EXECUTION_FAILED, event.message)
+            error = _error(Code.EXECUTION_FAILED, event.message)
         case ExecutionUncertain():
-            value["error"] = _error(Code.OUTCOME_UNCERTAIN, event.reason)
+            error = _error(Code.OUTCOME_UNCERTAIN, event.reason)
         case ExecutionSucceeded() | ExecutionReconciled(found=True):
             value["result"] = parse_json_field(event.result_json, "result_json")
         case ReplayServed():
@@ -208,8 +223,7 @@ def _evolve(old: Mapping[str, Any], event: Event) -> dict[str, Any]:
     if outcome is not None:
         value["outcome"] = outcome.value
         value["settled"] = outcome in TERMINAL
-        if outcome in _NOT_FAILURES:
-            value["error"] = None
+        value["error"] = error
     return value
 
 
@@ -225,13 +239,14 @@ def project(state: StatusState, event: Event) -> tuple[StatusState, tuple[ViewRe
     """
     if type(event).TOPIC != EVENTS_TOPIC:
         return state, ()
-    old = state.invocations.get(event.invocation_id) or _blank(event)
+    inv = subject_of(event)
+    old = state.invocations.get(inv) or _blank(inv, event.partition_key)
     new = _evolve(old, event)
     if _content(new) == _content(old):
         return state, ()
     new["updated_at"] = event.occurred_at
-    invocations = {**state.invocations, event.invocation_id: new}
-    records = () if new["outcome"] is None else (ViewRecord.of(VIEW, event.invocation_id, new),)
+    invocations = {**state.invocations, inv: new}
+    records = () if new["outcome"] is None else (ViewRecord.of(VIEW, inv, new),)
     return StatusState(MappingProxyType(invocations)), records
 
 

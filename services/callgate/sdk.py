@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from callgate import events as ev
@@ -35,6 +35,14 @@ class Backend(Protocol):
     def view(self, view: str, key: str) -> dict[str, Any] | None: ...
 
     def view_items(self, view: str) -> list[tuple[str, dict[str, Any]]]: ...
+
+    def view_items_raw(self, view: str) -> list[tuple[str, str]]:
+        """The view as stored: key and canonical JSON value (replay compares bytes)."""
+        ...
+
+    def read_events(self) -> Iterator[ev.Event]:
+        """The authoritative ``events`` log from the start, in log order per partition."""
+        ...
 
     def wait(self, predicate: Callable[[], bool], timeout_s: float) -> bool: ...
 

@@ -38,6 +38,7 @@ from callgate.events import (
     ExecutionUncertain,
     PolicyDecided,
     ProposalRejected,
+    ReconciliationRequested,
     ReplayServed,
     ToolCallProposed,
 )
@@ -267,6 +268,23 @@ STATUS_CASES: list[tuple[str, list[Event], Event, dict[str, Any]]] = [
         {"outcome": "approval_mismatch", "error.details": {"differs": "args_hash"}},
     ),
     (
+        "C8 a key whose original awaits approval: approval_required with the reason",
+        [permit("inv-2")],
+        ev(
+            ProposalRejected,
+            "inv-2",
+            code="approval_required",
+            message="awaiting approval of invocation inv-1",
+            details_json='{"pending_invocation_id":"inv-1"}',
+        ),
+        {
+            "outcome": "approval_required",
+            "settled": True,
+            "error.code": "approval_required",
+            "error.details": {"pending_invocation_id": "inv-1"},
+        },
+    ),
+    (
         "provider failure",
         [permit()],
         ev(ExecutionFailed, execution_token="x-1", message="card declined"),
@@ -389,6 +407,64 @@ def test_status_fails_closed_on_a_corrupt_log(bad: Event) -> None:
     with pytest.raises(Rejection) as info:
         fold(StatusProjection(), [], bad)
     assert info.value.code is Code.MALFORMED_EVENT
+
+
+def reconciliation_by_a_later_call(found: bool) -> list[Event]:
+    """C12: inv-1 timed out; inv-2 (same key) asks the provider what became of it."""
+    return [
+        permit("inv-1"),
+        uncertain("inv-1"),
+        permit("inv-2"),
+        ev(
+            ReconciliationRequested,
+            "inv-2",
+            tenant="acme",
+            tool="refunds.issue",
+            target="order-7",
+            args_json="{}",
+            execution_token="x-1",
+            original_invocation_id="inv-1",
+        ),
+        ev(
+            ExecutionReconciled,
+            "inv-2",
+            execution_token="x-1",
+            found=found,
+            result_json='{"refund_id":"r-1"}' if found else "",
+            original_invocation_id="inv-1",
+        ),
+    ]
+
+
+def test_reconciliation_settles_the_original_call_not_the_one_that_asked() -> None:
+    log = reconciliation_by_a_later_call(found=True)
+    states, records = fold_log(StatusProjection(), log[:-1])
+    _, last = fold_log(StatusProjection(), log[-1:], states)
+    assert [r.key for r in last] == ["inv-1"]
+    original, asking = status_of(last, "inv-1"), status_of(records, "inv-2")
+    assert original is not None and asking is not None
+    assert (original["outcome"], original["error"]) == ("executed", None)
+    assert original["result"] == {"refund_id": "r-1"}
+    assert asking["outcome"] == "allowed"  # it is served by the ReplayServed that follows
+    replay = ev(
+        ReplayServed,
+        "inv-2",
+        original_invocation_id="inv-1",
+        original_outcome="executed",
+        result_json='{"refund_id":"r-1"}',
+    )
+    _, audit = fold_log(AuditProjection(), [*log, replay])
+    assert [(r["invocation_id"], r["outcome"], r["revision"]) for r in audit_values(audit)] == [
+        ("inv-1", "outcome_uncertain", 1),
+        ("inv-1", "executed", 2),
+        ("inv-2", "replayed", 1),
+    ]
+
+
+def test_reconciliation_that_found_nothing_leaves_the_original_uncertain() -> None:
+    _, records = fold_log(StatusProjection(), reconciliation_by_a_later_call(found=False))
+    original = status_of(records, "inv-1")
+    assert original is not None and original["outcome"] == "outcome_uncertain"
 
 
 def test_status_of_follows_the_latest_record() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import cached_property
 from typing import Any
 
@@ -39,6 +39,16 @@ class EmbeddedBackend:
 
     def view_items(self, view: str) -> list[tuple[str, dict[str, Any]]]:
         return [(k, _obj(v)) for k, v in self.store.view_items(view)]
+
+    def view_items_raw(self, view: str) -> list[tuple[str, str]]:
+        return self.store.view_items(view)
+
+    def read_events(self) -> Iterator[Event]:
+        after = 0
+        while rows := self.store.read_log("events", after_seq=after, limit=5000):
+            for row in rows:
+                yield self.codec.decode(row.payload)
+            after = rows[-1].seq
 
     def wait(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s

@@ -1,0 +1,183 @@
+"""How the command line shows things: one JSON value with ``--json``, rich tables otherwise."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+_OUTCOME_STYLE = {
+    "executed": "green",
+    "replayed": "cyan",
+    "allowed": "green",
+    "approval_required": "yellow",
+    "outcome_uncertain": "magenta",
+}
+
+
+def outcome_style(code: str) -> str:
+    return _OUTCOME_STYLE.get(code, "red")
+
+
+class Renderer:
+    def __init__(self, json_mode: bool) -> None:
+        self.json_mode = json_mode
+        self.console = Console(highlight=False)
+        self.err = Console(stderr=True, highlight=False)
+
+    def value(self, value: Any, human: Callable[[Console], None]) -> None:
+        if self.json_mode:
+            sys.stdout.write(json.dumps(value, sort_keys=True) + "\n")
+        else:
+            human(self.console)
+
+    def error(self, code: str, message: str) -> None:
+        if self.json_mode:
+            sys.stdout.write(json.dumps({"error": {"code": code, "message": message}}) + "\n")
+        else:
+            self.err.print(f"[red]callgate: {code}:[/red] {message}")
+
+    def answer(self, answer: dict[str, Any]) -> None:
+        def human(c: Console) -> None:
+            code = answer["outcome"]
+            c.print(f"[{outcome_style(code)}]{code}[/]  invocation {answer['invocation_id']}")
+            if "error" in answer:
+                c.print(f"  {answer['error']['message']}")
+            for field in ("dry_run", "result"):
+                if field in answer:
+                    c.print(f"  {field}:")
+                    c.print_json(data=answer[field])
+            if not answer.get("settled", True):
+                c.print("[yellow]  not settled yet (timed out waiting)[/]")
+
+        self.value(
+            {k: v for k, v in answer.items() if k != "settled"}
+            | ({} if answer.get("settled", True) else {"settled": False}),
+            human,
+        )
+
+    def catalog(self, tools: list[dict[str, Any]], version: str) -> None:
+        def human(c: Console) -> None:
+            t = Table(title=f"catalog (policy version {version[:12]})")
+            for col in (
+                "tool",
+                "mutation",
+                "impact",
+                "dry-run",
+                "confirmation",
+                "callers",
+                "approvers",
+            ):
+                t.add_column(col)
+            for tool in tools:
+                impact = tool.get("impact", "")
+                if tool.get("high_impact_when"):
+                    w = tool["high_impact_when"]
+                    impact = f"{impact}; high when {w['arg']} ≥ {w['gte']:g}"
+                t.add_row(
+                    tool["name"],
+                    str(tool.get("mutation")),
+                    impact,
+                    str(tool.get("require_dry_run")),
+                    str(tool.get("confirmation")),
+                    ", ".join(tool.get("callers", [])),
+                    ", ".join(tool.get("approvers", [])),
+                )
+            c.print(t)
+
+        self.value(tools, human)
+
+    def pending(self, rows: list[dict[str, Any]]) -> None:
+        keys = (
+            "invocation_id",
+            "tool",
+            "tenant",
+            "actor",
+            "args",
+            "dry_run",
+            "confirmation",
+            "expires_at",
+        )
+        shaped = [
+            {k: r.get(k) for k in keys} | {"partition_key": r.get("partition_key")} for r in rows
+        ]
+
+        def human(c: Console) -> None:
+            t = Table(title=f"pending approvals ({len(rows)})")
+            for col in ("invocation", "tool", "actor", "tenant", "confirmation", "args", "dry-run"):
+                t.add_column(col, overflow="fold")
+            for r in rows:
+                t.add_row(
+                    r["invocation_id"],
+                    r["tool"],
+                    r["actor"],
+                    r["tenant"],
+                    r["confirmation"],
+                    json.dumps(r["args"]),
+                    json.dumps(r["dry_run"]),
+                )
+            c.print(t)
+
+        self.value(shaped, human)
+
+    def audit(self, rows: list[dict[str, Any]]) -> None:
+        def human(c: Console) -> None:
+            t = Table(title=f"audit ({len(rows)} records)")
+            for col in ("invocation", "tool", "outcome", "proposed_by", "authorized_by"):
+                t.add_column(col, overflow="fold")
+            for r in rows:
+                auth = r.get("authorized_by") or {}
+                principal = auth.get("principal") or {}
+                approval = auth.get("approval") or {}
+                who = (
+                    f"{auth.get('decision')} for {principal.get('user')}@{principal.get('tenant')}"
+                )
+                if approval:
+                    who += f", approved by {approval.get('approver')}"
+                code = str(r.get("outcome"))
+                t.add_row(
+                    r["invocation_id"],
+                    str(r.get("tool")),
+                    f"[{outcome_style(code)}]{code}[/]",
+                    str(r.get("proposed_by")),
+                    who,
+                )
+            c.print(t)
+
+        self.value(rows, human)
+
+    def effects(self, rows: list[dict[str, Any]]) -> None:
+        def human(c: Console) -> None:
+            t = Table(title=f"side effects ({len(rows)})")
+            for col in ("seq", "tool", "target", "tenant", "invocation", "token"):
+                t.add_column(col, overflow="fold")
+            for r in rows:
+                t.add_row(
+                    str(r.get("seq")),
+                    r["tool"],
+                    str(r["target"]),
+                    str(r.get("tenant")),
+                    r["invocation_id"],
+                    str(r.get("token")),
+                )
+            c.print(t)
+
+        self.value(rows, human)
+
+    def serving(self, state_dir: Path, pid: int) -> None:
+        self.err.print(f"[green]callgate serve[/] (pid {pid}) on the embedded backend")
+        self.err.print(f"  state lives in {state_dir}")
+        self.err.print("  from a second terminal:")
+        self.err.print(
+            f"    TOKEN=$(callgate --state-dir {state_dir} --json session issue --user alice "
+            "--tenant acme --roles support | python3 -c 'import json,sys;print(json.load(sys.stdin)[\"token\"])')"
+        )
+        self.err.print(
+            f'    callgate --state-dir {state_dir} propose --session "$TOKEN" --tool tickets.read '
+            '--args \'{"ticket_id": "T-1"}\''
+        )
