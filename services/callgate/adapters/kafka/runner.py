@@ -1,0 +1,579 @@
+"""The Kafka runner: executes one ``callgate.process.Process`` exactly once per input record.
+
+One set of processes, two runners (DESIGN "Backends"): this one reads Kafka topics and
+commits with Kafka transactions; ``callgate.adapters.embedded`` does the same over SQLite.
+Why it is hand-written on confluent-kafka + rocksdict rather than Quix Streams: ADR 0007.
+
+The commit sequence (Quix-style; this is exactly what ``poll_once`` does):
+
+1. consume a batch of the process's input topics (``read_committed``, no auto commit): wait
+   up to ``batch_timeout_ms`` for the first record, then take what is already fetched, up
+   to ``batch_size`` (under load records queue up while a commit runs);
+2. for each record, in order: decode it. A record that does not decode, whose event type does
+   not belong on its topic, or whose Kafka key is not its ``partition_key``, is dead-lettered
+   (``EventDeadLettered``, code ``malformed_event``, reason, source topic/partition/offset,
+   original bytes) and the partition keeps moving. Otherwise load the key's state (batch
+   overlay, else rocksdict, else ``initial_state``), call ``handle``, and produce its outputs
+   inside the open transaction: events to their topic keyed by ``partition_key``,
+   ``ViewRecord`` to ``<prefix>.view.<view>`` keyed by view key (None value: tombstone);
+3. fire due timers (``due`` for keys whose ``next_due <= now``, from an in-memory index of
+   the owned partitions);
+4. produce each changed state to the changelog, to the partition number of its input;
+   flush, so the changelog offsets are known;
+5. ``send_offsets_to_transaction``: the input positions and the changelog bounds (one past
+   each partition's last changelog record, see ``state``) with the consumer group metadata
+   (KIP-447 zombie fencing);
+6. ``commit_transaction``;
+7. apply the committed states to rocksdict (the store never holds uncommitted state) and
+   update the timer index;
+8. ``follow_up`` for every key that emitted events (the executor calls providers here), its
+   outputs and state committed by steps 4-7 in a further transaction, repeated while a
+   round emits events.
+
+On any error: abort the transaction, re-read the committed positions and changelog bounds
+from the broker, restore state to them, re-seek the inputs, and retry -- never skip. A
+fenced producer (a newer instance with the same ``transactional.id``) raises
+``ProducerFenced``: the runner must exit, not continue.
+
+On assignment: restore each partition's store from the changelog, rebuild the timer index,
+then (processes with ``recovers``) call ``recover`` for every restored key and commit the
+results before processing new input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import importlib
+import logging
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+
+from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
+from callgate.adapters.kafka.client import EventCodec, make_consumer, make_producer
+from callgate.adapters.kafka.state import (
+    HEADER_PREV,
+    HEADER_TXN,
+    ChangelogReader,
+    PartitionStore,
+    restore_partition,
+)
+from callgate.adapters.kafka.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
+from callgate.codes import Code
+from callgate.events import Event, EventDeadLettered
+from callgate.process import Output, Process, ViewRecord
+
+log = logging.getLogger(__name__)
+
+Key = tuple[int, str]  # (partition, partition_key)
+_FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+
+
+class ProducerFenced(RuntimeError):
+    """Another instance took over this runner's ``transactional.id``: stop, do not continue."""
+
+
+class _Txn:
+    """What one transaction carries: key states (with the blobs they started from), the
+    events each key emitted (for ``follow_up``) and the input positions it consumes."""
+
+    __slots__ = ("emitted", "positions", "started", "states", "stored", "token")
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+        self.started = False
+        self.states: dict[Key, Any] = {}
+        self.stored: dict[Key, bytes | None] = {}
+        self.emitted: dict[Key, list[Event]] = {}
+        self.positions: dict[tuple[str, int], int] = {}
+
+
+class KafkaRunner:
+    """Runs one process over its input topics with Kafka transactions (see module docstring)."""
+
+    def __init__(
+        self,
+        process: Process[Any],
+        codec: EventCodec,
+        topics: Topics,
+        bootstrap: str,
+        instance_id: str,
+        state_dir: Path | str,
+        clock: Callable[[], int],
+        batch_size: int = 500,
+        batch_timeout_ms: int = 100,
+        consumer_overrides: Mapping[str, Any] | None = None,
+        max_retries: int = 8,
+    ) -> None:
+        self.process = process
+        self._codec = codec
+        self._topics = topics
+        self._clock = clock
+        self._batch_size = batch_size
+        self._batch_timeout_s = batch_timeout_ms / 1000
+        self._max_retries = max_retries
+        self._state_dir = Path(state_dir) / process.name
+        self._inputs = {topics.physical(t): t for t in sorted(process.inputs)}
+        self._changelog = topics.changelog(process.name)
+        self._producer = make_producer(
+            bootstrap, topics.transactional_id(process.name, instance_id)
+        )
+        # Static membership: a restarted instance takes its partitions back without waiting
+        # for its dead self to time out of the group.
+        overrides = {"group.instance.id": f"{process.name}.{instance_id}"}
+        overrides.update(consumer_overrides or {})
+        self._consumer: Consumer = make_consumer(bootstrap, topics.group(process.name), **overrides)
+        self._reader = ChangelogReader(bootstrap)
+        self._stores: dict[int, PartitionStore] = {}
+        self._committed: dict[tuple[str, int], int] = {}
+        self._due: dict[Key, int] = {}
+        self._due_heap: list[tuple[int, int, str]] = []
+        self._pending_assignment: list[int] | None = None
+        self._needs_recover = False
+        self._failures = 0
+        self._token_prefix = f"{instance_id}.{uuid.uuid4().hex[:12]}"
+        self._token_seq = 0
+        self._initial_blob = process.dump_state(process.initial_state())
+        self._started = False
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Fence older incarnations (aborting their open transaction) and join the group."""
+        if self._started:
+            return
+        self._producer.init_transactions(60)
+        self._consumer.subscribe(
+            list(self._inputs),
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_revoke,
+        )
+        self._started = True
+
+    def run(self, stop: threading.Event) -> None:
+        """Run until ``stop`` is set (or the producer is fenced: ``ProducerFenced``)."""
+        self.start()
+        try:
+            while not stop.is_set():
+                self.poll_once()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._consumer.close()
+        self._reader.close()
+        self._close_stores()
+        self._producer.flush(10)
+
+    @property
+    def owned_partitions(self) -> list[int]:
+        return sorted(self._stores)
+
+    def state_of(self, key: str) -> Any | None:
+        """The committed state of ``key`` if an owned partition holds it (tests, tools)."""
+        for store in self._stores.values():
+            blob = store.get(key)
+            if blob is not None:
+                return self.process.load_state(blob)
+        return None
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    def poll_once(self) -> int:
+        """One pass of the commit sequence; returns the records consumed."""
+        self.start()
+        msgs = self._consume()
+        try:
+            if self._pending_assignment is not None:
+                self._take_ownership(self._pending_assignment)
+            if self._needs_recover:
+                self._recover_all()
+            now = self._clock()
+            txn = self._new_txn()
+            for msg in msgs:
+                self._handle_record(txn, msg, now)
+            self._fire_due(txn, now)
+            self._commit(txn)
+            self._follow_up(txn, now)
+            self._failures = 0
+        except ProducerFenced:
+            raise
+        except Exception as exc:
+            self._after_failure(exc)
+        return len(msgs)
+
+    def _consume(self) -> list[Message]:
+        timeout = self._batch_timeout_s
+        if self._due_heap:
+            timeout = max(0.0, min(timeout, (self._due_heap[0][0] - self._clock()) / 1000))
+        msgs: list[Message] = self._consumer.consume(1, timeout)
+        if msgs and self._batch_size > 1:
+            msgs += self._consumer.consume(self._batch_size - 1, 0)
+        return msgs
+
+    def _handle_record(self, txn: _Txn, msg: Message, now: int) -> None:
+        err = msg.error()
+        if err is not None:
+            if err.fatal():
+                raise KafkaException(err)
+            if err.code() != KafkaError._PARTITION_EOF:
+                log.warning("%s: consumer error %s", self.process.name, err)
+            return
+        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+        if partition not in self._stores or offset < self._committed.get((topic, partition), 0):
+            return  # not ours (any more), or already committed: fetched before a rebalance
+        txn.positions[(topic, partition)] = offset + 1
+        logical = self._inputs[topic]
+        value = msg.value() or b""
+        try:
+            event = self._codec.decode(value)
+            if type(event).TOPIC != logical:
+                # Fail closed: a client must not inject service events through "requests".
+                raise MalformedEvent(f"{event.event_type} does not belong on topic {logical}")
+            if msg.key() != event.partition_key.encode():
+                # Its state lives under partition_key: on another partition it would split.
+                raise MalformedEvent("record key is not the event's partition_key")
+        except MalformedEvent as exc:
+            self._dead_letter(txn, msg, logical, exc.reason, now)
+            return
+        key = (partition, event.partition_key)
+        state, outputs = self.process.handle(self._load(txn, key), event, now)
+        self._emit(txn, key, state, outputs)
+
+    def _dead_letter(self, txn: _Txn, msg: Message, logical: str, reason: str, now: int) -> None:
+        raw_key = msg.key()
+        # Deterministic id: a re-run after an abort or crash cannot mint a second one. Every
+        # process reading the topic dead-letters the record: readers dedupe by event_id.
+        dead = EventDeadLettered(
+            event_id=f"dead-letter-{logical}-{msg.partition()}-{msg.offset()}",
+            invocation_id="",
+            partition_key=(raw_key or b"").decode("utf-8", "replace"),
+            occurred_at=now,
+            producer=self.process.name,
+            code=Code.MALFORMED_EVENT.value,
+            reason=reason,
+            source_topic=logical,
+            source_partition=msg.partition(),
+            source_offset=msg.offset(),
+            original=msg.value() or b"",
+        )
+        self._produce(txn, self._topics.physical(dead.TOPIC), raw_key, self._codec.encode(dead))
+
+    # --- state and outputs -----------------------------------------------------------------
+
+    def _new_txn(self) -> _Txn:
+        self._token_seq += 1
+        return _Txn(f"{self._token_prefix}.{self._token_seq}")
+
+    def _load(self, txn: _Txn, key: Key) -> Any:
+        if key in txn.states:
+            return txn.states[key]
+        blob = self._stores[key[0]].get(key[1])
+        txn.stored[key] = blob
+        state = self.process.load_state(blob) if blob is not None else self.process.initial_state()
+        txn.states[key] = state
+        return state
+
+    def _seed(self, txn: _Txn, key: Key, state: Any) -> None:
+        """Start ``txn`` for ``key`` from a state that is already committed."""
+        txn.states[key] = state
+        txn.stored[key] = self.process.dump_state(state)
+
+    def _emit(self, txn: _Txn, key: Key, state: Any, outputs: Sequence[Output]) -> None:
+        txn.states[key] = state
+        for out in outputs:
+            if isinstance(out, ViewRecord):
+                value = None if out.value_json is None else out.value_json.encode()
+                self._produce(txn, self._topics.view(out.view), out.key.encode(), value)
+            else:
+                topic = self._topics.physical(out.TOPIC)
+                self._produce(txn, topic, out.partition_key.encode(), self._codec.encode(out))
+                txn.emitted.setdefault(key, []).append(out)
+
+    def _produce(
+        self,
+        txn: _Txn,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int = -1,
+        headers: list[tuple[str, bytes]] | None = None,
+        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+    ) -> None:
+        if not txn.started:
+            self._producer.begin_transaction()
+            txn.started = True
+        kwargs: dict[str, Any] = {"key": key, "value": value, "partition": partition}
+        kwargs["headers"] = headers or [(HEADER_TXN, txn.token.encode())]
+        if on_delivery is not None:
+            kwargs["on_delivery"] = on_delivery
+        while True:
+            try:
+                self._producer.produce(topic, **kwargs)
+                return
+            except BufferError:  # local queue full: let deliveries drain
+                self._producer.poll(0.1)
+
+    def _commit(self, txn: _Txn) -> None:
+        """Steps 4-7 of the commit sequence."""
+        process = self.process
+        changes: dict[int, dict[str, bytes]] = {}
+        for (partition, key), state in txn.states.items():
+            blob = process.dump_state(state)
+            stored = txn.stored.get((partition, key))
+            if blob != (self._initial_blob if stored is None else stored):
+                changes.setdefault(partition, {})[key] = blob
+        if not (txn.started or changes or txn.positions):
+            return
+        bounds: dict[int, int] = {}
+        errors: list[KafkaError] = []
+
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            if err is not None:
+                errors.append(err)
+            else:
+                bounds[msg.partition()] = max(bounds.get(msg.partition(), 0), msg.offset() + 1)
+
+        for partition, blobs in changes.items():
+            prev = self._stores[partition].head.encode()
+            headers = [(HEADER_TXN, txn.token.encode()), (HEADER_PREV, prev)]
+            for key, blob in blobs.items():
+                self._produce(
+                    txn, self._changelog, key.encode(), blob, partition, headers, delivered
+                )
+        if txn.started and self._producer.flush(60) > 0:
+            raise TimeoutError("transaction records not acknowledged within 60s")
+        if errors:
+            raise KafkaException(errors[0])
+        offsets = [TopicPartition(t, p, o) for (t, p), o in txn.positions.items()]
+        offsets += [TopicPartition(self._changelog, p, o) for p, o in bounds.items()]
+        if offsets:
+            if not txn.started:
+                self._producer.begin_transaction()
+                txn.started = True
+            self._producer.send_offsets_to_transaction(
+                offsets, self._consumer.consumer_group_metadata(), 60
+            )
+        self._commit_transaction()
+        txn.started = False
+        self._committed.update(txn.positions)
+        for partition, blobs in changes.items():
+            self._stores[partition].apply(dict(blobs), bounds[partition], txn.token)
+        for key, state in txn.states.items():
+            self._set_due(key, process.next_due(state))
+
+    def _commit_transaction(self) -> None:
+        for _ in range(5):
+            try:
+                self._producer.commit_transaction(60)
+                return
+            except KafkaException as exc:
+                if not exc.args[0].retriable():
+                    raise
+        self._producer.commit_transaction(60)
+
+    def _follow_up(self, txn: _Txn, now: int) -> None:
+        """Step 8: ``follow_up`` for keys whose events are now durable, until none emit."""
+        while txn.emitted:
+            nxt = self._new_txn()
+            for key, committed in txn.emitted.items():
+                if key[0] not in self._stores:
+                    continue
+                self._seed(nxt, key, txn.states[key])
+                state, outputs = self.process.follow_up(txn.states[key], committed, now)
+                self._emit(nxt, key, state, outputs)
+            self._commit(nxt)
+            txn = nxt
+
+    # --- timers ------------------------------------------------------------------------------
+
+    def _set_due(self, key: Key, due: int | None) -> None:
+        if due is None:
+            self._due.pop(key, None)
+        elif self._due.get(key) != due:
+            self._due[key] = due
+            heapq.heappush(self._due_heap, (due, key[0], key[1]))
+
+    def _fire_due(self, txn: _Txn, now: int) -> None:
+        fired = 0
+        while self._due_heap and self._due_heap[0][0] <= now and fired < self._batch_size:
+            due, partition, pkey = heapq.heappop(self._due_heap)
+            key = (partition, pkey)
+            if self._due.get(key) != due or partition not in self._stores:
+                continue  # superseded entry (lazy deletion)
+            del self._due[key]
+            state, outputs = self.process.due(self._load(txn, key), now)
+            self._emit(txn, key, state, outputs)
+            fired += 1
+
+    # --- ownership, restore, recovery --------------------------------------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Restored after consume() returns, before any record of the batch is handled.
+        self._pending_assignment = sorted({tp.partition for tp in partitions})
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Called only inside consume(), where no transaction is open.
+        self._pending_assignment = None
+        self._close_stores()
+
+    def _close_stores(self) -> None:
+        for store in self._stores.values():
+            store.close()
+        self._stores.clear()
+        self._committed.clear()
+        self._due.clear()
+        self._due_heap.clear()
+
+    def _take_ownership(self, partitions: list[int]) -> None:
+        self._pending_assignment = None
+        self._close_stores()
+        for partition in partitions:
+            path = self._state_dir / f"p{partition}"
+            self._stores[partition] = PartitionStore(path, self._changelog)
+        self._restore()
+        self._needs_recover = self.process.recovers
+
+    def _restore(self) -> None:
+        """Bring every owned store up to the committed changelog; rebuild the timer index;
+        record the committed input positions (the rewind target after an abort)."""
+        owned = sorted(self._stores)
+        bounds = self._reader.committed_bounds(self._consumer, self._changelog, owned)
+        self._due.clear()
+        self._due_heap.clear()
+        for partition in owned:
+            store = self._stores[partition]
+            restore_partition(store, self._reader, partition, bounds[partition])
+            for pkey, blob in store.items():
+                self._set_due((partition, pkey), self.process.next_due(self.process.load_state(blob)))
+        inputs = [TopicPartition(t, p) for t in self._inputs for p in owned]
+        committed = self._consumer.committed(inputs, timeout=60) if inputs else []
+        self._committed = {(tp.topic, tp.partition): tp.offset for tp in committed if tp.offset >= 0}
+
+    def _recover_all(self) -> None:
+        """``recover`` every stored key, in transactions of ``batch_size`` keys."""
+        now = self._clock()
+        for partition in sorted(self._stores):
+            items = list(self._stores[partition].items())
+            for start in range(0, len(items), self._batch_size):
+                txn = self._new_txn()
+                for pkey, blob in items[start : start + self._batch_size]:
+                    key = (partition, pkey)
+                    state = self.process.load_state(blob)
+                    self._seed(txn, key, state)
+                    state, outputs = self.process.recover(state, now)
+                    self._emit(txn, key, state, outputs)
+                self._commit(txn)
+                self._follow_up(txn, now)
+        self._needs_recover = False
+
+    def _after_failure(self, exc: Exception) -> None:
+        """Abort, rewind state and inputs to what the broker committed, then retry."""
+        if _is_fenced(exc):
+            raise ProducerFenced(str(exc)) from exc
+        self._failures += 1
+        log.warning("%s: transaction failed (%s), rewinding", self.process.name, exc)
+        try:
+            self._producer.abort_transaction(60)
+        except KafkaException as abort_exc:
+            if _is_fenced(abort_exc):
+                raise ProducerFenced(str(abort_exc)) from abort_exc
+            # "no transaction in progress" is fine; anything else shows on the retry.
+        if self._failures > self._max_retries:
+            raise exc
+        time.sleep(min(5.0, 0.05 * 2**self._failures))
+        if self._stores:
+            self._restore()
+            for (topic, partition) in [(t, p) for t in self._inputs for p in self._stores]:
+                offset = self._committed.get((topic, partition), OFFSET_BEGINNING)
+                self._consumer.seek(TopicPartition(topic, partition, offset))
+            self._needs_recover = self.process.recovers
+
+
+def _is_fenced(exc: BaseException) -> bool:
+    if not isinstance(exc, KafkaException) or not exc.args:
+        return False
+    err = exc.args[0]
+    return isinstance(err, KafkaError) and (err.fatal() or err.code() in _FENCED_CODES)
+
+
+# --- entry point: usable as a subprocess or multiprocessing target ---------------------------
+
+
+def load_process(ref: str) -> Process[Any]:
+    """``"module:attr"`` -> a process (``attr`` is a class or factory called with no args)."""
+    module, _, attr = ref.partition(":")
+    factory = getattr(importlib.import_module(module), attr)
+    process: Process[Any] = factory()
+    return process
+
+
+def run_process_main(
+    process_ref: str,
+    bootstrap: str,
+    instance_id: str,
+    state_dir: str,
+    prefix: str = DEFAULT_PREFIX,
+    partitions: int = DEFAULT_PARTITIONS,
+    batch_size: int = 500,
+    batch_timeout_ms: int = 100,
+    consumer_overrides: Mapping[str, Any] | None = None,
+) -> None:
+    """Run one process until SIGTERM/SIGINT (installing those handlers in the main thread)."""
+    stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+    runner = KafkaRunner(
+        load_process(process_ref),
+        AvroCodec.default(),
+        Topics(prefix, partitions),
+        bootstrap,
+        instance_id,
+        state_dir,
+        lambda: int(time.time() * 1000),
+        batch_size=batch_size,
+        batch_timeout_ms=batch_timeout_ms,
+        consumer_overrides=consumer_overrides,
+    )
+    runner.run(stop)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Run one callgate process on Kafka.")
+    parser.add_argument("--process", required=True, help="module:attr of the process")
+    parser.add_argument("--bootstrap-servers", required=True)
+    parser.add_argument("--instance-id", required=True)
+    parser.add_argument("--state-dir", required=True)
+    parser.add_argument("--prefix", default=DEFAULT_PREFIX)
+    parser.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS)
+    parser.add_argument("--batch-size", type=int, default=500)
+    parser.add_argument("--batch-timeout-ms", type=int, default=100)
+    parser.add_argument("-X", dest="consumer", action="append", default=[],
+                        metavar="KEY=VALUE", help="consumer config override")  # fmt: skip
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    overrides = dict(item.split("=", 1) for item in args.consumer)
+    run_process_main(
+        args.process, args.bootstrap_servers, args.instance_id, args.state_dir, args.prefix,
+        args.partitions, args.batch_size, args.batch_timeout_ms, overrides,
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
