@@ -8,38 +8,72 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
+
+import jwt
+import yaml
 
 from callgate import events as ev
-from callgate.adapters.memory import MemoryRunner
+from callgate.adapters.memory import Chaos, MemoryRunner
 from callgate.approvals import peek_partition_key
 from callgate.bootstrap import App, Settings, bootstrap
 from callgate.canonical import partition_key
+from callgate.catalog import default_profile_path
+from callgate.executor import Executor
+from callgate.providers.base import DryRunResult, ExecutionResult, Lookup, Provider
+from callgate.providers.registry import ProviderRegistry
 
 T0 = 1_800_000_000_000
+E = TypeVar("E", bound=ev.Event)
+DAY_S = 86_400
 
 
 class Gate:
-    def __init__(self, state_dir: Path, faults: dict[str, Any] | None = None, profile: Path | None = None):
+    def __init__(
+        self,
+        state_dir: Path,
+        faults: dict[str, Any] | None = None,
+        profile: Path | None = None,
+        chaos: Chaos | None = None,
+        runner: MemoryRunner | None = None,
+    ) -> None:
         self.settings = Settings(state_dir=state_dir, faults=faults or {}, profile=profile)
-        self.runner = MemoryRunner([], now_ms=T0)
+        self.runner = runner or MemoryRunner([], now_ms=T0, chaos=chaos)
         self.app: App = bootstrap(self.settings, clock=lambda: self.runner.now_ms)
         self.runner.processes = self.app.processes()
         self._ids = itertools.count(1)
+        self.calls: list[tuple[str, str]] = []  # (method, token or tool) when recording
+
+    def redeploy(self, profile: Path) -> Gate:
+        """The same deployment (keys, ledger, log and state) restarted with another profile."""
+        gate = Gate(
+            self.settings.state_dir, dict(self.settings.faults), profile, runner=self.runner
+        )
+        gate._ids = self._ids
+        self.runner.restart(gate.app.processes())
+        return gate
 
     # -- identities -----------------------------------------------------------------
     def session(
-        self, user: str, tenant: str = "acme", roles: tuple[str, ...] = ("support",), ttl: int = 3600
+        self,
+        user: str,
+        tenant: str = "acme",
+        roles: tuple[str, ...] = ("support",),
+        ttl: int = 3600,
     ) -> str:
-        return self.app.session_issuer.issue(user, tenant, list(roles), self.runner.now_ms, ttl_seconds=ttl)
+        return self.app.session_issuer.issue(
+            user, tenant, list(roles), self.runner.now_ms, ttl_seconds=ttl
+        )
 
     # -- requests -------------------------------------------------------------------
     def proposal(
         self,
         token: str,
         tool: str,
-        args: dict[str, Any] | str,
+        args: Mapping[str, Any] | str,
         key: str | None = None,
         approval_id: str | None = None,
         tenant: str | None = None,
@@ -47,7 +81,7 @@ class Gate:
     ) -> ev.ToolCallProposed:
         inv = invocation_id or f"inv-{next(self._ids)}"
         if key is not None:
-            pk = partition_key(tenant or _tenant(token), key, inv)
+            pk = partition_key(tenant or token_tenant(token), key, inv)
         elif approval_id is not None:
             pk = peek_partition_key(approval_id) or ""
         else:
@@ -65,27 +99,41 @@ class Gate:
             approval_id=approval_id,
         )
 
-    def propose(self, token: str, tool: str, args: dict[str, Any] | str, **kw: Any) -> str:
+    def propose(self, token: str, tool: str, args: Mapping[str, Any] | str, **kw: Any) -> str:
         p = self.proposal(token, tool, args, **kw)
         self.runner.publish(p)
         self.runner.run()
         return p.invocation_id
 
-    def decide(self, token: str, invocation_id: str, decision: str = "grant", reason: str = "") -> str:
-        pending = self.status(invocation_id)
-        d = ev.ApprovalDecisionSubmitted(
+    def decision(
+        self, token: str, invocation_id: str, decision: str = "grant", reason: str = ""
+    ) -> ev.ApprovalDecisionSubmitted:
+        """An approval decision routed to the invocation's partition (not yet published)."""
+        known = self.events_of(invocation_id)
+        pk = known[0].partition_key if known else ""
+        return ev.ApprovalDecisionSubmitted(
             event_id=f"dec-{next(self._ids)}",
             invocation_id=invocation_id,
-            partition_key=pending["partition_key"],
+            partition_key=pk,
             occurred_at=self.runner.now_ms,
             producer="test-ui",
             session_token=token,
             decision=decision,
             reason=reason,
         )
+
+    def decide(
+        self, token: str, invocation_id: str, decision: str = "grant", reason: str = ""
+    ) -> str:
+        d = self.decision(token, invocation_id, decision, reason)
         self.runner.publish(d)
         self.runner.run()
         return d.event_id
+
+    def approve(self, token: str, invocation_id: str) -> str:
+        """Grant the pending approval of ``invocation_id``; return the ``approval_id``."""
+        self.decide(token, invocation_id)
+        return self.approval_id(invocation_id)
 
     # -- reading --------------------------------------------------------------------
     def status(self, invocation_id: str) -> dict[str, Any]:
@@ -97,23 +145,111 @@ class Gate:
     def outcome(self, invocation_id: str) -> str:
         return str(self.status(invocation_id)["outcome"])
 
+    def error_details(self, invocation_id: str) -> dict[str, Any]:
+        error = self.status(invocation_id)["error"]
+        assert error is not None, f"{invocation_id} has no error"
+        details: dict[str, Any] = error["details"]
+        return details
+
     def approval_id(self, invocation_id: str) -> str:
-        granted = [e for e in self.runner.log.of(invocation_id) if isinstance(e, ev.ApprovalGranted)]
+        granted = self.events_of(invocation_id, ev.ApprovalGranted)
         assert granted, f"no approval granted for {invocation_id}"
         return granted[-1].approval_id
 
-    def events_of(self, invocation_id: str, cls: type[ev.Event] = ev.Event) -> list[ev.Event]:
+    @overload
+    def events_of(self, invocation_id: str) -> list[ev.Event]: ...
+    @overload
+    def events_of(self, invocation_id: str, cls: type[E]) -> list[E]: ...
+    def events_of(self, invocation_id: str, cls: type[ev.Event] = ev.Event) -> list[Any]:
         return [e for e in self.runner.log.of(invocation_id) if isinstance(e, cls)]
+
+    @overload
+    def events(self) -> list[ev.Event]: ...
+    @overload
+    def events(self, cls: type[E]) -> list[E]: ...
+    def events(self, cls: type[ev.Event] = ev.Event) -> list[Any]:
+        """Every event on the log of type ``cls``, once per ``event_id`` (duplicates dropped)."""
+        seen: set[str] = set()
+        out: list[ev.Event] = []
+        for e in self.runner.log.events:
+            if isinstance(e, cls) and e.event_id not in seen:
+                seen.add(e.event_id)
+                out.append(e)
+        return out
 
     def pending(self) -> dict[str, dict[str, Any]]:
         return {k: json.loads(v) for k, v in self.runner.log.views.get("pending", {}).items()}
 
+    def audit(self, invocation_id: str) -> list[dict[str, Any]]:
+        """The audit records of ``invocation_id``, oldest revision first (C9)."""
+        records = [json.loads(v) for v in self.runner.log.views.get("audit", {}).values()]
+        mine = [r for r in records if r["invocation_id"] == invocation_id]
+        return sorted(mine, key=lambda r: int(r["revision"]))
+
     def effects(self) -> list[dict[str, Any]]:
         return list(self.app.ledger.effects())
 
+    # -- fault and call recording -----------------------------------------------------
+    def record_provider_calls(self) -> None:
+        """Record every provider call (method, token or tool) in ``self.calls``."""
+        executor = next(p for p in self.runner.processes if isinstance(p, Executor))
+        executor.providers = ProviderRegistry(
+            _Recording(p, self.calls.append) for p in executor.providers
+        )
 
-def _tenant(token: str) -> str:
-    import jwt
 
+class _Recording:
+    """A provider that notes each call, then delegates to the real one."""
+
+    def __init__(self, inner: Provider, note: Callable[[tuple[str, str]], None]) -> None:
+        self.name = inner.name
+        self._inner, self._note = inner, note
+
+    def dry_run(self, tool: str, target: str, args: Mapping[str, Any], tenant: str) -> DryRunResult:
+        self._note(("dry_run", tool))
+        return self._inner.dry_run(tool, target, args, tenant)
+
+    def execute(
+        self,
+        tool: str,
+        target: str,
+        args: Mapping[str, Any],
+        tenant: str,
+        token: str,
+        invocation_id: str,
+    ) -> ExecutionResult:
+        self._note(("execute", token))
+        return self._inner.execute(tool, target, args, tenant, token, invocation_id)
+
+    def lookup(self, token: str) -> Lookup:
+        self._note(("lookup", token))
+        return self._inner.lookup(token)
+
+
+def token_tenant(token: str) -> str:
     claims = jwt.decode(token, options={"verify_signature": False})
     return str(claims["tenant"])
+
+
+def write_profile(
+    directory: Path,
+    edit_tools: Callable[[dict[str, Any]], None] | None = None,
+    policy_suffix: str = "",
+) -> Path:
+    """A copy of the default profile in ``directory``, changed by ``edit_tools`` (C10).
+
+    ``policy_suffix`` is appended to the Cedar text, which changes the policy version.
+    """
+    source = default_profile_path()
+    directory.mkdir(parents=True, exist_ok=True)
+    raw = yaml.safe_load(source.read_text())
+    if edit_tools is not None:
+        edit_tools(raw["tools"])
+    target = directory / "profile.yaml"
+    target.write_text(yaml.safe_dump(raw, sort_keys=False))
+    policy = source.parent / raw["policy_file"]
+    shutil.copy(policy, directory / raw["policy_file"])
+    if policy_suffix:
+        with (directory / raw["policy_file"]).open("a") as f:
+            f.write("\n" + policy_suffix + "\n")
+    return target

@@ -157,27 +157,26 @@ def project(state: AuditState, event: Event) -> tuple[AuditState, tuple[ViewReco
     if facts == old["facts"]:
         return state, ()
     entry = {**old, "facts": facts}
-    records: tuple[ViewRecord, ...] = ()
-    seq, head_hash = state.seq, state.head_hash
-    if facts.get("outcome") in TERMINAL:
-        content = _content(inv, pk, facts)
-        digest = sha256_hex(canonical_json(content))
-        if digest != old["audited"]:
-            seq += 1
-            record = {
-                **content,
-                "revision": old["revision"] + 1,
-                "occurred_at": event.occurred_at,
-                "seq": seq,
-                "prev_hash": head_hash,
-            }
-            head_hash = record["hash"] = record_hash(record)
-            entry.update(audited=digest, revision=record["revision"])
-            head = {"partition_key": pk, "seq": seq, "hash": head_hash}
-            records = (ViewRecord.of(VIEW, audit_key(pk, seq), record),)
-            records += (ViewRecord.of(HEAD_VIEW, pk, head),)
+    content = _content(inv, pk, facts)
+    digest = sha256_hex(canonical_json(content))
+    if facts.get("outcome") not in TERMINAL or digest == old["audited"]:
+        invocations = MappingProxyType({**state.invocations, inv: entry})
+        return AuditState(state.seq, state.head_hash, invocations), ()
+    record = {
+        **content,
+        "revision": old["revision"] + 1,
+        "occurred_at": event.occurred_at,
+        "seq": state.seq + 1,
+        "prev_hash": state.head_hash,
+    }
+    record["hash"] = record_hash(record)
+    entry.update(audited=digest, revision=record["revision"])
     invocations = MappingProxyType({**state.invocations, inv: entry})
-    return AuditState(seq, head_hash, invocations), records
+    new = AuditState(record["seq"], record["hash"], invocations)
+    return new, (
+        ViewRecord.of(VIEW, audit_key(pk, new.seq), record),
+        ViewRecord.of(HEAD_VIEW, pk, new.head(pk)),
+    )
 
 
 class AuditProjection(Projection[AuditState]):

@@ -170,7 +170,9 @@ class Gateway:
         return sorted(rows, key=lambda r: (r.get("partition_key", ""), r.get("seq", 0)))
 
     def verify_audit(self) -> VerifyResult:
-        return verify_chain(self.audit())
+        """Check every per-partition hash chain against its head (detects a cut-off tail)."""
+        heads = [value for _, value in self.backend.view_items("audit_head")]
+        return verify_chain(self.audit(), heads=heads)
 
     def effects(self) -> list[dict[str, Any]]:
         return list(self.app.ledger.effects())

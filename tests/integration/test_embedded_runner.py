@@ -309,8 +309,10 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path) 
     store = EmbeddedStore(tmp_path, CODEC)
     keys = [f"k{rng.randrange(40)}" for _ in range(3_000)]
     chunks = [range(i, i + 600) for i in range(0, len(keys), 600)]
-    appended = mid_stream_kills = 0
+    appended = done = mid_stream_kills = 0
     for kill in range(8):
+        if kill >= len(chunks) and done == appended:
+            break  # nothing left in flight to kill
         proc = start_worker(tmp_path, "serve")
         if kill < len(chunks):  # input keeps arriving, from another process, while it runs
             store.append([proposal(i, keys[i]) for i in chunks[kill]])
@@ -318,7 +320,7 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path) 
         before = store.position("tally")
         deadline = time.monotonic() + 10
         while store.position("tally") == before and time.monotonic() < deadline:
-            time.sleep(0.002)
+            time.sleep(0.002)  # wait for the worker to get going (imports take a while)
         time.sleep(rng.uniform(0.0, 0.05))
         proc.send_signal(signal.SIGKILL)
         assert proc.wait(timeout=10) == -signal.SIGKILL
@@ -326,6 +328,7 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path) 
         mid_stream_kills += 0 < done < appended
     finisher = start_worker(tmp_path, "finish")
     assert finisher.wait(timeout=60) == 0
+    print("KILLS", kill, mid_stream_kills)
     assert mid_stream_kills >= 3  # the kills did land while work was in flight
     assert_counted_exactly_once(store, keys)
     assert dict(store.view_items("tally")) == dict(store.view_items("counts"))

@@ -49,6 +49,7 @@ from callgate_projections.audit import (
     HEAD_VIEW,
     AuditProjection,
     AuditState,
+    VerifyResult,
     record_hash,
     verify_chain,
 )
@@ -135,7 +136,7 @@ def uncertain(inv: str = "inv-1") -> ExecutionUncertain:
 
 
 def fold(projection: Projection[Any], given: Sequence[Event], when: Event) -> list[ViewRecord]:
-    """Records that ``when`` produces after ``given`` (one partition key at a time)."""
+    """The records that ``when`` produces after ``given`` were folded."""
     states, _ = fold_log(projection, given)
     _, records = fold_log(projection, [when], states)
     return records
@@ -707,6 +708,28 @@ def test_audit_chain_verifies_and_heads_match_state() -> None:
     assert verify_chain(values, state_heads) == verify_chain(values)
     assert verify_chain(values, state_heads).ok
     assert verify_chain(values).records == len(values) == 5
+
+
+def test_verify_chain_names_the_first_bad_record_and_why() -> None:
+    _, records = fold_log(AuditProjection(), [deny("inv-1"), deny("inv-2"), deny("inv-3")])
+    chain = audit_values(records)
+    keys = [f"{PK}:{n:012d}" for n in (1, 2, 3)]
+    head = [materialize(records, HEAD_VIEW)[PK]]
+    tampered = [chain[0], {**chain[1], "outcome": "executed"}, chain[2]]
+    assert verify_chain(tampered) == VerifyResult(
+        False, 1, keys[1], "hash does not match the record's content"
+    )
+    assert verify_chain([chain[0], chain[2]]) == VerifyResult(
+        False, 1, keys[2], "expected seq 2, found 3"
+    )
+    relinked = {**chain[2], "seq": 2}
+    assert verify_chain([chain[0], relinked]) == VerifyResult(
+        False, 1, keys[1], "prev_hash is not the previous record's hash"
+    )
+    assert verify_chain(chain[:2], head) == VerifyResult(
+        False, 2, keys[2], "chain ends at seq 2, its head is at seq 3"
+    )
+    assert verify_chain(chain, head) == VerifyResult(True, 3)
 
 
 # --- invariants (hypothesis) ----------------------------------------------------------

@@ -2,18 +2,22 @@
 
 Same semantics as the durable runners (per-key state, outputs routed by topic,
 ``follow_up`` after the "commit", timers), with none of the durability. It also
-lets tests deliver inputs out of order or twice.
+lets tests deliver inputs out of order or twice (``Chaos``) and crash a process
+between its commit and its ``follow_up`` (``crash_next_follow_up``).
 """
 
 from __future__ import annotations
 
+import random
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from callgate.events import Event
 from callgate.process import Output, Process, ViewRecord
+
+CrashMode = Literal["before", "after"]
 
 
 @dataclass
@@ -25,16 +29,51 @@ class MemoryLog:
         return [e for e in self.events if e.invocation_id == invocation_id]
 
 
+@dataclass
+class Chaos:
+    """Delivery faults a Kafka deployment can produce, for property tests.
+
+    ``interleave``: events of different lanes (topic, partition key) are delivered in
+    any order; one lane stays FIFO, as one Kafka partition does. ``duplicate``: the
+    probability that an event is delivered a second time to every consumer (at-least-once
+    delivery; on tansu, records of aborted transactions stay visible). Each event is
+    duplicated at most once, so a run always ends.
+    """
+
+    rng: random.Random
+    interleave: bool = True
+    duplicate: float = 0.0
+
+
+@dataclass
+class _Crash:
+    mode: CrashMode
+    trigger: type[Event]
+
+
 class MemoryRunner:
-    def __init__(self, processes: Sequence[Process[Any]], now_ms: int = 1_700_000_000_000) -> None:
+    def __init__(
+        self,
+        processes: Sequence[Process[Any]],
+        now_ms: int = 1_700_000_000_000,
+        chaos: Chaos | None = None,
+    ) -> None:
         self.processes = list(processes)
         self.now_ms = now_ms
+        self.chaos = chaos
         self.log = MemoryLog()
         self._state: dict[tuple[str, str], Any] = {}
         self._queue: deque[Event] = deque()
+        self._duplicated: set[str] = set()
+        self._crashes: dict[str, _Crash] = {}
+        self._down: dict[str, list[Event]] = {}  # crashed process -> events it has not seen
 
     def publish(self, *events: Event) -> None:
         self._queue.extend(events)
+
+    @property
+    def idle(self) -> bool:
+        return not self._queue
 
     def run(self, max_steps: int = 100_000) -> None:
         """Deliver queued events (and what follows from them) until nothing is left."""
@@ -43,16 +82,27 @@ class MemoryRunner:
             steps += 1
             if steps > max_steps:
                 raise RuntimeError("the processes did not settle")
-            event = self._queue.popleft()
-            self.log.events.append(event)
-            for proc in self.processes:
-                if event.TOPIC in proc.inputs:
-                    self._deliver(proc, event)
+            self._step()
+
+    def step(self, n: int = 1) -> int:
+        """Deliver at most ``n`` queued events; return how many were delivered."""
+        done = 0
+        while self._queue and done < n:
+            self._step()
+            done += 1
+        return done
 
     def advance(self, ms: int) -> None:
         """Move the clock and fire due timers."""
+        self.tick(ms)
+        self.run()
+
+    def tick(self, ms: int) -> None:
+        """Move the clock and fire due timers without delivering what they emit."""
         self.now_ms += ms
         for proc in self.processes:
+            if proc.name in self._down:
+                continue
             for (name, key), state in list(self._state.items()):
                 if name != proc.name:
                     continue
@@ -61,10 +111,24 @@ class MemoryRunner:
                     state, outs = proc.due(state, self.now_ms)
                     self._state[(name, key)] = state
                     self._route(outs)
-        self.run()
+
+    def crash_next_follow_up(
+        self, process: str, mode: CrashMode = "before", trigger: type[Event] = Event
+    ) -> None:
+        """Crash ``process`` at its next ``follow_up`` whose committed outputs hold a ``trigger``.
+
+        ``before``: it dies before doing the work (the executor never calls the provider).
+        ``after``: the work happens (the provider applies the effect), then it dies before
+        committing what the work produced. Either way its state stays as committed by
+        ``handle``, and it consumes nothing more until ``restart``.
+        """
+        self._crashes[process] = _Crash(mode, trigger)
 
     def restart(self, processes: Sequence[Process[Any]] | None = None) -> None:
-        """Simulate a restart: state survives (it is durable); recover hooks run."""
+        """Simulate a restart: state survives (it is durable); recover hooks run first.
+
+        A crashed process then consumes the events it missed while it was down.
+        """
         if processes is not None:
             self.processes = list(processes)
         for proc in self.processes:
@@ -77,15 +141,48 @@ class MemoryRunner:
                     self._state[(name, key)] = state
                     self._route(outs)
                     self._follow(proc, key, outs)
+        down, self._down = self._down, {}
+        for proc in self.processes:
+            for event in down.get(proc.name, []):
+                self._deliver(proc, event)
         self.run()
+
+    def _step(self) -> None:
+        event = self._pop()
+        self.log.events.append(event)
+        for proc in self.processes:
+            if event.TOPIC not in proc.inputs:
+                continue
+            if proc.name in self._down:
+                self._down[proc.name].append(event)
+            else:
+                self._deliver(proc, event)
+        chaos = self.chaos
+        if (
+            chaos is not None
+            and chaos.duplicate > 0.0
+            and event.event_id not in self._duplicated
+            and chaos.rng.random() < chaos.duplicate
+        ):
+            self._duplicated.add(event.event_id)
+            self._queue.append(event)
+
+    def _pop(self) -> Event:
+        if self.chaos is None or not self.chaos.interleave:
+            return self._queue.popleft()
+        heads: dict[tuple[str, str], int] = {}
+        for i, e in enumerate(self._queue):
+            heads.setdefault((e.TOPIC, e.partition_key), i)
+        index = self.chaos.rng.choice(sorted(heads.values()))
+        event = self._queue[index]
+        del self._queue[index]
+        return event
 
     def _deliver(self, proc: Process[Any], event: Event) -> None:
         key = (proc.name, event.partition_key)
         state = self._state.get(key)
-        if state is None:
-            state = proc.initial_state()
-        else:  # round-trip through bytes, as durable runners do
-            state = proc.load_state(proc.dump_state(state))
+        # Round-trip stored state through bytes, as durable runners do.
+        state = proc.initial_state() if state is None else proc.load_state(proc.dump_state(state))
         state, outs = proc.handle(state, event, self.now_ms)
         self._state[key] = state
         self._route(outs)
@@ -94,6 +191,14 @@ class MemoryRunner:
     def _follow(self, proc: Process[Any], pk: str, outs: Iterable[Output]) -> None:
         committed = [o for o in outs if isinstance(o, Event)]
         if not committed:
+            return
+        crash = self._crashes.get(proc.name)
+        if crash is not None and any(isinstance(e, crash.trigger) for e in committed):
+            del self._crashes[proc.name]
+            self._down.setdefault(proc.name, [])
+            if crash.mode == "after":  # the work happens on a copy; its results are lost
+                copy = proc.load_state(proc.dump_state(self._state[(proc.name, pk)]))
+                proc.follow_up(copy, committed, self.now_ms)
             return
         state, more = proc.follow_up(self._state[(proc.name, pk)], committed, self.now_ms)
         self._state[(proc.name, pk)] = state

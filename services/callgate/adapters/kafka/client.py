@@ -48,7 +48,9 @@ class Record:
     headers: dict[str, bytes]
 
 
-def make_producer(bootstrap: str, transactional_id: str | None = None, **overrides: Any) -> Producer:
+def make_producer(
+    bootstrap: str, transactional_id: str | None = None, **overrides: Any
+) -> Producer:
     """An idempotent producer (transactional when ``transactional_id`` is given)."""
     config: Config = {
         "bootstrap.servers": bootstrap,
@@ -93,7 +95,9 @@ def publish(
 
     def on_delivery(index: int) -> Any:
         def callback(err: KafkaError | None, msg: Message) -> None:
-            results[index] = err if err is not None else (msg.topic(), msg.partition(), msg.offset())
+            results[index] = (
+                err if err is not None else (msg.topic(), msg.partition(), msg.offset())
+            )
 
         return callback
 
@@ -101,7 +105,9 @@ def publish(
         results.append(None)
         value = codec.encode(event)
         topic = topics.physical(event.TOPIC)
-        _produce(producer, topic, event.partition_key.encode(), value, on_delivery(len(results) - 1))
+        _produce(
+            producer, topic, event.partition_key.encode(), value, on_delivery(len(results) - 1)
+        )
     producer.flush()
     delivered: list[tuple[str, int, int]] = []
     for result in results:

@@ -144,6 +144,7 @@ class KafkaRunner:
         self._due_heap: list[tuple[int, int, str]] = []
         self._pending_assignment: list[int] | None = None
         self._needs_recover = False
+        self._rewind_pending = False
         self._failures = 0
         self._token_prefix = f"{instance_id}.{uuid.uuid4().hex[:12]}"
         self._token_seq = 0
@@ -184,21 +185,16 @@ class KafkaRunner:
     def owned_partitions(self) -> list[int]:
         return sorted(self._stores)
 
-    def state_of(self, key: str) -> Any | None:
-        """The committed state of ``key`` if an owned partition holds it (tests, tools)."""
-        for store in self._stores.values():
-            blob = store.get(key)
-            if blob is not None:
-                return self.process.load_state(blob)
-        return None
-
     # --- the loop ------------------------------------------------------------------------------
 
     def poll_once(self) -> int:
         """One pass of the commit sequence; returns the records consumed."""
         self.start()
-        msgs = self._consume()
+        msgs: list[Message] = []
         try:
+            if self._rewind_pending:
+                self._rewind()
+            msgs = self._consume()
             if self._pending_assignment is not None:
                 self._take_ownership(self._pending_assignment)
             if self._needs_recover:
@@ -242,7 +238,7 @@ class KafkaRunner:
         value = msg.value() or b""
         try:
             event = self._codec.decode(value)
-            if type(event).TOPIC != logical:
+            if logical != type(event).TOPIC:
                 # Fail closed: a client must not inject service events through "requests".
                 raise MalformedEvent(f"{event.event_type} does not belong on topic {logical}")
             if msg.key() != event.partition_key.encode():
@@ -374,8 +370,8 @@ class KafkaRunner:
         self._committed.update(txn.positions)
         for partition, blobs in changes.items():
             self._stores[partition].apply(dict(blobs), bounds[partition], txn.token)
-        for key, state in txn.states.items():
-            self._set_due(key, process.next_due(state))
+        for owned_key, state in txn.states.items():
+            self._set_due(owned_key, process.next_due(state))
 
     def _commit_transaction(self) -> None:
         for _ in range(5):
@@ -417,7 +413,11 @@ class KafkaRunner:
             if self._due.get(key) != due or partition not in self._stores:
                 continue  # superseded entry (lazy deletion)
             del self._due[key]
-            state, outputs = self.process.due(self._load(txn, key), now)
+            state = self._load(txn, key)
+            current = self.process.next_due(state)  # this batch may have moved the timer
+            if current is None or current > now:
+                continue  # the commit re-indexes it
+            state, outputs = self.process.due(state, now)
             self._emit(txn, key, state, outputs)
             fired += 1
 
@@ -460,10 +460,14 @@ class KafkaRunner:
             store = self._stores[partition]
             restore_partition(store, self._reader, partition, bounds[partition])
             for pkey, blob in store.items():
-                self._set_due((partition, pkey), self.process.next_due(self.process.load_state(blob)))
+                self._set_due(
+                    (partition, pkey), self.process.next_due(self.process.load_state(blob))
+                )
         inputs = [TopicPartition(t, p) for t in self._inputs for p in owned]
         committed = self._consumer.committed(inputs, timeout=60) if inputs else []
-        self._committed = {(tp.topic, tp.partition): tp.offset for tp in committed if tp.offset >= 0}
+        self._committed = {
+            (tp.topic, tp.partition): tp.offset for tp in committed if tp.offset >= 0
+        }
 
     def _recover_all(self) -> None:
         """``recover`` every stored key, in transactions of ``batch_size`` keys."""
@@ -483,33 +487,45 @@ class KafkaRunner:
         self._needs_recover = False
 
     def _after_failure(self, exc: Exception) -> None:
-        """Abort, rewind state and inputs to what the broker committed, then retry."""
-        if _is_fenced(exc):
-            raise ProducerFenced(str(exc)) from exc
+        """Abort; the next ``poll_once`` rewinds to what the broker committed and retries.
+
+        Raises ``ProducerFenced`` when fenced, the error itself when it is fatal or when
+        ``max_retries`` consecutive attempts failed (a supervisor restarts the runner).
+        """
+        _raise_if_fatal(exc)
         self._failures += 1
-        log.warning("%s: transaction failed (%s), rewinding", self.process.name, exc)
+        log.warning("%s: transaction failed (%r), rewinding", self.process.name, exc)
         try:
             self._producer.abort_transaction(60)
         except KafkaException as abort_exc:
-            if _is_fenced(abort_exc):
-                raise ProducerFenced(str(abort_exc)) from abort_exc
-            # "no transaction in progress" is fine; anything else shows on the retry.
+            _raise_if_fatal(abort_exc)  # "no transaction in progress" is fine
         if self._failures > self._max_retries:
             raise exc
         time.sleep(min(5.0, 0.05 * 2**self._failures))
+        self._rewind_pending = True
+
+    def _rewind(self) -> None:
+        """Restore state to the committed changelog and seek inputs to committed positions."""
         if self._stores:
             self._restore()
-            for (topic, partition) in [(t, p) for t in self._inputs for p in self._stores]:
-                offset = self._committed.get((topic, partition), OFFSET_BEGINNING)
-                self._consumer.seek(TopicPartition(topic, partition, offset))
+            for topic in self._inputs:
+                for partition in self._stores:
+                    offset = self._committed.get((topic, partition), OFFSET_BEGINNING)
+                    self._consumer.seek(TopicPartition(topic, partition, offset))
             self._needs_recover = self.process.recovers
+        self._rewind_pending = False
 
 
-def _is_fenced(exc: BaseException) -> bool:
+def _raise_if_fatal(exc: BaseException) -> None:
     if not isinstance(exc, KafkaException) or not exc.args:
-        return False
+        return
     err = exc.args[0]
-    return isinstance(err, KafkaError) and (err.fatal() or err.code() in _FENCED_CODES)
+    if not isinstance(err, KafkaError):
+        return
+    if err.code() in _FENCED_CODES:
+        raise ProducerFenced(str(err)) from exc
+    if err.fatal():
+        raise exc
 
 
 # --- entry point: usable as a subprocess or multiprocessing target ---------------------------

@@ -127,9 +127,10 @@ class PartitionStore:
 
     def items(self) -> Iterator[tuple[str, bytes]]:
         for raw_key, value in self._db.items(from_key=_STATE):
+            assert isinstance(raw_key, bytes) and isinstance(value, bytes)  # raw_mode
             if not raw_key.startswith(_STATE):
                 break
-            yield raw_key[len(_STATE) :].decode(), bytes(value)
+            yield raw_key[len(_STATE) :].decode(), value
 
     def apply(self, states: Mapping[str, bytes | None], offset: int, head: str) -> None:
         """Write committed states and the changelog position they reflect, atomically."""
@@ -196,9 +197,13 @@ class ChangelogReader:
         finally:
             self._consumer.unassign()
 
-    def committed_bounds(self, consumer: Consumer, topic: str, partitions: Sequence[int]) -> dict[int, int | None]:
+    def committed_bounds(
+        self, consumer: Consumer, topic: str, partitions: Sequence[int]
+    ) -> dict[int, int | None]:
         """The group's committed changelog bound per partition (None: nothing committed)."""
-        tps = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=self._timeout_s)
+        tps = consumer.committed(
+            [TopicPartition(topic, p) for p in partitions], timeout=self._timeout_s
+        )
         return {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in tps}
 
     def close(self) -> None:
@@ -206,7 +211,10 @@ class ChangelogReader:
 
 
 def _entry(
-    offset: int, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | None]] | None
+    offset: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]] | None,
 ) -> ChangelogEntry:
     found = {name: (raw or b"").decode() for name, raw in headers or ()}
     return ChangelogEntry(

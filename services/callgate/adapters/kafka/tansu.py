@@ -84,9 +84,9 @@ class TansuBroker:
         for _ in range(3):  # the free port may be taken between probe and bind: retry
             self.port = free_port()
             url = f"tcp://127.0.0.1:{self.port}"
+            listen = ["--listener-url", url, "--advertised-listener-url", url]
             self._proc = subprocess.Popen(
-                [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
-                 "--storage-engine", STORAGE],  # fmt: skip
+                [binary, "broker", *listen, "--storage-engine", STORAGE],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

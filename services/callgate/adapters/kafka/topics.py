@@ -111,13 +111,27 @@ class Topics:
         ]  # fmt: skip
         for view, writer in sorted((views or {}).items()):
             specs.append(
-                TopicSpec(self.view(view), n, "compact", FOREVER, "view key", (writer,),
-                          ("approval UIs", "callgate CLI"))  # fmt: skip
+                TopicSpec(
+                    name=self.view(view),
+                    partitions=n,
+                    cleanup_policy="compact",
+                    retention_ms=FOREVER,
+                    key="view key",
+                    writers=(writer,),
+                    readers=("approval UIs", "callgate CLI"),
+                )
             )
         for process in sorted(processes, key=lambda p: p.name):
             specs.append(
-                TopicSpec(self.changelog(process.name), n, "compact", FOREVER, "partition_key",
-                          (process.name,), (f"{process.name} (restore)",))  # fmt: skip
+                TopicSpec(
+                    name=self.changelog(process.name),
+                    partitions=n,
+                    cleanup_policy="compact",
+                    retention_ms=FOREVER,
+                    key="partition_key",
+                    writers=(process.name,),
+                    readers=(f"{process.name} (restore)",),
+                )
             )
         return specs
 

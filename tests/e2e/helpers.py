@@ -1,0 +1,237 @@
+"""Run the installed ``callgate`` command as a subprocess (DESIGN "Command line").
+
+Every helper asserts the command-line contract on the way: with ``--json`` stdout holds
+exactly one JSON value, the exit code is the expected one, and stderr never carries a
+Python traceback. ``python -m tests.e2e.helpers publish PLAN`` is the fast publisher of
+the serve-crash test: it appends proposals to the embedded log without waiting for them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+CALLGATE = shutil.which("callgate")
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_PROFILE = REPO / "services" / "callgate" / "profiles" / "default.yaml"
+EXIT_OK, EXIT_FAILED, EXIT_MISUSE = 0, 1, 2
+
+
+def cli_env() -> dict[str, str]:
+    """The caller's environment without ``CALLGATE_*`` settings that would leak in."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CALLGATE_")}
+    env["COLUMNS"] = "200"  # rich wraps at the terminal width; keep messages on one line
+    return env
+
+
+def callgate_argv() -> list[str]:
+    assert CALLGATE is not None, "the callgate command is not installed on PATH"
+    return [CALLGATE]
+
+
+@dataclass(frozen=True)
+class Run:
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def value(self) -> Any:
+        """The one JSON value on stdout (``json.loads`` rejects a second value)."""
+        try:
+            return json.loads(self.stdout)
+        except json.JSONDecodeError as exc:
+            raise AssertionError(f"stdout is not exactly one JSON value ({exc}): {self}") from exc
+
+    def __str__(self) -> str:
+        return (
+            f"{' '.join(self.argv[1:])}\n  exit {self.returncode}\n"
+            f"  stdout: {self.stdout[:2000]!r}\n  stderr: {self.stderr[:2000]!r}"
+        )
+
+
+def run(
+    state_dir: Path | None,
+    *args: str,
+    rc: int | None = EXIT_OK,
+    json_mode: bool = True,
+    profile: Path | None = None,
+    timeout: float = 60.0,
+) -> Run:
+    """``callgate [--json] [--state-dir D] [--profile P] ARGS``; asserts ``rc`` when given."""
+    argv = callgate_argv()
+    if json_mode:
+        argv.append("--json")
+    if state_dir is not None:
+        argv += ["--state-dir", str(state_dir)]
+    if profile is not None:
+        argv += ["--profile", str(profile)]
+    argv += list(args)
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, env=cli_env(), timeout=timeout, check=False
+    )
+    result = Run(argv, proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in result.stderr, f"a traceback escaped: {result}"
+    if rc is not None:
+        assert result.returncode == rc, f"expected exit {rc}: {result}"
+    return result
+
+
+def cg(state_dir: Path, *args: str, rc: int = EXIT_OK, profile: Path | None = None) -> Any:
+    """Run a reporting command with ``--json``; its one JSON value."""
+    return run(state_dir, *args, rc=rc, profile=profile).value
+
+
+def session(state_dir: Path, user: str, tenant: str, roles: str) -> str:
+    """A development session token from ``callgate session issue``."""
+    value = cg(state_dir, "session", "issue", "--user", user, "--tenant", tenant, "--roles", roles)
+    token = value["token"]
+    assert isinstance(token, str) and token
+    return token
+
+
+def propose(
+    state_dir: Path,
+    token: str,
+    tool: str,
+    args: dict[str, Any],
+    key: str | None = None,
+    approval_id: str | None = None,
+    profile: Path | None = None,
+) -> dict[str, Any]:
+    """``callgate propose``: a settled call exits 0 whatever its outcome (a denial too)."""
+    argv = ["propose", "--session", token, "--tool", tool, "--args", json.dumps(args)]
+    if key is not None:
+        argv += ["--idempotency-key", key]
+    if approval_id is not None:
+        argv += ["--approval-id", approval_id]
+    answer: dict[str, Any] = cg(state_dir, *argv, profile=profile)
+    assert {"invocation_id", "outcome"} <= answer.keys(), answer
+    if "error" in answer:
+        assert answer["error"]["code"] == answer["outcome"], answer
+    return answer
+
+
+# --- callgate serve --------------------------------------------------------------------
+
+
+class Serve:
+    """A ``callgate serve`` subprocess; stderr goes to a file so the pipe never fills."""
+
+    def __init__(self, state_dir: Path, log: Path, extra_env: dict[str, str] | None = None):
+        self.log = log
+        self._stderr: TextIO = log.open("w")
+        argv = [*callgate_argv(), "--state-dir", str(state_dir), "serve"]
+        self.proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.DEVNULL,
+            stderr=self._stderr,
+            env={**cli_env(), **(extra_env or {})},
+        )
+
+    def wait_serving(self, timeout: float = 30.0) -> None:
+        """Until serve holds the runner lock: it prints "callgate serve" only after that."""
+        deadline = time.monotonic() + timeout
+        while "callgate serve" not in self.log.read_text():
+            assert self.proc.poll() is None, f"serve exited early: {self.log.read_text()}"
+            assert time.monotonic() < deadline, f"serve not up: {self.log.read_text()}"
+            time.sleep(0.02)
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        assert self.proc.wait(timeout=10) == -signal.SIGKILL
+        self._stderr.close()
+
+    def stop(self) -> int:
+        """SIGTERM: serve finishes its round, releases the lock and exits 0."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=15)
+        self._stderr.close()
+        assert "Traceback" not in self.log.read_text(), self.log.read_text()
+        return code
+
+
+# --- the fast publisher (a separate process) --------------------------------------------
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One proposal of the stream and the outcome it must settle with."""
+
+    invocation_id: str
+    tenant: str
+    token: str
+    tool: str
+    args: dict[str, Any]
+    key: str | None
+    expect: str
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def write_plan(path: Path, state_dir: Path, plan: Sequence[Planned], pause_s: float) -> None:
+    doc = {"state_dir": str(state_dir), "pause_s": pause_s, "items": [p.to_json() for p in plan]}
+    path.write_text(json.dumps(doc))
+
+
+def start_publisher(plan_file: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.e2e.helpers", "publish", str(plan_file)],
+        cwd=REPO,
+        env=cli_env(),
+    )
+
+
+def publish_plan(plan_file: Path) -> None:
+    """Append every planned ``ToolCallProposed`` in order, one at a time, never waiting.
+
+    Events are built the way the SDK builds them (partition key from tenant, key and
+    invocation, DESIGN "Shape") and go through the SDK's embedded backend ``publish``.
+    """
+    from callgate import events as ev
+    from callgate.bootstrap import Settings
+    from callgate.canonical import partition_key
+    from callgate.sdk import connect
+
+    doc = json.loads(plan_file.read_text())
+    gate = connect(Settings(state_dir=Path(doc["state_dir"])))
+    try:
+        for item in doc["items"]:
+            inv = item["invocation_id"]
+            tenant = item["tenant"] if item["key"] is not None else ""
+            proposal = ev.ToolCallProposed(
+                event_id=f"evt-{inv}",
+                invocation_id=inv,
+                partition_key=partition_key(tenant, item["key"], inv),
+                correlation_id=inv,
+                occurred_at=gate.app.clock(),
+                producer="e2e-publisher",
+                session_token=item["token"],
+                tool=item["tool"],
+                args_json=json.dumps(item["args"]),
+                idempotency_key=item["key"],
+            )
+            gate.backend.publish([proposal])
+            if doc["pause_s"]:
+                time.sleep(doc["pause_s"])
+    finally:
+        gate.close()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "publish":
+        publish_plan(Path(sys.argv[2]))
+    else:
+        sys.exit("usage: python -m tests.e2e.helpers publish PLAN_FILE")
