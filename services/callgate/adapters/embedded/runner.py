@@ -212,7 +212,6 @@ class EmbeddedRunner:
                 state, outputs = process.handle(batch.states[key], event, now)
                 batch.apply(key, state, outputs, self._codec)
             batch.write(tx, batch.changes(self._initial_blobs[process.name]))
-        with self.store.transaction() as tx:
             tx.set_position(process.name, rows[-1].seq)
         self._follow_up(process, batch, now)
         return len(rows)
