@@ -149,6 +149,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "--backend kafka needs --bootstrap-servers (or CALLGATE_BOOTSTRAP_SERVERS)"
             )
         app = bootstrap(settings)
+        # Load the profile now: an unreadable one is misuse (exit 2) that must surface
+        # before a command publishes anything, or the call would run later anyway.
+        app.profile  # noqa: B018
         return _dispatch(ns, app, out)
     except Misuse as e:
         print(f"callgate: error: {e}", file=sys.stderr)

@@ -54,7 +54,6 @@ from callgate.decider_state import (
 )
 from callgate.identity import SessionVerifier, check_identity
 from callgate.policy import PolicyEngine
-from callgate.principal import Principal
 from callgate.process import Output
 
 PRODUCER = "decider"
@@ -211,7 +210,15 @@ class Decider:
 
     def _decide_proposal(self, state: DeciderState, p: ev.ToolCallProposed, out: _Emitter) -> None:
         deps, now = self.deps, out.now_ms
-        principal = deps.sessions.verify(p.session_token, now)  # C6: identity from the session only
+        try:
+            principal = deps.sessions.verify(p.session_token, now)  # C6: identity from the session
+        except Rejection:
+            # malformed_event precedes unauthenticated (DESIGN order of checks). Routing by
+            # key needs the tenant: take the token's unverified claim, for routing only.
+            claimed = peek_claim(p.session_token, "tenant")
+            if claimed is not None or p.idempotency_key is None:
+                self._check_routing(p, claimed or "")
+            raise
         # Record who is acting as early as we know it, so rejections are attributable (C9).
         state.invocations[p.invocation_id] = Invocation(
             p.invocation_id,
@@ -222,7 +229,7 @@ class Decider:
             actor=principal.user,
             tenant=principal.tenant,
         )
-        self._check_routing(p, principal)
+        self._check_routing(p, principal.tenant)
         spec = deps.profile.tool(p.tool)
         if spec is None:
             raise Rejection(Code.UNKNOWN_TOOL, f"no tool named {p.tool!r} in the catalog")
@@ -292,18 +299,18 @@ class Decider:
         return self.deps.approval_verifier.verify(p.approval_id, now)  # approval_missing/expired
 
     @staticmethod
-    def _check_routing(p: ev.ToolCallProposed, principal: Principal) -> None:
+    def _check_routing(p: ev.ToolCallProposed, tenant: str) -> None:
         """Partition-local checks need the right partition (DESIGN "Shape").
 
         With an approval but no key, the call belongs on the approved invocation's
         partition; the (unverified) claim only routes, the signature is checked later.
         """
         if p.idempotency_key is not None:
-            expected = partition_key(principal.tenant, p.idempotency_key, p.invocation_id)
+            expected = partition_key(tenant, p.idempotency_key, p.invocation_id)
         elif p.approval_id is not None:
             expected = peek_partition_key(p.approval_id) or ""
         else:
-            expected = partition_key(principal.tenant, None, p.invocation_id)
+            expected = partition_key(tenant, None, p.invocation_id)
         if p.partition_key != expected:
             raise Rejection(
                 Code.MALFORMED_EVENT,

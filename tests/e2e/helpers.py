@@ -230,6 +230,31 @@ def publish_plan(plan_file: Path) -> None:
         gate.close()
 
 
+def logged_event_types(state_dir: Path, invocation_id: str) -> list[str]:
+    """The event types the embedded log holds for one invocation, in log order."""
+    from callgate.adapters.embedded.store import EmbeddedStore
+
+    store = EmbeddedStore(state_dir)
+    try:
+        return [row.event_type or "" for row in store.read_invocation(invocation_id)]
+    finally:
+        store.close()
+
+
+def runner_lock_held(state_dir: Path) -> bool:
+    """Does some process hold ``<state_dir>/runner.lock`` (the embedded runner's flock)?"""
+    import fcntl
+
+    fd = os.open(state_dir / "runner.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # also drops the lock if we got it
+    return False
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "publish":
         publish_plan(Path(sys.argv[2]))

@@ -128,6 +128,7 @@ def test_decoded_values_keep_python_types() -> None:
 def test_default_finds_the_repository_schemas() -> None:
     event = sample(ToolCallProposed)
     assert AvroCodec.default().decode(CODEC.encode(event)) == event
+    assert AvroCodec.default() is AvroCodec.default()
 
 
 # --- wire format -------------------------------------------------------------------------

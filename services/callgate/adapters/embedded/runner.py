@@ -194,6 +194,8 @@ class EmbeddedRunner:
         outside that transaction, ``follow_up`` runs for every key that emitted events.
         """
         self._ready()
+        if not self.store.has_input(process.name, process.inputs):
+            return 0  # idle: do not take SQLite's write lock from clients appending requests
         now = self._clock()
         batch = _Batch(process)
         with self.store.transaction() as tx:
@@ -233,7 +235,7 @@ class EmbeddedRunner:
     def _dead_letter(
         self, row: LogRow, reason: str, process: Process[Any], now: int, batch: _Batch
     ) -> None:
-        # Deterministic id: re-processing after a crash cannot mint a second dead-letter.
+        # Deterministic id: a rebuilt log (replay) names the same dead-letter the same way.
         dead = EventDeadLettered(
             event_id=f"dead-letter-{row.topic}-{row.seq}",
             invocation_id=row.invocation_id or "",
@@ -275,6 +277,8 @@ class EmbeddedRunner:
         transaction; returns how many of them changed state or emitted outputs."""
         self._ready()
         now = self._clock() if now_ms is None else now_ms
+        if not self.store.has_due(process.name, now):
+            return 0
         batch = _Batch(process)
         fired: set[str] = set()
         with self.store.transaction() as tx:

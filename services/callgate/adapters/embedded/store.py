@@ -299,6 +299,24 @@ class EmbeddedStore:
         found = row.fetchone()
         return int(found[0]) if found else 0
 
+    def has_input(self, process: str, topics: Iterable[str]) -> bool:
+        """Whether rows of ``topics`` follow ``process``'s position: a lock-free idle check."""
+        names = sorted(topics)
+        marks = ",".join("?" * len(names))
+        row = self._conn().execute(
+            f"SELECT 1 FROM log WHERE topic IN ({marks}) AND seq > "
+            "COALESCE((SELECT seq FROM positions WHERE process=?), 0) LIMIT 1",
+            (*names, process),
+        )
+        return row.fetchone() is not None
+
+    def has_due(self, process: str, now_ms: int) -> bool:
+        """Whether a timer of ``process`` is due at ``now_ms``: a lock-free idle check."""
+        row = self._conn().execute(
+            "SELECT 1 FROM state WHERE process=? AND next_due <= ? LIMIT 1", (process, now_ms)
+        )
+        return row.fetchone() is not None
+
     def view(self, view: str, key: str) -> str | None:
         row = (
             self._conn()
