@@ -147,6 +147,31 @@ class Serve:
             assert time.monotonic() < deadline, f"serve not up: {self.log.read_text()}"
             time.sleep(0.02)
 
+    def freeze(self, state_dir: Path) -> None:
+        """SIGSTOP serve at a moment it holds no write transaction on the event store.
+
+        A server stopped inside ``BEGIN IMMEDIATE`` would block every client's append
+        for the busy timeout, so stop, probe the write lock, and retry if it was held.
+        """
+        import sqlite3
+
+        for _ in range(100):
+            self.proc.send_signal(signal.SIGSTOP)
+            probe = sqlite3.connect(state_dir / "events.sqlite3", timeout=0.05)
+            try:
+                probe.execute("BEGIN IMMEDIATE")
+                probe.execute("ROLLBACK")
+                return
+            except sqlite3.OperationalError:
+                self.proc.send_signal(signal.SIGCONT)
+                time.sleep(0.005)
+            finally:
+                probe.close()
+        raise AssertionError("serve never let go of the event store's write lock")
+
+    def thaw(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
         assert self.proc.wait(timeout=10) == -signal.SIGKILL

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -297,7 +296,7 @@ def test_clients_only_append_and_poll_while_serve_holds_the_lock(
         assert read["outcome"] == "executed" and created["outcome"] == "executed"
 
         # Freeze the server: the client times out unsettled instead of deciding itself.
-        serve.proc.send_signal(signal.SIGSTOP)
+        serve.freeze(state)
         try:
             stuck = run(
                 state,
@@ -313,14 +312,14 @@ def test_clients_only_append_and_poll_while_serve_holds_the_lock(
                 rc=EXIT_FAILED,
             )
         finally:
-            serve.proc.send_signal(signal.SIGCONT)
+            serve.thaw()
         assert stuck.value["settled"] is False and stuck.value["outcome"] in VOCABULARY
         inv = stuck.value["invocation_id"]
         deadline = time.monotonic() + 20
-        while not cg(state, "status", inv).get("settled"):  # the thawed server answers
-            assert time.monotonic() < deadline, "serve never settled the published call"
-            time.sleep(0.2)
-        assert cg(state, "status", inv)["outcome"] == "executed"
+        while not (status := run(state, "status", inv, rc=None).value).get("settled"):
+            assert time.monotonic() < deadline, f"serve never settled the call: {status}"
+            time.sleep(0.2)  # not_found (exit 1) until the thawed server has decided
+        assert status["outcome"] == "executed"
         [effect] = cg(state, "effects")
         assert effect["invocation_id"] == created["invocation_id"]
     finally:

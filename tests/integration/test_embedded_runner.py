@@ -345,26 +345,29 @@ class Failing(Counting):
         return super().handle(state, event, now_ms)
 
 
-def test_a_failing_batch_commits_nothing_and_is_read_again(tmp_path: Path) -> None:
-    """Fail closed: an exception rolls the whole batch back (outputs, views, state, position)."""
+def test_an_event_the_handler_cannot_handle_is_dead_lettered_and_the_stream_goes_on(
+    tmp_path: Path,
+) -> None:
+    """A handler exception never stops the stream: the event is dead-lettered with the
+    reason, its key's state is left as it was before the event, every other event counts."""
     runner = open_runner(tmp_path, Failing("in-7"), batch_size=10)
     keys = [f"k{i % 2}" for i in range(10)]
     runner.store.append([proposal(i, k) for i, k in enumerate(keys)])
-    with pytest.raises(RuntimeError, match="decider bug"):
-        runner.run_until_idle()
-    assert runner.store.read_log("events") == []
-    assert runner.store.view_items("counts") == []
-    assert runner.store.position("counter") == 0
-    runner.release()
-    fixed = open_runner(tmp_path, Counting(), batch_size=10)
-    fixed.run_until_idle()
-    assert_counted_exactly_once(fixed.store, keys)
+    runner.run_until_idle()
+    dead = [e for e in decoded(runner.store, "dead-letter") if isinstance(e, EventDeadLettered)]
+    assert len(dead) == 1
+    assert "decider bug" in dead[0].reason and dead[0].source_offset == 8
+    assert runner.store.position("counter") == 10
+    counted = [e for e in decoded(runner.store, "events")]
+    assert len(counted) == 9  # in-7 produced nothing
+    assert dict(runner.store.view_items("counts")) == {"k0": "5", "k1": "4"}
 
 
 # --- poison input ------------------------------------------------------------------------
 
 
 def test_poison_is_dead_lettered_once_and_the_stream_goes_on(tmp_path: Path) -> None:
+    """``malformed_event`` (first in DESIGN's order of checks): kept with reason and bytes."""
     runner = open_runner(tmp_path, Counting(), FollowingUp())  # two readers of "requests"
     store = runner.store
     store.append([proposal(0, "a")])
@@ -421,10 +424,12 @@ def test_timers_fire_once_when_due(tmp_path: Path) -> None:
 
 
 def test_recover_runs_once_per_stored_key_on_taking_ownership(tmp_path: Path) -> None:
+    """C12: the executor reconciles unfinished work whenever a runner takes ownership."""
     first = open_runner(tmp_path, Recovering(), batch_size=2)
     first.store.append([proposal(i, f"k{i % 5}") for i in range(12)])
     first.run_until_idle()
     assert decoded(first.store, "events")[-1].event_type == "ExecutionStarted"
+    first._failed = True  # as if it had died holding the lock: the store stays dirty
     first.release()
 
     second = open_runner(tmp_path, Recovering(), batch_size=2, now=[42])
@@ -437,6 +442,17 @@ def test_recover_runs_once_per_stored_key_on_taking_ownership(tmp_path: Path) ->
     ]  # fmt: skip
     second.run_until_idle()  # not again while it keeps ownership
     assert len(decoded(second.store, "events")) == 12 + 5
+
+
+def test_recover_is_skipped_after_a_clean_stop(tmp_path: Path) -> None:
+    """A runner that released the lock cleanly left nothing unfinished: no reconciliation."""
+    first = open_runner(tmp_path, Recovering(), batch_size=2)
+    first.store.append([proposal(i, f"k{i % 5}") for i in range(4)])
+    first.run_until_idle()
+    first.release()
+    second = open_runner(tmp_path, Recovering(), batch_size=2, now=[42])
+    second.run_until_idle()
+    assert len(decoded(second.store, "events")) == 4
 
 
 # --- loops ---------------------------------------------------------------------------------
@@ -473,6 +489,7 @@ def test_run_until_runs_the_processes_until_the_call_settles(tmp_path: Path) -> 
 
 
 def test_runner_lock_is_exclusive_and_released_by_the_kernel_on_sigkill(tmp_path: Path) -> None:
+    """One runner per state dir, so two executors never reconcile one execution (C12)."""
     holder = start_worker(tmp_path, "serve")
     runner = EmbeddedRunner(EmbeddedStore(tmp_path, CODEC), [Counting()], CODEC, lambda: 0)
     assert not runner.try_acquire()

@@ -48,7 +48,7 @@ class _Batch:
     stateless projections cost no state writes.
     """
 
-    __slots__ = ("committed", "process", "rows", "states", "stored", "views")
+    __slots__ = ("committed", "handled", "process", "rows", "states", "stored", "views")
 
     def __init__(self, process: Process[Any]) -> None:
         self.process = process
@@ -57,6 +57,7 @@ class _Batch:
         self.rows: list[NewRow] = []
         self.views: list[ViewRecord] = []
         self.committed: dict[str, list[Event]] = {}
+        self.handled: dict[str, list[Event]] = {}
 
     def load(self, tx: StoreTx, keys: Sequence[str]) -> None:
         missing = [k for k in dict.fromkeys(keys) if k not in self.stored]
@@ -67,6 +68,16 @@ class _Batch:
             self.states[key] = (
                 self.process.load_state(blob) if blob is not None else self.process.initial_state()
             )
+
+    def reset(self, key: str, now: int) -> None:
+        """Undo a failed ``handle`` (it may have changed the state in place before raising):
+        back to the stored state, then re-apply this batch's earlier events of the key.
+        ``handle`` is deterministic, so their outputs (already kept) are not emitted again."""
+        blob = self.stored[key]
+        state = self.process.load_state(blob) if blob is not None else self.process.initial_state()
+        for event in self.handled.get(key, ()):
+            state, _ = self.process.handle(state, event, now)
+        self.states[key] = state
 
     def seed(self, key: str, state: Any, blob: bytes | None) -> None:
         self.states[key] = state
@@ -129,6 +140,8 @@ class EmbeddedRunner:
         self._batch_size = batch_size
         self._lock_fd: int | None = None
         self._recovered = False
+        self._needs_recovery = True
+        self._failed = False
         self._initial_blobs = {p.name: p.dump_state(p.initial_state()) for p in processes}
 
     # --- exclusivity -----------------------------------------------------------------------
@@ -138,7 +151,13 @@ class EmbeddedRunner:
         return self._lock_fd is not None
 
     def try_acquire(self) -> bool:
-        """Take ``<state_dir>/runner.lock`` without waiting; False when another runner has it."""
+        """Take ``<state_dir>/runner.lock`` without waiting; False when another runner has it.
+
+        The store remembers whether the previous holder stopped cleanly (``dirty``); only
+        after an unclean stop (crash, kill -9, an error) does ``recover`` run on taking
+        ownership. A clean stop leaves no started-but-unfinished work: ``follow_up``
+        completes before control returns.
+        """
         if self._lock_fd is not None:
             return True
         fd = os.open(self.store.state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
@@ -148,6 +167,10 @@ class EmbeddedRunner:
             os.close(fd)
             return False
         self._lock_fd = fd
+        with self.store.transaction() as tx:
+            self._needs_recovery = tx.meta("dirty") != "0"
+            tx.set_meta("dirty", "1")
+        self._failed = False
         return True
 
     def acquire(self, timeout: float) -> bool:
@@ -160,7 +183,11 @@ class EmbeddedRunner:
         return True
 
     def release(self) -> None:
+        """Give up the lock; marks the store clean unless this runner failed while holding it."""
         if self._lock_fd is not None:
+            if not self._failed:
+                with self.store.transaction() as tx:
+                    tx.set_meta("dirty", "0")
             os.close(self._lock_fd)  # closing the descriptor drops the flock
             self._lock_fd = None
             self._recovered = False
@@ -169,7 +196,9 @@ class EmbeddedRunner:
         if self._lock_fd is None:
             raise RunnerLockNotHeld(f"{self.store.state_dir / LOCK_FILE} is not held")
         if not self._recovered:
-            self.recover()
+            if self._needs_recovery:
+                self.recover()
+            self._recovered = True
 
     # --- one process, one transaction ------------------------------------------------------
 
@@ -203,16 +232,24 @@ class EmbeddedRunner:
             rows = tx.fetch(process.inputs, position, self._batch_size)
             if not rows:
                 return 0
-            events: list[Event] = []
+            events: list[tuple[LogRow, Event]] = []
             for row in rows:
                 event = self._decode(tx, row, process, now, batch)
                 if event is not None:
-                    events.append(event)
-            batch.load(tx, [ev.partition_key for ev in events])
-            for event in events:
+                    events.append((row, event))
+            batch.load(tx, [ev.partition_key for _, ev in events])
+            for row, event in events:
                 key = event.partition_key
-                state, outputs = process.handle(batch.states[key], event, now)
+                try:
+                    state, outputs = process.handle(batch.states[key], event, now)
+                except Exception as exc:  # a poison event must not stop the stream
+                    batch.reset(key, now)
+                    if tx.claim_dead_letter(row.topic, row.seq):
+                        reason = f"{process.name} could not handle {event.event_type}: {exc!r}"
+                        self._dead_letter(row, reason, process, now, batch)
+                    continue
                 batch.apply(key, state, outputs, self._codec)
+                batch.handled.setdefault(key, []).append(event)
             batch.write(tx, batch.changes(self._initial_blobs[process.name]))
             tx.set_position(process.name, rows[-1].seq)
         self._follow_up(process, batch, now)
@@ -333,9 +370,13 @@ class EmbeddedRunner:
         """One round: due timers and one batch per process; returns the progress made."""
         progress = 0
         now = self._clock()
-        for process in self.processes:
-            progress += self.fire_timers(process, now)
-            progress += self.step(process)
+        try:
+            for process in self.processes:
+                progress += self.fire_timers(process, now)
+                progress += self.step(process)
+        except BaseException:
+            self._failed = True  # the next holder must recover (see ``try_acquire``)
+            raise
         return progress
 
     def run_until_idle(self, max_seconds: float = 30.0) -> int:

@@ -52,6 +52,8 @@ _SCHEMA = (
         key TEXT NOT NULL,
         value_json TEXT NOT NULL,
         PRIMARY KEY (view, key))""",
+    # Runner bookkeeping, e.g. whether the last lock holder stopped cleanly.
+    "CREATE TABLE IF NOT EXISTS runner_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
     # One dead-letter per poison log row, however many processes consume its topic.
     """CREATE TABLE IF NOT EXISTS dead_lettered (
         topic TEXT NOT NULL,
@@ -171,6 +173,17 @@ class StoreTx:
             (process, after_key, limit),
         ).fetchall()
         return [(k, b) for k, b in rows]
+
+    def meta(self, name: str) -> str | None:
+        row = self._cur.execute("SELECT value FROM runner_meta WHERE name=?", (name,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, name: str, value: str) -> None:
+        self._cur.execute(
+            "INSERT INTO runner_meta(name, value) VALUES(?, ?) "
+            "ON CONFLICT(name) DO UPDATE SET value=excluded.value",
+            (name, value),
+        )
 
     def put_views(self, records: Iterable[tuple[str, str, str | None]]) -> None:
         """Apply ``(view, key, value_json)`` records in order; ``None`` is a tombstone."""
