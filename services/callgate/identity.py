@@ -10,6 +10,7 @@ import hashlib
 import json
 import math
 import unicodedata
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -85,18 +86,35 @@ class SessionVerifier:
         issuer: str | tuple[str, ...] = DEV_ISSUER,
         audience: str = AUDIENCE,
         leeway_ms: int = 0,
+        cache_size: int = 4096,
     ) -> None:
         self._keys = dict(keys)
         self._issuers = (issuer,) if isinstance(issuer, str) else tuple(issuer)
         self._audience = audience
         self._leeway_ms = leeway_ms
+        # Signature verification is a pure function of (token, keys): an agent session sends
+        # many calls with one token, so remember verified claims (never failures, never time
+        # checks, which run on every call). Bounded; the oldest entry goes first.
+        self._verified: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._cache_size = cache_size
 
-    def verify(self, token: str, now_ms: int) -> Principal:
-        """Raise ``Rejection(UNAUTHENTICATED, reason)`` unless ``token`` is valid at ``now_ms``."""
+    def _claims(self, token: str) -> dict[str, Any]:
+        cached = self._verified.get(token)
+        if cached is not None:
+            self._verified.move_to_end(token)
+            return cached
         try:
             _, claims = decode_signed(token, self._keys)
         except SignatureError as e:
             raise _unauthenticated(e.reason) from None
+        self._verified[token] = claims
+        if len(self._verified) > self._cache_size:
+            self._verified.popitem(last=False)
+        return claims
+
+    def verify(self, token: str, now_ms: int) -> Principal:
+        """Raise ``Rejection(UNAUTHENTICATED, reason)`` unless ``token`` is valid at ``now_ms``."""
+        claims = self._claims(token)
         missing = [c for c in REQUIRED_CLAIMS if c not in claims]
         if missing:
             raise _unauthenticated(f"missing claims: {', '.join(missing)}")

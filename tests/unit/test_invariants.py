@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, given, settings, target
 from hypothesis import strategies as st
 from tests.harness import DAY_S, Gate, write_profile
 
@@ -91,6 +91,14 @@ decide_op = st.tuples(
     st.sampled_from(["grant", "grant", "grant", "deny"]),
     settle,
 )
+flow_op = st.tuples(  # propose, have it confirmed, resubmit with the approval
+    st.just("flow"),
+    st.sampled_from(sorted(ACTORS)),
+    st.integers(0, len(CALLS) - 1),
+    st.sampled_from(KEYS),
+    st.sampled_from([*sorted(ACTORS), "eligible", "eligible", "eligible", "eligible"]),
+    settle,
+)
 advance_op = st.tuples(st.just("advance"), st.sampled_from([60_000, 600_000, 1_000_000]))
 resend_op = st.tuples(st.just("resend"), st.integers(0, 99))
 step_op = st.tuples(st.just("step"), st.integers(1, 25))
@@ -99,8 +107,9 @@ restart_op = st.tuples(st.just("restart"))
 
 program = st.lists(
     st.one_of(
-        *[propose_op] * 4,
-        *[decide_op] * 3,
+        *[propose_op] * 3,
+        *[decide_op] * 2,
+        *[flow_op] * 3,
         advance_op,
         resend_op,
         step_op,
@@ -142,9 +151,7 @@ class Run:
                 key = key if key_choice == "same" else key_choice
                 tool, args = CALLS[call][0], args_for(call, user)
                 p = g.proposal(self.tokens[user], tool, args, key=key, approval_id=approval)
-                self.actor_of[p.invocation_id] = user
-                self.call_of[p.invocation_id] = (call, key)
-                self._send(p, done)
+                self._propose(p, user, call, key, done)
             case ("decide", user, pick, decision, done):
                 closed = {
                     e.invocation_id
@@ -156,6 +163,18 @@ class Run:
                     request = open_[pick % len(open_)]
                     who = eligible(request) if user == "eligible" else user
                     self._send(g.decision(self.tokens[who], request.invocation_id, decision), done)
+            case ("flow", user, call, key, approver, done):
+                tool, args = CALLS[call][0], args_for(call, user)
+                p = g.proposal(self.tokens[user], tool, args, key=key)
+                self._propose(p, user, call, key, True)
+                (*request,) = g.events_of(p.invocation_id, ev.ApprovalRequested)
+                if request:
+                    who = eligible(request[0]) if approver == "eligible" else approver
+                    self._send(g.decision(self.tokens[who], p.invocation_id), True)
+                    granted = g.events_of(p.invocation_id, ev.ApprovalGranted)
+                    approval = granted[0].approval_id if granted else None
+                    again = g.proposal(self.tokens[user], tool, args, key=key, approval_id=approval)
+                    self._propose(again, user, call, key, done)
             case ("advance", ms):
                 runner.tick(ms)
             case ("resend", pick):
@@ -169,6 +188,13 @@ class Run:
                 runner.restart()
             case _:
                 raise AssertionError(f"unknown operation {op!r}")
+
+    def _propose(
+        self, p: ev.ToolCallProposed, user: str, call: int, key: str | None, done: bool
+    ) -> None:
+        self.actor_of[p.invocation_id] = user
+        self.call_of[p.invocation_id] = (call, key)
+        self._send(p, done)
 
     def _send(self, e: ev.Event, done: bool) -> None:
         self.sent.append(e)
@@ -345,6 +371,7 @@ def test_safety_invariants_hold_under_any_interleaving(
         executed = {e.invocation_id for e in g.events(ev.ExecutionRequested)}
         confirmed = {c.invocation_id for c in g.events(ev.ConfirmationAccepted)}
         event(f"confirmed executions: {min(len(executed & confirmed), 3)}")
+        target(float(len(executed & confirmed)), label="confirmed executions")
         event(f"effects: {min(len(g.effects()), 5)}")
         event(f"replays: {min(len(g.events(ev.ReplayServed)), 3)}")
 

@@ -1,0 +1,184 @@
+"""Benchmarks that need no broker: policy CPU time, embedded throughput, replay, memory.
+
+Each function builds its own fresh state, times only the work it names (set-up and
+warm-up happen before the timer starts) and returns a row for the table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from callgate import events as ev
+from callgate.bootstrap import App, Settings, bootstrap
+from callgate.canonical import partition_key
+
+
+@dataclass
+class Row:
+    measure: str
+    value: str
+    target: str = ""
+    ok: bool | None = None
+    note: str = ""
+
+
+def mixed_proposals(app: App, n: int, seed: int = 1, tenant: str = "acme") -> list[ev.ToolCallProposed]:
+    """The benchmark mix: 70% reads, 20% low-impact mutations, 10% high-impact mutations
+    (which stop at ``approval_required`` after their dry-run)."""
+    rng = random.Random(seed)
+    now = app.clock()
+    token = app.session_issuer.issue("bench-agent", tenant, ["support", "finance"], now, ttl_seconds=86_400)
+    out: list[ev.ToolCallProposed] = []
+    for i in range(n):
+        inv = str(uuid.UUID(int=rng.getrandbits(128)))
+        r = rng.random()
+        key: str | None = None
+        if r < 0.7:
+            tool, args = "tickets.read", {"ticket_id": f"T-{rng.randrange(10_000)}"}
+        elif r < 0.9:
+            key = f"bench-{seed}-{i}"
+            tool, args = "tickets.create", {"title": f"ticket {i}", "requester_id": "bench-agent"}
+        else:
+            key = f"bench-{seed}-{i}"
+            tool = "refunds.issue"
+            args = {"order_id": f"ORD-{rng.randrange(10_000)}", "amount_cents": 20_000 + i, "currency": "EUR"}
+        out.append(
+            ev.ToolCallProposed(
+                event_id=f"bench-{inv}",
+                invocation_id=inv,
+                partition_key=partition_key(tenant, key, inv),
+                occurred_at=now,
+                producer="bench",
+                session_token=token,
+                tool=tool,
+                args_json=json.dumps(args),
+                idempotency_key=key,
+            )
+        )
+    return out
+
+
+def bench_policy(n: int) -> list[Row]:
+    """CPU time of the policy evaluation alone (C1), per decision."""
+    from callgate.principal import Principal
+
+    with tempfile.TemporaryDirectory() as d:
+        app = bootstrap(Settings(state_dir=Path(d)))
+        engine = app.policy
+        spec = app.profile.tool("refunds.issue")
+        assert spec is not None
+        who = Principal("alice", "acme", ("support",))
+        args = {"order_id": "ORD-1", "amount_cents": 500, "currency": "EUR"}
+        for _ in range(200):  # warm-up, outside the timed region
+            engine.decide(who, spec, "ORD-1", args)
+        samples: list[int] = []
+        for i in range(n):
+            target = f"ORD-{i % 1000}"
+            t0 = time.thread_time_ns()
+            engine.decide(who, spec, target, args)
+            samples.append(time.thread_time_ns() - t0)
+    samples.sort()
+    median_us = statistics.median(samples) / 1000
+    p99_us = samples[int(len(samples) * 0.99) - 1] / 1000
+    return [
+        Row("policy evaluation, median CPU per decision", f"{median_us:.1f} µs", "≤ 100 µs", median_us <= 100,
+            "reusable cedarpy PolicySet, one is_authorized per call"),
+        Row("policy evaluation, p99 CPU per decision", f"{p99_us:.1f} µs", "", None, f"{n} decisions"),
+    ]
+
+
+def bench_embedded(n: int) -> tuple[list[Row], Path]:
+    """Durable proposals per second to final decision on the embedded backend."""
+    from callgate.adapters.avro_codec import AvroCodec
+    from callgate.adapters.embedded.runner import EmbeddedRunner
+    from callgate.adapters.embedded.store import EmbeddedStore
+
+    state = Path(tempfile.mkdtemp(prefix="callgate-bench-"))
+    app = bootstrap(Settings(state_dir=state))
+    codec = AvroCodec.default()
+    store = EmbeddedStore(state, codec)
+    proposals = mixed_proposals(app, n)
+    store.append(proposals)  # published before the timer: we time deciding, not publishing
+    runner = EmbeddedRunner(store, app.processes(), codec, app.clock)
+    assert runner.try_acquire()
+    t0 = time.perf_counter()
+    runner.run_until_idle(max_seconds=3600)
+    seconds = time.perf_counter() - t0
+    settled = sum(
+        1 for p in proposals if (v := store.view("status", p.invocation_id)) and json.loads(v)["settled"]
+    )
+    runner.release()
+    events = len(store.read_log("events", limit=10_000_000))
+    store.close()
+    rate = n / seconds
+    return [
+        Row("embedded: durable proposals/s to final decision", f"{rate:,.0f}/s", "≥ 2,000/s", rate >= 2000,
+            f"{n} proposals (70/20/10 mix), {settled} settled, {events} events, SQLite synchronous=FULL"),
+    ], state
+
+
+def bench_replay(state: Path) -> list[Row]:
+    """Events per second rebuilding every projection from the log, checked against live views."""
+    from callgate.replay import replay
+    from callgate.sdk import connect
+
+    gate = connect(Settings(state_dir=state))
+    report = replay(gate)
+    gate.close()
+    rate = report["events_per_s"] or 0
+    return [
+        Row("replay: events/s rebuilding all projections", f"{rate:,.0f}/s", "≥ 50,000/s", rate >= 50_000,
+            f"{report['events']} events, equal to live views: {report['equal']}"),
+    ]
+
+
+def bench_memory(keys: int) -> list[Row]:
+    """Peak RSS of a decider holding state for ``keys`` idempotency keys (subprocess)."""
+    cmd = [sys.executable, "-m", "callgate.bench_memory", str(keys)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=os.environ | {"PYTHONHASHSEED": "0"})
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    mb = data["peak_rss_mb"]
+    return [
+        Row(f"decider peak RSS with {keys:,} idempotency keys", f"{mb:,.0f} MB", "≤ 300 MB", mb <= 300,
+            data["note"]),
+    ]
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def machine() -> dict[str, Any]:
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        kb = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f"{kb / 1024 / 1024:.0f} GiB"
+    except (OSError, ValueError, IndexError):
+        pass
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory": mem,
+        "python": sys.version.split()[0],
+    }

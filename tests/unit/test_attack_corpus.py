@@ -1,0 +1,123 @@
+"""The hostile-input corpus (``tests/attacks.py``) on the in-memory Gate.
+
+Every named attack runs against the real decider, executor, projections and simulated
+providers (``tests.harness.Gate``) and must get its documented code, execute nothing
+(provider ledger unchanged, no ``ExecutionRequested`` for the attacking invocation) and
+leave the decider deciding (DESIGN "Outcome and error vocabulary", C1-C12).
+
+The in-memory runner carries Python objects, not bytes: its byte boundary is the Avro
+codec that both durable runners decode with, so ``wire`` cases here prove the codec
+refuses them with a reason. Topic admission (a service event written to ``requests``)
+exists only where there are topics; that case runs on the embedded backend
+(``tests/integration/test_hostile_embedded.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.attacks import (
+    CORPUS,
+    DAY_S,
+    AttackCase,
+    Verdict,
+    build_proposal,
+    run_case,
+    verdict_from_decision,
+    verdict_from_status,
+)
+from tests.harness import Gate
+
+from callgate import events as ev
+from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
+from callgate.bootstrap import App
+from callgate.codes import Code
+
+
+class MemorySurface:
+    """The attack surface over ``tests.harness.Gate`` (in-memory runner)."""
+
+    def __init__(self, gate: Gate) -> None:
+        self.gate = gate
+
+    @property
+    def app(self) -> App:
+        return self.gate.app
+
+    @property
+    def now_ms(self) -> int:
+        return self.gate.runner.now_ms
+
+    def session(
+        self, user: str, tenant: str = "acme", roles: tuple[str, ...] = ("support",), ttl: int = DAY_S
+    ) -> str:
+        return self.gate.session(user, tenant, roles, ttl)
+
+    def propose(
+        self,
+        token: str,
+        tool: str,
+        args: Mapping[str, Any] | str,
+        key: str | None = None,
+        approval_id: str | None = None,
+    ) -> Verdict:
+        return self.submit(build_proposal(token, tool, args, self.now_ms, key, approval_id))
+
+    def submit(self, proposal: ev.ToolCallProposed, times: int = 1) -> Verdict:
+        self.gate.runner.publish(*[proposal] * times)
+        self.gate.runner.run()
+        status = self.gate.runner.log.views.get("status", {}).get(proposal.invocation_id)
+        return verdict_from_status(proposal.invocation_id, None if status is None else json.loads(status))
+
+    def decide(self, token: str, invocation_id: str, decision: str = "grant") -> Verdict:
+        event_id = self.gate.decide(token, invocation_id, decision)
+        answer = json.loads(self.gate.runner.log.views["decisions"][event_id])
+        return verdict_from_decision(invocation_id, answer)
+
+    def advance(self, ms: int) -> None:
+        self.gate.runner.advance(ms)
+
+    def publish_raw(self, topic: str, partition_key: str, payload: bytes) -> Verdict:
+        try:
+            event = AvroCodec.default().decode(payload)
+        except MalformedEvent as exc:
+            return Verdict("", Code.MALFORMED_EVENT.value, exc.reason, original=payload)
+        raise AssertionError(f"the codec accepted hostile bytes as {event.event_type}")
+
+    def events_of(self, invocation_id: str) -> list[ev.Event]:
+        return self.gate.events_of(invocation_id)
+
+    def effects(self) -> list[dict[str, Any]]:
+        return self.gate.effects()
+
+
+@pytest.mark.parametrize("case", CORPUS, ids=[c.name for c in CORPUS])
+def test_attack_gets_its_code_and_runs_nothing(case: AttackCase, tmp_path: Path) -> None:
+    """Each named attack: its documented code, an unchanged ledger, no execution request
+    for the attacking invocation, and a decider that still decides the next call."""
+    if case.needs_topics:
+        pytest.skip("topic admission is a durable-runner rule; see test_hostile_embedded.py")
+    run_case(MemorySurface(Gate(tmp_path / "state")), case)
+
+
+def test_the_corpus_covers_every_rejection_the_brief_names() -> None:
+    """The corpus is a fixed artifact: it keeps at least one attack per refusal code."""
+    codes = {c.expected for c in CORPUS}
+    assert codes >= {
+        Code.MALFORMED_EVENT,
+        Code.UNAUTHENTICATED,
+        Code.UNKNOWN_TOOL,
+        Code.INVALID_ARGUMENTS,
+        Code.IDENTITY_SPOOF,
+        Code.TOOL_FORBIDDEN,
+        Code.APPROVAL_MISSING,
+        Code.APPROVAL_EXPIRED,
+        Code.APPROVAL_MISMATCH,
+        Code.APPROVAL_CONSUMED,
+        Code.APPROVER_FORBIDDEN,
+        Code.IDEMPOTENCY_CONFLICT,
+    }
