@@ -170,13 +170,24 @@ def read_partition_to_end(
     return read_partitions_to_end(bootstrap, topic, [partition], **kwargs)
 
 
+def fetched(consumer: Consumer, timeout_s: float) -> list[Message]:
+    """What is fetched already (no waiting for a full batch), else the next message to
+    arrive within ``timeout_s``; ``[]`` when none did. ``consume(n, t)`` would wait for all
+    ``n`` messages or the whole timeout."""
+    msgs: list[Message] = consumer.consume(1000, 0)
+    if not msgs:
+        msg = consumer.poll(timeout_s)
+        msgs = [msg] if msg is not None else []
+    return msgs
+
+
 def _drain(consumer: Consumer, pending: set[int], timeout_s: float) -> list[Record]:
     records: list[Record] = []
     deadline = time.monotonic() + timeout_s
     while pending:
         if time.monotonic() > deadline:
             raise TimeoutError(f"partitions {sorted(pending)} never reached their end")
-        for msg in consumer.consume(1000, 0.2):
+        for msg in fetched(consumer, 0.1):
             err = msg.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:

@@ -30,6 +30,7 @@ restore consumer can read uncommitted, so it never stalls behind a zombie's open
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from rocksdict import Options, Rdict, WriteBatch
 
+from callgate.adapters.kafka.client import fetched
 from callgate.adapters.kafka.topics import Topics
 
 HEADER_TXN = "cg-txn"
@@ -178,12 +180,12 @@ class ChangelogReader:
         tp = TopicPartition(topic, partition, start)
         self._consumer.assign([tp])
         entries: list[ChangelogEntry] = []
+        deadline = time.monotonic() + self._timeout_s
         try:
             while True:
-                msgs = self._consumer.consume(1000, self._timeout_s)
-                if not msgs:
-                    raise TimeoutError(f"{topic}[{partition}] gave nothing for {self._timeout_s}s")
-                for msg in msgs:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{topic}[{partition}] not read to {bound} in time")
+                for msg in fetched(self._consumer, 0.1):
                     err = msg.error()
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:
