@@ -30,12 +30,12 @@ from cryptography.hazmat.primitives import serialization
 
 from callgate import events as ev
 from callgate.adapters.avro_codec import MARKER, AvroCodec
-from callgate.approvals import peek_partition_key
 from callgate.bootstrap import App
 from callgate.canonical import args_hash, partition_key
 from callgate.codes import Code
 from callgate.identity import AUDIENCE, DEV_ISSUER, SessionIssuer
 from callgate.keys import KeyRing
+from callgate.sdk import _route as sdk_route
 
 DAY_S = 86_400
 Args = dict[str, Any]
@@ -45,6 +45,11 @@ REFUND: Args = {"order_id": "ORD-1", "amount_cents": 500, "currency": "USD"}
 TICKET: Args = {"title": "Printer on fire", "requester_id": "alice"}
 DEPLOY: Args = {"service": "billing", "version": "2.0.0", "environment": "production"}
 READ_T1: Args = {"ticket_id": "T-1"}
+# Look-alikes, escaped so that a reader sees what they are.
+CYRILLIC_ALICE = "\u0430lice"  # Cyrillic a (U+0430), then "lice": not alice
+FULLWIDTH_ALICE = "\uff21\uff2c\uff29\uff23\uff25"  # "ALICE" in full-width capitals
+FULLWIDTH_ORG_ID = "\uff4f\uff52\uff47\uff3f\uff49\uff44"  # "org_id" in full-width
+CYRILLIC_TOOL = "tickets.re\u0430d"  # "tickets.read" with a Cyrillic a
 
 
 @dataclass(frozen=True)
@@ -68,7 +73,11 @@ class Surface(Protocol):
     def now_ms(self) -> int: ...
 
     def session(
-        self, user: str, tenant: str = "acme", roles: tuple[str, ...] = ("support",), ttl: int = DAY_S
+        self,
+        user: str,
+        tenant: str = "acme",
+        roles: tuple[str, ...] = ("support",),
+        ttl: int = DAY_S,
     ) -> str: ...
 
     def propose(
@@ -107,14 +116,6 @@ class Surface(Protocol):
 # --- building hostile requests ------------------------------------------------------------
 
 
-def _claimed_tenant(token: str) -> str:
-    try:
-        tenant = jwt.decode(token, options={"verify_signature": False}).get("tenant", "")
-    except (jwt.PyJWTError, ValueError, AttributeError, TypeError):
-        return ""
-    return tenant if isinstance(tenant, str) else ""
-
-
 def build_proposal(
     token: str,
     tool: str,
@@ -124,18 +125,16 @@ def build_proposal(
     approval_id: str | None = None,
     invocation_id: str | None = None,
 ) -> ev.ToolCallProposed:
-    """A proposal routed as the SDK routes it (by tenant + key, else by approval, else by id)."""
+    """A proposal routed as the SDK routes it (by tenant + key, else by approval, else by id).
+
+    Every backend's surface builds its requests here or in the SDK itself, so a
+    disagreement between the SDK's routing and the decider's shows up as a failure.
+    """
     inv = invocation_id or f"inv-{uuid.uuid4()}"
-    if key is not None:
-        pk = partition_key(_claimed_tenant(token), key, inv)
-    elif approval_id is not None:
-        pk = peek_partition_key(approval_id) or partition_key("", None, inv)
-    else:
-        pk = partition_key("", None, inv)
     return ev.ToolCallProposed(
         event_id=f"evt-{inv}",
         invocation_id=inv,
-        partition_key=pk,
+        partition_key=sdk_route(token, key, approval_id, inv),  # exactly as the SDK routes
         correlation_id=inv,
         occurred_at=now_ms,
         producer="attacker",
@@ -147,9 +146,9 @@ def build_proposal(
     )
 
 
-def session_claims(s: Surface, user: str = "alice", roles: tuple[str, ...] = ("admin",)) -> Args:
-    """Claims shaped exactly like the development issuer's, valid right now."""
-    iat = s.now_ms // 1000
+def session_claims(now_ms: int, user: str = "alice", roles: tuple[str, ...] = ("admin",)) -> Args:
+    """Claims shaped exactly like the development issuer's, valid at ``now_ms``."""
+    iat = now_ms // 1000
     return {
         "sub": user,
         "tenant": "acme",
@@ -163,33 +162,32 @@ def session_claims(s: Surface, user: str = "alice", roles: tuple[str, ...] = ("a
     }
 
 
-def forged_token(s: Surface) -> str:
+def forged_token(app: App, now_ms: int) -> str:
     """Signed with a key of another deployment, under this deployment's own kid."""
     other = KeyRing.generate().session_signing_key
-    issuer = SessionIssuer(other, s.app.keys.session_kid)
-    return issuer.issue("alice", "acme", ["admin"], s.now_ms)
+    issuer = SessionIssuer(other, app.keys.session_kid)
+    return issuer.issue("alice", "acme", ["admin"], now_ms)
 
 
-def wrong_audience_token(s: Surface) -> str:
-    keys = s.app.keys
+def wrong_audience_token(app: App, now_ms: int) -> str:
+    keys = app.keys
     issuer = SessionIssuer(keys.session_signing_key, keys.session_kid, audience="billing-api")
-    return issuer.issue("alice", "acme", ["admin"], s.now_ms)
+    return issuer.issue("alice", "acme", ["admin"], now_ms)
 
 
-def alg_none_token(s: Surface) -> str:
-    return jwt.encode(
-        session_claims(s), None, algorithm="none", headers={"kid": s.app.keys.session_kid}
-    )
+def alg_none_token(app: App, now_ms: int) -> str:
+    kid = app.keys.session_kid
+    # "" is pyjwt's spelling of "no key" for alg none
+    return jwt.encode(session_claims(now_ms), "", algorithm="none", headers={"kid": kid})
 
 
-def hs256_token(s: Surface) -> str:
+def hs256_token(app: App, now_ms: int) -> str:
     """Algorithm confusion: HMAC keyed with the issuer's *public* key (which anyone has)."""
-    public = s.app.keys.session_signing_key.public_key().public_bytes(
+    public = app.keys.session_signing_key.public_key().public_bytes(
         serialization.Encoding.Raw, serialization.PublicFormat.Raw
     )
-    return jwt.encode(
-        session_claims(s), public, algorithm="HS256", headers={"kid": s.app.keys.session_kid}
-    )
+    kid = app.keys.session_kid
+    return jwt.encode(session_claims(now_ms), public, algorithm="HS256", headers={"kid": kid})
 
 
 def _b64(data: bytes) -> str:
@@ -264,9 +262,7 @@ def _act_expired_token(s: Surface, ctx: Ctx) -> Verdict:
 def _foreign_resource(s: Surface, ctx: Ctx) -> Verdict:
     gina = s.session("gina", "globex", ("support",))
     # the tenant field names gina's own tenant (so C6 passes); the record is acme's
-    return s.propose(
-        gina, "records.update", {"record_id": "REC-1", "fields": {"tenant": "globex"}}
-    )
+    return s.propose(gina, "records.update", {"record_id": "REC-1", "fields": {"tenant": "globex"}})
 
 
 # -- arguments (C7: validated before the ACL) --
@@ -305,16 +301,18 @@ def _nested_tenant(s: Surface, ctx: Ctx) -> Verdict:
 
 
 def _fullwidth_tenant_key(s: Surface, ctx: Ctx) -> Verdict:
-    fields = {"meta": {"ｏｒｇ＿ｉｄ": "globex"}}  # full-width "org_id" (NFKC folds it)
+    fields = {"meta": {FULLWIDTH_ORG_ID: "globex"}}  # NFKC folds it to org_id
     return s.propose(s.session("alice"), "records.update", {"record_id": "REC-1", "fields": fields})
 
 
 def _cyrillic_user(s: Surface, ctx: Ctx) -> Verdict:
-    return s.propose(s.session("alice"), "tickets.create", {**TICKET, "requester_id": "аlice"})
+    return s.propose(
+        s.session("alice"), "tickets.create", {**TICKET, "requester_id": CYRILLIC_ALICE}
+    )
 
 
 def _fullwidth_user(s: Surface, ctx: Ctx) -> Verdict:
-    return s.propose(s.session("alice"), "refunds.issue", {**REFUND, "issued_by": "ＡＬＩＣＥ"})
+    return s.propose(s.session("alice"), "refunds.issue", {**REFUND, "issued_by": FULLWIDTH_ALICE})
 
 
 def _runs_as_session_user(s: Surface, ctx: Ctx, v: Verdict) -> None:
@@ -518,7 +516,7 @@ CORPUS: list[AttackCase] = [
         "forged-token",
         "C6: a token signed by another key under this deployment's kid",
         UNAUTHENTICATED,
-        lambda s, c: _alice_creates(s, forged_token(s)),
+        lambda s, c: _alice_creates(s, forged_token(s.app, s.now_ms)),
         reason="bad signature",
     ),
     AttackCase(
@@ -533,21 +531,21 @@ CORPUS: list[AttackCase] = [
         "wrong-audience-token",
         "C6: a genuine token minted for another service (aud)",
         UNAUTHENTICATED,
-        lambda s, c: _alice_creates(s, wrong_audience_token(s)),
+        lambda s, c: _alice_creates(s, wrong_audience_token(s.app, s.now_ms)),
         reason="wrong audience",
     ),
     AttackCase(
         "alg-none-token",
         "C6: an unsigned token (alg: none) naming an admin",
         UNAUTHENTICATED,
-        lambda s, c: _alice_creates(s, alg_none_token(s)),
+        lambda s, c: _alice_creates(s, alg_none_token(s.app, s.now_ms)),
         reason="algorithm 'none' not accepted",
     ),
     AttackCase(
         "hs256-token",
         "C6: algorithm confusion, HS256 keyed with the issuer's public key",
         UNAUTHENTICATED,
-        lambda s, c: _alice_creates(s, hs256_token(s)),
+        lambda s, c: _alice_creates(s, hs256_token(s.app, s.now_ms)),
         reason="algorithm 'HS256' not accepted",
     ),
     AttackCase(
@@ -559,9 +557,9 @@ CORPUS: list[AttackCase] = [
     # tools and arguments
     AttackCase(
         "unknown-tool-confusable",
-        "C10: a tool name with a Cyrillic 'а' is not the catalog's tickets.read",
+        "C10: tickets.read spelled with a Cyrillic a is not a catalog tool",
         Code.UNKNOWN_TOOL,
-        lambda s, c: s.propose(s.session("alice"), "tickets.reаd", READ_T1),
+        lambda s, c: s.propose(s.session("alice"), CYRILLIC_TOOL, READ_T1),
     ),
     AttackCase(
         "oversized-arguments",
@@ -604,18 +602,18 @@ CORPUS: list[AttackCase] = [
         "C6: a tenant field whose key is spelled in full-width letters",
         Code.IDENTITY_SPOOF,
         _fullwidth_tenant_key,
-        details={"field": "fields.meta.ｏｒｇ＿ｉｄ"},
+        details={"field": "fields.meta." + FULLWIDTH_ORG_ID},
     ),
     AttackCase(
         "cyrillic-look-alike-user",
-        "C6: requester_id 'аlice' with a Cyrillic 'а' is not alice",
+        "C6: requester_id alice spelled with a Cyrillic a (U+0430) is not alice",
         Code.IDENTITY_SPOOF,
         _cyrillic_user,
         details={"field": "requester_id"},
     ),
     AttackCase(
         "full-width-upper-case-user-is-accepted",
-        "C6: 'ＡＬＩＣＥ' is alice; the call is decided on its merits and carries 'alice'",
+        "C6: ALICE in full-width capitals is alice: decided on its merits, carrying 'alice'",
         Code.APPROVAL_REQUIRED,
         _fullwidth_user,
         check=_runs_as_session_user,
@@ -628,6 +626,13 @@ CORPUS: list[AttackCase] = [
         _act_tampered,
         lambda s: _pending_refund(s),
         reason="bad signature",
+    ),
+    AttackCase(
+        "junk-approval-id",
+        "C11: a string that is no artifact at all, presented without a key",
+        Code.APPROVAL_MISSING,
+        lambda s, c: s.propose(s.session("alice"), "refunds.issue", REFUND, approval_id="junk"),
+        reason="malformed token",
     ),
     AttackCase(
         "expired-approval",

@@ -161,7 +161,8 @@ class Gate:
     @overload
     def events_of(self, invocation_id: str, cls: type[E]) -> list[E]: ...
     def events_of(self, invocation_id: str, cls: type[ev.Event] = ev.Event) -> list[Any]:
-        return [e for e in self.runner.log.of(invocation_id) if isinstance(e, cls)]
+        """Events of one invocation of type ``cls``, once per ``event_id``."""
+        return [e for e in self.events(cls) if e.invocation_id == invocation_id]
 
     @overload
     def events(self) -> list[ev.Event]: ...

@@ -45,6 +45,7 @@ def mixed_proposals(app: App, n: int, seed: int = 1, tenant: str = "acme") -> li
         inv = str(uuid.UUID(int=rng.getrandbits(128)))
         r = rng.random()
         key: str | None = None
+        args: dict[str, object]
         if r < 0.7:
             tool, args = "tickets.read", {"ticket_id": f"T-{rng.randrange(10_000)}"}
         elif r < 0.9:

@@ -344,6 +344,16 @@ class Decider:
             invocation_id=presented.invocation_id,
         )
         require_match(expected, presented)  # approval_mismatch naming the bindings
+        if presented.partition_key != p.partition_key:
+            # Signed to another idempotency key's partition: only the invocation it was
+            # granted for (resubmitted under that key) may use it, and single use is
+            # tracked there. Anywhere else it is another invocation's approval.
+            raise Rejection(
+                Code.APPROVAL_CONSUMED,
+                f"approval {claims.jti} belongs to invocation {presented.invocation_id} "
+                "under another idempotency key; it cannot authorize this one",
+                {"approved_invocation_id": presented.invocation_id},
+            )
         use = state.approvals.get(claims.jti)
         if use is None:
             raise Rejection(Code.APPROVAL_MISSING, f"approval {claims.jti} is not known here")
@@ -605,6 +615,9 @@ class Decider:
     def _on_approval_decision(
         self, state: DeciderState, d: ev.ApprovalDecisionSubmitted, out: _Emitter
     ) -> None:
+        if d.event_id in state.decisions_seen:
+            return  # the same decision delivered twice: already answered
+        state.decisions_seen.append(d.event_id)
         try:
             approver = self.deps.sessions.verify(d.session_token, out.now_ms)
             inv = state.invocations.get(d.invocation_id)
@@ -750,8 +763,9 @@ class Decider:
         """C12: the provider said what happened; record it, then replay or execute once."""
         original_id = e.original_invocation_id or e.invocation_id
         original = state.invocations.get(original_id)
-        if original is None:
-            return
+        if original is None or e.event_id in original.reconciliations:
+            return  # unknown, or a duplicate delivery: one reconciliation, one retry at most
+        original.reconciliations.append(e.event_id)
         rec = _key_record(state, original)
         if e.found:
             original.phase, original.outcome = Phase.SETTLED, Code.EXECUTED.value

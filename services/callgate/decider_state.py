@@ -74,6 +74,8 @@ class Invocation:
     execution_token: str = ""
     attempt: int = 0
     result_json: str = ""
+    # ExecutionReconciled events already acted on: a redelivered one must not retry (C12).
+    reconciliations: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -108,6 +110,7 @@ class DeciderState:
     invocations: dict[str, Invocation] = field(default_factory=dict)
     keys: dict[str, KeyRecord] = field(default_factory=dict)
     approvals: dict[str, ApprovalUse] = field(default_factory=dict)
+    decisions_seen: list[str] = field(default_factory=list)  # ApprovalDecisionSubmitted ids
 
     def next_due(self) -> int | None:
         times = [
@@ -131,4 +134,5 @@ def load_state(data: bytes) -> DeciderState:
         invocations={k: Invocation(**v) for k, v in raw["invocations"].items()},
         keys={k: KeyRecord(**v) for k, v in raw["keys"].items()},
         approvals={k: ApprovalUse(**v) for k, v in raw["approvals"].items()},
+        decisions_seen=list(raw.get("decisions_seen", [])),
     )

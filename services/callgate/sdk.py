@@ -186,7 +186,9 @@ def _route(session: str, key: str | None, approval_id: str | None, invocation_id
     if key is not None:
         return partition_key(_unverified_tenant(session), key, invocation_id)
     if approval_id is not None:
-        return peek_partition_key(approval_id) or partition_key("", None, invocation_id)
+        # The approved invocation's partition; "" when the artifact names none, which is
+        # where the decider expects it (and then refuses it as approval_missing).
+        return peek_partition_key(approval_id) or ""
     return partition_key("", None, invocation_id)
 
 

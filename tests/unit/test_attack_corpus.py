@@ -53,7 +53,11 @@ class MemorySurface:
         return self.gate.runner.now_ms
 
     def session(
-        self, user: str, tenant: str = "acme", roles: tuple[str, ...] = ("support",), ttl: int = DAY_S
+        self,
+        user: str,
+        tenant: str = "acme",
+        roles: tuple[str, ...] = ("support",),
+        ttl: int = DAY_S,
     ) -> str:
         return self.gate.session(user, tenant, roles, ttl)
 
@@ -71,7 +75,9 @@ class MemorySurface:
         self.gate.runner.publish(*[proposal] * times)
         self.gate.runner.run()
         status = self.gate.runner.log.views.get("status", {}).get(proposal.invocation_id)
-        return verdict_from_status(proposal.invocation_id, None if status is None else json.loads(status))
+        return verdict_from_status(
+            proposal.invocation_id, None if status is None else json.loads(status)
+        )
 
     def decide(self, token: str, invocation_id: str, decision: str = "grant") -> Verdict:
         event_id = self.gate.decide(token, invocation_id, decision)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import cached_property
 from typing import Any
 
-from callgate.adapters.avro_codec import AvroCodec
+from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
 from callgate.adapters.embedded.runner import EmbeddedRunner
 from callgate.adapters.embedded.store import EmbeddedStore
 from callgate.bootstrap import App
@@ -47,7 +47,12 @@ class EmbeddedBackend:
         after = 0
         while rows := self.store.read_log("events", after_seq=after, limit=5000):
             for row in rows:
-                yield self.codec.decode(row.payload)
+                try:
+                    event = self.codec.decode(row.payload)
+                except MalformedEvent:
+                    continue  # poison: the runner dead-lettered it and no process saw it
+                if row.topic == type(event).TOPIC:  # else dead-lettered as misplaced, too
+                    yield event
             after = rows[-1].seq
 
     def wait(self, predicate: Callable[[], bool], timeout_s: float) -> bool:

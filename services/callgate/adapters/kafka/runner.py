@@ -35,6 +35,11 @@ from the broker, restore state to them, re-seek the inputs, and retry -- never s
 fenced producer (a newer instance with the same ``transactional.id``) raises
 ``ProducerFenced``: the runner must exit, not continue.
 
+Inputs are read ``read_committed``; on tansu that does not hide records of aborted upstream
+transactions (DESIGN "Known tansu gaps"), so there a process can see an upstream event
+twice. Processes are idempotent per ``event_id`` for that reason too (at-least-once delivery
+plus idempotent effects); on Apache Kafka it does not happen.
+
 On assignment: restore each partition's store from the changelog, rebuild the timer index,
 then (processes with ``recovers``) call ``recover`` for every restored key and commit the
 results before processing new input.
@@ -103,7 +108,13 @@ class _Txn:
 
 
 class KafkaRunner:
-    """Runs one process over its input topics with Kafka transactions (see module docstring)."""
+    """Runs one process over its input topics with Kafka transactions (see module docstring).
+
+    ``instance_id`` names this instance: it fixes the ``transactional.id`` and the static
+    group member id, so it must be stable across restarts and unique among live instances.
+    ``state_dir`` is this instance's own directory (rocksdict stores under
+    ``<state_dir>/<process>/p<partition>``); losing it only costs a longer restore.
+    """
 
     def __init__(
         self,
@@ -176,10 +187,13 @@ class KafkaRunner:
             self.close()
 
     def close(self) -> None:
-        self._consumer.close()
-        self._reader.close()
+        """Release everything, even after a fatal error (which ``run`` re-raises)."""
         self._close_stores()
-        self._producer.flush(10)
+        for closing in (self._consumer.close, self._reader.close, lambda: self._producer.flush(10)):
+            try:
+                closing()
+            except KafkaException as exc:  # the client already failed; the cause is raised
+                log.warning("%s: while closing: %s", self.process.name, exc)
 
     @property
     def owned_partitions(self) -> list[int]:
@@ -207,8 +221,6 @@ class KafkaRunner:
             self._commit(txn)
             self._follow_up(txn, now)
             self._failures = 0
-        except ProducerFenced:
-            raise
         except Exception as exc:
             self._after_failure(exc)
         return len(msgs)

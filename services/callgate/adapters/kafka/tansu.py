@@ -109,13 +109,15 @@ class TansuBroker:
             time.sleep(0.05)
         return False
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 1.0) -> None:
+        """SIGTERM, then SIGKILL after ``grace_s``: tansu drains connected clients for about
+        5 s on SIGTERM, and its memory storage has nothing to save."""
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
             return
         proc.terminate()
         try:
-            proc.wait(timeout=5)
+            proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)

@@ -1,0 +1,82 @@
+"""``callgate bench``: one table of figures, with machine details, measured in one run.
+
+Sections (issue "Performance"): broker ceiling (same topology, no logic) and pipeline
+throughput with its ratio; latency at a fixed offered load; replay; policy CPU time;
+embedded durable throughput; decider memory with many keys. ``--quick`` runs tiny
+counts (the test suite's smoke run); figures from it mean nothing.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from typing import Any
+
+from rich.table import Table
+
+from callgate.bench_core import Row, bench_embedded, bench_memory, bench_policy, bench_replay, machine
+from callgate.bootstrap import Settings
+from callgate.render import Renderer
+
+FULL = {"policy": 20_000, "embedded": 10_000, "memory": 1_000_000, "kafka": 6_000, "latency_s": 10.0}
+QUICK = {"policy": 300, "embedded": 200, "memory": 2_000, "kafka": 150, "latency_s": 1.5}
+
+
+def run_bench(settings: Settings, out: Renderer, quick: bool = False, only: list[str] | None = None) -> int:
+    counts = QUICK if quick else FULL
+    wanted = set(only or ["kafka", "policy", "embedded", "replay", "memory"])
+    rows: list[Row] = []
+
+    def section(name: str, fn: Callable[[], list[Row]]) -> None:
+        if name not in wanted:
+            return
+        if not out.json_mode:
+            out.err.print(f"[dim]bench: {name}…[/]")
+        try:
+            rows.extend(fn())
+        except Exception as e:  # a failed section is reported, never hidden
+            rows.append(Row(f"{name}: FAILED", f"{type(e).__name__}: {e}", ok=False))
+
+    section("kafka", lambda: _kafka(settings, counts))
+    section("policy", lambda: bench_policy(int(counts["policy"])))
+    embedded_state = None
+
+    def embedded() -> list[Row]:
+        nonlocal embedded_state
+        found, embedded_state = bench_embedded(int(counts["embedded"]))
+        return found
+
+    section("embedded", embedded)
+    if embedded_state is not None:
+        state = embedded_state
+        section("replay", lambda: bench_replay(state))
+        shutil.rmtree(state, ignore_errors=True)
+    section("memory", lambda: bench_memory(int(counts["memory"])))
+
+    info = machine() | {"quick": quick}
+    report: dict[str, Any] = {
+        "machine": info,
+        "rows": [r.__dict__ for r in rows],
+        "ok": all(r.ok is not False for r in rows),
+    }
+
+    def human(c: Any) -> None:
+        t = Table(
+            title=f"callgate bench — {info['date']} — {info['cpu']} ({info['cores']} cores, "
+            f"{info['memory']}), Python {info['python']}" + (" — QUICK (figures meaningless)" if quick else "")
+        )
+        for col in ("measure", "value", "target", "met", "note"):
+            t.add_column(col, overflow="fold")
+        for r in rows:
+            met = "" if r.ok is None else ("[green]yes[/]" if r.ok else "[red]no[/]")
+            t.add_row(r.measure, r.value, r.target, met, r.note)
+        c.print(t)
+
+    out.value(report, human)
+    return 0
+
+
+def _kafka(settings: Settings, counts: dict[str, float]) -> list[Row]:
+    from callgate.bench_kafka import bench_kafka
+
+    return bench_kafka(settings, int(counts["kafka"]), float(counts["latency_s"]))
