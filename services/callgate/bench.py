@@ -14,15 +14,30 @@ from typing import Any
 
 from rich.table import Table
 
-from callgate.bench_core import Row, bench_embedded, bench_memory, bench_policy, bench_replay, machine
+from callgate.bench_core import (
+    Row,
+    bench_embedded,
+    bench_memory,
+    bench_policy,
+    bench_replay,
+    machine,
+)
 from callgate.bootstrap import Settings
 from callgate.render import Renderer
 
-FULL = {"policy": 20_000, "embedded": 10_000, "memory": 1_000_000, "kafka": 6_000, "latency_s": 10.0}
+FULL = {
+    "policy": 20_000,
+    "embedded": 10_000,
+    "memory": 1_000_000,
+    "kafka": 6_000,
+    "latency_s": 10.0,
+}
 QUICK = {"policy": 300, "embedded": 200, "memory": 2_000, "kafka": 150, "latency_s": 1.5}
 
 
-def run_bench(settings: Settings, out: Renderer, quick: bool = False, only: list[str] | None = None) -> int:
+def run_bench(
+    settings: Settings, out: Renderer, quick: bool = False, only: list[str] | None = None
+) -> int:
     counts = QUICK if quick else FULL
     wanted = set(only or ["kafka", "policy", "embedded", "replay", "memory"])
     rows: list[Row] = []
@@ -63,7 +78,8 @@ def run_bench(settings: Settings, out: Renderer, quick: bool = False, only: list
     def human(c: Any) -> None:
         t = Table(
             title=f"callgate bench — {info['date']} — {info['cpu']} ({info['cores']} cores, "
-            f"{info['memory']}), Python {info['python']}" + (" — QUICK (figures meaningless)" if quick else "")
+            f"{info['memory']}), Python {info['python']}"
+            + (" — QUICK (figures meaningless)" if quick else "")
         )
         for col in ("measure", "value", "target", "met", "note"):
             t.add_column(col, overflow="fold")

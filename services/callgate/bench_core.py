@@ -34,12 +34,16 @@ class Row:
     note: str = ""
 
 
-def mixed_proposals(app: App, n: int, seed: int = 1, tenant: str = "acme") -> list[ev.ToolCallProposed]:
+def mixed_proposals(
+    app: App, n: int, seed: int = 1, tenant: str = "acme"
+) -> list[ev.ToolCallProposed]:
     """The benchmark mix: 70% reads, 20% low-impact mutations, 10% high-impact mutations
     (which stop at ``approval_required`` after their dry-run)."""
     rng = random.Random(seed)
     now = app.clock()
-    token = app.session_issuer.issue("bench-agent", tenant, ["support", "finance"], now, ttl_seconds=86_400)
+    token = app.session_issuer.issue(
+        "bench-agent", tenant, ["support", "finance"], now, ttl_seconds=86_400
+    )
     out: list[ev.ToolCallProposed] = []
     for i in range(n):
         inv = str(uuid.UUID(int=rng.getrandbits(128)))
@@ -54,7 +58,11 @@ def mixed_proposals(app: App, n: int, seed: int = 1, tenant: str = "acme") -> li
         else:
             key = f"bench-{seed}-{i}"
             tool = "refunds.issue"
-            args = {"order_id": f"ORD-{rng.randrange(10_000)}", "amount_cents": 20_000 + i, "currency": "EUR"}
+            args = {
+                "order_id": f"ORD-{rng.randrange(10_000)}",
+                "amount_cents": 20_000 + i,
+                "currency": "EUR",
+            }
         out.append(
             ev.ToolCallProposed(
                 event_id=f"bench-{inv}",
@@ -94,9 +102,20 @@ def bench_policy(n: int) -> list[Row]:
     median_us = statistics.median(samples) / 1000
     p99_us = samples[int(len(samples) * 0.99) - 1] / 1000
     return [
-        Row("policy evaluation, median CPU per decision", f"{median_us:.1f} µs", "≤ 100 µs", median_us <= 100,
-            "reusable cedarpy PolicySet, one is_authorized per call"),
-        Row("policy evaluation, p99 CPU per decision", f"{p99_us:.1f} µs", "", None, f"{n} decisions"),
+        Row(
+            "policy evaluation, median CPU per decision",
+            f"{median_us:.1f} µs",
+            "≤ 100 µs",
+            median_us <= 100,
+            "reusable cedarpy PolicySet, one is_authorized per call",
+        ),
+        Row(
+            "policy evaluation, p99 CPU per decision",
+            f"{p99_us:.1f} µs",
+            "",
+            None,
+            f"{n} decisions",
+        ),
     ]
 
 
@@ -118,15 +137,22 @@ def bench_embedded(n: int) -> tuple[list[Row], Path]:
     runner.run_until_idle(max_seconds=3600)
     seconds = time.perf_counter() - t0
     settled = sum(
-        1 for p in proposals if (v := store.view("status", p.invocation_id)) and json.loads(v)["settled"]
+        1
+        for p in proposals
+        if (v := store.view("status", p.invocation_id)) and json.loads(v)["settled"]
     )
     runner.release()
     events = len(store.read_log("events", limit=10_000_000))
     store.close()
     rate = n / seconds
     return [
-        Row("embedded: durable proposals/s to final decision", f"{rate:,.0f}/s", "≥ 2,000/s", rate >= 2000,
-            f"{n} proposals (70/20/10 mix), {settled} settled, {events} events, SQLite synchronous=FULL"),
+        Row(
+            "embedded: durable proposals/s to final decision",
+            f"{rate:,.0f}/s",
+            "≥ 2,000/s",
+            rate >= 2000,
+            f"{n} proposals (70/20/10 mix), {settled} settled, {events} events, SQLite synchronous=FULL",
+        ),
     ], state
 
 
@@ -140,20 +166,32 @@ def bench_replay(state: Path) -> list[Row]:
     gate.close()
     rate = report["events_per_s"] or 0
     return [
-        Row("replay: events/s rebuilding all projections", f"{rate:,.0f}/s", "≥ 50,000/s", rate >= 50_000,
-            f"{report['events']} events, equal to live views: {report['equal']}"),
+        Row(
+            "replay: events/s rebuilding all projections",
+            f"{rate:,.0f}/s",
+            "≥ 50,000/s",
+            rate >= 50_000,
+            f"{report['events']} events, equal to live views: {report['equal']}",
+        ),
     ]
 
 
 def bench_memory(keys: int) -> list[Row]:
     """Peak RSS of a decider holding state for ``keys`` idempotency keys (subprocess)."""
     cmd = [sys.executable, "-m", "callgate.bench_memory", str(keys)]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=os.environ | {"PYTHONHASHSEED": "0"})
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, check=True, env=os.environ | {"PYTHONHASHSEED": "0"}
+    )
     data = json.loads(out.stdout.strip().splitlines()[-1])
     mb = data["peak_rss_mb"]
     return [
-        Row(f"decider peak RSS with {keys:,} idempotency keys", f"{mb:,.0f} MB", "≤ 300 MB", mb <= 300,
-            data["note"]),
+        Row(
+            f"decider peak RSS with {keys:,} idempotency keys",
+            f"{mb:,.0f} MB",
+            "≤ 300 MB",
+            mb <= 300,
+            data["note"],
+        ),
     ]
 
 

@@ -119,7 +119,9 @@ class App:
                 profile=self.profile,
                 policy=self.policy,
                 sessions=self.session_verifier,
-                approval_signer=ApprovalSigner(self.keys.approval_signing_key, self.keys.approval_kid),
+                approval_signer=ApprovalSigner(
+                    self.keys.approval_signing_key, self.keys.approval_kid
+                ),
                 approval_verifier=ApprovalVerifier(self.keys.approval_verification_keys()),
             )
         )

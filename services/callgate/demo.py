@@ -30,7 +30,10 @@ def run_demo(settings: Settings, out: Renderer, keep: bool = False) -> int:
             )
             out.console.print(f"state: {state_dir}" if keep else "")
         else:
-            out.value({"steps": steps, "audit_records": len(trail), "audit_ok": verified.ok}, human=lambda c: None)
+            out.value(
+                {"steps": steps, "audit_records": len(trail), "audit_ok": verified.ok},
+                human=lambda c: None,
+            )
         return 0 if verified.ok and all(s["ok"] for s in steps) else 1
     finally:
         gate.close()
@@ -59,12 +62,18 @@ def _walk(gate: Gateway, out: Renderer, steps: list[dict[str, Any]]) -> None:
         if not out.json_mode:
             out.console.print(text)
 
-    say("[bold]callgate demo[/]: alice (support, acme) drives an agent; bob is a finance approver.\n")
+    say(
+        "[bold]callgate demo[/]: alice (support, acme) drives an agent; bob is a finance approver.\n"
+    )
     step("C2 read a ticket", "executed", gate.propose(alice, "tickets.read", {"ticket_id": "T-1"}))
     step(
         "C12 forbidden call (support may not deploy)",
         "tool_forbidden",
-        gate.propose(alice, "deploys.trigger", {"service": "billing", "version": "2.0.0", "environment": "production"}),
+        gate.propose(
+            alice,
+            "deploys.trigger",
+            {"service": "billing", "version": "2.0.0", "environment": "production"},
+        ),
     )
     step(
         "V1 the model names another requester",
@@ -80,23 +89,49 @@ def _walk(gate: Gateway, out: Renderer, steps: list[dict[str, Any]]) -> None:
     say(f"    dry-run the approver confirms: {first.get('dry_run')}")
     try:
         gate.approve(first["invocation_id"], alice)
-        steps.append({"step": "actor approves own call", "expected": "approver_forbidden", "outcome": "granted", "ok": False})
+        steps.append(
+            {
+                "step": "actor approves own call",
+                "expected": "approver_forbidden",
+                "outcome": "granted",
+                "ok": False,
+            }
+        )
     except Rejection as r:
-        steps.append({"step": "actor approves own call", "expected": "approver_forbidden", "outcome": r.code.value, "ok": r.code.value == "approver_forbidden"})
+        steps.append(
+            {
+                "step": "actor approves own call",
+                "expected": "approver_forbidden",
+                "outcome": r.code.value,
+                "ok": r.code.value == "approver_forbidden",
+            }
+        )
         say(f"[green]✓[/] alice may not approve her own refund: [red]{r.code.value}[/]")
     approval = gate.approve(first["invocation_id"], bob)
-    say(f"[green]✓[/] bob approves: approval_id {approval['approval_id'][:24]}… (expires {approval['expires_at']})")
+    say(
+        f"[green]✓[/] bob approves: approval_id {approval['approval_id'][:24]}… (expires {approval['expires_at']})"
+    )
     step(
         "V2 argument swap with the approval",
         "approval_mismatch",
         gate.propose(
-            alice, "refunds.issue", {**refund, "amount_cents": 99000}, idempotency_key="refund-ORD-7", approval_id=approval["approval_id"]
+            alice,
+            "refunds.issue",
+            {**refund, "amount_cents": 99000},
+            idempotency_key="refund-ORD-7",
+            approval_id=approval["approval_id"],
         ),
     )
     step(
         "C11 confirmation with the approval",
         "executed",
-        gate.propose(alice, "refunds.issue", refund, idempotency_key="refund-ORD-7", approval_id=approval["approval_id"]),
+        gate.propose(
+            alice,
+            "refunds.issue",
+            refund,
+            idempotency_key="refund-ORD-7",
+            approval_id=approval["approval_id"],
+        ),
     )
     step(
         "C8 replay with the same key",
@@ -105,5 +140,12 @@ def _walk(gate: Gateway, out: Renderer, steps: list[dict[str, Any]]) -> None:
     )
     effects = [e for e in gate.effects() if e["target"] == "ORD-7"]
     ok = len(effects) == 1
-    steps.append({"step": "exactly one refund effect", "expected": "1", "outcome": str(len(effects)), "ok": ok})
+    steps.append(
+        {
+            "step": "exactly one refund effect",
+            "expected": "1",
+            "outcome": str(len(effects)),
+            "ok": ok,
+        }
+    )
     say(f"{'[green]✓' if ok else '[red]✗'}[/] side effects on ORD-7: {len(effects)}")

@@ -85,7 +85,9 @@ class Process(Protocol[S]):
         """Earliest time a timer of this state is due, or None."""
         ...
 
-    def follow_up(self, state: S, committed: Sequence[Event], now_ms: int) -> tuple[S, Sequence[Output]]:
+    def follow_up(
+        self, state: S, committed: Sequence[Event], now_ms: int
+    ) -> tuple[S, Sequence[Output]]:
         """Work to do after ``committed`` outputs are durable (the executor calls providers).
 
         Runners call this after the commit that made ``committed`` durable and commit

@@ -18,7 +18,9 @@ if TYPE_CHECKING:
     from callgate.sdk import Gateway
 
 
-def rebuild(projections: list[Process[Any]], events: Iterable[Event]) -> tuple[int, dict[str, dict[str, str]]]:
+def rebuild(
+    projections: list[Process[Any]], events: Iterable[Event]
+) -> tuple[int, dict[str, dict[str, str]]]:
     """Fold ``events`` (log order) through every projection; the resulting view tables."""
     states: dict[tuple[str, str], Any] = {}
     tables: dict[str, dict[str, str]] = {}
@@ -56,7 +58,12 @@ def replay(gate: Gateway, out: Renderer | None = None) -> dict[str, Any]:
         live = dict(gate.backend.view_items_raw(view))
         mine = rebuilt.get(view, {})
         differing = sorted(k for k in set(live) | set(mine) if live.get(k) != mine.get(k))
-        views[view] = {"records": len(mine), "live": len(live), "equal": not differing, "differing": differing[:10]}
+        views[view] = {
+            "records": len(mine),
+            "live": len(live),
+            "equal": not differing,
+            "differing": differing[:10],
+        }
     return {
         "events": count,
         "seconds": round(seconds, 3),
@@ -72,7 +79,9 @@ def _progress(events: Iterator[Event], out: Renderer | None) -> Iterator[Event]:
         return
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
-    with Progress(SpinnerColumn(), TextColumn("replaying {task.completed} events"), console=out.err) as bar:
+    with Progress(
+        SpinnerColumn(), TextColumn("replaying {task.completed} events"), console=out.err
+    ) as bar:
         task = bar.add_task("replay", total=None)
         for n, event in enumerate(events, 1):
             if n % 1000 == 0:

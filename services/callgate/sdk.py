@@ -150,8 +150,12 @@ class Gateway:
             reason=reason,
         )
         self.backend.publish([submit])
-        if not self.backend.wait(lambda: self.backend.view("decisions", submit.event_id) is not None, timeout_s):
-            raise TimeoutError(f"no answer to the {decision} of {invocation_id} within {timeout_s}s")
+        if not self.backend.wait(
+            lambda: self.backend.view("decisions", submit.event_id) is not None, timeout_s
+        ):
+            raise TimeoutError(
+                f"no answer to the {decision} of {invocation_id} within {timeout_s}s"
+            )
         answer = self.backend.view("decisions", submit.event_id) or {}
         if answer.get("decision") == "rejected":
             err = answer["error"]

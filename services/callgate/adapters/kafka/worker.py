@@ -1,0 +1,64 @@
+"""One callgate process on Kafka, as its own OS process (``callgate serve`` spawns these).
+
+Settings come from the ``CALLGATE_*`` environment (the composition root builds the
+process exactly as the embedded backend does); the process is chosen by name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+from pathlib import Path
+
+from callgate.adapters.avro_codec import AvroCodec
+from callgate.adapters.kafka.runner import KafkaRunner, ProducerFenced
+from callgate.adapters.kafka.topics import Topics
+from callgate.bootstrap import Settings, bootstrap
+
+
+def kafka_state_dir(settings: Settings) -> Path:
+    return settings.state_dir / "kafka-state"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run one callgate process on Kafka.")
+    parser.add_argument("process", help="process name, e.g. decider, executor")
+    parser.add_argument("--instance-id", default="0")
+    parser.add_argument("--batch-size", type=int, default=500)
+    parser.add_argument("--batch-timeout-ms", type=int, default=20)
+    parser.add_argument("-X", dest="consumer", action="append", default=[], metavar="KEY=VALUE")
+    ns = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    settings = Settings.from_env()
+    if not settings.bootstrap_servers:
+        parser.error("CALLGATE_BOOTSTRAP_SERVERS is not set")
+    app = bootstrap(settings)
+    processes = {p.name: p for p in app.processes()}
+    if ns.process not in processes:
+        parser.error(f"unknown process {ns.process!r}; one of {sorted(processes)}")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    runner = KafkaRunner(
+        processes[ns.process],
+        AvroCodec.default(),
+        Topics(settings.topic_prefix, settings.partitions),
+        settings.bootstrap_servers,
+        ns.instance_id,
+        kafka_state_dir(settings),
+        app.clock,
+        batch_size=ns.batch_size,
+        batch_timeout_ms=ns.batch_timeout_ms,
+        consumer_overrides=dict(item.split("=", 1) for item in ns.consumer),
+    )
+    try:
+        runner.run(stop)
+    except ProducerFenced:
+        return 3  # a newer instance took over: exit, never continue
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
