@@ -32,7 +32,12 @@ def project(state: None, event: Event) -> tuple[None, tuple[ViewRecord, ...]]:
                 "expires_at": event.expires_at,
             }
         case ApprovalDenied():
-            value = {**base, "decision": "denied", "approver": event.approver, "reason": event.reason}
+            value = {
+                **base,
+                "decision": "denied",
+                "approver": event.approver,
+                "reason": event.reason,
+            }
         case ApprovalDecisionRejected():
             value = {
                 **base,

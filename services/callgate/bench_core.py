@@ -151,7 +151,8 @@ def bench_embedded(n: int) -> tuple[list[Row], Path]:
             f"{rate:,.0f}/s",
             "≥ 2,000/s",
             rate >= 2000,
-            f"{n} proposals (70/20/10 mix), {settled} settled, {events} events, SQLite synchronous=FULL",
+            f"{n} proposals (70/20/10 mix), {settled} settled, {events} events, "
+            "SQLite synchronous=FULL",
         ),
     ], state
 

@@ -284,9 +284,8 @@ class Decider:
         if not decision.allowed:
             return  # C12: tool_forbidden never reaches a provider
         claims = self._presented_approval(p, now)  # approval_missing / approval_expired
-        if claims is not None:
-            if self._check_approval(state, inv, claims, p, out):
-                return
+        if claims is not None and self._check_approval(state, inv, claims, p, out):
+            return  # a replay of the very call the approval authorized
         rec = state.keys.get(p.idempotency_key) if p.idempotency_key is not None else None
         if rec is not None:
             self._on_known_key(state, inv, rec, claims, out)
@@ -361,17 +360,22 @@ class Decider:
             raise Rejection(Code.APPROVAL_EXPIRED, f"approval {claims.jti} expired")
         if use.consumed_by:
             consumer = state.invocations.get(use.consumed_by)
-            if use.consumer_key is None and inv.idempotency_key is None and consumer is not None:
-                if consumer.phase == Phase.SETTLED and consumer.outcome in _REPLAYABLE:
-                    # The very call it authorized, resubmitted: serve the stored result.
-                    inv.phase, inv.outcome = Phase.SETTLED, Code.REPLAYED.value
-                    out.emit(
-                        ev.ReplayServed,
-                        original_invocation_id=consumer.invocation_id,
-                        original_outcome=consumer.outcome,
-                        result_json=consumer.result_json,
-                    )
-                    return True
+            if (
+                use.consumer_key is None
+                and inv.idempotency_key is None
+                and consumer is not None
+                and consumer.phase == Phase.SETTLED
+                and consumer.outcome in _REPLAYABLE
+            ):
+                # The very call it authorized, resubmitted: serve the stored result.
+                inv.phase, inv.outcome = Phase.SETTLED, Code.REPLAYED.value
+                out.emit(
+                    ev.ReplayServed,
+                    original_invocation_id=consumer.invocation_id,
+                    original_outcome=consumer.outcome,
+                    result_json=consumer.result_json,
+                )
+                return True
             if use.consumer_key is None or use.consumer_key != inv.idempotency_key:
                 raise Rejection(
                     Code.APPROVAL_CONSUMED,
@@ -425,7 +429,8 @@ class Decider:
             if claims is None:
                 raise Rejection(
                     Code.APPROVAL_REQUIRED,
-                    f"awaiting approval of invocation {rec.invocation_id}; resubmit with its approval_id",
+                    f"awaiting approval of invocation {rec.invocation_id}; "
+                    "resubmit with its approval_id",
                     {"pending_invocation_id": rec.invocation_id},
                 )
             spec = self.deps.profile.tool(inv.tool)

@@ -21,20 +21,18 @@ def run_demo(settings: Settings, out: Renderer, keep: bool = False) -> int:
         _walk(gate, out, steps)
         trail = gate.audit()
         verified = gate.verify_audit()
-        if not out.json_mode:
-            out.console.rule("audit trail")
-        out.audit(trail) if not out.json_mode else None
-        if not out.json_mode:
-            out.console.print(
-                f"audit chain: {'[green]verified' if verified.ok else '[red]BROKEN'}[/] ({verified.records} records)"
-            )
-            out.console.print(f"state: {state_dir}" if keep else "")
+        ok = verified.ok and all(s["ok"] for s in steps)
+        if out.json_mode:
+            summary = {"steps": steps, "audit_records": len(trail), "audit_ok": verified.ok}
+            out.value(summary, human=lambda c: None)
         else:
-            out.value(
-                {"steps": steps, "audit_records": len(trail), "audit_ok": verified.ok},
-                human=lambda c: None,
-            )
-        return 0 if verified.ok and all(s["ok"] for s in steps) else 1
+            out.console.rule("audit trail")
+            out.audit(trail)
+            chain = "[green]verified" if verified.ok else "[red]BROKEN"
+            out.console.print(f"audit chain: {chain}[/] ({verified.records} records)")
+            if keep:
+                out.console.print(f"state: {state_dir}")
+        return 0 if ok else 1
     finally:
         gate.close()
         if not keep:
@@ -62,9 +60,8 @@ def _walk(gate: Gateway, out: Renderer, steps: list[dict[str, Any]]) -> None:
         if not out.json_mode:
             out.console.print(text)
 
-    say(
-        "[bold]callgate demo[/]: alice (support, acme) drives an agent; bob is a finance approver.\n"
-    )
+    say("[bold]callgate demo[/]: alice (support, acme) drives an agent;")
+    say("bob is a finance approver.\n")
     step("C2 read a ticket", "executed", gate.propose(alice, "tickets.read", {"ticket_id": "T-1"}))
     step(
         "C12 forbidden call (support may not deploy)",
@@ -108,9 +105,8 @@ def _walk(gate: Gateway, out: Renderer, steps: list[dict[str, Any]]) -> None:
         )
         say(f"[green]✓[/] alice may not approve her own refund: [red]{r.code.value}[/]")
     approval = gate.approve(first["invocation_id"], bob)
-    say(
-        f"[green]✓[/] bob approves: approval_id {approval['approval_id'][:24]}… (expires {approval['expires_at']})"
-    )
+    short = approval["approval_id"][:24]
+    say(f"[green]✓[/] bob approves: approval_id {short}… (expires {approval['expires_at']})")
     step(
         "V2 argument swap with the approval",
         "approval_mismatch",

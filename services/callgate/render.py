@@ -173,9 +173,10 @@ class Renderer:
         self.err.print(f"[green]callgate serve[/] (pid {pid}) on the embedded backend")
         self.err.print(f"  state lives in {state_dir}")
         self.err.print("  from a second terminal:")
+        take_token = "python3 -c 'import json,sys;print(json.load(sys.stdin)[\"token\"])'"
         self.err.print(
             f"    TOKEN=$(callgate --state-dir {state_dir} --json session issue --user alice "
-            "--tenant acme --roles support | python3 -c 'import json,sys;print(json.load(sys.stdin)[\"token\"])')"
+            f"--tenant acme --roles support | {take_token})"
         )
         self.err.print(
             f'    callgate --state-dir {state_dir} propose --session "$TOKEN" --tool tickets.read '
