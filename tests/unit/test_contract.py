@@ -293,7 +293,7 @@ def test_c5_a_tool_without_dry_run_has_none(g: Gate) -> None:
     ("tool", "args", "field"),
     [
         ("tickets.create", {**TICKET, "requester_id": "mallory"}, "requester_id"),
-        ("tickets.create", {**TICKET, "requester_id": "аlice"}, "requester_id"),  # Cyrillic а
+        ("tickets.create", {**TICKET, "requester_id": "\u0430lice"}, "requester_id"),  # look-alike
         ("refunds.issue", {**REFUND, "issued_by": "bob"}, "issued_by"),
         ("records.update", {"record_id": "REC-1", "fields": {"tenant": "globex"}}, "fields.tenant"),
         (

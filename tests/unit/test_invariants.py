@@ -99,10 +99,12 @@ flow_op = st.tuples(  # propose, have it confirmed, resubmit with the approval
     st.integers(0, len(CALLS) - 1),
     st.sampled_from(KEYS),
     st.sampled_from([*sorted(ACTORS), "eligible", "eligible", "eligible", "eligible"]),
+    st.sampled_from([0, 0, 0, 600_000, 1_000_000]),  # time between approval and resubmission
     settle,
 )
 advance_op = st.tuples(st.just("advance"), st.sampled_from([60_000, 600_000, 1_000_000]))
-resend_op = st.tuples(st.just("resend"), st.integers(0, 99))
+resend_op = st.tuples(st.just("resend"), st.integers(0, 99))  # the same event again
+retry_op = st.tuples(st.just("retry"), st.integers(0, 99), settle)  # same call, new invocation
 step_op = st.tuples(st.just("step"), st.integers(1, 25))
 crash_op = st.tuples(st.just("crash"), st.sampled_from(["before", "after"]))
 restart_op = st.tuples(st.just("restart"))
@@ -114,7 +116,8 @@ program = st.lists(
         *[flow_op] * 4,
         advance_op,
         resend_op,
-        resend_op,
+        retry_op,
+        retry_op,
         step_op,
         crash_op,
         restart_op,
@@ -166,7 +169,7 @@ class Run:
                     request = open_[pick % len(open_)]
                     who = eligible(request) if user == "eligible" else user
                     self._send(g.decision(self.tokens[who], request.invocation_id, decision), done)
-            case ("flow", user, call, key, approver, done):
+            case ("flow", user, call, key, approver, gap, done):
                 tool, args = CALLS[call][0], args_for(call, user)
                 p = g.proposal(self.tokens[user], tool, args, key=key)
                 self._propose(p, user, call, key, True)
@@ -176,6 +179,7 @@ class Run:
                     self._send(g.decision(self.tokens[who], p.invocation_id), True)
                     granted = g.events_of(p.invocation_id, ev.ApprovalGranted)
                     approval = granted[0].approval_id if granted else None
+                    runner.tick(gap)
                     again = g.proposal(self.tokens[user], tool, args, key=key, approval_id=approval)
                     self._propose(again, user, call, key, done)
             case ("advance", ms):
@@ -183,6 +187,18 @@ class Run:
             case ("resend", pick):
                 if self.sent:
                     runner.publish(self.sent[pick % len(self.sent)])
+            case ("retry", pick, done):
+                sent = [e for e in self.sent if isinstance(e, ev.ToolCallProposed)]
+                if sent:
+                    p = sent[pick % len(sent)]
+                    again = g.proposal(
+                        p.session_token,
+                        p.tool,
+                        p.args_json,
+                        key=p.idempotency_key,
+                        approval_id=p.approval_id,
+                    )
+                    self._propose(again, *self._origin(p.invocation_id), done)
             case ("step", n):
                 runner.step(n)
             case ("crash", mode):
@@ -198,6 +214,10 @@ class Run:
         self.actor_of[p.invocation_id] = user
         self.call_of[p.invocation_id] = (call, key)
         self._send(p, done)
+
+    def _origin(self, invocation_id: str) -> tuple[str, int, str | None]:
+        call, key = self.call_of[invocation_id]
+        return self.actor_of[invocation_id], call, key
 
     def _send(self, e: ev.Event, done: bool) -> None:
         self.sent.append(e)
@@ -222,8 +242,27 @@ class Run:
         return chosen.approval_id, self.call_of.get(chosen.invocation_id, (0, None))[1]
 
 
-def new_gate(state_dir: Path, rng: random.Random, duplicate: float) -> tuple[Gate, dict[str, str]]:
-    g = Gate(state_dir, chaos=Chaos(rng, interleave=True, duplicate=duplicate))
+# Provider faults (seeded): timeouts before / after the effect, failures (C12).
+fault_plans = st.builds(
+    lambda spec, seed: {"*": spec, "seed": seed} if spec else {},
+    st.sampled_from(
+        [
+            {},
+            {},
+            {"timeout_after_apply": 0.3},
+            {"timeout_before_apply": 0.3},
+            {"fail": 0.1, "timeout_after_apply": 0.1, "timeout_before_apply": 0.1},
+            {"fail_dry_run": 0.2},
+        ]
+    ),
+    st.integers(0, 2**16),
+)
+
+
+def new_gate(
+    state_dir: Path, rng: random.Random, duplicate: float, faults: dict[str, Any]
+) -> tuple[Gate, dict[str, str]]:
+    g = Gate(state_dir, faults=faults, chaos=Chaos(rng, interleave=True, duplicate=duplicate))
     tokens = {u: g.session(u, t, roles, ttl=30 * DAY_S) for u, (t, roles) in ACTORS.items()}
     return g, tokens
 
@@ -242,9 +281,10 @@ def check_invariants(run: Run) -> None:
     g, profile = run.g, run.g.app.profile
     pos = first_positions(g)
     decided: dict[str, ev.PolicyDecided] = {}
-    for d in g.events(ev.PolicyDecided):
-        assert d.invocation_id not in decided, f"C1: two decisions for {d.invocation_id}"
-        decided[d.invocation_id] = d
+    for decision in g.events(ev.PolicyDecided):
+        inv = decision.invocation_id
+        assert inv not in decided, f"C1: two decisions for {inv}"
+        decided[inv] = decision
     requested = g.events(ev.ExecutionRequested)
     rejected = {r.invocation_id for r in g.events(ev.ProposalRejected)}
     effects = g.effects()
@@ -363,14 +403,19 @@ def check_confirmation(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-@given(ops=program, rng=st.randoms(use_true_random=False), duplicate=st.sampled_from([0.0, 0.3]))
+@given(
+    ops=program,
+    rng=st.randoms(use_true_random=False),
+    duplicate=st.sampled_from([0.0, 0.3]),
+    faults=fault_plans,
+)
 def test_safety_invariants_hold_under_any_interleaving(
-    ops: list[tuple[Any, ...]], rng: random.Random, duplicate: float
+    ops: list[tuple[Any, ...]], rng: random.Random, duplicate: float, faults: dict[str, Any]
 ) -> None:
     """Invariants 1, 2, 3 and 5 (C1, C3-C6, C8, C11, C12) over random programs, any
-    partition interleaving and duplicate deliveries."""
+    partition interleaving, duplicate deliveries, provider timeouts and executor crashes."""
     with tempfile.TemporaryDirectory() as tmp:
-        g, tokens = new_gate(Path(tmp), rng, duplicate)
+        g, tokens = new_gate(Path(tmp), rng, duplicate, faults)
         run = Run(g, tokens)
         for op in ops:
             run.execute(op)
@@ -393,7 +438,7 @@ changes = st.one_of(
     st.tuples(st.just("amount_cents"), st.integers(1, 9999).filter(lambda a: a != 500)),
     st.tuples(st.just("order_id"), st.sampled_from(["ORD-2", "ORD-10", "ORD-1 "])),
     st.tuples(st.just("currency"), st.sampled_from(["EUR", "GBP"])),
-    st.tuples(st.just("reason"), st.text(st.characters(exclude_categories=("Cs",)), max_size=20)),
+    st.tuples(st.just("reason"), st.text(st.characters(exclude_categories=["Cs"]), max_size=20)),
     st.tuples(st.just("tool"), st.just("records.update")),
 )
 

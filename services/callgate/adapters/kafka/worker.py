@@ -2,12 +2,18 @@
 
 Settings come from the ``CALLGATE_*`` environment (the composition root builds the
 process exactly as the embedded backend does); the process is chosen by name.
+``CALLGATE_KAFKA_CONSUMER`` (``key=value,key=value``) adds consumer settings, like ``-X``,
+so that ``callgate serve`` can hand them to every child: tests on tansu set
+``session.timeout.ms=6000,heartbeat.interval.ms=500`` there, because tansu's group joins
+take about ``session.timeout.ms`` (DESIGN "Known tansu gaps") and the default would keep a
+restarted child away for about half a minute.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import threading
 from pathlib import Path
@@ -17,9 +23,17 @@ from callgate.adapters.kafka.runner import KafkaRunner, ProducerFenced
 from callgate.adapters.kafka.topics import Topics
 from callgate.bootstrap import Settings, bootstrap
 
+CONSUMER_ENV = "CALLGATE_KAFKA_CONSUMER"
+
 
 def kafka_state_dir(settings: Settings) -> Path:
     return settings.state_dir / "kafka-state"
+
+
+def consumer_overrides(options: list[str]) -> dict[str, str]:
+    """``CALLGATE_KAFKA_CONSUMER`` items, then ``-X`` items (which win)."""
+    items = [i for i in os.environ.get(CONSUMER_ENV, "").split(",") if i.strip()]
+    return dict(item.strip().split("=", 1) for item in [*items, *options])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         app.clock,
         batch_size=ns.batch_size,
         batch_timeout_ms=ns.batch_timeout_ms,
-        consumer_overrides=dict(item.split("=", 1) for item in ns.consumer),
+        consumer_overrides=consumer_overrides(ns.consumer),
     )
     try:
         runner.run(stop)

@@ -1,0 +1,827 @@
+"""``callgate chaos``: the Kafka pipeline under SIGKILL, duplicate delivery and provider timeouts.
+
+Issue "Execution reliability, fault injection and hostile input", part 4. One run:
+
+1. its own tansu broker (unless ``--bootstrap-servers``), a fresh state directory and topic
+   prefix, and ``callgate serve``'s ``Supervisor`` with one worker child per process; the
+   simulated providers time out *after* applying 5% of tickets, records and refunds effects,
+   so outcomes become ``outcome_uncertain`` and must be reconciled (C12);
+2. ``proposals`` flows driven concurrently, as an agent platform and approval UIs would:
+   reads, keyed ticket creations (with replays and conflicting reuse, C8), owner-confirmed
+   record updates and refunds (approve, then confirm, C5), high-impact refunds, deploys and
+   user deletions confirmed by an approver (C4, C11), some denied, forbidden calls, identity
+   spoofs (C6) and bad sessions. A fraction of all input events is published twice
+   (duplicate delivery); a call that ends ``outcome_uncertain`` is resubmitted with the same
+   key and arguments until it settles (C12);
+3. meanwhile at least ``kills`` SIGKILLs of a random worker child (decider, executor or a
+   projection) at random moments; the supervisor restarts it;
+4. the verdict (``verify``): every proposal has exactly one terminal outcome, the expected
+   one; no effect applied twice (token, or tenant and idempotency key); no high-impact
+   effect without an approval by someone other than the actor for that exact call; every
+   effect reported ``executed``; the audit chain verifies against its heads; ``replay``
+   equals the live views; nothing lost. Exit 0 only if all hold within the time limit.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from callgate import events as ev
+from callgate.bootstrap import App, Settings, bootstrap
+from callgate.canonical import partition_key
+from callgate.catalog import Profile
+from callgate.codes import TERMINAL, Code
+from callgate.render import Renderer
+from callgate_projections.status import outcome_for, subject_of
+
+# Provider latency widens the window between an effect and the commit of its outcome,
+# where a SIGKILL of the executor hurts most.
+FAULTS: dict[str, Any] = {
+    "tickets": {"timeout_after_apply": 0.05, "latency_ms": 3},
+    "records": {"timeout_after_apply": 0.05, "latency_ms": 3},
+    "refunds": {"timeout_after_apply": 0.05, "latency_ms": 3},
+}
+DUPLICATE_RATE = 0.10  # input events published twice
+WINDOW = 120  # flows in flight at once
+STEP_TIMEOUT_S = 240.0  # one step (a proposal settling, a decision answered)
+MAX_RETRIES = 8  # resubmissions of one call that stays outcome_uncertain
+MIN_KILL_GAP_S = 2.0
+# Extra group settings for tansu (DESIGN "Known tansu gaps"): joins take session.timeout.ms.
+WORKER_ARGS = ("-X", "session.timeout.ms=6000", "-X", "heartbeat.interval.ms=500")
+KINDS: tuple[tuple[str, float], ...] = (
+    ("read", 0.28),
+    ("create", 0.20),
+    ("record", 0.12),
+    ("refund_owner", 0.06),
+    ("refund_high", 0.12),
+    ("deploy", 0.03),
+    ("user_delete", 0.03),
+    ("forbidden", 0.07),
+    ("spoof", 0.06),
+    ("unauthenticated", 0.03),
+)
+VOCABULARY = frozenset(c.value for c in Code)
+EXECUTED, REPLAYED, UNCERTAIN = Code.EXECUTED.value, Code.REPLAYED.value, Code.OUTCOME_UNCERTAIN
+DONE = frozenset({EXECUTED, REPLAYED})
+
+
+@dataclass(frozen=True)
+class Call:
+    """One published proposal: what it asked and which final outcomes are correct."""
+
+    flow: int
+    tool: str
+    tenant: str
+    key: str | None
+    expect: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Everything the verdict reads, gathered after the run (``verify`` is pure)."""
+
+    calls: Mapping[str, Call]  # every proposal published, by invocation id
+    statuses: Mapping[str, Mapping[str, Any]]  # the live status view
+    effects: Sequence[Mapping[str, Any]]  # the providers' effect ledger
+    audit: Sequence[Mapping[str, Any]]  # the live audit view
+    events: Sequence[ev.Event]  # the authoritative events log
+    flow_failures: Sequence[str] = ()
+
+
+@dataclass
+class Verdict:
+    figures: dict[str, int] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+
+
+def verify(e: Evidence, profile: Profile) -> Verdict:
+    """The chaos run's checks (C4, C8, C9, C12); every count here must be 0 to pass."""
+    v = Verdict()
+    lost = [i for i in e.calls if not (e.statuses.get(i) or {}).get("settled")]
+    bad_code = [i for i in e.calls if i not in lost and e.statuses[i]["outcome"] not in VOCABULARY]
+    unexpected = [
+        f"{i}: {e.statuses[i]['outcome']} not in {sorted(c.expect)}"
+        for i, c in e.calls.items()
+        if i not in lost and e.statuses[i]["outcome"] not in c.expect
+    ]
+    v.figures["lost"] = len(lost) + len(bad_code)
+    v.figures["conflicting outcomes"] = len(conflicting := _conflicting_outcomes(e.events))
+    v.figures["unexpected outcomes"] = len(unexpected) + len(e.flow_failures)
+    doubles, unknown = _double_effects(e.effects, e.calls)
+    v.figures["double effects"] = len(doubles)
+    v.figures["effects of unknown calls"] = len(unknown)
+    unapproved = _unapproved_high_impact(e.effects, e.audit, profile)
+    v.figures["unapproved high-impact effects"] = len(unapproved)
+    unreported = [
+        f"effect {x['seq']} of {x['invocation_id']}: status "
+        f"{(e.statuses.get(x['invocation_id']) or {}).get('outcome')}"
+        for x in e.effects
+        if (e.statuses.get(x["invocation_id"]) or {}).get("outcome") != EXECUTED
+    ]
+    v.figures["effects not reported executed"] = len(unreported)
+    uncertain, reads = _uncertain(e.events, e.calls, profile)
+    reconciled = {x.execution_token for x in e.events if isinstance(x, ev.ExecutionReconciled)}
+    unreconciled = sorted(uncertain - reconciled)
+    v.figures["uncertain outcomes"] = len(uncertain)
+    v.figures["uncertain outcomes reconciled"] = len(uncertain & reconciled)
+    v.figures["uncertain outcomes not reconciled"] = len(unreconciled)
+    v.figures["uncertain reads (retried as new reads)"] = len(reads)
+    ids = Counter(x.event_id for x in e.events)
+    v.figures["events seen twice (aborted transactions)"] = sum(1 for n in ids.values() if n > 1)
+    v.figures["effects"] = len(e.effects)
+    v.figures["high-impact effects"] = sum(1 for x in e.effects if _high(x, profile))
+    for label, items in (
+        ("lost (no settled status)", lost),
+        ("outcome outside the vocabulary", bad_code),
+        ("more than one terminal outcome", conflicting),
+        ("unexpected outcome", unexpected),
+        ("flow failed", list(e.flow_failures)),
+        ("effect applied twice", doubles),
+        ("effect of a call nobody proposed", unknown),
+        ("high-impact effect without a matching approval", unapproved),
+        ("effect not reported executed", unreported),
+        ("uncertain mutation never reconciled (C12), token", unreconciled),
+    ):
+        v.violations += [f"{label}: {item}" for item in items]
+    return v
+
+
+def _conflicting_outcomes(events: Iterable[ev.Event]) -> list[str]:
+    """Invocations whose log gives more than one terminal outcome.
+
+    The one allowed change is C12's: ``outcome_uncertain`` reconciled to ``executed``. The log
+    is deduplicated by ``event_id`` (tansu shows records of aborted transactions too).
+    """
+    seen: set[str] = set()
+    outcomes: dict[str, set[str]] = {}
+    for event in events:
+        if event.event_id in seen:
+            continue
+        seen.add(event.event_id)
+        code = outcome_for(event)
+        if code is not None and code in TERMINAL:
+            outcomes.setdefault(subject_of(event), set()).add(code.value)
+    ok = {frozenset({UNCERTAIN.value, EXECUTED})}
+    return [
+        f"{inv}: {sorted(found)}"
+        for inv, found in sorted(outcomes.items())
+        if len(found) > 1 and frozenset(found) not in ok
+    ]
+
+
+def _uncertain(
+    events: Iterable[ev.Event], calls: Mapping[str, Call], profile: Profile
+) -> tuple[set[str], set[str]]:
+    """Execution tokens that were ``outcome_uncertain``: (mutations, reads). A read has no
+    effect to reconcile; the agent simply reads again."""
+    mutations: set[str] = set()
+    reads: set[str] = set()
+    for x in events:
+        if isinstance(x, ev.ExecutionUncertain):
+            call = calls.get(x.invocation_id)
+            spec = profile.tool(call.tool) if call is not None else None
+            (reads if spec is not None and not spec.mutation else mutations).add(x.execution_token)
+    return mutations, reads
+
+
+def _double_effects(
+    effects: Sequence[Mapping[str, Any]], calls: Mapping[str, Call]
+) -> tuple[list[str], list[str]]:
+    """Effects after the first with the same token, or the same (tenant, idempotency key)."""
+    tokens: set[str] = set()
+    keys: set[tuple[str, str]] = set()
+    doubles: list[str] = []
+    unknown: list[str] = []
+    for x in sorted(effects, key=lambda x: int(x["seq"])):
+        call = calls.get(x["invocation_id"])
+        if call is None:
+            unknown.append(f"effect {x['seq']} of {x['invocation_id']}")
+        key = (str(x["tenant"]), call.key) if call is not None and call.key else None
+        if x["token"] in tokens or (key is not None and key in keys):
+            doubles.append(f"effect {x['seq']} ({x['tool']} {x['target']}, token {x['token']})")
+        tokens.add(x["token"])
+        if key is not None:
+            keys.add(key)
+    return doubles, unknown
+
+
+def _high(effect: Mapping[str, Any], profile: Profile) -> bool:
+    spec = profile.tool(str(effect["tool"]))
+    return spec is None or spec.is_high_impact(effect["args"])  # unknown tool: fail closed
+
+
+def _unapproved_high_impact(
+    effects: Sequence[Mapping[str, Any]], audit: Sequence[Mapping[str, Any]], profile: Profile
+) -> list[str]:
+    """C4/C9: a high-impact effect needs, on the audit record of its invocation, an approval
+    by someone other than the actor, granted for a call with the same tool, target and
+    normalized arguments."""
+    latest: dict[str, Mapping[str, Any]] = {}
+    for row in audit:
+        inv = str(row.get("invocation_id"))
+        if int(row.get("revision", 0)) >= int(latest.get(inv, {}).get("revision", 0)):
+            latest[inv] = row
+    bad: list[str] = []
+    for x in effects:
+        if not _high(x, profile):
+            continue
+        record: Mapping[str, Any] | None = latest.get(str(x["invocation_id"]))
+        auth = (record or {}).get("authorized_by") or {}
+        approval = auth.get("approval") or {}
+        actor = (auth.get("principal") or {}).get("user")
+        approved = latest.get(str(approval.get("approved_invocation_id")))
+        label = f"effect {x['seq']} ({x['tool']} {x['target']}, invocation {x['invocation_id']})"
+        if record is None:
+            bad.append(f"{label}: no audit record")
+        elif not approval.get("approver") or approval.get("approver") == actor:
+            bad.append(f"{label}: approver {approval.get('approver')!r}, actor {actor!r}")
+        elif approved is None or any(
+            approved.get(k) != record.get(k) for k in ("tool", "target", "args_hash")
+        ):
+            bad.append(f"{label}: the approval was granted for another call")
+    return bad
+
+
+# --- the workload --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Who:
+    user: str
+    tenant: str
+    token: str
+
+
+@dataclass
+class Wait:
+    """A flow waits for a view key: a settled status, or the answer to a decision."""
+
+    view: str
+    key: str
+    since: float
+
+    def ready(self, value: Mapping[str, Any] | None) -> bool:
+        return value is not None and (self.view != "status" or bool(value.get("settled")))
+
+
+Step = Generator[Wait, dict[str, Any], dict[str, Any]]
+Script = Generator[Wait, dict[str, Any], None]
+
+
+@dataclass
+class Counts:
+    proposals: int = 0
+    decisions: int = 0
+    duplicates: int = 0
+    retries: int = 0
+
+
+class Workload:
+    """The flows, as generators that yield what they wait for (see ``propose``)."""
+
+    def __init__(self, app: App, rng: random.Random, send: Callable[[ev.Event], None]) -> None:
+        self.app, self.rng, self.send = app, rng, send
+        now = app.clock()
+
+        def who(user: str, tenant: str, *roles: str) -> Who:
+            token = app.session_issuer.issue(user, tenant, list(roles), now, ttl_seconds=86_400)
+            return Who(user, tenant, token)
+
+        self.alice = who("alice", "acme", "support")
+        self.bob = who("bob", "acme", "finance-approver")
+        self.carol = who("carol", "acme", "admin", "release")
+        self.dave = who("dave", "acme", "release-manager", "admin-approver")
+        self.gina = who("gina", "globex", "support")
+        self.nobody = Who("", "acme", "not-a-session-token")
+        self.calls: dict[str, Call] = {}
+        self.failures: list[str] = []
+        self.counts = Counts()
+        self.free_slots = [
+            (s, e) for s in ("billing", "checkout", "search") for e in ("staging", "production")
+        ]
+
+    def _id(self) -> str:
+        return str(uuid.UUID(int=self.rng.getrandbits(128)))
+
+    def propose(
+        self,
+        flow: int,
+        who: Who,
+        tool: str,
+        args: Mapping[str, Any],
+        expect: Iterable[str],
+        key: str | None = None,
+        approval_id: str | None = None,
+    ) -> Step:
+        inv = self._id()
+        self.calls[inv] = Call(flow, tool, who.tenant, key, frozenset(expect))
+        self.counts.proposals += 1
+        self.send(
+            ev.ToolCallProposed(
+                event_id=f"chaos-{inv}",
+                invocation_id=inv,
+                partition_key=partition_key(who.tenant, key, inv),
+                correlation_id=inv,
+                occurred_at=self.app.clock(),
+                producer="callgate-chaos",
+                session_token=who.token,
+                tool=tool,
+                args_json=json.dumps(dict(args)),
+                idempotency_key=key,
+                approval_id=approval_id,
+            )
+        )
+        status = yield Wait("status", inv, time.monotonic())
+        return status
+
+    def run(
+        self,
+        flow: int,
+        who: Who,
+        tool: str,
+        args: Mapping[str, Any],
+        key: str | None,
+        approval_id: str | None = None,
+    ) -> Step:
+        """Propose a call that should run; resubmit it unchanged while its outcome is
+        uncertain (C12: the decider reconciles before any retry under the same key)."""
+        first = {EXECUTED, UNCERTAIN.value}
+        status = yield from self.propose(flow, who, tool, args, first, key, approval_id)
+        for _ in range(MAX_RETRIES):
+            if status["outcome"] != UNCERTAIN:
+                break
+            self.counts.retries += 1
+            expect = {EXECUTED, REPLAYED, UNCERTAIN.value}
+            status = yield from self.propose(flow, who, tool, args, expect, key, approval_id)
+        return status
+
+    def decide(self, flow: int, who: Who, status: Mapping[str, Any], decision: str) -> Step:
+        submit = ev.ApprovalDecisionSubmitted(
+            event_id=f"chaos-decision-{self._id()}",
+            invocation_id=str(status["invocation_id"]),
+            partition_key=str(status["partition_key"]),
+            correlation_id=str(status["invocation_id"]),
+            occurred_at=self.app.clock(),
+            producer="callgate-chaos",
+            session_token=who.token,
+            decision=decision,
+        )
+        self.counts.decisions += 1
+        self.send(submit)
+        answer = yield Wait("decisions", submit.event_id, time.monotonic())
+        return answer
+
+    def want(self, flow: int, status: Mapping[str, Any], allowed: Iterable[str]) -> bool:
+        if status.get("outcome") in set(allowed):
+            return True
+        self.failures.append(f"flow {flow}: {status.get('invocation_id')} {status.get('outcome')}")
+        return False
+
+    def confirmed(
+        self, i: int, actor: Who, approver: Who, tool: str, args: Mapping[str, Any], deny: bool
+    ) -> Script:
+        """C5/C11: dry-run and approval_required, a decision, then the confirmed call."""
+        key = f"{tool}-{i}"
+        need = {Code.APPROVAL_REQUIRED.value}
+        first = yield from self.propose(i, actor, tool, args, need, key)
+        if not self.want(i, first, need):
+            return
+        answer = yield from self.decide(i, approver, first, "deny" if deny else "grant")
+        if answer.get("decision") != ("denied" if deny else "granted"):
+            self.failures.append(f"flow {i}: decision answered {answer}")
+            return
+        if deny:  # the key now stands for a denied call (C8)
+            again = yield from self.propose(i, actor, tool, args, {"approval_denied"}, key)
+            self.want(i, again, {"approval_denied"})
+            return
+        final = yield from self.run(i, actor, tool, args, key, str(answer["approval_id"]))
+        self.want(i, final, DONE)
+
+    def script(self, i: int, kind: str) -> Script:
+        rng, a = self.rng, self.alice
+        args: dict[str, Any]
+        if kind == "deploy" and not self.free_slots:
+            kind = "user_delete"  # deploys to one service are serialized: dry-runs must match
+        if kind == "read":
+            s = yield from self.run(i, a, "tickets.read", {"ticket_id": f"T-{i}"}, None)
+            self.want(i, s, {EXECUTED})
+        elif kind == "create":
+            key = f"create-{i}"
+            args = {"title": f"chaos {i}", "requester_id": "alice"}
+            s = yield from self.run(i, a, "tickets.create", args, key)
+            if self.want(i, s, DONE) and rng.random() < 0.3:  # the agent retries (C8)
+                s = yield from self.propose(i, a, "tickets.create", args, {REPLAYED}, key)
+                self.want(i, s, {REPLAYED})
+            if rng.random() < 0.15:  # the key reused for another call (C8)
+                other = {**args, "title": f"other {i}"}
+                conflict = {"idempotency_conflict"}
+                s = yield from self.propose(i, a, "tickets.create", other, conflict, key)
+                self.want(i, s, conflict)
+        elif kind == "record":
+            args = {"record_id": f"REC-{i}", "fields": {"status": "closed", "note": f"n{i}"}}
+            yield from self.confirmed(i, a, a, "records.update", args, deny=False)
+        elif kind in ("refund_owner", "refund_high"):
+            high = kind == "refund_high"
+            amount = rng.randrange(10_000, 90_000) if high else rng.randrange(100, 10_000)
+            args = {"order_id": f"ORD-{i}", "amount_cents": amount, "currency": "EUR"}
+            deny = high and rng.random() < 0.15
+            yield from self.confirmed(i, a, self.bob if high else a, "refunds.issue", args, deny)
+        elif kind == "deploy":
+            slot = self.free_slots.pop(rng.randrange(len(self.free_slots)))
+            try:
+                args = {"service": slot[0], "version": f"1.{i}.0", "environment": slot[1]}
+                yield from self.confirmed(i, self.carol, self.dave, "deploys.trigger", args, False)
+            finally:
+                self.free_slots.append(slot)
+        elif kind == "user_delete":
+            args = {"user_id": f"U-{i}", "reason": "chaos"}
+            yield from self.confirmed(i, self.carol, self.dave, "users.delete", args, False)
+        elif kind == "forbidden":
+            forbidden = {Code.TOOL_FORBIDDEN.value}
+            if rng.random() < 0.5:  # support may not deploy
+                args = {"service": "billing", "version": f"9.{i}", "environment": "production"}
+                s = yield from self.propose(i, a, "deploys.trigger", args, forbidden)
+            else:  # another tenant's ticket
+                s = yield from self.propose(
+                    i, self.gina, "tickets.read", {"ticket_id": "T-1"}, forbidden
+                )
+            self.want(i, s, forbidden)
+        elif kind == "spoof":  # V1: the model names another requester
+            args = {"title": f"spoof {i}", "requester_id": "mallory"}
+            spoof = {"identity_spoof"}
+            s = yield from self.propose(i, a, "tickets.create", args, spoof, f"spoof-{i}")
+            self.want(i, s, spoof)
+        else:
+            unauth = {Code.UNAUTHENTICATED.value}
+            s = yield from self.propose(
+                i, self.nobody, "tickets.read", {"ticket_id": "T-2"}, unauth
+            )
+            self.want(i, s, unauth)
+
+
+def pick_kind(rng: random.Random) -> str:
+    roll, acc = rng.random(), 0.0
+    for kind, share in KINDS:
+        acc += share
+        if roll < acc:
+            return kind
+    return KINDS[-1][0]
+
+
+# --- the run -------------------------------------------------------------------------------
+
+
+class ChaosSupervisor:
+    """``callgate serve``'s supervisor, with worker logs in files and SIGKILL on demand."""
+
+    def __init__(self, app: App, logs: Path) -> None:
+        from callgate.adapters.kafka.serve import Supervisor, worker_env
+
+        env = worker_env(app.settings)
+        logs.mkdir(parents=True, exist_ok=True)
+
+        class Logged(Supervisor):
+            def spawn(self, name: str) -> subprocess.Popen[bytes]:
+                cmd = [sys.executable, "-m", "callgate.adapters.kafka.worker", name]
+                with (logs / f"{name}.log").open("ab") as log:
+                    child = subprocess.Popen(
+                        [*cmd, *self.extra_args], env=env, stdout=log, stderr=subprocess.STDOUT
+                    )
+                self.children[name] = child
+                spawned[name] = time.monotonic()
+                return child
+
+        spawned: dict[str, float] = {}
+        self.spawned = spawned
+        self.inner = Logged(app, [p.name for p in app.processes()], WORKER_ARGS)
+        self.killed: Counter[str] = Counter()
+
+    def start(self) -> None:
+        self.inner.start()
+
+    def check(self) -> None:
+        self.inner.check()
+
+    def stop(self) -> None:
+        self.inner.stop()
+
+    @property
+    def restarts(self) -> int:
+        return self.inner.restarts
+
+    def kill_one(self, rng: random.Random) -> str:
+        """SIGKILL a random child: the decider, the executor or a projection, preferring one
+        that has been up for a while (a kill during start-up tests less)."""
+        group = rng.choice(["decider", "executor", "projection"])
+        names = sorted(n for n in self.inner.children if n == group or n.endswith(f"-{group}"))
+        settled = [n for n in names if time.monotonic() - self.spawned.get(n, 0.0) > 3.0]
+        name = rng.choice(settled or names)
+        child = self.inner.children[name]
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        self.killed[name] += 1
+        self.inner.check()  # restart it now
+        return name
+
+
+class _Outbox:
+    """Publishes input events once per loop pass; a fraction a second time, a bit later."""
+
+    def __init__(self, publish: Callable[[Sequence[ev.Event]], None], rng: random.Random) -> None:
+        self._publish, self._rng = publish, rng
+        self._now: list[ev.Event] = []
+        self._later: list[tuple[float, int, ev.Event]] = []
+        self.duplicates = 0
+
+    def send(self, event: ev.Event) -> None:
+        self._now.append(event)
+        if self._rng.random() < DUPLICATE_RATE:
+            self.duplicates += 1
+            due = time.monotonic() + self._rng.uniform(0.0, 1.5)
+            heapq.heappush(self._later, (due, self.duplicates, event))
+
+    def flush(self, everything: bool = False) -> None:
+        while self._later and (everything or self._later[0][0] <= time.monotonic()):
+            self._now.append(heapq.heappop(self._later)[2])
+        if self._now:
+            self._publish(self._now)
+            self._now = []
+
+
+@dataclass
+class _Progress:
+    launched: int = 0
+    done: int = 0
+    kills: int = 0
+    last_kill: float = 0.0
+    timed_out: bool = False
+
+
+def run_chaos(
+    settings: Settings,
+    out: Renderer,
+    proposals: int = 2000,
+    kills: int = 10,
+    seed: int = 7,
+    *,
+    time_limit_s: float | None = None,
+    keep_state: bool = False,
+) -> int:
+    """Run the chaos scenario (module docstring); 0 when every check holds, else 1."""
+    if proposals < 1 or kills < 0:
+        out.error("misuse", "--proposals must be at least 1 and --kills at least 0")
+        return 2
+    from callgate.adapters.kafka.tansu import TansuBroker
+
+    limit = time_limit_s or max(180.0, 0.45 * proposals)  # 15 minutes for 2,000
+    started = time.monotonic()
+    state = Path(tempfile.mkdtemp(prefix="callgate-chaos-"))
+    broker = None if settings.bootstrap_servers else TansuBroker().start()
+    ok = False
+    try:
+        run = settings.model_copy(
+            update={
+                "state_dir": state,
+                "backend": "kafka",
+                "bootstrap_servers": settings.bootstrap_servers or (broker and broker.bootstrap),
+                "topic_prefix": f"chaos-{uuid.uuid4().hex[:8]}",
+                "faults": {**FAULTS, "seed": seed},
+            }
+        )
+        report = _run(bootstrap(run), out, proposals, kills, seed, started, limit)
+        report["state_dir"] = str(state)
+        ok = not report["violations"]
+        _render(out, report, ok)
+        return 0 if ok else 1
+    finally:
+        if broker is not None:
+            broker.stop()
+        if ok and not keep_state:
+            shutil.rmtree(state, ignore_errors=True)
+        elif not ok:
+            out.err.print(f"[yellow]chaos: state and worker logs kept in {state}[/]")
+
+
+def _run(
+    app: App, out: Renderer, n: int, kills: int, seed: int, started: float, limit: float
+) -> dict[str, Any]:
+    from callgate.adapters.kafka.gateway import KafkaBackend
+    from callgate.adapters.kafka.serve import create_topics
+    from callgate.replay import replay
+    from callgate.sdk import Gateway
+
+    rng = random.Random(seed)
+    app.keys  # noqa: B018  (key material exists before the workers start, so all share it)
+    create_topics(app)
+    sup = ChaosSupervisor(app, app.settings.state_dir / "logs")
+    sup.start()
+    gate = Gateway(app, KafkaBackend(app))
+    outbox = _Outbox(gate.backend.publish, rng)
+    work = Workload(app, rng, outbox.send)
+    progress = _Progress()
+    try:
+        kill_rng = random.Random(f"{seed}:kills")  # where and when, independent of the flows
+        _drive(gate, sup, work, outbox, progress, n, kills, kill_rng, out, started + limit)
+        settled = _settle(gate, work, sup, out, started + limit)
+        verified, replayed = _consistent(gate, replay, started + limit)
+        effects = gate.effects()
+        evidence = Evidence(
+            calls=work.calls,
+            statuses=settled,
+            effects=effects,
+            audit=gate.audit(),
+            events=list(gate.backend.read_events()),
+            flow_failures=work.failures,
+        )
+    finally:
+        gate.close()
+        sup.stop()
+    verdict = verify(evidence, app.profile)
+    elapsed = time.monotonic() - started
+    if not verified.ok:
+        verdict.violations.append(f"audit chain: {verified.first_bad}: {verified.reason}")
+    if not replayed["equal"]:
+        differing = {k: v["differing"] for k, v in replayed["views"].items() if not v["equal"]}
+        verdict.violations.append(f"replay differs from the live views: {differing}")
+    if progress.kills < kills:
+        verdict.violations.append(f"only {progress.kills} of {kills} kills happened")
+    if progress.timed_out or elapsed > limit:
+        verdict.violations.append(f"time limit exceeded: {elapsed:.0f}s > {limit:.0f}s")
+    figures: dict[str, Any] = {
+        "proposals": n,
+        "proposal events": work.counts.proposals,
+        "approval decisions": work.counts.decisions,
+        "kills": progress.kills,
+        "killed": dict(sorted(sup.killed.items())),
+        "restarts": sup.restarts,
+        "duplicates injected": outbox.duplicates,
+        "resubmissions after uncertain": work.counts.retries,
+        **verdict.figures,
+        "audit chain ok": verified.ok,
+        "audit records": verified.records,
+        "replay equal": bool(replayed["equal"]),
+        "replayed events": replayed["events"],
+        "elapsed s": round(elapsed, 1),
+        "time limit s": round(limit),
+    }
+    return {"figures": figures, "violations": verdict.violations, "seed": seed}
+
+
+def _drive(
+    gate: Any,
+    sup: ChaosSupervisor,
+    work: Workload,
+    outbox: _Outbox,
+    p: _Progress,
+    n: int,
+    kills: int,
+    rng: random.Random,
+    out: Renderer,
+    deadline: float,
+) -> None:
+    """Launch flows (at most ``WINDOW`` in flight), advance each when its wait is answered,
+    and SIGKILL a worker whenever completed flows pass one of the random kill points."""
+    kill_at = sorted(rng.uniform(0.02, 0.85) * n for _ in range(kills))
+    active: dict[int, tuple[Script, Wait]] = {}
+    next_report = time.monotonic() + 5
+    while p.launched < n or active:
+        now = time.monotonic()
+        if now > deadline:
+            p.timed_out = True
+            work.failures += [f"flow {i}: still waiting at the time limit" for i in active]
+            return
+        sup.check()
+        while len(active) < WINDOW and p.launched < n:
+            i = p.launched
+            script = work.script(i, pick_kind(work.rng))
+            active[i] = (script, next(script))
+            p.launched += 1
+        outbox.flush()
+        gate.backend.wait(lambda: False, 0.03)  # take in what the views have produced
+        for i, (script, wait) in list(active.items()):
+            value = gate.backend.view(wait.view, wait.key)
+            if wait.ready(value):
+                try:
+                    active[i] = (script, script.send(value))
+                except StopIteration:
+                    del active[i]
+                    p.done += 1
+            elif now - wait.since > STEP_TIMEOUT_S:
+                work.failures.append(f"flow {i}: no answer for {wait.view} {wait.key}")
+                script.close()
+                del active[i]
+                p.done += 1
+        if kill_at and p.done >= kill_at[0] and now - p.last_kill > MIN_KILL_GAP_S:
+            kill_at.pop(0)
+            _kill(sup, p, rng, out)
+        if now > next_report:
+            next_report = now + 5
+            if not out.json_mode:
+                out.err.print(
+                    f"[dim]chaos: {p.done}/{n} flows done, {len(active)} in flight, "
+                    f"{p.kills} kills, {work.counts.retries} resubmissions[/]"
+                )
+    outbox.flush(everything=True)
+    while p.kills < kills and time.monotonic() < deadline:  # kill points not reached
+        time.sleep(max(0.0, p.last_kill + MIN_KILL_GAP_S - time.monotonic()))
+        _kill(sup, p, rng, out)
+
+
+def _kill(sup: ChaosSupervisor, p: _Progress, rng: random.Random, out: Renderer) -> None:
+    time.sleep(rng.uniform(0.0, 0.5))  # a random moment, not a loop boundary
+    name = sup.kill_one(rng)
+    p.kills += 1
+    p.last_kill = time.monotonic()
+    if not out.json_mode:
+        out.err.print(f"[magenta]chaos: SIGKILL {name} (kill {p.kills})[/]")
+
+
+def _settle(
+    gate: Any, work: Workload, sup: ChaosSupervisor, out: Renderer, deadline: float
+) -> dict[str, dict[str, Any]]:
+    """Wait (restarting dead workers) until every published proposal has a settled status;
+    returns the statuses (missing ones are lost)."""
+    ids = sorted(work.calls)
+    statuses: dict[str, dict[str, Any]] = {}
+    while time.monotonic() < deadline:
+        sup.check()
+        gate.backend.wait(lambda: False, 0.2)
+        for inv in ids:
+            if inv not in statuses or not statuses[inv].get("settled"):
+                value = gate.backend.view("status", inv)
+                if value is not None:
+                    statuses[inv] = value
+        if all(statuses.get(i, {}).get("settled") for i in ids):
+            break
+    gate.backend.wait(lambda: False, 2.0)  # late changes, e.g. a reconciled original
+    return {i: gate.backend.view("status", i) or statuses.get(i, {}) for i in ids}
+
+
+def _consistent(gate: Any, replay: Callable[[Any], dict[str, Any]], deadline: float) -> Any:
+    """Audit verification and replay, retried while the projections may still be catching
+    up (a lagging view converges; a wrong one stays wrong until the deadline)."""
+    give_up = min(deadline, time.monotonic() + 90)
+    while True:
+        gate.backend.wait(lambda: False, 1.0)
+        verified = gate.verify_audit()
+        replayed = replay(gate)
+        if (verified.ok and replayed["equal"]) or time.monotonic() > give_up:
+            return verified, replayed
+        time.sleep(2.0)
+
+
+def _render(out: Renderer, report: dict[str, Any], ok: bool) -> None:
+    figures: dict[str, Any] = report["figures"]
+    must_be_zero = {
+        "lost",
+        "conflicting outcomes",
+        "unexpected outcomes",
+        "double effects",
+        "effects of unknown calls",
+        "unapproved high-impact effects",
+        "effects not reported executed",
+        "uncertain outcomes not reconciled",
+    }
+
+    def human(c: Any) -> None:
+        t = Table(title=f"callgate chaos (seed {report['seed']})")
+        t.add_column("figure")
+        t.add_column("value", justify="right")
+        t.add_column("check")
+        for name, value in figures.items():
+            check = ""
+            if name in must_be_zero:
+                check = "[green]ok[/]" if value == 0 else "[red]FAIL[/]"
+            elif name in ("audit chain ok", "replay equal"):
+                check = "[green]ok[/]" if value else "[red]FAIL[/]"
+            shown = (
+                ", ".join(f"{k} {v}" for k, v in value.items())
+                if isinstance(value, dict)
+                else value
+            )
+            t.add_row(name, str(shown), check)
+        c.print(t)
+        for line in report["violations"][:30]:
+            c.print(f"[red]violation:[/] {line}")
+        more = len(report["violations"]) - 30
+        if more > 0:
+            c.print(f"[red]… and {more} more[/]")
+        c.print("[green]chaos: all checks hold[/]" if ok else "[red]chaos: checks FAILED[/]")
+
+    out.value({**report, "ok": ok}, human)

@@ -1,0 +1,273 @@
+"""The chaos run (issue "Execution reliability, fault injection and hostile input", part 4).
+
+``test_short_chaos_run_holds_every_check`` runs ``callgate --json chaos`` against its own
+tansu broker: SIGKILLed workers, duplicate deliveries and provider timeouts after apply,
+then the checks (C4, C8, C9, C12). The unit tests below prove the checker itself can fail:
+each feeds ``verify`` evidence with one planted violation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from callgate import events as ev
+from callgate.catalog import Profile, default_profile_path, load_profile
+from callgate.chaos import Call, Evidence, Verdict, verify
+
+PROFILE: Profile = load_profile(default_profile_path())
+REPO = Path(__file__).resolve().parents[2]
+CHAOS_ARGS = ("--proposals", "300", "--kills", "3", "--seed", "11")
+
+
+# --- the run -------------------------------------------------------------------------------
+
+
+@pytest.mark.kafka
+def test_short_chaos_run_holds_every_check(tmp_path: Path) -> None:
+    """300 proposals, at least 3 SIGKILLs: nothing lost, no effect twice, no unapproved
+    high-impact effect, the audit chain verifies and replay equals the live views."""
+    from callgate.adapters.kafka.tansu import BrokerUnavailable, find_tansu
+
+    try:
+        find_tansu()
+    except BrokerUnavailable as exc:
+        pytest.skip(f"kafka tests skipped: {exc}")
+    callgate = shutil.which("callgate")
+    argv = [callgate] if callgate else [sys.executable, "-m", "callgate.cli"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CALLGATE_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "services"), str(REPO / "projections")])
+    run = subprocess.run(
+        [*argv, "--json", "--state-dir", str(tmp_path), "chaos", *CHAOS_ARGS],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+        check=False,
+    )
+    report = json.loads(run.stdout)  # exactly one JSON value
+    figures = report["figures"]
+    assert run.returncode == 0, (report["violations"][:20], run.stderr[-3000:])
+    assert report["ok"] is True and report["violations"] == []
+    assert figures["proposals"] == 300
+    assert figures["lost"] == 0
+    assert figures["double effects"] == 0
+    assert figures["unapproved high-impact effects"] == 0
+    assert figures["conflicting outcomes"] == 0 and figures["unexpected outcomes"] == 0
+    assert figures["kills"] >= 3 and figures["restarts"] >= 3
+    assert figures["duplicates injected"] > 0
+    assert figures["uncertain outcomes reconciled"] == figures["uncertain outcomes"]
+    assert figures["high-impact effects"] > 0
+    assert figures["audit chain ok"] is True and figures["replay equal"] is True
+    assert figures["elapsed s"] < 180
+
+
+# --- the checker can fail ----------------------------------------------------------------
+
+
+def effect(
+    seq: int, inv: str, tool: str, target: str, args: Mapping[str, Any], token: str
+) -> dict[str, Any]:
+    return {
+        "seq": seq,
+        "provider": tool.split(".")[0],
+        "tool": tool,
+        "target": target,
+        "tenant": "acme",
+        "token": token,
+        "invocation_id": inv,
+        "args": dict(args),
+        "result": {},
+    }
+
+
+def record(
+    inv: str, tool: str, target: str, args_hash: str, approval: Any = None
+) -> dict[str, Any]:
+    return {
+        "invocation_id": inv,
+        "revision": 1,
+        "proposed_by": "model",
+        "authorized_by": {"principal": {"user": "alice"}, "approval": approval},
+        "tool": tool,
+        "target": target,
+        "args_hash": args_hash,
+    }
+
+
+def executed(inv: str) -> dict[str, Any]:
+    return {"invocation_id": inv, "outcome": "executed", "settled": True}
+
+
+REFUND = {"order_id": "ORD-1", "amount_cents": 25_000, "currency": "EUR"}
+BOB = {"approver": "bob", "approved_invocation_id": "p1", "jti": "apr-1"}
+
+
+def clean() -> dict[str, Any]:
+    """A high-impact refund approved by bob (p1 asked, p2 confirmed) and a keyed ticket."""
+    return {
+        "calls": {
+            "p1": Call(1, "refunds.issue", "acme", "rk", frozenset({"approval_required"})),
+            "p2": Call(1, "refunds.issue", "acme", "rk", frozenset({"executed"})),
+            "t1": Call(2, "tickets.create", "acme", "tk", frozenset({"executed"})),
+        },
+        "statuses": {
+            "p1": {"invocation_id": "p1", "outcome": "approval_required", "settled": True},
+            "p2": executed("p2"),
+            "t1": executed("t1"),
+        },
+        "effects": [
+            effect(1, "p2", "refunds.issue", "ORD-1", REFUND, "xk-refund"),
+            effect(2, "t1", "tickets.create", "", {"title": "x"}, "xk-ticket"),
+        ],
+        "audit": [
+            record("p1", "refunds.issue", "ORD-1", "h-refund"),
+            record("p2", "refunds.issue", "ORD-1", "h-refund", BOB),
+            record("t1", "tickets.create", "", "h-ticket"),
+        ],
+        "events": [],
+    }
+
+
+def check(**changes: Any) -> Verdict:
+    return verify(Evidence(**(clean() | changes)), PROFILE)
+
+
+def test_clean_evidence_passes() -> None:
+    verdict = check()
+    assert verdict.violations == []
+    assert verdict.figures["high-impact effects"] == 1 and verdict.figures["effects"] == 2
+
+
+def test_a_token_applied_twice_is_a_double_effect() -> None:
+    """C12: one execution token, one effect."""
+    base = clean()
+    again = effect(3, "p2", "refunds.issue", "ORD-1", REFUND, "xk-refund")
+    verdict = check(effects=[*base["effects"], again])
+    assert verdict.figures["double effects"] == 1
+    assert any("applied twice" in v and "xk-refund" in v for v in verdict.violations)
+
+
+def test_one_key_with_two_tokens_is_a_double_effect() -> None:
+    """C8: at most one effect per (tenant, idempotency key), whatever token it used."""
+    base = clean()
+    calls = {
+        **base["calls"],
+        "t2": Call(2, "tickets.create", "acme", "tk", frozenset({"replayed"})),
+    }
+    other = effect(3, "t2", "tickets.create", "", {"title": "x"}, "xk-other")
+    verdict = check(calls=calls, effects=[*base["effects"], other])
+    assert verdict.figures["double effects"] == 1
+
+
+@given(st.lists(st.integers(0, 50), min_size=1, max_size=20, unique=True), st.data())
+def test_any_repeated_effect_is_counted(tokens: list[int], data: st.DataObject) -> None:
+    """Distinct tokens and keys: no doubles; repeat any one effect: exactly one more."""
+    calls = {
+        f"i{t}": Call(t, "tickets.create", "acme", f"k{t}", frozenset({"executed"})) for t in tokens
+    }
+    effects = [
+        effect(n, f"i{t}", "tickets.create", "", {}, f"xk-{t}") for n, t in enumerate(tokens)
+    ]
+    statuses = {i: executed(i) for i in calls}
+    base = verify(Evidence(calls, statuses, effects, [], []), PROFILE)
+    assert base.figures["double effects"] == 0
+    copy = dict(data.draw(st.sampled_from(effects)), seq=len(effects) + 1)
+    doubled = verify(Evidence(calls, statuses, [*effects, copy], [], []), PROFILE)
+    assert doubled.figures["double effects"] == 1
+
+
+@pytest.mark.parametrize(
+    ("approval", "args_hash"),
+    [
+        (None, "h-refund"),  # no approval at all
+        ({**BOB, "approver": "alice"}, "h-refund"),  # the actor approved themself
+        (BOB, "h-other"),  # an approval granted for other arguments
+    ],
+)
+def test_unapproved_high_impact_effect_is_reported(approval: Any, args_hash: str) -> None:
+    """C4, C9: a refund of 250.00 needs an approver other than the actor, for this call."""
+    base = clean()
+    audit = [r for r in base["audit"] if r["invocation_id"] != "p2"]
+    audit.append(record("p2", "refunds.issue", "ORD-1", args_hash, approval))
+    verdict = check(audit=audit)
+    assert verdict.figures["unapproved high-impact effects"] == 1
+    assert any("without a matching approval" in v for v in verdict.violations)
+
+
+def test_a_low_impact_refund_needs_no_approver() -> None:
+    base = clean()
+    small = {**REFUND, "amount_cents": 9_999}
+    effects = [effect(1, "p2", "refunds.issue", "ORD-1", small, "xk-refund"), base["effects"][1]]
+    audit = [
+        *base["audit"][:1],
+        record("p2", "refunds.issue", "ORD-1", "h-refund"),
+        base["audit"][2],
+    ]
+    assert check(effects=effects, audit=audit).violations == []
+
+
+def test_a_proposal_without_a_settled_status_is_lost() -> None:
+    base = clean()
+    statuses = dict(base["statuses"])
+    del statuses["t1"]
+    statuses["p2"] = {"invocation_id": "p2", "outcome": "allowed", "settled": False}
+    verdict = check(statuses=statuses)
+    assert verdict.figures["lost"] == 2
+
+
+def test_an_unexpected_outcome_and_an_unreported_effect_are_reported() -> None:
+    base = clean()
+    statuses = {
+        **base["statuses"],
+        "t1": {"invocation_id": "t1", "outcome": "outcome_uncertain", "settled": True},
+    }
+    verdict = check(statuses=statuses)
+    assert verdict.figures["unexpected outcomes"] == 1
+    assert verdict.figures["effects not reported executed"] == 1
+
+
+def _event(cls: type[ev.Event], inv: str, n: int, **fields: Any) -> ev.Event:
+    return cls(event_id=f"e{n}", invocation_id=inv, partition_key="k-1", **fields)
+
+
+def test_two_terminal_outcomes_for_one_invocation_are_reported() -> None:
+    """Exactly one terminal outcome; the one change allowed is uncertain -> executed (C12)."""
+    reconciled = [
+        _event(ev.ExecutionUncertain, "t1", 1, execution_token="xk-ticket", reason="timeout"),
+        _event(
+            ev.ExecutionReconciled,
+            "t1",
+            2,
+            execution_token="xk-ticket",
+            found=True,
+            result_json="{}",
+            original_invocation_id="t1",
+        ),
+    ]
+    verdict = check(events=reconciled)
+    assert verdict.figures["conflicting outcomes"] == 0
+    assert verdict.figures["uncertain outcomes reconciled"] == 1
+    both = [
+        _event(ev.ExecutionSucceeded, "t1", 1, execution_token="xk-ticket", result_json="{}"),
+        _event(ev.ExecutionFailed, "t1", 2, execution_token="xk-ticket", message="boom"),
+    ]
+    verdict = check(events=both)
+    assert verdict.figures["conflicting outcomes"] == 1
+    assert any("more than one terminal outcome" in v for v in verdict.violations)
+
+
+def test_an_uncertain_mutation_never_reconciled_is_reported() -> None:
+    uncertain = [_event(ev.ExecutionUncertain, "t1", 1, execution_token="xk-ticket", reason="t")]
+    verdict = check(events=uncertain)
+    assert verdict.figures["uncertain outcomes not reconciled"] == 1

@@ -1,0 +1,561 @@
+"""The whole service on the Kafka backend, through the Python SDK, against a real broker.
+
+One ``callgate serve`` (the supervisor and its six worker processes) runs for this module
+on the suite's tansu broker under a topic prefix of its own (``tests.kafka_support``); the
+SDK publishes to ``requests`` and reads the compacted view topics, exactly as an agent
+platform and an approval UI would. Nothing Kafka is mocked.
+
+Tansu gaps met here (DESIGN "Known tansu gaps") and how the tests handle them:
+- group joins take about ``session.timeout.ms``: serve's children get 6 s (so the module
+  pays about 10 s at start and about 8 s per restarted child);
+- ``read_committed`` does not hide records of aborted transactions: after a SIGKILL the
+  ``events`` topic can show the killed transaction's records next to the committed redo.
+  Every event id is deterministic (derived from the causing event), so such a leftover
+  has the id of a committed event; ``test_sigkill_*`` proves that any id seen twice is
+  such a copy (same decision, at most one copy from a committed transaction) and never a
+  second decision. On Apache Kafka the copies are absent.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from tests.kafka_support import (
+    CODEC,
+    PARTITIONS,
+    Deployment,
+    KafkaServe,
+    unique_prefix,
+    wait_for,
+)
+
+from callgate import events as ev
+from callgate.adapters.kafka.client import make_producer, publish, read_partitions_to_end
+from callgate.adapters.kafka.state import HEADER_TXN, read_committed_changelog
+from callgate.canonical import partition_key
+from callgate.codes import Code
+from callgate.replay import replay
+from callgate.sdk import Gateway
+from callgate_projections.audit import verify_chain
+
+pytestmark = pytest.mark.kafka
+
+REFUND = {"order_id": "ORD-42", "amount_cents": 5000, "currency": "EUR"}  # < 10000: owner
+PROVIDER_EVENTS = {"DryRunRequested", "ExecutionRequested", "ExecutionStarted"}
+DECISIONS = {"PolicyDecided", "ProposalRejected"}
+# Events that happen at most once per invocation, however often the decider restarts.
+ONCE = (*DECISIONS, "ApprovalRequested", "DryRunRequested", "ExecutionSucceeded", "ReplayServed")
+VOCABULARY = {c.value for c in Code}
+
+
+@pytest.fixture(scope="module")
+def dep(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Deployment:
+    state = tmp_path_factory.mktemp("kafka-pipeline") / "state"
+    return Deployment(kafka_bootstrap, unique_prefix("pipeline"), state)
+
+
+@pytest.fixture(scope="module")
+def serve(dep: Deployment) -> Iterator[KafkaServe]:
+    server = KafkaServe(dep, dep.state_dir.parent / "serve.log")
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        code = server.stop()
+    assert code == 0, server.log.read_text()
+
+
+@pytest.fixture(scope="module")
+def gate(dep: Deployment, serve: KafkaServe) -> Iterator[Gateway]:
+    gateway = dep.connect()
+    yield gateway
+    gateway.close()
+
+
+def token(gate: Gateway, user: str, tenant: str, *roles: str) -> str:
+    return gate.app.session_issuer.issue(user, tenant, list(roles), gate.app.clock())
+
+
+# --- the lifecycle, V1, V2 ---------------------------------------------------------------------
+
+
+def test_lifecycle_read_approve_confirm_replay(dep: Deployment, gate: Gateway) -> None:
+    """C2: a read executes after the ACL alone. C5/C11: a refund stops at
+    ``approval_required`` with its dry-run; the pending view (a compacted topic) lists it;
+    the owner approves; the view key is tombstoned; the confirmed call executes once (C4);
+    the same key replays the stored result (C8); the audit names the approval (C9)."""
+    alice = token(gate, "alice", "acme", "support")
+    read = gate.propose(alice, "tickets.read", {"ticket_id": "T-1"})
+    assert read["outcome"] == "executed" and read["settled"] is True, read
+    assert read["result"]["ticket_id"] == "T-1"
+
+    key = f"refund-{uuid.uuid4().hex[:8]}"
+    before = len(gate.effects())
+    first = gate.propose(alice, "refunds.issue", REFUND, idempotency_key=key)
+    assert first["outcome"] == "approval_required", first
+    inv = first["invocation_id"]
+    assert first["dry_run"]["order_id"] == "ORD-42" and first["dry_run"]["amount_cents"] == 5000
+    assert "result" not in first and "approval_id" not in first
+    assert len(gate.effects()) == before  # C5: a dry-run changes nothing
+
+    assert gate.backend.wait(lambda: inv in {p["invocation_id"] for p in gate.pending()}, 30)
+    [pending] = [p for p in gate.pending(alice) if p["invocation_id"] == inv]
+    assert pending["tool"] == "refunds.issue" and pending["actor"] == "alice"
+    assert pending["confirmation"] == "owner" and pending["dry_run"] == first["dry_run"]
+    assert pending["expires_at"] > gate.app.clock()
+    gina = token(gate, "gina", "globex", "support")
+    assert inv not in {p["invocation_id"] for p in gate.pending(gina)}  # other tenant
+
+    approval = gate.approve(inv, alice)
+    assert approval["invocation_id"] == inv and approval["approval_id"]
+    assert gate.backend.wait(lambda: gate.backend.view("pending", inv) is None, 30)
+    view = [r for r in dep_view(dep, "pending") if r[0] == inv]
+    assert [value is None for _, value in view] == [False, True], view  # put, then tombstone
+
+    done = gate.propose(alice, "refunds.issue", REFUND, key, approval["approval_id"])
+    assert done["outcome"] == "executed", done
+    assert done["result"]["order_id"] == "ORD-42" and done["result"]["amount_cents"] == 5000
+    again = gate.propose(alice, "refunds.issue", REFUND, idempotency_key=key)
+    assert again["outcome"] == "replayed", again
+    assert again["result"] == done["result"]
+    assert again["replay_of"]["invocation_id"] == done["invocation_id"]
+
+    mine = [e for e in gate.effects() if e["invocation_id"] == done["invocation_id"]]
+    assert len(mine) == 1 and mine[0]["tool"] == "refunds.issue", mine
+    assert not [e for e in gate.effects() if e["invocation_id"] == again["invocation_id"]]
+    [record] = gate.audit(done["invocation_id"])
+    assert record["proposed_by"] == "model" and record["outcome"] == "executed"
+    auth = record["authorized_by"]
+    assert auth["decision"] == "permit" and auth["principal"]["user"] == "alice"
+    assert auth["approval"]["approved_invocation_id"] == inv
+
+
+def test_v1_model_supplied_requester_is_identity_spoof(dep: Deployment, gate: Gateway) -> None:
+    """V1 / C6: a mutation naming another user is ``identity_spoof``; no provider sees it."""
+    alice = token(gate, "alice", "acme", "support")
+    before = gate.effects()
+    args = {"title": "x", "requester_id": "mallory"}
+    answer = gate.propose(alice, "tickets.create", args, idempotency_key=f"v1-{uuid.uuid4()}")
+    assert answer["outcome"] == "identity_spoof", answer
+    assert answer["error"]["code"] == "identity_spoof"
+    assert gate.effects() == before
+    types = dep.event_types(answer["invocation_id"])
+    assert "ProposalRejected" in types and not PROVIDER_EVENTS & set(types), types
+
+
+def test_v2_swapped_arguments_are_approval_mismatch_and_one_effect(
+    dep: Deployment, gate: Gateway
+) -> None:
+    """V2 / C11: an approval for one set of arguments presented with another is
+    ``approval_mismatch`` naming ``args_hash``; the approved call then runs exactly once
+    and the same key replays it."""
+    alice = token(gate, "alice", "acme", "support")
+    key = f"v2-{uuid.uuid4().hex[:8]}"
+    refund = {"order_id": "ORD-7", "amount_cents": 700, "currency": "EUR"}
+    first = gate.propose(alice, "refunds.issue", refund, idempotency_key=key)
+    assert first["outcome"] == "approval_required", first
+    approval_id = gate.approve(first["invocation_id"], alice)["approval_id"]
+
+    swapped = gate.propose(
+        alice, "refunds.issue", {**refund, "amount_cents": 9000}, key, approval_id
+    )
+    assert swapped["outcome"] == "approval_mismatch", swapped
+    error = swapped["error"]
+    assert error["code"] == "approval_mismatch"
+    assert "args_hash" in json.dumps(error), error  # names the differing binding
+    assert not PROVIDER_EVENTS & set(dep.event_types(swapped["invocation_id"]))
+
+    done = gate.propose(alice, "refunds.issue", refund, key, approval_id)
+    assert done["outcome"] == "executed", done
+    again = gate.propose(alice, "refunds.issue", refund, idempotency_key=key)
+    assert again["outcome"] == "replayed" and again["result"] == done["result"], again
+    effects = [e for e in gate.effects() if e["target"] == "ORD-7"]
+    assert len(effects) == 1 and effects[0]["invocation_id"] == done["invocation_id"], effects
+
+
+# --- poison --------------------------------------------------------------------------------------
+
+
+def test_poison_is_dead_lettered_and_later_proposals_are_decided(
+    dep: Deployment, gate: Gateway
+) -> None:
+    """``malformed_event``: random bytes, and a service event (``ExecutionRequested``)
+    injected through ``requests``, are dead-lettered with reason and original bytes; no
+    provider runs it; proposals after them on every partition are still decided."""
+    requests = dep.topics.physical("requests")
+    garbage = random.Random(3).randbytes(64)
+    forged = ev.ExecutionRequested(
+        event_id=f"forged-{uuid.uuid4()}", invocation_id=f"forged-{uuid.uuid4()}",
+        partition_key="i-forged", tenant="acme", tool="tickets.create", target="new",
+        args_json='{"title": "forged", "requester_id": "alice"}', execution_token="xi-forged",
+    )  # fmt: skip
+    forged_bytes = CODEC.encode(forged)
+    sent: dict[tuple[int, int], bytes] = {}  # (partition, offset) -> bytes
+
+    def delivered(err: Any, msg: Any) -> None:
+        assert err is None, err
+        sent[(msg.partition(), msg.offset())] = msg.value()
+
+    producer = make_producer(dep.bootstrap)
+    for p in range(PARTITIONS):  # poison at the head of every partition
+        producer.produce(requests, key=b"poison", value=garbage, partition=p, on_delivery=delivered)
+        producer.produce(
+            requests, key=forged.partition_key.encode(), value=forged_bytes, partition=p,
+            on_delivery=delivered,
+        )  # fmt: skip
+    assert producer.flush(30) == 0 and len(sent) == 2 * PARTITIONS
+    before = gate.effects()
+
+    # Later proposals, until every partition has one behind its poison.
+    alice = token(gate, "alice", "acme", "support")
+    later: dict[str, int] = {}
+    while len(set(later.values())) < PARTITIONS and len(later) < 60:
+        inv = str(uuid.uuid4())
+        proposal = ev.ToolCallProposed(
+            event_id=f"evt-{inv}", invocation_id=inv, partition_key=partition_key("", None, inv),
+            occurred_at=gate.app.clock(), producer="test", session_token=alice,
+            tool="tickets.read", args_json='{"ticket_id": "T-5"}',
+        )  # fmt: skip
+        [(_, partition, _)] = publish(producer, CODEC, dep.topics, [proposal])
+        later[inv] = partition
+    assert set(later.values()) == set(range(PARTITIONS))
+    settled = lambda: all(gate._settled(inv) for inv in later)  # noqa: E731
+    assert gate.backend.wait(settled, 60), "proposals behind the poison were not decided"
+    assert {gate.answer(inv)["outcome"] for inv in later} == {"executed"}
+
+    letters = [e for _, e in dep.events("dead-letter") if isinstance(e, ev.EventDeadLettered)]
+    by_source = {(d.source_partition, d.source_offset): d for d in letters}
+    for where, raw in sent.items():
+        letter = by_source.get(where)
+        assert letter is not None, f"poison at {where} was not dead-lettered"
+        assert letter.code == "malformed_event" and letter.source_topic == "requests"
+        assert letter.original == raw
+        if raw == garbage:
+            assert "marker" in letter.reason, letter.reason
+        else:
+            assert "ExecutionRequested does not belong on topic requests" in letter.reason
+    assert gate.effects() == before  # the forged execution never reached a provider
+    assert gate.status(forged.invocation_id) is None
+
+
+# --- kill -9 of the decider mid-stream ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Planned:
+    invocation_id: str
+    tenant: str
+    token: str
+    tool: str
+    args: dict[str, Any]
+    key: str | None
+    expect: str
+
+    def proposal(self, now: int) -> ev.ToolCallProposed:
+        tenant = self.tenant if self.key is not None else ""
+        return ev.ToolCallProposed(
+            event_id=f"evt-{self.invocation_id}", invocation_id=self.invocation_id,
+            partition_key=partition_key(tenant, self.key, self.invocation_id),
+            correlation_id=self.invocation_id, occurred_at=now, producer="kill-test",
+            session_token=self.token, tool=self.tool, args_json=json.dumps(self.args),
+            idempotency_key=self.key,
+        )  # fmt: skip
+
+
+def make_plan(rng: random.Random, alice: str, gina: str, n: int, tag: str) -> list[Planned]:
+    """Reads, keyed ticket creations (new, retried, conflicting, other tenant), refunds
+    that stop at ``approval_required``, denials and spoofs; every mutation has a key."""
+    plan: list[Planned] = []
+    created: list[Planned] = []
+    gina_keys: set[str] = set()
+
+    def add(
+        tenant: str, tok: str, tool: str, args: dict[str, Any], key: str | None, expect: str
+    ) -> Planned:
+        item = Planned(str(uuid.uuid4()), tenant, tok, tool, args, key, expect)
+        plan.append(item)
+        return item
+
+    for i in range(n):
+        roll = rng.random()
+        if roll < 0.15:
+            add("acme", alice, "tickets.read", {"ticket_id": f"T-{i}"}, None, "executed")
+        elif roll < 0.45 or not created:
+            ticket = {"title": f"ticket {i}", "requester_id": "alice"}
+            created.append(add("acme", alice, "tickets.create", ticket, f"{tag}-{i}", "executed"))
+        elif roll < 0.57:  # the agent retries: same key, same arguments (C8)
+            first = rng.choice(created)
+            add("acme", alice, first.tool, first.args, first.key, "replayed")
+        elif roll < 0.62:  # same key, other arguments (C8)
+            first = rng.choice(created)
+            args = {**first.args, "title": f"changed {i}"}
+            add("acme", alice, first.tool, args, first.key, "idempotency_conflict")
+        elif roll < 0.67:  # the same key spelled by another tenant is another key
+            first = rng.choice(created)
+            assert first.key is not None
+            expect = "replayed" if first.key in gina_keys else "executed"
+            gina_keys.add(first.key)
+            ticket = {"title": first.args["title"], "requester_id": "gina"}
+            add("globex", gina, "tickets.create", ticket, first.key, expect)
+        elif roll < 0.82:
+            refund = {"order_id": f"ORD-{i}", "amount_cents": 500 + i, "currency": "EUR"}
+            add("acme", alice, "refunds.issue", refund, f"{tag}-r{i}", "approval_required")
+        elif roll < 0.90:
+            deploy = {"service": "billing", "version": f"1.{i}", "environment": "staging"}
+            add("acme", alice, "deploys.trigger", deploy, f"{tag}-d{i}", "tool_forbidden")
+        elif roll < 0.95:
+            add("globex", gina, "tickets.read", {"ticket_id": f"T-{i}"}, None, "tool_forbidden")
+        else:
+            spoof = {"title": f"spoof {i}", "requester_id": "mallory"}
+            add("acme", alice, "tickets.create", spoof, f"{tag}-s{i}", "identity_spoof")
+    return plan
+
+
+def committed_offsets(dep: Deployment, process: str, topic: str) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": dep.bootstrap, "group.id": dep.topics.group(process)})
+    try:
+        tps = [TopicPartition(dep.topics.physical(topic), p) for p in range(PARTITIONS)]
+        return {tp.partition: tp.offset for tp in consumer.committed(tps, timeout=10)}
+    finally:
+        consumer.close()
+
+
+class Publisher(threading.Thread):
+    """Publishes the plan in small chunks at a steady pace, never waiting for decisions."""
+
+    def __init__(
+        self, dep: Deployment, gate: Gateway, plan: list[Planned], chunk: int, pause_s: float
+    ) -> None:
+        super().__init__(daemon=True)
+        self.plan, self.chunk, self.pause_s = plan, chunk, pause_s
+        self.producer = make_producer(dep.bootstrap)
+        self.topics = dep.topics
+        self.clock = gate.app.clock
+        self.ends: dict[int, int] = {}  # partition -> one past the last published offset
+        self.lock = threading.Lock()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            for start in range(0, len(self.plan), self.chunk):
+                now = self.clock()
+                batch = [p.proposal(now) for p in self.plan[start : start + self.chunk]]
+                for _, partition, offset in publish(self.producer, CODEC, self.topics, batch):
+                    with self.lock:
+                        self.ends[partition] = max(self.ends.get(partition, 0), offset + 1)
+                time.sleep(self.pause_s)
+        except BaseException as exc:
+            self.error = exc
+
+    def published_ends(self) -> dict[int, int]:
+        with self.lock:
+            return dict(self.ends)
+
+
+def test_sigkill_the_decider_mid_stream_settles_everything_exactly_once(
+    dep: Deployment, serve: KafkaServe, gate: Gateway
+) -> None:
+    """SIGKILL the decider child three times while 520 proposals flow; serve's supervisor
+    restarts it, the new child fences the dead one's transaction and restores its state
+    from the changelog. C8, C9, C12: every proposal settles once with the outcome it would
+    have had anyway, every ticket exists exactly once, no invocation is decided twice."""
+    rng = random.Random(0xDEC1DE)
+    alice = token(gate, "alice", "acme", "support")
+    gina = token(gate, "gina", "globex", "support")
+    plan = make_plan(rng, alice, gina, 520, tag=f"kill-{uuid.uuid4().hex[:6]}")
+    ids = {p.invocation_id for p in plan}
+    by_id = {p.invocation_id: p for p in plan}
+    effects_before = {e["seq"] for e in gate.effects()}
+
+    publisher = Publisher(dep, gate, plan, chunk=13, pause_s=0.5)  # ~20 s of steady input
+    publisher.start()
+    kills: list[tuple[dict[int, int], dict[int, int]]] = []  # (committed, published) at kill
+    committed = committed_offsets(dep, "decider", "requests")
+    for _ in range(3):
+        wait_for(  # the (restarted) decider is committing work again
+            lambda seen=committed: committed_offsets(dep, "decider", "requests") != seen, 60,
+            "the decider to make progress",
+        )  # fmt: skip
+        time.sleep(rng.uniform(0.0, 0.3))
+        at_kill = publisher.published_ends()
+        serve.kill_worker("decider")
+        committed = committed_offsets(dep, "decider", "requests")
+        kills.append((committed, at_kill))
+    publisher.join(timeout=120)
+    assert publisher.error is None and not publisher.is_alive()
+
+    def settled() -> int:
+        rows = gate.backend.view_items("status")
+        return sum(bool(value.get("settled")) for key, value in rows if key in ids)
+
+    wait_for(lambda: settled() == len(ids), 120, f"all {len(ids)} proposals to settle", 0.5)
+    assert any(any(c.get(p, 0) < end for p, end in published.items()) for c, published in kills), (
+        f"no kill landed with unprocessed input: {kills}"
+    )
+
+    # Every proposal: one settled status, with the outcome it would have had anyway.
+    for p in plan:
+        status = gate.status(p.invocation_id)
+        assert status is not None and status["settled"] is True, (p, status)
+        assert status["outcome"] == p.expect, (p, status)
+
+    # C9: exactly one audit record per invocation, with its outcome.
+    audit = [r for r in gate.audit() if r["invocation_id"] in ids]
+    per_invocation = Counter(r["invocation_id"] for r in audit)
+    assert set(per_invocation) == ids and set(per_invocation.values()) == {1}
+    assert all(r["outcome"] == by_id[r["invocation_id"]].expect for r in audit)
+
+    # C12: every ticket that executed exists exactly once; nothing else ran.
+    effects = [e for e in gate.effects() if e["seq"] not in effects_before]
+    assert {e["tool"] for e in effects} == {"tickets.create"}, effects
+    per_call = Counter(e["invocation_id"] for e in effects)
+    assert not {i: n for i, n in per_call.items() if n > 1}, "a call ran twice"
+    executed = {p.invocation_id for p in plan if p.expect == "executed" and p.key}
+    assert set(per_call) == executed
+    per_key = Counter(
+        (by_id[e["invocation_id"]].tenant, by_id[e["invocation_id"]].key) for e in effects
+    )
+    assert set(per_key.values()) == {1}
+    assert set(Counter(e["token"] for e in effects).values()) == {1}
+
+    leftovers = assert_no_second_decision(dep, ids)
+    print(f"decider kills (committed, published): {kills}; aborted leftovers seen: {leftovers}")
+
+    # Replays serve the original result (C8); the approval UI sees every refund once.
+    first_result = {
+        (p.tenant, p.key): (gate.status(p.invocation_id) or {})["result"]
+        for p in plan
+        if p.invocation_id in executed
+    }
+    for p in plan:
+        if p.expect == "replayed":
+            assert (gate.status(p.invocation_id) or {})["result"] == first_result[(p.tenant, p.key)]
+    refunds = {p.invocation_id for p in plan if p.expect == "approval_required"}
+    assert refunds <= {r["invocation_id"] for r in gate.pending()}
+    assert gate.verify_audit().ok
+
+
+def assert_no_second_decision(dep: Deployment, ids: set[str]) -> int:
+    """No invocation of ``ids`` was decided twice; returns how many leftover copies the
+    ``events`` topic shows (records of aborted transactions: tansu keeps them visible).
+
+    Event ids are deterministic (the decider derives them from the causing event), so a
+    copy left by an aborted attempt has the id of the event its redo committed. Hence:
+    per invocation, each ``ONCE`` event type has one event id; copies of one id are the
+    same decision (equal but for ``occurred_at``, the clock of the attempt) written by
+    different transactions, at most one of which committed (the decider's changelog names
+    every committed transaction that changed its state, which deciding always does).
+    """
+    committed_tokens = read_committed_changelog(dep.bootstrap, dep.topics, "decider").tokens
+    copies: dict[str, list[tuple[str, ev.Event]]] = defaultdict(list)
+    ids_per_type: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for record, event in dep.events():
+        if event.invocation_id not in ids:
+            continue
+        txn = record.headers.get(HEADER_TXN, b"").decode()
+        copies[event.event_id].append((txn, event))
+        ids_per_type[(event.invocation_id, event.event_type)].add(event.event_id)
+    twice = {k: v for k, v in ids_per_type.items() if k[1] in ONCE and len(v) > 1}
+    assert not twice, f"decided twice: {twice}"
+    decided = {inv for inv, kind in ids_per_type if kind in DECISIONS}
+    assert decided == ids, f"undecided: {ids - decided}"
+    leftovers = 0
+    for event_id, seen in copies.items():
+        if len(seen) == 1:
+            continue
+        leftovers += len(seen) - 1
+        tokens = [txn for txn, _ in seen]
+        assert len(set(tokens)) == len(tokens), f"{event_id} twice in one transaction"
+        first = replace(seen[0][1], occurred_at=0)
+        if first.event_type in DECISIONS:
+            assert all(replace(e, occurred_at=0) == first for _, e in seen), seen
+            assert sum(t in committed_tokens for t in tokens) <= 1, f"{event_id} committed twice"
+    return leftovers
+
+
+# --- replay and the audit chain ----------------------------------------------------------------
+
+
+def test_replay_rebuilds_identical_projections(dep: Deployment, gate: Gateway) -> None:
+    """DESIGN "Shape": folding the ``events`` log from offset 0 through the projections
+    gives, byte for byte, the live compacted views (after the kills above, too)."""
+    alice = token(gate, "alice", "acme", "support")
+    assert gate.propose(alice, "tickets.read", {"ticket_id": "T-77"})["outcome"] == "executed"
+    wait_projections_caught_up(dep)
+    report = replay(gate)
+    assert report["events"] > 0
+    assert report["equal"] is True, report
+    assert all(v["records"] > 0 for k, v in report["views"].items() if k != "pending"), report
+
+
+def test_audit_chain_detects_a_changed_or_dropped_record(gate: Gateway) -> None:
+    """C9: the audit view's hash chains verify against their heads; changing one field
+    of one record, or dropping the last record of a chain, is detected."""
+    alice = token(gate, "alice", "acme", "support")
+    key = f"audit-{uuid.uuid4().hex[:8]}"
+    first = gate.propose(alice, "refunds.issue", {**REFUND, "order_id": "ORD-9"}, key)
+    approval = gate.approve(first["invocation_id"], alice)
+    done = gate.propose(alice, "refunds.issue", {**REFUND, "order_id": "ORD-9"}, key,
+                        approval["approval_id"])  # fmt: skip
+    assert done["outcome"] == "executed", done
+    chain_key = str((gate.status(done["invocation_id"]) or {})["partition_key"])
+    wait_for(lambda: bool(gate.audit(done["invocation_id"])), 30, "the executed call's record")
+
+    records = gate.audit()
+    heads = [value for _, value in gate.backend.view_items("audit_head")]
+    assert verify_chain(records, heads=heads).ok
+
+    chain = [i for i, r in enumerate(records) if r["partition_key"] == chain_key]
+    assert len(chain) >= 2
+    tampered = [dict(r) for r in records]
+    assert tampered[chain[0]]["proposed_by"] == "model"
+    tampered[chain[0]]["proposed_by"] = "human"  # one field of one record
+    bad = verify_chain(tampered, heads=heads)
+    assert not bad.ok and "hash" in (bad.reason or ""), bad
+
+    cut = [r for i, r in enumerate(records) if i != chain[-1]]
+    assert verify_chain(cut, heads=heads).ok is False
+    assert verify_chain(cut).ok  # without the head, a shorter chain looks valid
+    assert verify_chain(records, heads=heads).ok  # the untouched records still verify
+
+
+def dep_view(dep: Deployment, view: str) -> list[tuple[str, Any]]:
+    """A view topic's records as (key, JSON value or None for a tombstone), in order."""
+    out: list[tuple[str, Any]] = []
+    for record in read_partitions_to_end(dep.bootstrap, dep.topics.view(view)):
+        value = None if record.value is None else json.loads(record.value)
+        out.append(((record.key or b"").decode(), value))
+    return out
+
+
+def wait_projections_caught_up(dep: Deployment, timeout_s: float = 60.0) -> None:
+    """Until every projection has committed its position past the last ``events`` record
+    that exists now (nothing is in flight when this is called)."""
+    ends: dict[int, int] = {}
+    for record in dep.records("events"):
+        ends[record.partition] = max(ends.get(record.partition, 0), record.offset + 1)
+    projections = ("status-projection", "pending-projection", "audit-projection",
+                   "decisions-projection")  # fmt: skip
+
+    def caught_up() -> bool:
+        for process in projections:
+            done = committed_offsets(dep, process, "events")
+            if any(done.get(p, -1) < end for p, end in ends.items()):
+                return False
+        return True
+
+    try:
+        wait_for(caught_up, timeout_s, "the projections to fold the whole events log", 0.2)
+    except AssertionError as exc:
+        seen = {p: committed_offsets(dep, p, "events") for p in projections}
+        raise AssertionError(f"{exc}: log ends {ends}, committed {seen}") from None

@@ -1,0 +1,279 @@
+"""Shared helpers for the tests of the whole service on the Kafka backend.
+
+``KafkaServe`` runs the installed ``callgate serve --backend kafka`` as a subprocess (the
+supervisor that spawns one ``python -m callgate.adapters.kafka.worker <process>`` child per
+process) under a topic prefix of its own, so that test modules share one broker but no
+topics, consumer groups or transactional ids. ``wait_ready`` drives one call through every
+process (decider, executor and the four projections) before a test starts.
+
+Group settings: tansu's consumer-group joins take about ``session.timeout.ms`` (DESIGN
+"Known tansu gaps"), so serve hands its children ``session.timeout.ms=6000`` and a 500 ms
+heartbeat through ``CALLGATE_KAFKA_CONSUMER``; with librdkafka's default a (re)started
+child would be away for about half a minute.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from callgate import events as ev
+from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
+from callgate.adapters.kafka.client import Record, read_partitions_to_end
+from callgate.adapters.kafka.topics import Topics
+from callgate.bootstrap import Settings
+from callgate.sdk import Gateway, connect
+from tests.e2e.helpers import REPO, Run, callgate_argv, cli_env
+
+PARTITIONS = 3  # few partitions keep joins and restores short; >1 exercises co-partitioning
+FAST_GROUPS = "session.timeout.ms=6000,heartbeat.interval.ms=500"
+CODEC = AvroCodec.default()
+WORKER_MODULE = "callgate.adapters.kafka.worker"
+
+
+def unique_prefix(label: str) -> str:
+    """A topic prefix no other test uses (topics, groups and transactional ids hang off it)."""
+    return f"t-{label}-{uuid.uuid4().hex[:8]}"
+
+
+def wait_for(
+    predicate: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.1
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(poll_s)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """Where a Kafka deployment lives: broker, topic prefix, state dir, profile."""
+
+    bootstrap: str
+    prefix: str
+    state_dir: Path
+    profile: Path | None = None
+
+    @property
+    def topics(self) -> Topics:
+        return Topics(self.prefix, PARTITIONS)
+
+    def env(self) -> dict[str, str]:
+        """The ``CALLGATE_*`` environment of serve and of every CLI client."""
+        env = {
+            "CALLGATE_BACKEND": "kafka",
+            "CALLGATE_BOOTSTRAP_SERVERS": self.bootstrap,
+            "CALLGATE_STATE_DIR": str(self.state_dir),
+            "CALLGATE_TOPIC_PREFIX": self.prefix,
+            "CALLGATE_PARTITIONS": str(PARTITIONS),
+            "CALLGATE_KAFKA_CONSUMER": FAST_GROUPS,
+        }
+        if self.profile is not None:
+            env["CALLGATE_PROFILE"] = str(self.profile)
+        return env
+
+    def settings(self) -> Settings:
+        return Settings(
+            backend="kafka",
+            bootstrap_servers=self.bootstrap,
+            topic_prefix=self.prefix,
+            partitions=PARTITIONS,
+            state_dir=self.state_dir,
+            profile=self.profile,
+        )
+
+    def connect(self) -> Gateway:
+        """The Python SDK on this deployment (its own client: ``close`` it)."""
+        return connect(self.settings())
+
+    # -- reading the log, as compliance would ------------------------------------------------
+
+    def records(self, logical: str) -> list[Record]:
+        """Every record of a logical topic, ``read_committed`` (on tansu that still shows
+        records of aborted transactions: DESIGN "Known tansu gaps")."""
+        return read_partitions_to_end(self.bootstrap, self.topics.physical(logical), timeout_s=60)
+
+    def events(self, logical: str = "events") -> list[tuple[Record, ev.Event]]:
+        """Decoded records of a topic, in offset order per partition (undecodable skipped)."""
+        out: list[tuple[Record, ev.Event]] = []
+        for record in self.records(logical):
+            try:
+                out.append((record, CODEC.decode(record.value or b"")))
+            except MalformedEvent:
+                continue
+        return out
+
+    def event_types(self, invocation_id: str) -> list[str]:
+        """The types of the ``events`` records of one invocation, in log order."""
+        return [e.event_type for _, e in self.events() if e.invocation_id == invocation_id]
+
+
+# --- callgate serve ----------------------------------------------------------------------------
+
+
+class KafkaServe:
+    """``callgate serve`` on Kafka as a subprocess; stderr goes to a log file."""
+
+    def __init__(self, dep: Deployment, log: Path) -> None:
+        self.dep = dep
+        self.log = log
+        self._stderr: TextIO = log.open("w")
+        argv = [*callgate_argv(), "serve"]
+        if dep.profile is not None:
+            argv += ["--profile", str(dep.profile)]
+        self.proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.DEVNULL,
+            stderr=self._stderr,
+            env={**cli_env(), **dep.env()},
+            cwd=REPO,
+        )
+
+    def wait_ready(self, timeout_s: float = 120.0) -> None:
+        """Until every process has joined its group and handles input: a refund reaches
+        ``approval_required`` (decider, executor's dry-run, status), shows in the pending
+        view and the audit (pending, audit projections), and a denial of it is answered
+        (decisions projection). Leaves no pending approval and no side effect behind."""
+        deadline = time.monotonic() + timeout_s
+        while "callgate serve" not in self.log.read_text():
+            assert self.proc.poll() is None, f"serve exited early: {self.log.read_text()}"
+            assert time.monotonic() < deadline, f"serve not up: {self.log.read_text()}"
+            time.sleep(0.05)
+        gate = self.dep.connect()
+        try:
+            token = gate.app.session_issuer.issue("probe", "acme", ["support"], gate.app.clock())
+            refund = {"order_id": "ORD-READY", "amount_cents": 100, "currency": "EUR"}
+            left = max(1.0, deadline - time.monotonic())
+            answer = gate.propose(token, "refunds.issue", refund, "ready-probe", timeout_s=left)
+            assert answer["outcome"] == "approval_required", (answer, self.log.read_text())
+            inv = answer["invocation_id"]
+            gate.backend.wait(lambda: gate.backend.view("pending", inv) is not None, 30)
+            gate.backend.wait(lambda: bool(gate.audit(inv)), 30)
+            gate.deny(inv, token, "readiness probe", timeout_s=30)
+            assert gate.backend.wait(lambda: gate.backend.view("pending", inv) is None, 30)
+        finally:
+            gate.close()
+
+    # -- the children -------------------------------------------------------------------------
+
+    def worker_pid(self, process: str) -> int | None:
+        """The pid of this serve's live child running ``process`` (from /proc)."""
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue  # exited meanwhile
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            state = stat.rsplit(")", 1)[1].split()[0]
+            if ppid != self.proc.pid or state == "Z":
+                continue
+            words = [w.decode(errors="replace") for w in argv]
+            if WORKER_MODULE in words and process in words:
+                return int(entry.name)
+        return None
+
+    def kill_worker(self, process: str, timeout_s: float = 10.0) -> tuple[int, int]:
+        """SIGKILL the child running ``process``; returns (old pid, pid of its replacement
+        once the supervisor has started it)."""
+        old = self.worker_pid(process)
+        assert old is not None, f"no live {process} child of serve {self.proc.pid}"
+        os.kill(old, signal.SIGKILL)
+        new: list[int] = []
+
+        def restarted() -> bool:
+            pid = self.worker_pid(process)
+            if pid is not None and pid != old:
+                new.append(pid)
+                return True
+            return False
+
+        wait_for(restarted, timeout_s, f"the supervisor to restart {process}", poll_s=0.05)
+        return old, new[-1]
+
+    def stop(self) -> int:
+        """SIGTERM: the supervisor stops its children and exits 0."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait(timeout=10)
+        self._stderr.close()
+        return code
+
+
+# --- the installed command on Kafka ---------------------------------------------------------
+
+
+def cli(dep: Deployment, *args: str, rc: int | None = 0, timeout: float = 90.0) -> Run:
+    """``callgate --json --backend kafka --bootstrap-servers B ARGS`` with the deployment's
+    prefix, partitions and state dir in the environment; asserts ``rc`` and no traceback."""
+    argv = [
+        *callgate_argv(), "--json", "--backend", "kafka", "--bootstrap-servers", dep.bootstrap,
+        "--state-dir", str(dep.state_dir),
+    ]  # fmt: skip
+    if dep.profile is not None:
+        argv += ["--profile", str(dep.profile)]
+    argv += list(args)
+    env = {
+        **cli_env(),
+        "CALLGATE_TOPIC_PREFIX": dep.prefix,
+        "CALLGATE_PARTITIONS": str(PARTITIONS),
+    }
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, env=env, timeout=timeout, check=False
+    )
+    result = Run(argv, proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in result.stderr, f"a traceback escaped: {result}"
+    if rc is not None:
+        assert result.returncode == rc, f"expected exit {rc}: {result}"
+    return result
+
+
+def cg(dep: Deployment, *args: str, rc: int = 0) -> Any:
+    """A reporting command's one JSON value."""
+    return cli(dep, *args, rc=rc).value
+
+
+def cli_session(dep: Deployment, user: str, tenant: str, roles: str) -> str:
+    token = cg(dep, "session", "issue", "--user", user, "--tenant", tenant, "--roles", roles)
+    assert isinstance(token["token"], str) and token["token"]
+    return str(token["token"])
+
+
+def cli_propose(
+    dep: Deployment,
+    token: str,
+    tool: str,
+    args: Mapping[str, Any],
+    key: str | None = None,
+    approval_id: str | None = None,
+) -> dict[str, Any]:
+    """``callgate propose``: a settled call exits 0 whatever its outcome (a denial too)."""
+    argv = ["propose", "--session", token, "--tool", tool, "--args", json.dumps(dict(args))]
+    if key is not None:
+        argv += ["--idempotency-key", key]
+    if approval_id is not None:
+        argv += ["--approval-id", approval_id]
+    answer: dict[str, Any] = cg(dep, *argv)
+    assert {"invocation_id", "outcome"} <= answer.keys(), answer
+    if "error" in answer:
+        assert answer["error"]["code"] == answer["outcome"], answer
+    return answer
+
+
+def pending_ids(rows: Sequence[Mapping[str, Any]]) -> set[str]:
+    return {str(r["invocation_id"]) for r in rows}
