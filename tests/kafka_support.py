@@ -4,7 +4,9 @@
 supervisor that spawns one ``python -m callgate.adapters.kafka.worker <process>`` child per
 process) under a topic prefix of its own, so that test modules share one broker but no
 topics, consumer groups or transactional ids. ``wait_ready`` drives one call through every
-process (decider, executor and the four projections) before a test starts.
+process (decider, executor and the four projections) before a test starts. ``cli`` runs
+the installed command against a deployment; ``lifecycle_scenario``, ``v1_scenario`` and
+``v2_scenario`` are run on tansu and on Apache Kafka alike.
 
 Group settings: tansu's consumer-group joins take about ``session.timeout.ms`` (DESIGN
 "Known tansu gaps"), so serve hands its children ``session.timeout.ms=6000`` and a 500 ms
@@ -123,18 +125,26 @@ class Deployment:
 class KafkaServe:
     """``callgate serve`` on Kafka as a subprocess; stderr goes to a log file."""
 
-    def __init__(self, dep: Deployment, log: Path) -> None:
+    def __init__(self, dep: Deployment, log: Path, flags: bool = False) -> None:
+        """``flags``: the global options as flags (``--backend kafka --bootstrap-servers B
+        --state-dir D --profile P``) instead of ``CALLGATE_*`` variables."""
         self.dep = dep
         self.log = log
         self._stderr: TextIO = log.open("w")
-        argv = [*callgate_argv(), "serve"]
-        if dep.profile is not None:
-            argv += ["--profile", str(dep.profile)]
+        argv, env = [*callgate_argv()], dep.env()
+        if flags:
+            argv += ["--backend", "kafka", "--bootstrap-servers", dep.bootstrap]
+            argv += ["--state-dir", str(dep.state_dir)]
+            if dep.profile is not None:
+                argv += ["--profile", str(dep.profile)]
+            for name in ("BACKEND", "BOOTSTRAP_SERVERS", "STATE_DIR", "PROFILE"):
+                env.pop(f"CALLGATE_{name}", None)
+        argv.append("serve")
         self.proc = subprocess.Popen(
             argv,
             stdout=subprocess.DEVNULL,
             stderr=self._stderr,
-            env={**cli_env(), **dep.env()},
+            env={**cli_env(), **env},
             cwd=REPO,
         )
 
@@ -277,3 +287,115 @@ def cli_propose(
 
 def pending_ids(rows: Sequence[Mapping[str, Any]]) -> set[str]:
     return {str(r["invocation_id"]) for r in rows}
+
+
+# --- scenarios shared by the tansu and the Apache Kafka tests --------------------------------
+
+REFUND = {"order_id": "ORD-42", "amount_cents": 5000, "currency": "EUR"}  # < 10000: owner
+PROVIDER_EVENTS = {"DryRunRequested", "ExecutionRequested", "ExecutionStarted"}
+
+
+def token(gate: Gateway, user: str, tenant: str, *roles: str) -> str:
+    """A development session token (the session, not the arguments, names the actor)."""
+    return gate.app.session_issuer.issue(user, tenant, list(roles), gate.app.clock())
+
+
+def lifecycle_scenario(dep: Deployment, gate: Gateway) -> None:
+    """C2: a read executes after the ACL alone. C5/C11: a refund stops at
+    ``approval_required`` with its dry-run; the pending view (a compacted topic) lists it;
+    the owner approves; the view key is tombstoned; the confirmed call executes once (C4);
+    the same key replays the stored result (C8); the audit names the approval (C9)."""
+    alice = token(gate, "alice", "acme", "support")
+    read = gate.propose(alice, "tickets.read", {"ticket_id": "T-1"})
+    assert read["outcome"] == "executed" and read["settled"] is True, read
+    assert read["result"]["ticket_id"] == "T-1"
+
+    key = f"refund-{uuid.uuid4().hex[:8]}"
+    before = len(gate.effects())
+    first = gate.propose(alice, "refunds.issue", REFUND, idempotency_key=key)
+    assert first["outcome"] == "approval_required", first
+    inv = first["invocation_id"]
+    assert first["dry_run"]["order_id"] == "ORD-42" and first["dry_run"]["amount_cents"] == 5000
+    assert "result" not in first and "approval_id" not in first
+    assert len(gate.effects()) == before  # C5: a dry-run changes nothing
+
+    assert gate.backend.wait(lambda: inv in {p["invocation_id"] for p in gate.pending()}, 30)
+    [pending] = [p for p in gate.pending(alice) if p["invocation_id"] == inv]
+    assert pending["tool"] == "refunds.issue" and pending["actor"] == "alice"
+    assert pending["confirmation"] == "owner" and pending["dry_run"] == first["dry_run"]
+    assert pending["expires_at"] > gate.app.clock()
+    gina = token(gate, "gina", "globex", "support")
+    assert inv not in {p["invocation_id"] for p in gate.pending(gina)}  # other tenant
+
+    approval = gate.approve(inv, alice)
+    assert approval["invocation_id"] == inv and approval["approval_id"]
+    assert gate.backend.wait(lambda: gate.backend.view("pending", inv) is None, 30)
+    view = [r for r in view_records(dep, "pending") if r[0] == inv]
+    assert [value is None for _, value in view] == [False, True], view  # put, then tombstone
+
+    done = gate.propose(alice, "refunds.issue", REFUND, key, approval["approval_id"])
+    assert done["outcome"] == "executed", done
+    assert done["result"]["order_id"] == "ORD-42" and done["result"]["amount_cents"] == 5000
+    again = gate.propose(alice, "refunds.issue", REFUND, idempotency_key=key)
+    assert again["outcome"] == "replayed", again
+    assert again["result"] == done["result"]
+    assert again["replay_of"]["invocation_id"] == done["invocation_id"]
+
+    mine = [e for e in gate.effects() if e["invocation_id"] == done["invocation_id"]]
+    assert len(mine) == 1 and mine[0]["tool"] == "refunds.issue", mine
+    assert not [e for e in gate.effects() if e["invocation_id"] == again["invocation_id"]]
+    [record] = gate.audit(done["invocation_id"])
+    assert record["proposed_by"] == "model" and record["outcome"] == "executed"
+    auth = record["authorized_by"]
+    assert auth["decision"] == "permit" and auth["principal"]["user"] == "alice"
+    assert auth["approval"]["approved_invocation_id"] == inv
+
+
+def v1_scenario(dep: Deployment, gate: Gateway) -> None:
+    """V1 / C6: a mutation naming another user is ``identity_spoof``; no provider sees it."""
+    alice = token(gate, "alice", "acme", "support")
+    before = gate.effects()
+    args = {"title": "x", "requester_id": "mallory"}
+    answer = gate.propose(alice, "tickets.create", args, idempotency_key=f"v1-{uuid.uuid4()}")
+    assert answer["outcome"] == "identity_spoof", answer
+    assert answer["error"]["code"] == "identity_spoof"
+    assert gate.effects() == before
+    types = dep.event_types(answer["invocation_id"])
+    assert "ProposalRejected" in types and not PROVIDER_EVENTS & set(types), types
+
+
+def v2_scenario(dep: Deployment, gate: Gateway) -> None:
+    """V2 / C11: an approval for one set of arguments presented with another is
+    ``approval_mismatch`` naming ``args_hash``; the approved call then runs exactly once
+    and the same key replays it."""
+    alice = token(gate, "alice", "acme", "support")
+    key = f"v2-{uuid.uuid4().hex[:8]}"
+    refund = {"order_id": "ORD-7", "amount_cents": 700, "currency": "EUR"}
+    first = gate.propose(alice, "refunds.issue", refund, idempotency_key=key)
+    assert first["outcome"] == "approval_required", first
+    approval_id = gate.approve(first["invocation_id"], alice)["approval_id"]
+
+    swapped = gate.propose(
+        alice, "refunds.issue", {**refund, "amount_cents": 9000}, key, approval_id
+    )
+    assert swapped["outcome"] == "approval_mismatch", swapped
+    error = swapped["error"]
+    assert error["code"] == "approval_mismatch"
+    assert "args_hash" in json.dumps(error), error  # names the differing binding
+    assert not PROVIDER_EVENTS & set(dep.event_types(swapped["invocation_id"]))
+
+    done = gate.propose(alice, "refunds.issue", refund, key, approval_id)
+    assert done["outcome"] == "executed", done
+    again = gate.propose(alice, "refunds.issue", refund, idempotency_key=key)
+    assert again["outcome"] == "replayed" and again["result"] == done["result"], again
+    effects = [e for e in gate.effects() if e["target"] == "ORD-7"]
+    assert len(effects) == 1 and effects[0]["invocation_id"] == done["invocation_id"], effects
+
+
+def view_records(dep: Deployment, view: str) -> list[tuple[str, Any]]:
+    """A view topic's records as (key, JSON value or None for a tombstone), in order."""
+    out: list[tuple[str, Any]] = []
+    for record in read_partitions_to_end(dep.bootstrap, dep.topics.view(view)):
+        value = None if record.value is None else json.loads(record.value)
+        out.append(((record.key or b"").decode(), value))
+    return out

@@ -28,7 +28,10 @@ def _utf16_key(key: str) -> bytes:
 
 def _prepare(value: object) -> Any:
     """Rebuild ``value`` with JCS key order and integral floats turned into ints."""
-    if value is None or isinstance(value, str | bool | int):
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:  # fast path: most values
+        return value
+    if isinstance(value, str | bool | int):
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -38,7 +41,11 @@ def _prepare(value: object) -> Any:
         for key in value:
             if not isinstance(key, str):
                 raise TypeError(f"canonical JSON object keys must be str, got {key!r}")
-        return {k: _prepare(value[k]) for k in sorted(value, key=_utf16_key)}
+        # Code-point order equals UTF-16 order unless a key holds a character above U+FFFF,
+        # so ASCII keys (nearly all) skip re-encoding each key: a hot spot of the projections.
+        ascii_keys = "".join(value).isascii()
+        order = sorted(value) if ascii_keys else sorted(value, key=_utf16_key)
+        return {k: _prepare(value[k]) for k in order}
     if isinstance(value, list | tuple):
         return [_prepare(v) for v in value]
     raise TypeError(f"canonical JSON cannot encode {type(value).__name__}")

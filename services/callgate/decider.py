@@ -433,6 +433,13 @@ class Decider:
                     "resubmit with its approval_id",
                     {"pending_invocation_id": rec.invocation_id},
                 )
+            use = state.approvals[claims.jti]
+            if use.consumed_by and use.consumed_by != inv.invocation_id:
+                # C8: the same key and approval are being confirmed by another invocation
+                # right now; wait for it and replay its outcome, never confirm twice.
+                inv.phase, inv.outcome = Phase.WAITING, Code.ALLOWED.value
+                rec.waiters.append(inv.invocation_id)
+                return
             spec = self.deps.profile.tool(inv.tool)
             assert spec is not None  # checked before policy
             self._authorize(state, inv, spec, claims, out)
@@ -588,6 +595,9 @@ class Decider:
             # Nothing was authorized under this key: free it so a corrected call can use it.
             waiters = rec.waiters
             del state.keys[inv.idempotency_key or ""]
+        elif rec is not None and inv.approval_jti:
+            # A confirmation failed: the same-key calls waiting on it fail with it.
+            waiters, rec.waiters = rec.waiters, []
         for waiter in waiters:
             w = state.invocations.get(waiter)
             if w is not None:
@@ -671,7 +681,9 @@ class Decider:
             expires_at=expires_at,
         )
         inv.approval_status = ApprovalStatus.GRANTED
-        state.approvals[jti] = ApprovalUse(inv.invocation_id, ApprovalStatus.GRANTED, expires_at)
+        state.approvals[jti] = ApprovalUse(
+            inv.invocation_id, ApprovalStatus.GRANTED, expires_at, approver=approver.user
+        )
         _set_key_status(state, inv, KeyStatus.APPROVED)
         out.emit(
             ev.ApprovalGranted,
@@ -790,6 +802,18 @@ class Decider:
             target.execution_token = original.execution_token
             target.attempt = original.attempt
             rec.invocation_id = target.invocation_id
+            use = state.approvals.get(original.approval_jti)
+            if target is not original and use is not None:
+                # C9: the retry completes the original's confirmed call; its audit record
+                # names the approval that authorizes the effect (found by the chaos run).
+                target.approval_jti = original.approval_jti
+                out.emit(
+                    ev.ConfirmationAccepted,
+                    invocation_id=target.invocation_id,
+                    approval_jti=original.approval_jti,
+                    approved_invocation_id=use.invocation_id,
+                    approver=use.approver,
+                )
         self._request_execution(state, target, out)
 
 

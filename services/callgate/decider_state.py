@@ -103,6 +103,7 @@ class ApprovalUse:
     expires_at: int
     consumed_by: str = ""  # the invocation that used it
     consumer_key: str | None = None  # that invocation's idempotency key
+    approver: str = ""  # who granted it (C9: a retry that takes over names it too)
 
 
 @dataclass(slots=True)
@@ -124,8 +125,27 @@ class DeciderState:
         return min(times) if times else None
 
 
+def _plain(record: Invocation | KeyRecord | ApprovalUse) -> dict[str, Any]:
+    # Shallow on purpose: every field is a str, int, bool, None or list of str, which json
+    # encodes as it is (a nested dataclass would make json.dumps raise, never pass silently).
+    # ``dataclasses.asdict`` deep-copies every value and cost the decider about a fifth of
+    # its CPU time on Kafka (docs/benchmarks.md).
+    return {name: getattr(record, name) for name in _FIELDS[type(record)]}
+
+
+_FIELDS = {
+    cls: tuple(f.name for f in dataclasses.fields(cls))
+    for cls in (DeciderState, Invocation, KeyRecord, ApprovalUse)
+}
+
+
 def dump_state(state: DeciderState) -> bytes:
-    return json.dumps(dataclasses.asdict(state), sort_keys=True, separators=(",", ":")).encode()
+    """Canonical JSON of ``state``: the same bytes ``dataclasses.asdict`` would give."""
+    value: dict[str, Any] = {}
+    for name in _FIELDS[DeciderState]:
+        item = getattr(state, name)
+        value[name] = {k: _plain(v) for k, v in item.items()} if isinstance(item, dict) else item
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
 
 def load_state(data: bytes) -> DeciderState:

@@ -14,6 +14,13 @@ A crash between 1 and 2 leaves a started-but-unfinished execution, which
 ``recover`` reconciles through ``provider.lookup`` before new work. Never a blind
 second execution.
 
+A request for a run that already finished is answered again with its recorded outcome
+(the same event, byte for byte), never run again. On tansu a killed decider's
+uncommitted ``ExecutionRequested`` becomes visible (DESIGN "Known tansu gaps"): this
+executor runs it, and the restarted decider, whose state predates that request, drops
+the outcome as premature and requests the run again. Without the answer it would wait
+forever (found by the chaos run).
+
 Dry-runs and lookups are read-only by contract, so they run inside ``handle``: a
 crash before commit merely repeats them.
 """
@@ -50,6 +57,7 @@ class Started:
 class ExecutorState:
     started: dict[str, Started] = field(default_factory=dict)  # token -> open execution
     finished: list[str] = field(default_factory=list)  # "token#attempt" already run
+    answers: dict[str, dict[str, Any]] = field(default_factory=dict)  # run -> outcome event
 
 
 def dry_run_hash(snapshot_json: str) -> str:
@@ -77,6 +85,7 @@ class Executor:
         return ExecutorState(
             started={k: Started(**v) for k, v in raw["started"].items()},
             finished=list(raw["finished"]),
+            answers=dict(raw.get("answers", {})),
         )
 
     def next_due(self, state: ExecutorState) -> int | None:
@@ -90,8 +99,11 @@ class Executor:
     ) -> tuple[ExecutorState, Sequence[Output]]:
         if isinstance(event, ev.ExecutionRequested):
             run = f"{event.execution_token}#{event.attempt}"
-            if run in state.finished or event.execution_token in state.started:
-                return state, ()  # already started or run: never twice
+            if run in state.finished:  # never twice; answer a repeated request again
+                answer = state.answers.get(run)
+                return state, [] if answer is None else [_from_answer(answer)]
+            if event.execution_token in state.started:
+                return state, ()  # started: its outcome follows
             state.started[event.execution_token] = Started(
                 event.invocation_id,
                 event.partition_key,
@@ -130,8 +142,9 @@ class Executor:
             run = state.started.pop(started.execution_token, None)
             if run is None:
                 continue
-            state.finished.append(f"{started.execution_token}#{run.attempt}")
-            outputs.append(self._execute(started, run, now_ms))
+            key = f"{started.execution_token}#{run.attempt}"
+            state.finished.append(key)
+            outputs.append(_answered(state, key, self._execute(started, run, now_ms)))
         return state, outputs
 
     def recover(self, state: ExecutorState, now_ms: int) -> tuple[ExecutorState, Sequence[Output]]:
@@ -144,8 +157,10 @@ class Executor:
                 partition_key=run.partition_key,
                 occurred_at=now_ms,
             )
-            outputs.append(self._lookup(cause, token, run.invocation_id, run.tool, now_ms))
-            state.finished.append(f"{token}#{run.attempt}")
+            key = f"{token}#{run.attempt}"
+            lookup = self._lookup(cause, token, run.invocation_id, run.tool, now_ms)
+            outputs.append(_answered(state, key, lookup))
+            state.finished.append(key)
         state.started.clear()
         return state, outputs
 
@@ -222,6 +237,17 @@ class Executor:
             else "",
             original_invocation_id=original_invocation_id,
         )
+
+
+def _answered(state: ExecutorState, run: str, outcome: ev.Event) -> ev.Event:
+    """Record ``outcome`` as the answer to ``run`` (see the module docstring)."""
+    state.answers[run] = {"event_type": outcome.event_type, **outcome.to_dict()}
+    return outcome
+
+
+def _from_answer(answer: Mapping[str, Any]) -> ev.Event:
+    fields = {k: v for k, v in answer.items() if k != "event_type"}
+    return ev.event_from_dict(str(answer["event_type"]), fields)
 
 
 def _args(args_json: str) -> Mapping[str, Any]:

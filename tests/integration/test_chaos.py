@@ -22,6 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from callgate import events as ev
+from callgate.bootstrap import Settings, bootstrap
 from callgate.catalog import Profile, default_profile_path, load_profile
 from callgate.chaos import Call, Evidence, Verdict, verify
 
@@ -195,7 +196,7 @@ def test_any_repeated_effect_is_counted(tokens: list[int], data: st.DataObject) 
         (BOB, "h-other"),  # an approval granted for other arguments
     ],
 )
-def test_unapproved_high_impact_effect_is_reported(approval: Any, args_hash: str) -> None:
+def testunapproved_high_impact_effect_is_reported(approval: Any, args_hash: str) -> None:
     """C4, C9: a refund of 250.00 needs an approver other than the actor, for this call."""
     base = clean()
     audit = [r for r in base["audit"] if r["invocation_id"] != "p2"]
@@ -271,3 +272,85 @@ def test_an_uncertain_mutation_never_reconciled_is_reported() -> None:
     uncertain = [_event(ev.ExecutionUncertain, "t1", 1, execution_token="xk-ticket", reason="t")]
     verdict = check(events=uncertain)
     assert verdict.figures["uncertain outcomes not reconciled"] == 1
+
+
+# --- a bug the chaos run found -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("faults", "crash", "answer_type"),
+    [
+        ({}, False, ev.ExecutionSucceeded),
+        ({"tickets": {"timeout_after_apply": 1.0}}, False, ev.ExecutionUncertain),
+        ({}, True, ev.ExecutionReconciled),  # the executor died before calling the provider
+    ],
+)
+def test_a_repeated_execution_request_gets_the_recorded_answer(
+    tmp_path: Path, faults: dict[str, Any], crash: bool, answer_type: type[ev.Event]
+) -> None:
+    """C12, found by the chaos run on tansu: a killed decider's uncommitted
+    ``ExecutionRequested`` became visible, ran, and the restarted decider (whose state
+    predated it) requested the run again. Given a finished run, when the same request
+    arrives again, then the executor re-emits the recorded outcome and runs nothing."""
+    app = bootstrap(Settings(state_dir=tmp_path, faults=faults))
+    executor = app.executor()
+    request = ev.ExecutionRequested(
+        event_id="req-1",
+        invocation_id="inv-1",
+        partition_key="k-1",
+        tenant="acme",
+        tool="tickets.create",
+        target="",
+        args_json=json.dumps({"title": "t", "requester_id": "alice"}),
+        execution_token="xk-1",
+        attempt=1,
+    )
+    state, outputs = executor.handle(executor.initial_state(), request, 1_000)
+    started = [e for e in outputs if isinstance(e, ev.Event)]
+    assert [type(e) for e in started] == [ev.ExecutionStarted]
+    if crash:
+        state, answer = executor.recover(executor.load_state(executor.dump_state(state)), 1_500)
+    else:
+        state, answer = executor.follow_up(state, started, 1_001)
+    assert [type(e) for e in answer] == [answer_type]
+    effects = len(app.ledger.effects())
+    state = executor.load_state(executor.dump_state(state))  # as restored from the changelog
+    state, again = executor.handle(state, request, 2_000)
+    assert list(again) == list(answer)
+    assert len(app.ledger.effects()) == effects == (0 if crash else 1)
+    state, more = executor.follow_up(state, [e for e in again if isinstance(e, ev.Event)], 2_001)
+    assert list(more) == [] and len(app.ledger.effects()) == effects
+
+
+@pytest.mark.parametrize("presents_approval", [True, False], ids=["with-approval", "key-only"])
+def test_a_retry_that_runs_an_approved_call_names_its_approval(
+    tmp_path: Path, presents_approval: bool
+) -> None:
+    """C4, C9, C12, found by the chaos run (faults before apply): the confirmed refund timed
+    out before its effect; the retry under the same key reconciles (nothing applied) and
+    executes it. The effect is the retry's, so the retry's audit record must name the
+    approval that authorizes it (bob's), not none."""
+    from tests.harness import Gate
+
+    g = Gate(tmp_path / "state", faults={"refunds": {"timeout_before_apply": 1.0, "first_n": 1}})
+    alice, bob = g.session("alice"), g.session("bob", roles=("finance-approver",))
+    pending = g.propose(alice, "refunds.issue", REFUND, key="K")
+    approval = g.approve(bob, pending)
+    first = g.propose(alice, "refunds.issue", REFUND, key="K", approval_id=approval)
+    assert g.outcome(first) == "outcome_uncertain" and g.effects() == []
+    again = {"approval_id": approval} if presents_approval else {}
+    retry = g.propose(alice, "refunds.issue", REFUND, key="K", **again)
+    assert g.outcome(retry) == "executed"
+    (applied,) = g.effects()
+    assert applied["invocation_id"] == retry
+    record = g.audit(retry)[-1]
+    assert record["authorized_by"]["approval"]["approver"] == "bob"
+    assert record["authorized_by"]["approval"]["approved_invocation_id"] == pending
+    audit = [r for i in (pending, first, retry) for r in g.audit(i)]
+    assert _unapproved(applied, audit) == []
+
+
+def _unapproved(applied: Mapping[str, Any], audit: list[dict[str, Any]]) -> list[str]:
+    from callgate.chaos import unapproved_high_impact
+
+    return unapproved_high_impact([applied], audit, PROFILE)

@@ -442,6 +442,26 @@ def test_c8_a_key_never_authorizes_a_first_call(g: Gate) -> None:
     assert [e["invocation_id"] for e in g.effects()] == [ok]
 
 
+def test_c8_concurrent_resubmissions_of_one_approved_call_confirm_once(g: Gate) -> None:
+    """C8, C11: two resubmissions of the approved call with the same key and approval,
+    in flight together: one confirms and executes, the other waits and replays it; one
+    ExecutionRequested, one effect, and both settle."""
+    alice = g.session("alice")
+    pending = g.propose(alice, "refunds.issue", REFUND, key="K")
+    approval = g.approve(alice, pending)
+    first = g.proposal(alice, "refunds.issue", REFUND, key="K", approval_id=approval)
+    second = g.proposal(alice, "refunds.issue", REFUND, key="K", approval_id=approval)
+    g.runner.publish(first, second)
+    g.runner.run()
+    assert [g.outcome(first.invocation_id), g.outcome(second.invocation_id)] == [
+        "executed",
+        "replayed",
+    ]
+    assert len(g.events(ev.ConfirmationAccepted)) == 1
+    assert len(g.events(ev.ExecutionRequested)) == 1
+    assert len(g.effects()) == 1
+
+
 # --- C9 ------------------------------------------------------------------------------
 
 

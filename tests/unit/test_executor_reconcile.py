@@ -16,6 +16,7 @@ import pytest
 from tests.harness import Gate
 
 from callgate import events as ev
+from callgate.adapters.memory import CrashMode
 
 TICKET: dict[str, Any] = {"title": "Printer on fire", "requester_id": "alice"}
 REFUND: dict[str, Any] = {"order_id": "ORD-1", "amount_cents": 500, "currency": "USD"}
@@ -171,12 +172,14 @@ def test_crash_after_the_provider_call_recovers_the_real_result(tmp_path: Path) 
 
 
 @pytest.mark.parametrize("mode", ["before", "after"])
-def test_a_retry_during_the_outage_waits_and_gets_the_one_result(tmp_path: Path, mode: str) -> None:
+def test_a_retry_during_the_outage_waits_and_gets_the_one_result(
+    tmp_path: Path, mode: CrashMode
+) -> None:
     """C8, C12: a client retry with the same key while the executor is down does not start
     a second execution; after recovery it is served the one result."""
     g = Gate(tmp_path / "state")
     alice = g.session("alice")
-    g.runner.crash_next_follow_up("executor", mode, ev.ExecutionStarted)  # type: ignore[arg-type]
+    g.runner.crash_next_follow_up("executor", mode, ev.ExecutionStarted)
     first = g.propose(alice, "tickets.create", TICKET, key="K")
     retry = g.propose(alice, "tickets.create", TICKET, key="K")
     assert g.outcome(retry) == "allowed"  # waiting for the original

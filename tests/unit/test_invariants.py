@@ -2,9 +2,11 @@
 
 A run is a random program of client inputs: proposals by several actors, tenants and
 roles (with and without idempotency keys and approvals), approval decisions by various
-approvers, clock advances that expire approvals, client re-sends of earlier requests,
-and executor crashes. The in-memory runner delivers the resulting events with Kafka's
-freedom: any interleaving of partitions (FIFO within one), and duplicate deliveries.
+approvers, clock advances that expire approvals, client re-sends of earlier requests
+(the same event) and retries (the same call, a new invocation). Underneath, providers
+time out or fail (seeded fault plans) and the executor crashes between its commit and
+its provider call. The in-memory runner delivers the events with Kafka's freedom: any
+interleaving of partitions (FIFO within one), and duplicate deliveries.
 
 After every run, the log and the provider ledger must satisfy:
 
@@ -75,12 +77,22 @@ def args_for(call: int, user: str) -> dict[str, Any]:
 # --- the program -----------------------------------------------------------------------
 
 settle = st.sampled_from([True, True, True, False])  # run to quiescence after the input
-# Callers with some power are drawn more often, so that programs get somewhere.
-actor = st.sampled_from(["alice", "alice", "amy", "amy", "rita", "gina", "bob", "ron", "mallory"])
+# (user, call) pairs the policy permits are drawn more often, so that programs get somewhere;
+# any pair (denials, spoofs, other tenants' resources) still comes up.
+PERMITTED = [
+    *[("alice", c) for c in (0, 2, 3, 4, 5, 6, 7)],
+    *[("amy", c) for c in (2, 4, 5, 7)],
+    *[("gina", c) for c in (1, 2, 8)],
+    ("rita", 9),
+]
+user_call = st.one_of(
+    st.sampled_from(PERMITTED),
+    st.sampled_from(PERMITTED),
+    st.tuples(st.sampled_from(sorted(ACTORS)), st.integers(0, len(CALLS) - 1)),
+)
 propose_op = st.tuples(
     st.just("propose"),
-    actor,
-    st.integers(0, len(CALLS) - 1),
+    user_call,
     st.sampled_from([*KEYS, "same", "same"]),  # "same": the key of the approved invocation
     st.sampled_from(["none", "own", "own", "any"]),  # which granted approval to present
     st.integers(0, 99),
@@ -95,8 +107,7 @@ decide_op = st.tuples(
 )
 flow_op = st.tuples(  # propose, have it confirmed, resubmit with the approval
     st.just("flow"),
-    actor,
-    st.integers(0, len(CALLS) - 1),
+    user_call,
     st.sampled_from(KEYS),
     st.sampled_from([*sorted(ACTORS), "eligible", "eligible", "eligible", "eligible"]),
     st.sampled_from([0, 0, 0, 600_000, 1_000_000]),  # time between approval and resubmission
@@ -106,7 +117,8 @@ advance_op = st.tuples(st.just("advance"), st.sampled_from([60_000, 600_000, 1_0
 resend_op = st.tuples(st.just("resend"), st.integers(0, 99))  # the same event again
 retry_op = st.tuples(st.just("retry"), st.integers(0, 99), settle)  # same call, new invocation
 step_op = st.tuples(st.just("step"), st.integers(1, 25))
-crash_op = st.tuples(st.just("crash"), st.sampled_from(["before", "after"]))
+# The executor crashes at its next execution and is restarted after a few more inputs.
+crash_op = st.tuples(st.just("crash"), st.sampled_from(["before", "after"]), st.integers(1, 4))
 restart_op = st.tuples(st.just("restart"))
 
 program = st.lists(
@@ -145,14 +157,20 @@ class Run:
     actor_of: dict[str, str] = field(default_factory=dict)  # invocation -> user
     call_of: dict[str, tuple[int, str | None]] = field(default_factory=dict)
     sent: list[ev.Event] = field(default_factory=list)
+    restart_in: int | None = None  # inputs until a crashed executor is restarted
 
     def approvals(self) -> list[ev.ApprovalGranted]:
         return self.g.events(ev.ApprovalGranted)
 
     def execute(self, op: tuple[Any, ...]) -> None:
         g, runner = self.g, self.g.runner
+        if self.restart_in is not None:
+            self.restart_in -= 1
+            if self.restart_in < 0:
+                self.restart_in = None
+                runner.restart()
         match op:
-            case ("propose", user, call, key_choice, approval_choice, pick, done):
+            case ("propose", (user, call), key_choice, approval_choice, pick, done):
                 approval, key = self._approval(user, call, approval_choice, pick)
                 key = key if key_choice == "same" else key_choice
                 tool, args = CALLS[call][0], args_for(call, user)
@@ -169,7 +187,7 @@ class Run:
                     request = open_[pick % len(open_)]
                     who = eligible(request) if user == "eligible" else user
                     self._send(g.decision(self.tokens[who], request.invocation_id, decision), done)
-            case ("flow", user, call, key, approver, gap, done):
+            case ("flow", (user, call), key, approver, gap, done):
                 tool, args = CALLS[call][0], args_for(call, user)
                 p = g.proposal(self.tokens[user], tool, args, key=key)
                 self._propose(p, user, call, key, True)
@@ -201,8 +219,9 @@ class Run:
                     self._propose(again, *self._origin(p.invocation_id), done)
             case ("step", n):
                 runner.step(n)
-            case ("crash", mode):
+            case ("crash", mode, downtime):
                 runner.crash_next_follow_up("executor", mode, ev.ExecutionStarted)
+                self.restart_in = downtime
             case ("restart",):
                 runner.restart()
             case _:

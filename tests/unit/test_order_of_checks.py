@@ -168,6 +168,10 @@ TABLE: list[tuple[tuple[str, ...], Make]] = [
         ),
     ),
     (
+        ("approval_consumed (signed for another key's call)", "idempotency_conflict"),
+        lambda w: w.proposal(w.alice, "refunds.issue", USED_REFUND, key="KT", approval_id=w.used),
+    ),
+    (
         ("idempotency_conflict", "approval_denied"),
         lambda w: w.proposal(
             w.alice, "refunds.issue", {**DENIED_REFUND, "amount_cents": 7}, key="KD"
@@ -254,16 +258,3 @@ def test_fixing_each_failure_reveals_the_next_check(world: World) -> None:
         seen.append(g.outcome(p.invocation_id))
     assert seen == [code for code, _ in ladder]
     assert len(g.effects()) == world.effects + 1
-
-
-def test_an_approval_under_another_key_fails_in_the_approval_stage(world: World) -> None:
-    """Order of checks: approval checks come before idempotency. An approval presented with
-    another call's key lands on that key's partition, where the approval cannot be used:
-    it fails closed with an approval code, not idempotency_conflict, and nothing runs."""
-    g = world.g
-    p = world.proposal(world.alice, "refunds.issue", USED_REFUND, key="KT", approval_id=world.used)
-    g.runner.publish(p)
-    g.runner.run()
-    assert g.outcome(p.invocation_id) in ("approval_missing", "approval_mismatch")
-    assert not g.events_of(p.invocation_id, ev.ExecutionRequested)
-    assert len(g.effects()) == world.effects

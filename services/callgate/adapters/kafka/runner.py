@@ -96,13 +96,14 @@ class _Txn:
     """What one transaction carries: key states (with the blobs they started from), the
     events each key emitted (for ``follow_up``) and the input positions it consumes."""
 
-    __slots__ = ("emitted", "positions", "started", "states", "stored", "token")
+    __slots__ = ("dumped", "emitted", "positions", "started", "states", "stored", "token")
 
     def __init__(self, token: str) -> None:
         self.token = token
         self.started = False
         self.states: dict[Key, Any] = {}
         self.stored: dict[Key, bytes | None] = {}
+        self.dumped: dict[Key, bytes] = {}  # each key's state as committed (set by _commit)
         self.emitted: dict[Key, list[Event]] = {}
         self.positions: dict[tuple[str, int], int] = {}
 
@@ -297,10 +298,11 @@ class KafkaRunner:
         txn.states[key] = state
         return state
 
-    def _seed(self, txn: _Txn, key: Key, state: Any) -> None:
-        """Start ``txn`` for ``key`` from a state that is already committed."""
+    def _seed(self, txn: _Txn, key: Key, state: Any, blob: bytes | None = None) -> None:
+        """Start ``txn`` for ``key`` from a state that is already committed (``blob``: its
+        bytes, when the commit already dumped it)."""
         txn.states[key] = state
-        txn.stored[key] = self.process.dump_state(state)
+        txn.stored[key] = self.process.dump_state(state) if blob is None else blob
 
     def _emit(self, txn: _Txn, key: Key, state: Any, outputs: Sequence[Output]) -> None:
         txn.states[key] = state
@@ -343,6 +345,7 @@ class KafkaRunner:
         changes: dict[int, dict[str, bytes]] = {}
         for (partition, key), state in txn.states.items():
             blob = process.dump_state(state)
+            txn.dumped[(partition, key)] = blob
             stored = txn.stored.get((partition, key))
             if blob != (self._initial_blob if stored is None else stored):
                 changes.setdefault(partition, {})[key] = blob
@@ -402,7 +405,7 @@ class KafkaRunner:
             for key, committed in txn.emitted.items():
                 if key[0] not in self._stores:
                     continue
-                self._seed(nxt, key, txn.states[key])
+                self._seed(nxt, key, txn.states[key], txn.dumped.get(key))
                 state, outputs = self.process.follow_up(txn.states[key], committed, now)
                 self._emit(nxt, key, state, outputs)
             self._commit(nxt)

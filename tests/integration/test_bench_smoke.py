@@ -1,0 +1,67 @@
+"""``callgate bench --quick --json``: every section reports, none fails (issue "Performance").
+
+The quick run uses tiny counts, so its figures mean nothing and targets may be missed; what
+is checked is that the command works end to end: one JSON value, machine details, a row from
+every section (the Kafka section on its own tansu broker), no ``FAILED`` row, and the latency
+plot written to the state directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+# Each section and the start of the measure of one row it must report.
+SECTIONS = {
+    "kafka ceiling": "kafka ceiling: same topology, no logic",
+    "kafka pipeline": "kafka pipeline: proposals/s to final decision",
+    "kafka ratio": "kafka pipeline / ceiling",
+    "kafka latency": "kafka latency at 500/s offered",
+    "kafka reference": "kafka ceiling, reference: single-hop",
+    "policy": "policy evaluation, median CPU per decision",
+    "embedded": "embedded: durable proposals/s to final decision",
+    "replay": "replay: events/s rebuilding all projections",
+    "memory": "decider peak RSS with",
+}
+
+
+@pytest.mark.kafka
+def test_quick_bench_reports_every_section_and_no_failure(tmp_path: Path) -> None:
+    from callgate.adapters.kafka.tansu import BrokerUnavailable, find_tansu
+
+    try:
+        find_tansu()
+    except BrokerUnavailable as exc:
+        pytest.skip(f"kafka tests skipped: {exc}")
+    callgate = shutil.which("callgate")
+    argv = [callgate] if callgate else [sys.executable, "-m", "callgate.cli"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CALLGATE_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "services"), str(REPO / "projections")])
+    run = subprocess.run(
+        [*argv, "--json", "--state-dir", str(tmp_path), "bench", "--quick"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=170,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(run.stdout)  # exactly one JSON value on stdout
+    assert report["machine"]["quick"] is True
+    assert report["machine"]["cores"] and report["machine"]["python"]
+    measures = [row["measure"] for row in report["rows"]]
+    failed = [row for row in report["rows"] if "FAILED" in row["measure"]]
+    assert not failed, failed
+    missing = [s for s, start in SECTIONS.items() if not any(m.startswith(start) for m in measures)]
+    assert not missing, (missing, measures)
+    for row in report["rows"]:
+        assert row["value"], row
+    plot = tmp_path / "latency.png"
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
