@@ -1,27 +1,25 @@
 """The Kafka section of ``callgate bench``: ceiling, pipeline throughput, latency.
 
-Everything runs against a tansu broker this module starts on loopback (never the
-deployment's), with the deployment's topic layout and ``callgate serve``'s process layout:
-one OS process per process, each a ``KafkaRunner`` with the same batch and transaction
-settings (``RUNNER_ARGS``). Method and figures: docs/benchmarks.md.
+Everything runs on a tansu broker this module starts on loopback, with the deployment's
+topic layout and ``callgate serve``'s process layout: one OS process per process, each a
+``KafkaRunner`` with the same batch, transaction and consumer settings (``RUNNER_ARGS``).
+Method and figures: docs/benchmarks.md.
 
 - **Recording.** Before anything is timed, the real processes run in-process over the
-  proposals and every step is recorded: per process and input event, the key's state
-  bytes after it and the outputs (the executor's ``follow_up`` too). This is also where
-  the events, view records and state writes per proposal are measured.
-- **Ceiling.** ``Replay`` processes, one per real process (same names, inputs and
-  ``recovers``), look up the recorded step of each input and return it: the same events,
-  view records and state bytes per hop, with no logic. The ratio pipeline / ceiling is
-  callgate's own cost. A single-hop transactional passthrough of 400-byte records is
-  measured too, as the broker's reference figure.
-- **Final decision** is the first record of the ``status`` view topic for the invocation
-  whose value says ``"settled":true`` (``callgate_projections.status``), as a
-  ``read_committed`` consumer in the bench process receives it. Ceiling and pipeline use
-  the same end point (the replayed status records are byte-identical).
-- **Timed region.** Throughput: from the first publish of a burst of proposals to the
-  final decision of the last one. Latency: proposals are published at a fixed rate; each
-  latency is final decision minus its *scheduled* publish time (no coordinated omission).
-  Start-up, group joins and a readiness probe run before any timer starts.
+  proposals and every step is recorded: per process and input event, the key's state bytes
+  after it and the outputs (``follow_up`` too). This measures the events, view records and
+  state writes per proposal and hop.
+- **Ceiling.** ``Replay`` processes, one per real process (same names, inputs, ``recovers``),
+  look up the recorded step of each input and return it: byte-identical events, view records
+  and state per hop, with no logic. Pipeline / ceiling is callgate's own cost. A single-hop
+  transactional passthrough of 400-byte records is the broker's reference figure.
+- **Final decision**: the first record of the ``status`` view topic for the invocation whose
+  value says ``"settled":true`` (``callgate_projections.status``), as a ``read_committed``
+  consumer in the bench process receives it. The replayed status records are the same bytes,
+  so the ceiling ends at the same point.
+- **Timed region.** Throughput: first publish of a burst to the last final decision.
+  Latency: proposals published at a fixed rate; final decision minus *scheduled* publish
+  time (no coordinated omission). Start-up, group joins and a probe happen before any timer.
 """
 
 from __future__ import annotations
@@ -38,7 +36,7 @@ import tempfile
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,30 +62,81 @@ from callgate.bench_core import Row, mixed_proposals
 from callgate.bootstrap import App, Settings, bootstrap
 from callgate.process import Output, Process, ViewRecord
 
-# ``callgate serve``'s worker settings, passed explicitly to pipeline and ceiling alike.
-BATCH_SIZE = 500
+BATCH_SIZE = 500  # ``callgate.adapters.kafka.worker`` defaults, passed explicitly to both
 BATCH_TIMEOUT_MS = 20
 # Tansu workarounds (DESIGN "Known tansu gaps"), for pipeline and ceiling alike: group joins
-# take about session.timeout.ms; and tansu holds a fetch for the whole fetch.wait.max.ms even
-# when records arrive meanwhile (Apache Kafka answers at once), so the default 500 ms would
-# add about 200 ms per hop. Measured here: 500 -> 200 ms, 150 -> 27 ms, 100 -> 2 ms median.
+# take about session.timeout.ms; and tansu holds a fetch for its whole fetch.wait.max.ms even
+# when records arrive meanwhile (Apache Kafka answers at once), so the default 500 ms adds
+# about 200 ms per hop. Measured through one runner hop: 10 ms -> 9 ms, 100 ms -> 32 ms.
 CONSUMER = {k: str(v) for k, v in FAST_GROUP_SETTINGS.items()} | {"fetch.wait.max.ms": "10"}
 RUNNER_ARGS = ["--batch-size", str(BATCH_SIZE), "--batch-timeout-ms", str(BATCH_TIMEOUT_MS)]
-RUNNER_ARGS += [a for k, v in CONSUMER.items() for a in ("-X", f"{k}={v}")]
+RUNNER_ARGS += [arg for k, v in CONSUMER.items() for arg in ("-X", f"{k}={v}")]
 
 TARGET_RATE = 500  # proposals/s offered for the latency target
 TARGET_P99_MS = 25.0
-PLOT_RATES = (100, 250, 750, 1000, 1500)  # further points of the latency plot
+PLOT_FRACTIONS = (0.1, 0.25, 0.5, 0.75, 0.9)  # of the measured pipeline throughput
 HOP_RECORD_BYTES = 400
 SETTLED = b'"settled":true'
 STALL_S = 120.0  # no final decision for this long: the run failed
 
-# Recorded outputs: ("e", avro bytes) or ("v", view, key, value json or None).
-RecordedOutput = tuple[Any, ...]
-Step = tuple[bytes | None, list[RecordedOutput]]  # (state after, or None if unchanged; outputs)
+# A recorded output: ("e", avro bytes) or ("v", view, key, value json or None).
+Step = tuple[bytes | None, list[tuple[Any, ...]]]  # (state after, None: unchanged; outputs)
 
 
-# --- recording and replay -----------------------------------------------------------------
+# --- recording and replay -------------------------------------------------------------------
+
+
+class _Recorder:
+    """Every step of one real process: handled[event_id] and follow[first emitted event_id]."""
+
+    def __init__(self, proc: Process[Any], codec: AvroCodec, written: Counter[str]) -> None:
+        self.proc, self.codec, self.written = proc, codec, written
+        self.initial = proc.dump_state(proc.initial_state())
+        self.states: dict[str, Any] = {}
+        self.blobs: dict[str, bytes] = {}
+        self.handled: dict[str, Step] = {}
+        self.follow: dict[str, Step] = {}
+
+    def step(
+        self, table: dict[str, Step], cause: str, key: str, state: Any, outputs: Sequence[Output]
+    ) -> list[ev.Event]:
+        self.states[key] = state
+        blob = self.proc.dump_state(state)
+        changed = blob != self.blobs.get(key, self.initial)
+        if changed:
+            self.blobs[key] = blob
+            self._count("changelog", len(blob))  # an upper bound: the runner writes per txn
+        recorded: list[tuple[Any, ...]] = []
+        emitted: list[ev.Event] = []
+        for out in outputs:
+            if isinstance(out, ViewRecord):
+                recorded.append(("v", out.view, out.key, out.value_json))
+                self._count(f"view.{out.view}", len(out.value_json or ""))
+            else:
+                data = self.codec.encode(out)
+                recorded.append(("e", data))
+                emitted.append(out)
+                self._count(out.TOPIC, len(data))
+        if changed or recorded:
+            table[cause] = (blob if changed else None, recorded)
+        return emitted
+
+    def _count(self, kind: str, size: int) -> None:
+        self.written[kind] += 1
+        self.written[f"{kind} bytes"] += size
+
+    def dump(self, path: Path) -> Path:
+        p = self.proc
+        data = {
+            "name": p.name,
+            "inputs": sorted(p.inputs),
+            "recovers": p.recovers,
+            "initial": self.initial,
+            "handled": self.handled,
+            "follow": self.follow,
+        }
+        path.write_bytes(marshal.dumps(data))
+        return path
 
 
 def record(
@@ -97,116 +146,38 @@ def record(
     now_ms: int,
     out_dir: Path,
 ) -> tuple[dict[str, Path], Counter[str]]:
-    """Run the real processes in-process over ``inputs`` and record every step.
+    """Run the real processes in-process over ``inputs``, recording every step.
 
-    Events are delivered FIFO to every process that consumes their topic, as the runner
-    would; ``follow_up`` runs after each step that emitted events, repeated while it emits.
-    Returns one recording file per process and what was written per kind of topic
-    (``events``, ``view.<view>``, ``changelog``: counts and ``<kind> bytes``).
+    Events go FIFO to every process consuming their topic, as on Kafka; ``follow_up`` runs
+    after each step that emitted events, while it emits. Returns a recording file per
+    process and the counts (and ``<kind> bytes``) of what was written per kind of topic.
     """
-    codec_encode = codec.encode
-    files: dict[str, Path] = {}
     written: Counter[str] = Counter()
-    recs = {p.name: _Recording(p) for p in processes}
+    recs = {p.name: _Recorder(p, codec, written) for p in processes}
     queue: deque[ev.Event] = deque(inputs)
     while queue:
         event = queue.popleft()
+        key = event.partition_key
         for proc in processes:
             if event.TOPIC not in proc.inputs:
                 continue
             rec = recs[proc.name]
-            state, outputs = proc.handle(rec.load(event.partition_key), event, now_ms)
-            emitted = rec.step(
-                rec.handled,
-                event.event_id,
-                event.partition_key,
-                state,
-                outputs,
-                codec_encode,
-                written,
-            )
+            state = rec.states[key] if key in rec.states else proc.initial_state()
+            state, outputs = proc.handle(state, event, now_ms)
+            emitted = rec.step(rec.handled, event.event_id, key, state, outputs)
             while emitted:
                 queue.extend(emitted)
-                state, outputs = proc.follow_up(rec.states[event.partition_key], emitted, now_ms)
-                emitted = rec.step(
-                    rec.follow,
-                    emitted[0].event_id,
-                    event.partition_key,
-                    state,
-                    outputs,
-                    codec_encode,
-                    written,
-                )
-    for name, rec in recs.items():
-        files[name] = out_dir / f"{name}.replay"
-        files[name].write_bytes(marshal.dumps(rec.dump()))
+                state, outputs = proc.follow_up(rec.states[key], emitted, now_ms)
+                emitted = rec.step(rec.follow, emitted[0].event_id, key, state, outputs)
+    files = {name: rec.dump(out_dir / f"{name}.replay") for name, rec in recs.items()}
     return files, written
 
 
-class _Recording:
-    def __init__(self, proc: Process[Any]) -> None:
-        self.proc = proc
-        self.initial = proc.dump_state(proc.initial_state())
-        self.states: dict[str, Any] = {}
-        self.blobs: dict[str, bytes] = {}
-        self.handled: dict[str, Step] = {}
-        self.follow: dict[str, Step] = {}
-
-    def load(self, key: str) -> Any:
-        if key in self.states:
-            return self.states[key]
-        return self.proc.initial_state()
-
-    def step(
-        self,
-        table: dict[str, Step],
-        event_id: str,
-        key: str,
-        state: Any,
-        outputs: Sequence[Output],
-        encode: Any,
-        written: Counter[str],
-    ) -> list[ev.Event]:
-        self.states[key] = state
-        blob = self.proc.dump_state(state)
-        changed = blob != self.blobs.get(key, self.initial)
-        if changed:
-            self.blobs[key] = blob
-            written["changelog"] += 1  # an upper bound: the runner writes once per txn
-            written["changelog bytes"] += len(blob)
-        recorded: list[RecordedOutput] = []
-        emitted: list[ev.Event] = []
-        for out in outputs:
-            if isinstance(out, ViewRecord):
-                recorded.append(("v", out.view, out.key, out.value_json))
-                written[f"view.{out.view}"] += 1
-                written[f"view.{out.view} bytes"] += len(out.value_json or "")
-            else:
-                data = encode(out)
-                recorded.append(("e", data))
-                emitted.append(out)
-                written[out.TOPIC] += 1
-                written[f"{out.TOPIC} bytes"] += len(data)
-        if changed or recorded:
-            table[event_id] = (blob if changed else None, recorded)
-        return emitted
-
-    def dump(self) -> dict[str, Any]:
-        return {
-            "name": self.proc.name,
-            "inputs": sorted(self.proc.inputs),
-            "recovers": self.proc.recovers,
-            "initial": self.initial,
-            "handled": self.handled,
-            "follow": self.follow,
-        }
-
-
 class Replay:
-    """A process with no logic: it returns the recorded state and outputs of each input.
+    """A ``Process[bytes]`` with no logic: the recorded state and outputs of each input.
 
-    Implements ``callgate.process.Process[bytes]``; its state is the real process's state
-    bytes, so the runner writes the same changelog records the real process causes.
+    Its state is the real process's state bytes, so the runner writes the same changelog
+    records as for the real process; inputs it has no record of change nothing.
     """
 
     def __init__(self, data: Mapping[str, Any], codec: AvroCodec) -> None:
@@ -214,31 +185,26 @@ class Replay:
         self.inputs: frozenset[str] = frozenset(data["inputs"])
         self.recovers: bool = data["recovers"]
         self._initial: bytes = data["initial"]
-        self._handled = {k: _decode_step(s, codec) for k, s in data["handled"].items()}
-        self._follow = {k: _decode_step(s, codec) for k, s in data["follow"].items()}
-
-    @classmethod
-    def load(cls, path: Path, codec: AvroCodec) -> Replay:
-        return cls(marshal.loads(path.read_bytes()), codec)
+        self._handled = {k: _decode(s, codec) for k, s in data["handled"].items()}
+        self._follow = {k: _decode(s, codec) for k, s in data["follow"].items()}
 
     def initial_state(self) -> bytes:
         return self._initial
 
     def handle(self, state: bytes, event: ev.Event, now_ms: int) -> tuple[bytes, Sequence[Output]]:
-        step = self._handled.get(event.event_id)
-        if step is None:
+        found = self._handled.get(event.event_id)
+        if found is None:
             return state, ()
-        return (state if step[0] is None else step[0]), step[1]
+        return found[0] or state, found[1]
 
     def follow_up(
         self, state: bytes, committed: Sequence[ev.Event], now_ms: int
     ) -> tuple[bytes, Sequence[Output]]:
         outputs: list[Output] = []
         for event in committed:
-            step = self._follow.get(event.event_id)
-            if step is not None:
-                state = state if step[0] is None else step[0]
-                outputs += step[1]
+            if (found := self._follow.get(event.event_id)) is not None:
+                state = found[0] or state
+                outputs += found[1]
         return state, outputs
 
     def due(self, state: bytes, now_ms: int) -> tuple[bytes, Sequence[Output]]:
@@ -257,36 +223,29 @@ class Replay:
         return data
 
 
-def _decode_step(step: Step, codec: AvroCodec) -> tuple[bytes | None, tuple[Output, ...]]:
-    state, recorded = step
-    outputs: list[Output] = []
-    for out in recorded:
-        if out[0] == "e":
-            outputs.append(codec.decode(out[1]))
-        else:
-            outputs.append(ViewRecord(out[1], out[2], out[3]))
-    return state, tuple(outputs)
+def _decode(step: Step, codec: AvroCodec) -> tuple[bytes | None, tuple[Output, ...]]:
+    outs = [codec.decode(o[1]) if o[0] == "e" else ViewRecord(o[1], o[2], o[3]) for o in step[1]]
+    return step[0], tuple(outs)
 
 
 def replay_worker(argv: Sequence[str] | None = None) -> int:
-    """``python -m callgate.bench_kafka FILE ...``: one ``Replay`` under a ``KafkaRunner``,
-    built exactly as ``callgate.adapters.kafka.worker`` builds a real process."""
+    """``python -m callgate.bench_kafka RECORDING ...``: one ``Replay`` under a
+    ``KafkaRunner``, built as ``callgate.adapters.kafka.worker`` builds a real process."""
     parser = argparse.ArgumentParser(description="Run one replay process (callgate bench).")
     parser.add_argument("recording", type=Path)
-    parser.add_argument("--bootstrap-servers", required=True)
-    parser.add_argument("--prefix", required=True)
-    parser.add_argument("--partitions", type=int, required=True)
-    parser.add_argument("--state-dir", required=True)
-    parser.add_argument("--batch-size", type=int, required=True)
-    parser.add_argument("--batch-timeout-ms", type=int, required=True)
+    for name in ("--bootstrap-servers", "--prefix", "--state-dir"):
+        parser.add_argument(name, required=True)
+    for name in ("--partitions", "--batch-size", "--batch-timeout-ms"):
+        parser.add_argument(name, type=int, required=True)
     parser.add_argument("-X", dest="consumer", action="append", default=[], metavar="KEY=VALUE")
     ns = parser.parse_args(argv)
     codec = AvroCodec.default()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    process = Replay(marshal.loads(ns.recording.read_bytes()), codec)
     runner = KafkaRunner(
-        Replay.load(ns.recording, codec),
+        process,
         codec,
         Topics(ns.prefix, ns.partitions),
         ns.bootstrap_servers,
@@ -304,7 +263,7 @@ def replay_worker(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-# --- driving load and reading final decisions ---------------------------------------------
+# --- publishing and reading final decisions -------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,9 +275,16 @@ class Outbound:
     value: bytes
 
 
+def outbound(codec: AvroCodec, proposals: Sequence[ev.Event]) -> list[Outbound]:
+    return [
+        Outbound(p.invocation_id.encode(), p.partition_key.encode(), codec.encode(p))
+        for p in proposals
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class Result:
-    seconds: float  # first scheduled publish to the last final decision
+    seconds: float  # first (scheduled) publish to the last final decision
     latencies_ms: list[float]  # sorted
 
     def rate(self) -> float:
@@ -328,15 +294,16 @@ class Result:
         xs = self.latencies_ms
         return xs[min(len(xs) - 1, max(0, round(q * len(xs)) - 1))]
 
+    def pcts(self) -> str:
+        return " / ".join(f"{self.pct(q):.1f}" for q in (0.5, 0.95, 0.99)) + " ms"
+
 
 class Load:
     """Publishes proposals and waits for their final decisions on the ``status`` view."""
 
     def __init__(self, bootstrap: str, topics: Topics) -> None:
-        self.topics = topics
         self.requests = topics.physical("requests")
-        # A platform publishing one call sends it at once: no linger.
-        no_linger: dict[str, Any] = {"linger.ms": 0}
+        no_linger: dict[str, Any] = {"linger.ms": 0}  # a platform sends each call at once
         self.producer: Producer = make_producer(bootstrap, None, **no_linger)
         self.reader = Consumer(
             {
@@ -344,39 +311,35 @@ class Load:
                 "group.id": "callgate.bench",  # assign() only: never joined or committed
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
-                "fetch.wait.max.ms": 10,
+                "fetch.wait.max.ms": CONSUMER["fetch.wait.max.ms"],
             }
         )
         status = topics.view("status")
-        meta = self.reader.list_topics(status, timeout=30).topics[status]
-        self.reader.assign([TopicPartition(status, p, 0) for p in sorted(meta.partitions)])
+        self.reader.assign([TopicPartition(status, p, 0) for p in range(topics.partitions)])
 
     def run(self, items: Sequence[Outbound], rate: float | None = None) -> Result:
-        """Publish ``items`` (all at once, or ``rate`` per second) until each is decided."""
-        n = len(items)
+        """Publish ``items`` (at once, or ``rate`` per second) until each is decided."""
+        n, sent = len(items), 0
         scheduled: dict[bytes, float] = {}
         latencies: list[float] = []
-        sent = 0
         t0 = last = time.perf_counter()
         while len(latencies) < n:
             now = time.perf_counter()
             while sent < n and (rate is None or t0 + sent / rate <= now):
-                item = items[sent]
-                scheduled[item.invocation_id] = now if rate is None else t0 + sent / rate
-                self._produce(item)
+                scheduled[items[sent].invocation_id] = now if rate is None else t0 + sent / rate
+                self._produce(items[sent])
                 sent += 1
             self.producer.poll(0)
-            wait = 0.05 if rate is None or sent == n else max(0.0, t0 + sent / rate - now)
-            for msg in fetched(self.reader, min(wait, 0.05)):
+            wait = 0.05 if rate is None or sent == n else t0 + sent / rate - now
+            for msg in fetched(self.reader, max(0.0, min(wait, 0.05))):
                 if msg.error() is not None:
                     raise KafkaException(msg.error())
-                value = msg.value()
-                if value is None or SETTLED not in value:
+                value = msg.value() or b""
+                if SETTLED not in value or (msg.key() or b"") not in scheduled:
                     continue
-                sched = scheduled.pop(msg.key() or b"", None)
-                if sched is not None and json.loads(value)["settled"] is True:
+                if json.loads(value)["settled"] is True:
                     last = time.perf_counter()
-                    latencies.append((last - sched) * 1000)
+                    latencies.append((last - scheduled.pop(msg.key() or b"")) * 1000)
             if time.perf_counter() - max(last, t0 + sent / (rate or 1e9)) > STALL_S:
                 raise TimeoutError(f"{n - len(latencies)} of {n} proposals never settled")
         return Result(last - t0, sorted(latencies))
@@ -394,22 +357,12 @@ class Load:
         self.producer.flush(10)
 
 
-def outbound(codec: AvroCodec, proposals: Sequence[ev.Event]) -> list[Outbound]:
-    return [
-        Outbound(p.invocation_id.encode(), p.partition_key.encode(), codec.encode(p))
-        for p in proposals
-    ]
-
-
 def wait_joined(
     bootstrap: str, topics: Topics, names: Sequence[str], timeout_s: float = 60
 ) -> None:
-    """Wait until every process's group has committed an input position after the probe:
-    each process has joined, restored and handled input (before any timer starts).
-
-    Not "committed up to the end of ``events``": on tansu a process's consumer does not get
-    the records of its own last transaction until another producer writes the partition.
-    """
+    """Wait until every process's group has committed an input position (after the probe):
+    it has joined, restored and handled input. Not "up to the end of ``events``": on tansu a
+    process does not get its own last transaction's records until another producer writes."""
     inputs = [topics.physical(t) for t in ("requests", "events")]
     want = [TopicPartition(t, p) for t in inputs for p in range(topics.partitions)]
     deadline = time.monotonic() + timeout_s
@@ -432,34 +385,35 @@ def replay_processes(
     files: Sequence[Path], bootstrap: str, topics: Topics, state_dir: Path
 ) -> Iterator[None]:
     """One OS process per recording, as ``callgate serve`` runs one per real process."""
-    children = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "callgate.bench_kafka",
-                str(f),
-                "--bootstrap-servers",
-                bootstrap,
-                "--prefix",
-                topics.prefix,
-                "--partitions",
-                str(topics.partitions),
-                "--state-dir",
-                str(state_dir),
-                *RUNNER_ARGS,
-            ]
-        )
-        for f in files
+    args = [
+        "--bootstrap-servers",
+        bootstrap,
+        "--prefix",
+        topics.prefix,
+        "--partitions",
+        str(topics.partitions),
+        "--state-dir",
+        str(state_dir),
+        *RUNNER_ARGS,
     ]
+    module = [sys.executable, "-m", "callgate.bench_kafka"]
+    children = [subprocess.Popen([*module, str(f), *args]) for f in files]
     try:
         yield
     finally:
-        _stop(children)
+        for child in children:
+            child.terminate()
+        for child in children:
+            try:
+                child.wait(10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
 
 
 @contextmanager
 def pipeline_processes(app: App) -> Iterator[None]:
+    """``callgate serve``'s supervisor: one ``callgate.adapters.kafka.worker`` per process."""
     sup = Supervisor(app, [p.name for p in app.processes()], RUNNER_ARGS)
     sup.start()
     try:
@@ -468,92 +422,66 @@ def pipeline_processes(app: App) -> Iterator[None]:
         sup.stop()
 
 
-def _stop(children: Sequence[subprocess.Popen[bytes]]) -> None:
-    for child in children:
-        if child.poll() is None:
-            child.terminate()
-    for child in children:
-        try:
-            child.wait(10)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-
-
 # --- the single-hop reference -----------------------------------------------------------------
 
 
-def _padded(make: Any, size: int, codec: AvroCodec) -> ev.Event:
-    """``make(padding)`` with the padding grown until the encoded event is ``size`` bytes."""
-    pad = 0
-    while True:
-        event: ev.Event = make("x" * pad)
-        got = len(codec.encode(event))
-        if got == size:
-            return event
-        if got > size and pad == 0:
-            raise ValueError(f"an empty event already takes {got} bytes")
-        pad += 1 if got < size else -1
+def _padded(make: Callable[[str], ev.Event], size: int, codec: AvroCodec) -> int:
+    """The padding length that makes ``make(padding)`` encode to ``size`` bytes."""
+    for pad in range(size):
+        if len(codec.encode(make("x" * pad))) == size:
+            return pad
+    raise ValueError(f"no padding gives {size} bytes")
 
 
 def single_hop(bootstrap: str, work: Path, partitions: int, n: int, codec: AvroCodec) -> Row:
-    """Records/s through one transactional passthrough hop (no state), 400-byte records:
-    the broker's reference figure (DESIGN "Known tansu gaps": 60,000-85,000/s)."""
+    """Records/s through one transactional passthrough hop without state, 400-byte records:
+    the broker's reference (DESIGN "Known tansu gaps": 60,000-85,000/s measured there)."""
+
+    def proposal(i: int, pad: str) -> ev.Event:
+        return ev.ToolCallProposed(
+            event_id=f"in-{i:08d}",
+            invocation_id=f"hop-{i:08d}",
+            partition_key=f"hop-{i:08d}",
+            session_token="",
+            tool="tickets.read",
+            args_json=pad,
+        )
+
+    def output(i: int, pad: str) -> ev.Event:
+        return ev.ExecutionSucceeded(
+            event_id=f"out-{i:08d}",
+            invocation_id=f"hop-{i:08d}",
+            partition_key=f"hop-{i:08d}",
+            execution_token="",
+            result_json=pad,
+        )
+
+    in_pad = "x" * _padded(lambda pad: proposal(0, pad), HOP_RECORD_BYTES, codec)
+    out_pad = "x" * _padded(lambda pad: output(0, pad), HOP_RECORD_BYTES, codec)
     topics = Topics("bench-hop", partitions)
-    inputs: list[ev.Event] = []
-    handled: dict[str, Step] = {}
-    for i in range(n):
-        pk = f"hop-{i}"
-        proposal = _padded(
-            lambda pad, i=i, pk=pk: ev.ToolCallProposed(
-                event_id=f"in-{i:08d}",
-                invocation_id=pk,
-                partition_key=pk,
-                session_token="",
-                tool="tickets.read",
-                args_json=pad,
-            ),
-            HOP_RECORD_BYTES,
-            codec,
-        )
-        output = _padded(
-            lambda pad, i=i, pk=pk: ev.ExecutionSucceeded(
-                event_id=f"out-{i:08d}",
-                invocation_id=pk,
-                partition_key=pk,
-                execution_token="",
-                result_json=pad,
-            ),
-            HOP_RECORD_BYTES,
-            codec,
-        )
-        inputs.append(proposal)
-        handled[proposal.event_id] = (None, [("e", codec.encode(output))])
-    recording = work / "passthrough.replay"
+    requests, events = topics.physical("requests"), topics.physical("events")
     data = {
         "name": "passthrough",
         "inputs": ["requests"],
         "recovers": False,
         "initial": b"",
-        "handled": handled,
+        "handled": {
+            f"in-{i:08d}": (None, [("e", codec.encode(output(i, out_pad)))]) for i in range(n)
+        },
         "follow": {},
     }
-    recording.write_bytes(marshal.dumps(data))
-    ensure_topics(
-        AdminClient({"bootstrap.servers": bootstrap}), topics.specs([Replay(data, codec)])
-    )
+    (work / "passthrough.replay").write_bytes(marshal.dumps(data))
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    ensure_topics(admin, topics.specs([Replay({**data, "handled": {}}, codec)]))
     producer = make_producer(bootstrap)
-    for proposal in inputs:
+    for i in range(n):
         producer.produce(
-            topics.physical("requests"),
-            key=proposal.partition_key.encode(),
-            value=codec.encode(proposal),
+            requests, key=f"hop-{i:08d}".encode(), value=codec.encode(proposal(i, in_pad))
         )
         producer.poll(0)
     producer.flush(60)
-    # The backlog is published before the runner starts; the clock starts at its first
-    # committed transaction, so start-up and the group join are not timed.
-    events = topics.physical("events")
+    # The backlog is published before the runner starts, and the clock runs from its first
+    # committed transaction to its last: start-up and the group join are not timed.
     reader = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -564,38 +492,34 @@ def single_hop(bootstrap: str, work: Path, partitions: int, n: int, codec: AvroC
     )
     reader.assign([TopicPartition(events, p, 0) for p in range(partitions)])
     seen: set[bytes] = set()
-    first_token: bytes | None = None
-    in_first = 0
-    t_first = t_last = 0.0
-    with replay_processes([recording], bootstrap, topics, work / "hop-state"):
+    first: bytes | None = None
+    in_first, t_first, t_last = 0, 0.0, time.perf_counter()
+    with replay_processes([work / "passthrough.replay"], bootstrap, topics, work / "hop"):
         while len(seen) < n:
-            msgs = fetched(reader, 1.0)
-            now = time.perf_counter()
-            if not msgs and seen and now - t_last > STALL_S:
+            if time.perf_counter() - t_last > STALL_S:
                 raise TimeoutError(f"{n - len(seen)} of {n} passthrough records never arrived")
-            for msg in msgs:
+            for msg in fetched(reader, 1.0):
                 if msg.error() is not None:
                     raise KafkaException(msg.error())
-                key = msg.key() or b""
-                if key in seen:
+                if (key := msg.key() or b"") in seen:
                     continue  # a leftover of an aborted transaction (tansu shows them)
                 seen.add(key)
                 token = dict(msg.headers() or ()).get("cg-txn")
-                if first_token is None:
-                    first_token, t_first = token, now
-                in_first += token == first_token
-                t_last = now
+                if first is None:
+                    first, t_first = token, time.perf_counter()
+                in_first += token == first
+                t_last = time.perf_counter()
     reader.close()
     if in_first == n:
-        raise ValueError(f"{n} records fit one transaction: nothing to time")
+        raise ValueError(f"{n} records fit in one transaction: nothing to time")
     rate = (n - in_first) / (t_last - t_first)
     return Row(
         "kafka ceiling, reference: single-hop transactional passthrough",
         f"{rate:,.0f} records/s",
         "",
         None,
-        f"{n:,} records of {HOP_RECORD_BYTES} B, transactions of ≤ {BATCH_SIZE}, 1 OS process, "
-        "no state; timed from its first committed transaction to its last",
+        f"{n:,} records of {HOP_RECORD_BYTES} B, transactions of ≤ {BATCH_SIZE}, "
+        "1 OS process, no state; from its first commit to its last",
     )
 
 
@@ -603,11 +527,10 @@ def single_hop(bootstrap: str, work: Path, partitions: int, n: int, codec: AvroC
 
 
 def bench_kafka(settings: Settings, proposals: int, latency_s: float) -> list[Row]:
-    """Ceiling, pipeline throughput and latency on an own tansu broker (see module doc).
+    """Ceiling, pipeline throughput and latency on an own tansu broker (module docstring).
 
     ``settings`` gives the partition count and profile; broker, topics and state are the
-    bench's own (a temporary directory). The latency plot goes to
-    ``<state_dir>/latency.png``.
+    bench's own (a temporary directory). The latency plot goes to ``<state_dir>/latency.png``.
     """
     load_before = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="callgate-bench-kafka-"))
@@ -616,25 +539,22 @@ def bench_kafka(settings: Settings, proposals: int, latency_s: float) -> list[Ro
             rows = _run(settings, broker.bootstrap, work, proposals, latency_s)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    rows.append(
-        Row(
-            "kafka: machine load during the section",
-            f"{load_before:.2f} → {os.getloadavg()[0]:.2f}",
-            "",
-            None,
-            f"1-minute load average before → after, {os.cpu_count()} cores; "
-            "other work on the machine shows here",
-        )
-    )
-    return rows
+    load = f"{load_before:.2f} → {os.getloadavg()[0]:.2f}"
+    note = f"1-minute load average before → after, {os.cpu_count()} cores: others' work shows"
+    return [*rows, Row("kafka: machine load during the section", load, "", None, note)]
 
 
-@dataclass(frozen=True, slots=True)
-class _Runs:
-    ceiling: Result
-    ceiling_latency: Result
-    pipeline: Result
-    latency: dict[int, Result]
+@dataclass
+class _Figures:
+    written: Counter[str]  # recorded from the real processes
+    recorded: int  # proposals recorded
+    recorded_s: float
+    ceiling: Result | None = None
+    ceiling_latency: Result | None = None
+    pipeline: Result | None = None
+    latency: dict[int, Result] | None = None
+    actual: Counter[str] | None = None  # read back from the pipeline's topics
+    published: int = 0
 
 
 def _run(
@@ -645,8 +565,8 @@ def _run(
         Settings(
             state_dir=work / "pipeline",
             backend="kafka",
+            topic_prefix="bench",
             bootstrap_servers=bootstrap_servers,
-            topic_prefix="bench-pipeline",
             partitions=settings.partitions,
             profile=settings.profile,
         )
@@ -655,152 +575,129 @@ def _run(
     probe = mixed_proposals(app, 10, seed=2)
     mix = mixed_proposals(app, n, seed=1)
     at_target = mixed_proposals(app, int(TARGET_RATE * latency_s), seed=3)
-    plot_sets = {
-        rate: outbound(codec, mixed_proposals(app, max(10, int(rate * latency_s / 2)), seed=10 + i))
-        for i, rate in enumerate(PLOT_RATES)
-    }
-    # Record the real processes (their own state dir and effect ledger, the same keys).
-    rec_dir = work / "recording"
-    shutil.copytree(work / "pipeline" / "keys", rec_dir / "keys")
-    rec_app = bootstrap(Settings(state_dir=rec_dir, profile=settings.profile))
+    # The real processes, recorded with their own state dir and effect ledger, same keys.
+    shutil.copytree(work / "pipeline" / "keys", work / "recording" / "keys")
+    rec_app = bootstrap(Settings(state_dir=work / "recording", profile=settings.profile))
     t0 = time.perf_counter()
-    files, written = record(
-        rec_app.processes(), [*probe, *mix, *at_target], codec, rec_app.clock(), rec_dir
-    )
-    recorded_s = time.perf_counter() - t0
-    recorded_n = len(probe) + len(mix) + len(at_target)
+    inputs = [*probe, *mix, *at_target]
+    files, written = record(rec_app.processes(), inputs, codec, rec_app.clock(), work)
+    fig = _Figures(written, len(inputs), time.perf_counter() - t0)
     rows = [single_hop(bootstrap_servers, work, settings.partitions, max(5_000, 10 * n), codec)]
 
     admin = AdminClient({"bootstrap.servers": bootstrap_servers})
-    ceiling_topics = Topics("bench-ceiling", settings.partitions)
-    ensure_topics(admin, ceiling_topics.specs(app.processes(), views_of(app)))
-    with replay_processes(
-        [files[name] for name in names], bootstrap_servers, ceiling_topics, work / "ceiling-state"
+    ceiling = Topics("ceiling", settings.partitions)
+    ensure_topics(admin, ceiling.specs(app.processes(), views_of(app)))
+    replays = [files[p] for p in names]
+    with (
+        replay_processes(replays, bootstrap_servers, ceiling, work / "c"),
+        _loaded(bootstrap_servers, ceiling, names, codec, probe) as load,
     ):
-        ceiling, ceiling_latency = _measure(
-            bootstrap_servers, ceiling_topics, names, codec, probe, mix, at_target, {}
-        )
-    pipeline_topics = Topics(app.settings.topic_prefix, app.settings.partitions)
+        fig.ceiling = load.run(outbound(codec, mix))
+        fig.ceiling_latency = load.run(outbound(codec, at_target), TARGET_RATE)
+
+    pipeline = Topics(app.settings.topic_prefix, settings.partitions)
     create_topics(app)
-    with pipeline_processes(app):
-        pipeline, latency = _measure(
-            bootstrap_servers, pipeline_topics, names, codec, probe, mix, at_target, plot_sets
-        )
-    runs = _Runs(ceiling, ceiling_latency[TARGET_RATE], pipeline, latency)
-    published = recorded_n + sum(len(s) for s in plot_sets.values())
-    actual = _written(bootstrap_servers, pipeline_topics, views_of(app))
-    plot = settings.state_dir / "latency.png"
-    rows += _rows(runs, n, written, recorded_n, recorded_s, actual, published, latency_s, plot)
-    return rows
+    fig.published = len(inputs)
+    with (
+        pipeline_processes(app),
+        _loaded(bootstrap_servers, pipeline, names, codec, probe) as load,
+    ):
+        fig.pipeline = load.run(outbound(codec, mix))
+        fig.latency = {TARGET_RATE: load.run(outbound(codec, at_target), TARGET_RATE)}
+        saturation = fig.pipeline.rate()
+        for i, share in enumerate(PLOT_FRACTIONS):
+            rate = max(10, round(saturation * share, -1))
+            batch = mixed_proposals(app, max(20, int(rate * latency_s / 2)), seed=10 + i)
+            fig.published += len(batch)
+            fig.latency[int(rate)] = load.run(outbound(codec, batch), rate)
+    fig.actual = _written(bootstrap_servers, pipeline, views_of(app))
+    return rows + _rows(fig, n, latency_s, settings.state_dir / "latency.png")
 
 
-def _measure(
+@contextmanager
+def _loaded(
     bootstrap_servers: str,
     topics: Topics,
     names: Sequence[str],
     codec: AvroCodec,
     probe: Sequence[ev.Event],
-    mix: Sequence[ev.Event],
-    at_target: Sequence[ev.Event],
-    plot_sets: Mapping[int, Sequence[Outbound]],
-) -> tuple[Result, dict[int, Result]]:
-    """Probe (untimed: joins, restore), then throughput, then latency at each offered load."""
+) -> Iterator[Load]:
+    """A ``Load`` once every process has joined and handled the probe (untimed)."""
     load = Load(bootstrap_servers, topics)
     try:
         load.run(outbound(codec, probe))
         wait_joined(bootstrap_servers, topics, names)
-        burst = outbound(codec, mix)
-        paced = outbound(codec, at_target)
-        throughput = load.run(burst)
-        latency = {TARGET_RATE: load.run(paced, TARGET_RATE)}
-        for rate, items in sorted(plot_sets.items()):
-            latency[rate] = load.run(items, rate)
-        return throughput, latency
+        yield load
     finally:
         load.close()
 
 
 def _written(bootstrap_servers: str, topics: Topics, views: Mapping[str, str]) -> Counter[str]:
-    """What the pipeline actually wrote to ``events`` and the view topics (after the runs)."""
+    """What the pipeline wrote to ``events`` and its view topics (read back after the runs)."""
     found: Counter[str] = Counter()
     kinds = {topics.physical("events"): "events"} | {topics.view(v): f"view.{v}" for v in views}
     for topic, kind in kinds.items():
-        seen: set[tuple[int, bytes]] = set()
+        seen: set[tuple[int, bytes | None, bytes | None]] = set()
         for rec in read_partitions_to_end(bootstrap_servers, topic, timeout_s=120):
-            ident = (rec.partition, (rec.key or b"") + b"\0" + (rec.value or b""))
-            if ident in seen:
-                continue  # a leftover of an aborted transaction repeats a committed record
-            seen.add(ident)
+            if (rec.partition, rec.key, rec.value) in seen:
+                continue  # an aborted transaction's leftover repeats a committed record
+            seen.add((rec.partition, rec.key, rec.value))
             found[kind] += 1
             found[f"{kind} bytes"] += len(rec.value or b"")
     return found
 
 
-def _per(counts: Mapping[str, int], kind: str, proposals: int) -> str:
-    n = counts.get(kind, 0)
-    size = counts.get(f"{kind} bytes", 0) / n if n else 0
-    return f"{n / proposals:.2f} x {size:,.0f} B"
+def _per(counts: Mapping[str, int], proposals: int) -> str:
+    kinds = ["events", *sorted(k for k in counts if k.startswith("view.") and "bytes" not in k)]
+    return "; ".join(
+        f"{k} {counts[k] / proposals:.2f} x {counts[f'{k} bytes'] / counts[k]:,.0f} B"
+        for k in kinds
+        if counts.get(k)
+    )
 
 
-def _rows(
-    runs: _Runs,
-    n: int,
-    recorded: Counter[str],
-    recorded_n: int,
-    recorded_s: float,
-    actual: Counter[str],
-    published: int,
-    latency_s: float,
-    plot: Path,
-) -> list[Row]:
-    ceiling, pipeline = runs.ceiling.rate(), runs.pipeline.rate()
-    ratio = pipeline / ceiling
-    target = runs.latency[TARGET_RATE]
-    views = sorted(k for k in recorded if k.startswith("view.") and not k.endswith(" bytes"))
-    topology = f"events {_per(recorded, 'events', recorded_n)}; " + "; ".join(
-        f"{v} {_per(recorded, v, recorded_n)}" for v in views
-    )
-    check = f"events {_per(actual, 'events', published)}; " + "; ".join(
-        f"{v} {_per(actual, v, published)}" for v in views
-    )
-    plot_note = _plot(runs, plot)
+def _rows(fig: _Figures, n: int, latency_s: float, plot: Path) -> list[Row]:
+    assert fig.ceiling and fig.ceiling_latency and fig.pipeline and fig.latency and fig.actual
+    ratio = fig.pipeline.rate() / fig.ceiling.rate()
+    target = fig.latency[TARGET_RATE]
+    changelog = fig.written["changelog"]
+    state = f"{changelog / fig.recorded:.2f} x {fig.written['changelog bytes'] / changelog:,.0f} B"
+    same = "publish → status settled; same broker, topics, partitions, records, transactions"
     return [
         Row(
             "kafka topology per proposal (recorded from the real processes)",
-            topology,
+            _per(fig.written, fig.recorded),
             "",
             None,
-            f"state writes ≤ {recorded['changelog'] / recorded_n:.2f} x "
-            f"{recorded['changelog bytes'] / max(1, recorded['changelog']):,.0f} B; "
-            f"6 processes read every event, the decider also the proposal; recorded "
-            f"{recorded_n:,} proposals in-process in {recorded_s:.1f} s",
+            f"state writes ≤ {state}; each of the 6 processes reads every event, the decider "
+            f"also the proposal; {fig.recorded:,} proposals recorded in {fig.recorded_s:.1f} s",
         ),
         Row(
             "kafka ceiling: same topology, no logic",
-            f"{ceiling:,.0f} proposals/s",
+            f"{fig.ceiling.rate():,.0f} proposals/s",
             "",
             None,
-            f"{n:,} proposals; 6 OS processes replay the recorded events, view records and "
-            "state bytes under the same KafkaRunner; publish → status settled",
+            f"{n:,} proposals; 6 OS processes replay the real processes' recorded "
+            f"outputs and state under the same KafkaRunner; {same}",
         ),
         Row(
             "kafka pipeline: proposals/s to final decision",
-            f"{pipeline:,.0f} proposals/s",
+            f"{fig.pipeline.rate():,.0f} proposals/s",
             "",
             None,
-            f"{n:,} proposals (70% reads, 20% low-impact, 10% high-impact → "
-            "approval_required), `callgate serve`'s 6 OS processes; publish → status settled",
+            f"{n:,} proposals: 70% reads, 20% low-impact, 10% high-impact mutations "
+            f"(→ approval_required); `callgate serve`'s 6 OS processes; {same}",
         ),
         Row(
             "kafka pipeline / ceiling",
             f"{ratio:.0%}",
             "≥ 50%",
             ratio >= 0.5,
-            "same run, same broker, topics, partitions, event sizes and transactions",
+            "both measured in this run",
         ),
         Row(
             f"kafka latency at {TARGET_RATE}/s offered: p50 / p95 / p99",
-            f"{target.pct(0.5):.1f} / {target.pct(0.95):.1f} / {target.pct(0.99):.1f} ms",
+            target.pcts(),
             f"p99 ≤ {TARGET_P99_MS:g} ms",
             target.pct(0.99) <= TARGET_P99_MS,
             f"{len(target.latencies_ms):,} proposals over {latency_s:g} s, all settled; "
@@ -808,33 +705,35 @@ def _rows(
         ),
         Row(
             f"kafka ceiling latency at {TARGET_RATE}/s offered: p50 / p95 / p99",
-            f"{runs.ceiling_latency.pct(0.5):.1f} / {runs.ceiling_latency.pct(0.95):.1f} / "
-            f"{runs.ceiling_latency.pct(0.99):.1f} ms",
+            fig.ceiling_latency.pcts(),
             "",
             None,
-            "the same proposals through the replay processes: the floor of the topology",
+            "the same proposals through the replay processes: the topology's own latency",
         ),
-        Row("kafka latency vs offered load", plot_note, "", None, _curve(runs.latency)),
+        Row(
+            "kafka latency vs offered load",
+            _plot(fig, plot),
+            "",
+            None,
+            "; ".join(
+                f"{rate}/s: p50 {r.pct(0.5):,.0f}, p99 {r.pct(0.99):,.0f} ms"
+                for rate, r in sorted(fig.latency.items())
+            ),
+        ),
         Row(
             "kafka pipeline writes per proposal (check of the replay)",
-            check,
+            _per(fig.actual, fig.published),
             "",
             None,
-            f"read back after the runs, {published:,} proposals; the replay writes the "
-            "recorded figures of the first row",
+            f"read back from the pipeline's topics, {fig.published:,} proposals; the replay "
+            "writes the first row's figures",
         ),
     ]
 
 
-def _curve(latency: Mapping[int, Result]) -> str:
-    return "; ".join(
-        f"{rate}/s: p50 {r.pct(0.5):.0f}, p99 {r.pct(0.99):.0f} ms"
-        for rate, r in sorted(latency.items())
-    )
-
-
-def _plot(runs: _Runs, path: Path) -> str:
-    """Latency percentiles vs offered load (matplotlib, a dev extra)."""
+def _plot(fig: _Figures, path: Path) -> str:
+    """Latency percentiles against offered load, as a PNG (matplotlib: a dev extra)."""
+    assert fig.latency and fig.ceiling_latency and fig.pipeline
     try:
         import matplotlib
 
@@ -842,28 +741,33 @@ def _plot(runs: _Runs, path: Path) -> str:
         import matplotlib.pyplot as plt
     except ImportError:
         return "no plot: matplotlib is not installed (pip install -e '.[dev]')"
-    rates = sorted(runs.latency)
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    rates = sorted(fig.latency)
+    figure, ax = plt.subplots(figsize=(7.5, 4.5))
     for q, style in ((0.5, "o-"), (0.95, "s-"), (0.99, "^-")):
-        ax.plot(
-            rates, [runs.latency[r].pct(q) for r in rates], style, label=f"pipeline p{q * 100:g}"
-        )
-    ceil = runs.ceiling_latency
+        ys = [fig.latency[r].pct(q) for r in rates]
+        ax.plot(rates, ys, style, label=f"pipeline p{q * 100:g}")
+    ceil = fig.ceiling_latency
     ax.plot([TARGET_RATE] * 2, [ceil.pct(0.5), ceil.pct(0.99)], "kx", label="ceiling p50, p99")
     ax.axhline(TARGET_P99_MS, color="grey", linestyle="--", linewidth=1, label="p99 target")
-    ax.set_xlabel("offered load (proposals/s)")
-    ax.set_ylabel("publish → final decision (ms)")
-    ax.set_yscale("log")
-    ax.set_title(
-        f"callgate on Kafka (tansu, loopback): pipeline saturates near "
-        f"{runs.pipeline.rate():,.0f}/s"
+    ax.axvline(
+        fig.pipeline.rate(),
+        color="red",
+        linestyle=":",
+        linewidth=1,
+        label="pipeline throughput (burst)",
+    )
+    ax.set(
+        xlabel="offered load (proposals/s)",
+        ylabel="publish → final decision (ms)",
+        yscale="log",
+        title="callgate on Kafka (tansu, loopback, 6 OS processes)",
     )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small")
-    fig.tight_layout()
+    figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
     return str(path)
 
 

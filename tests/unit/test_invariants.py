@@ -418,7 +418,7 @@ def check_confirmation(
 
 
 @settings(
-    max_examples=120,
+    max_examples=150,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

@@ -62,9 +62,8 @@ def world(tmp_path: Path) -> World:
     granted = g.approve(alice, pending)
     to_use = g.propose(alice, "refunds.issue", USED_REFUND, key="KU")
     used = g.approve(alice, to_use)
-    assert g.outcome(
-        g.propose(alice, "refunds.issue", USED_REFUND, key="KU", approval_id=used)
-    ) == ("executed")
+    spent = g.propose(alice, "refunds.issue", USED_REFUND, key="KU", approval_id=used)
+    assert g.outcome(spent) == "executed"
     assert g.outcome(g.propose(alice, "tickets.create", TICKET, key="KT")) == "executed"
     denied = g.propose(alice, "refunds.issue", DENIED_REFUND, key="KD")
     g.decide(alice, denied, "deny")
