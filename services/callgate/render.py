@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -170,15 +171,26 @@ class Renderer:
         self.value(rows, human)
 
     def serving(self, state_dir: Path, pid: int) -> None:
-        self.err.print(f"[green]callgate serve[/] (pid {pid}) on the embedded backend")
-        self.err.print(f"  state lives in {state_dir}")
-        self.err.print("  from a second terminal:")
+        """Where state lives and how to submit a first proposal from a second terminal."""
+        prog = _program()
         take_token = "python3 -c 'import json,sys;print(json.load(sys.stdin)[\"token\"])'"
-        self.err.print(
-            f"    TOKEN=$(callgate --state-dir {state_dir} --json session issue --user alice "
-            f"--tenant acme --roles support | {take_token})"
-        )
-        self.err.print(
-            f'    callgate --state-dir {state_dir} propose --session "$TOKEN" --tool tickets.read '
-            '--args \'{"ticket_id": "T-1"}\''
-        )
+        lines = [
+            f"[green]callgate serve[/] (pid {pid}) on the embedded backend",
+            f"  state lives in {state_dir} (development keys in {state_dir / 'keys'})",
+            "  from a second terminal:",
+            f"    TOKEN=$({prog} --state-dir {state_dir} --json session issue --user alice "
+            f"--tenant acme --roles support | {take_token})",
+            f'    {prog} --state-dir {state_dir} propose --session "$TOKEN" --tool tickets.read '
+            '--args \'{"ticket_id": "T-1"}\'',
+        ]
+        for line in lines:
+            self.err.print(line, soft_wrap=True)
+
+
+def _program() -> str:
+    """How this shell can run callgate: the bare name when it is on PATH."""
+    found = shutil.which("callgate")
+    here = Path(sys.argv[0]).resolve()
+    if found and Path(found).resolve() == here:
+        return "callgate"
+    return str(here) if here.name == "callgate" else "callgate"
