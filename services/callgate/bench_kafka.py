@@ -301,7 +301,8 @@ class Result:
 class Load:
     """Publishes proposals and waits for their final decisions on the ``status`` view."""
 
-    def __init__(self, bootstrap: str, topics: Topics) -> None:
+    def __init__(self, bootstrap: str, topics: Topics, names: Sequence[str]) -> None:
+        self.bootstrap, self.topics, self.names = bootstrap, topics, names
         self.requests = topics.physical("requests")
         no_linger: dict[str, Any] = {"linger.ms": 0}  # a platform sends each call at once
         self.producer: Producer = make_producer(bootstrap, None, **no_linger)
@@ -317,8 +318,13 @@ class Load:
         status = topics.view("status")
         self.reader.assign([TopicPartition(status, p, 0) for p in range(topics.partitions)])
 
-    def run(self, items: Sequence[Outbound], rate: float | None = None) -> Result:
-        """Publish ``items`` (at once, or ``rate`` per second) until each is decided."""
+    def run(
+        self, items: Sequence[Outbound], rate: float | None = None, idle: bool = True
+    ) -> Result:
+        """Publish ``items`` (at once, or ``rate`` per second) until each is decided; first,
+        untimed, wait until the processes are idle (``wait_idle``) unless ``idle`` is False."""
+        if idle:
+            wait_idle(self.bootstrap, self.topics, self.names)
         n, sent = len(items), 0
         scheduled: dict[bytes, float] = {}
         latencies: list[float] = []
@@ -357,23 +363,36 @@ class Load:
         self.producer.flush(10)
 
 
-def wait_joined(
-    bootstrap: str, topics: Topics, names: Sequence[str], timeout_s: float = 60
+def wait_idle(
+    bootstrap: str,
+    topics: Topics,
+    names: Sequence[str],
+    quiet_s: float = 2.0,
+    timeout_s: float = 300,
 ) -> None:
-    """Wait until every process's group has committed an input position (after the probe):
-    it has joined, restored and handled input. Not "up to the end of ``events``": on tansu a
-    process does not get its own last transaction's records until another producer writes."""
+    """Untimed, before each run: every process has joined and handled input (its group has
+    committed an input position), and no group's committed positions moved for ``quiet_s``.
+    So a run never overlaps the backlog of the one before, not even in the projections that
+    do not gate the final decision."""
     inputs = [topics.physical(t) for t in ("requests", "events")]
     want = [TopicPartition(t, p) for t in inputs for p in range(topics.partitions)]
-    deadline = time.monotonic() + timeout_s
-    for name in names:
-        group = Consumer({"bootstrap.servers": bootstrap, "group.id": topics.group(name)})
-        try:
-            while max(tp.offset for tp in group.committed(want, timeout=10)) <= 0:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{name} has not joined within {timeout_s:g} s")
-                time.sleep(0.1)
-        finally:
+    groups = [
+        Consumer({"bootstrap.servers": bootstrap, "group.id": topics.group(n)}) for n in names
+    ]
+    try:
+        start = since = time.monotonic()
+        last: list[list[int]] = []
+        while True:
+            now = [[tp.offset for tp in g.committed(want, timeout=10)] for g in groups]
+            if now != last:
+                last, since = now, time.monotonic()
+            elif all(max(o) > 0 for o in now) and time.monotonic() - since >= quiet_s:
+                return
+            if time.monotonic() - start > timeout_s:
+                raise TimeoutError(f"the processes did not settle within {timeout_s:g} s")
+            time.sleep(0.1)
+    finally:
+        for group in groups:
             group.close()
 
 
@@ -623,10 +642,9 @@ def _loaded(
     probe: Sequence[ev.Event],
 ) -> Iterator[Load]:
     """A ``Load`` once every process has joined and handled the probe (untimed)."""
-    load = Load(bootstrap_servers, topics)
+    load = Load(bootstrap_servers, topics, names)
     try:
-        load.run(outbound(codec, probe))
-        wait_joined(bootstrap_servers, topics, names)
+        load.run(outbound(codec, probe), idle=False)  # waits for the group joins
         yield load
     finally:
         load.close()

@@ -331,17 +331,7 @@ class Decider:
         Returns True when the call was settled here (a replay of the call it authorized).
         """
         presented = claims.binding
-        expected = ApprovalBinding(
-            tenant=inv.tenant,
-            actor=inv.actor,
-            tool=inv.tool,
-            target=inv.target,
-            policy_version=inv.policy_version,
-            args_hash=inv.args_hash,
-            dry_run_hash=presented.dry_run_hash,
-            partition_key=p.partition_key,
-            invocation_id=presented.invocation_id,
-        )
+        expected = _binding(inv, presented.dry_run_hash, p.partition_key, presented.invocation_id)
         require_match(expected, presented)  # approval_mismatch naming the bindings
         if presented.partition_key != p.partition_key:
             # Signed to another idempotency key's partition: only the invocation it was
@@ -664,17 +654,7 @@ class Decider:
         expires_at = out.now_ms + inv.approval_ttl_ms
         claims = ApprovalClaims(
             jti=jti,
-            binding=ApprovalBinding(
-                tenant=inv.tenant,
-                actor=inv.actor,
-                tool=inv.tool,
-                target=inv.target,
-                policy_version=inv.policy_version,
-                args_hash=inv.args_hash,
-                dry_run_hash=inv.dry_run_hash,
-                partition_key=d.partition_key,
-                invocation_id=inv.invocation_id,
-            ),
+            binding=_binding(inv, inv.dry_run_hash, d.partition_key, inv.invocation_id),
             approver=approver.user,
             confirmation=inv.confirmation,
             issued_at=out.now_ms,
@@ -815,6 +795,23 @@ class Decider:
                     approver=use.approver,
                 )
         self._request_execution(state, target, out)
+
+
+def _binding(
+    inv: Invocation, dry_run_hash: str, partition_key: str, invocation_id: str
+) -> ApprovalBinding:
+    """What an approval for ``inv`` binds (C4, C11): actor, tool, target, policy, arguments."""
+    return ApprovalBinding(
+        tenant=inv.tenant,
+        actor=inv.actor,
+        tool=inv.tool,
+        target=inv.target,
+        policy_version=inv.policy_version,
+        args_hash=inv.args_hash,
+        dry_run_hash=dry_run_hash,
+        partition_key=partition_key,
+        invocation_id=invocation_id,
+    )
 
 
 def _mismatch(bindings: list[str]) -> Rejection:
