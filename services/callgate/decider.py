@@ -150,6 +150,10 @@ class Decider:
             self._on_uncertain(state, event, out)
         elif isinstance(event, ev.ExecutionReconciled):
             self._on_reconciled(state, event, out)
+        elif isinstance(event, ev.ExecutionStarted):
+            started = state.invocations.get(event.invocation_id)
+            if started is not None:
+                started.started_attempt = max(started.started_attempt, event.attempt)
         # Every other event on the log is the decider's own output or not its concern.
         return state, out.out
 
@@ -775,7 +779,13 @@ class Decider:
                 )
                 self._serve_waiters(state, rec, out)
             return
-        # Not applied: execute exactly once more with the same token.
+        # Not applied: execute exactly once more with the same token. Only for the attempt
+        # in force: the executor's restart (recover) and a retry's ReconciliationRequested
+        # can both look up one attempt; the later answer must not start a second retry
+        # (found by the chaos run: a second effect, or a call left executing forever).
+        moved_on = rec is not None and rec.invocation_id != original_id
+        if moved_on or original.started_attempt != original.attempt:
+            return
         target = original
         if rec is not None and rec.waiters and original.phase == Phase.SETTLED:
             target = state.invocations.get(rec.waiters.pop(0), original)

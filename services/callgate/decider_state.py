@@ -76,6 +76,9 @@ class Invocation:
     result_json: str = ""
     # ExecutionReconciled events already acted on: a redelivered one must not retry (C12).
     reconciliations: list[str] = field(default_factory=list)
+    # The last attempt the executor reported started: a lookup that finds nothing retries
+    # only the current attempt, once (two lookups of one attempt, one retry; C12).
+    started_attempt: int = 0
 
 
 @dataclass(slots=True)

@@ -354,3 +354,58 @@ def _unapproved(applied: Mapping[str, Any], audit: list[dict[str, Any]]) -> list
     from callgate.chaos import unapproved_high_impact
 
     return unapproved_high_impact([applied], audit, PROFILE)
+
+
+def test_two_lookups_of_one_attempt_retry_it_once(tmp_path: Path) -> None:
+    """C12, found by the chaos run: after the executor restarted mid-run, its recovery and a
+    retry's ReconciliationRequested both looked up attempt 1 and found nothing; each answer
+    started a retry (a second effect, or a call left executing forever). Given one retry
+    per attempt, the second answer does nothing; a lookup of the retry's own started attempt
+    (the executor died again) still retries."""
+    from callgate.canonical import partition_key
+
+    app = bootstrap(Settings(state_dir=tmp_path))
+    decider = app.decider()
+    token = app.session_issuer.issue("alice", "acme", ["support"], 1_000, ttl_seconds=3600)
+    pk = partition_key("acme", "K", "p1")
+    args = json.dumps({"title": "t", "requester_id": "alice"})
+    n = iter(range(100))
+
+    def proposal(inv: str) -> ev.ToolCallProposed:
+        return ev.ToolCallProposed(
+            event_id=f"req-{inv}",
+            invocation_id=inv,
+            partition_key=pk,
+            session_token=token,
+            tool="tickets.create",
+            args_json=args,
+            idempotency_key="K",
+        )
+
+    def feed(state: Any, event: ev.Event) -> tuple[Any, list[ev.Event]]:
+        state, out = decider.handle(state, event, 2_000)
+        return state, [e for e in out if isinstance(e, ev.Event)]
+
+    def answer(cls: type[ev.Event], inv: str, **fields: Any) -> ev.Event:
+        return cls(event_id=f"x{next(n)}", invocation_id=inv, partition_key=pk, **fields)
+
+    state, out = feed(decider.initial_state(), proposal("p1"))
+    (request,) = [e for e in out if isinstance(e, ev.ExecutionRequested)]
+    xt = request.execution_token
+    state, _ = feed(state, answer(ev.ExecutionStarted, "p1", execution_token=xt, attempt=1))
+    state, _ = feed(state, answer(ev.ExecutionUncertain, "p1", execution_token=xt, reason="t"))
+    state, out = feed(state, proposal("p2"))  # the agent retries: reconcile first
+    assert [type(e) for e in out] == [ev.PolicyDecided, ev.ReconciliationRequested]
+    nothing = {"execution_token": xt, "found": False, "original_invocation_id": "p1"}
+    state, out = feed(state, answer(ev.ExecutionReconciled, "p1", **nothing))  # recover
+    retries = [e for e in out if isinstance(e, ev.ExecutionRequested)]
+    assert [(e.invocation_id, e.attempt) for e in retries] == [("p2", 2)]
+    state, out = feed(state, answer(ev.ExecutionReconciled, "p2", **nothing))  # the lookup
+    assert out == []
+    # attempt 2 started, then the executor died: its recovery's lookup retries attempt 2
+    state, _ = feed(state, answer(ev.ExecutionStarted, "p2", execution_token=xt, attempt=2))
+    again = {**nothing, "original_invocation_id": "p2"}
+    state, out = feed(state, answer(ev.ExecutionReconciled, "p2", **again))
+    assert [(e.invocation_id, e.attempt) for e in out if isinstance(e, ev.ExecutionRequested)] == [
+        ("p2", 3)
+    ]
