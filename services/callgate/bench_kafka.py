@@ -1,9 +1,10 @@
 """The Kafka section of ``callgate bench``: ceiling, pipeline throughput, latency.
 
-Everything runs on a tansu broker this module starts on loopback, with the deployment's
-topic layout and ``callgate serve``'s process layout: one OS process per process, each a
-``KafkaRunner`` with the same batch, transaction and consumer settings (``RUNNER_ARGS``).
-Method and figures: docs/benchmarks.md.
+Every measurement runs on a fresh tansu broker this module starts on loopback (tansu slows
+down as partitions accumulate record batches, so no figure inherits another's history), with
+the deployment's topic layout and ``callgate serve``'s process layout: one OS process per
+process, each a ``KafkaRunner`` with the same batch, transaction and consumer settings
+(``RUNNER_ARGS``). Method and figures: docs/benchmarks.md.
 
 - **Recording.** Before anything is timed, the real processes run in-process over the
   proposals and every step is recorded: per process and input event, the key's state bytes
@@ -39,7 +40,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +76,7 @@ RUNNER_ARGS += [arg for k, v in CONSUMER.items() for arg in ("-X", f"{k}={v}")]
 
 TARGET_RATE = 500  # proposals/s offered for the latency target
 TARGET_P99_MS = 25.0
-PLOT_FRACTIONS = (0.1, 0.25, 0.5, 0.75, 0.9)  # of the measured pipeline throughput
+PLOT_FRACTIONS = (0.05, 0.15, 0.3, 0.5, 0.7, 0.9)  # of the measured pipeline throughput
 HOP_RECORD_BYTES = 400
 SETTLED = b'"settled":true'
 STALL_S = 120.0  # no final decision for this long: the run failed
@@ -276,6 +277,20 @@ class Outbound:
     value: bytes
 
 
+def _reader(bootstrap: str) -> Consumer:
+    """The bench's ``read_committed`` consumer (``assign()`` only: never joins or commits).
+    With tansu's fetch hold at its 500 ms default it would see records in late lumps."""
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "callgate.bench",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "fetch.wait.max.ms": CONSUMER["fetch.wait.max.ms"],
+        }
+    )
+
+
 def outbound(codec: AvroCodec, proposals: Sequence[ev.Event]) -> list[Outbound]:
     return [
         Outbound(p.invocation_id.encode(), p.partition_key.encode(), codec.encode(p))
@@ -307,15 +322,7 @@ class Load:
         self.requests = topics.physical("requests")
         no_linger: dict[str, Any] = {"linger.ms": 0}  # a platform sends each call at once
         self.producer: Producer = make_producer(bootstrap, None, **no_linger)
-        self.reader = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": "callgate.bench",  # assign() only: never joined or committed
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "fetch.wait.max.ms": CONSUMER["fetch.wait.max.ms"],
-            }
-        )
+        self.reader = _reader(bootstrap)
         status = topics.view("status")
         self.reader.assign([TopicPartition(status, p, 0) for p in range(topics.partitions)])
 
@@ -502,14 +509,7 @@ def single_hop(bootstrap: str, work: Path, partitions: int, n: int, codec: AvroC
     producer.flush(60)
     # The backlog is published before the runner starts, and the clock runs from its first
     # committed transaction to its last: start-up and the group join are not timed.
-    reader = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "callgate.bench",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-        }
-    )
+    reader = _reader(bootstrap)
     reader.assign([TopicPartition(events, p, 0) for p in range(partitions)])
     seen: set[bytes] = set()
     first: bytes | None = None
@@ -547,16 +547,15 @@ def single_hop(bootstrap: str, work: Path, partitions: int, n: int, codec: AvroC
 
 
 def bench_kafka(settings: Settings, proposals: int, latency_s: float) -> list[Row]:
-    """Ceiling, pipeline throughput and latency on an own tansu broker (module docstring).
+    """Ceiling, pipeline throughput and latency on own tansu brokers (module docstring).
 
-    ``settings`` gives the partition count and profile; broker, topics and state are the
+    ``settings`` gives the partition count and profile; brokers, topics and state are the
     bench's own (a temporary directory). The latency plot goes to ``<state_dir>/latency.png``.
     """
     before = _cpu_seconds()
     work = Path(tempfile.mkdtemp(prefix="callgate-bench-kafka-"))
     try:
-        with TansuBroker() as broker:
-            rows = _run(settings, broker.bootstrap, work, proposals, latency_s)
+        rows = _run(settings, work, proposals, latency_s)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return [*rows, _noise(before, _cpu_seconds())]
@@ -591,89 +590,95 @@ def _noise(before: tuple[float, float, float], after: tuple[float, float, float]
 
 @dataclass
 class _Figures:
-    written: Counter[str]  # recorded from the real processes
-    recorded: int  # proposals recorded
-    recorded_s: float
+    written: Counter[str] = field(default_factory=Counter)  # recorded from the real processes
+    recorded: int = 0  # proposals recorded
+    recorded_s: float = 0.0
     ceiling: Result | None = None
-    ceiling_latency: Result | None = None
     pipeline: Result | None = None
-    latency: dict[int, Result] | None = None
-    actual: Counter[str] | None = None  # read back from the pipeline's topics
+    latency: dict[int, Result] = field(default_factory=dict)  # offered rate -> pipeline
+    ceiling_latency: dict[int, Result] = field(default_factory=dict)
+    actual: Counter[str] = field(default_factory=Counter)  # read back from the pipeline
     published: int = 0
 
 
-def _run(
-    settings: Settings, bootstrap_servers: str, work: Path, n: int, latency_s: float
-) -> list[Row]:
+def _run(settings: Settings, work: Path, n: int, latency_s: float) -> list[Row]:
     codec = AvroCodec.default()
-    app = bootstrap(
-        Settings(
-            state_dir=work / "pipeline",
-            backend="kafka",
-            topic_prefix="bench",
-            bootstrap_servers=bootstrap_servers,
-            partitions=settings.partitions,
-            profile=settings.profile,
-        )
-    )
-    names = [p.name for p in app.processes()]
-    probe = mixed_proposals(app, 10, seed=2)
-    mix = mixed_proposals(app, n, seed=1)
-    at_target = mixed_proposals(app, int(TARGET_RATE * latency_s), seed=3)
-    # The real processes, recorded with their own state dir and effect ledger, same keys.
-    shutil.copytree(work / "pipeline" / "keys", work / "recording" / "keys")
-    rec_app = bootstrap(Settings(state_dir=work / "recording", profile=settings.profile))
-    t0 = time.perf_counter()
-    inputs = [*probe, *mix, *at_target]
-    files, written = record(rec_app.processes(), inputs, codec, rec_app.clock(), work)
-    fig = _Figures(written, len(inputs), time.perf_counter() - t0)
-    rows = [single_hop(bootstrap_servers, work, settings.partitions, max(5_000, 10 * n), codec)]
+    owner = bootstrap(Settings(state_dir=work / "owner", profile=settings.profile))  # the keys
+    probe = mixed_proposals(owner, 10, seed=2)
+    mix = mixed_proposals(owner, n, seed=1)
+    fig = _Figures()
+    with TansuBroker() as broker:
+        rows = [single_hop(broker.bootstrap, work, settings.partitions, max(5_000, 10 * n), codec)]
 
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
-    ceiling = Topics("ceiling", settings.partitions)
-    ensure_topics(admin, ceiling.specs(app.processes(), views_of(app)))
-    replays = [files[p] for p in names]
-    with (
-        replay_processes(replays, bootstrap_servers, ceiling, work / "c"),
-        _loaded(bootstrap_servers, ceiling, names, codec, probe) as load,
-    ):
-        fig.ceiling = load.run(outbound(codec, mix))
-        fig.ceiling_latency = load.run(outbound(codec, at_target), TARGET_RATE)
+    def phase(replays: Mapping[str, Path] | None) -> Any:
+        return _phase(settings, work, codec, probe, replays)
 
-    pipeline = Topics(app.settings.topic_prefix, settings.partitions)
-    create_topics(app)
-    fig.published = len(inputs)
-    with (
-        pipeline_processes(app),
-        _loaded(bootstrap_servers, pipeline, names, codec, probe) as load,
-    ):
+    with phase(None) as load:
         fig.pipeline = load.run(outbound(codec, mix))
-        fig.latency = {TARGET_RATE: load.run(outbound(codec, at_target), TARGET_RATE)}
-        saturation = fig.pipeline.rate()
-        for i, share in enumerate(PLOT_FRACTIONS):
-            rate = max(10, round(saturation * share, -1))
-            batch = mixed_proposals(app, max(20, int(rate * latency_s / 2)), seed=10 + i)
-            fig.published += len(batch)
-            fig.latency[int(rate)] = load.run(outbound(codec, batch), rate)
-    fig.actual = _written(bootstrap_servers, pipeline, views_of(app))
+        fig.actual = _written(load.bootstrap, load.topics, views_of(owner))
+        fig.published = len(probe) + n
+    # Offered loads: the target, and (not with --quick) shares of the measured throughput.
+    paced = {TARGET_RATE: mixed_proposals(owner, int(TARGET_RATE * latency_s), seed=3)}
+    for i, share in enumerate(PLOT_FRACTIONS if latency_s >= 5 else ()):
+        rate = int(max(10, round(fig.pipeline.rate() * share, -1)))
+        paced.setdefault(rate, mixed_proposals(owner, int(rate * latency_s / 2), seed=10 + i))
+    # The real processes, recorded with their own state dir and effect ledger, same keys.
+    shutil.copytree(work / "owner" / "keys", work / "recording" / "keys")
+    rec_app = bootstrap(Settings(state_dir=work / "recording", profile=settings.profile))
+    inputs = [*probe, *mix, *(p for batch in paced.values() for p in batch)]
+    t0 = time.perf_counter()
+    files, fig.written = record(rec_app.processes(), inputs, codec, rec_app.clock(), work)
+    fig.recorded, fig.recorded_s = len(inputs), time.perf_counter() - t0
+
+    with phase(files) as load:
+        fig.ceiling = load.run(outbound(codec, mix))
+    for rate, batch in sorted(paced.items()):  # alternating, so noise hits both alike
+        with phase(files) as load:
+            fig.ceiling_latency[rate] = load.run(outbound(codec, batch), rate)
+        with phase(None) as load:
+            fig.latency[rate] = load.run(outbound(codec, batch), rate)
     return rows + _rows(fig, n, latency_s, settings.state_dir / "latency.png")
 
 
 @contextmanager
-def _loaded(
-    bootstrap_servers: str,
-    topics: Topics,
-    names: Sequence[str],
+def _phase(
+    settings: Settings,
+    work: Path,
     codec: AvroCodec,
     probe: Sequence[ev.Event],
+    replays: Mapping[str, Path] | None,
 ) -> Iterator[Load]:
-    """A ``Load`` once every process has joined and handled the probe (untimed)."""
-    load = Load(bootstrap_servers, topics, names)
-    try:
-        load.run(outbound(codec, probe), idle=False)  # waits for the group joins
-        yield load
-    finally:
-        load.close()
+    """A fresh broker, topics and processes (the real ones, or ``replays``), joined and past
+    the probe, untimed. Fresh for every measurement because tansu slows down as partitions
+    accumulate record batches: no figure inherits another's history."""
+    state = Path(tempfile.mkdtemp(prefix="phase-", dir=work))
+    shutil.copytree(work / "owner" / "keys", state / "keys")
+    with TansuBroker() as broker:
+        app = bootstrap(
+            Settings(
+                state_dir=state,
+                backend="kafka",
+                topic_prefix="bench",
+                bootstrap_servers=broker.bootstrap,
+                partitions=settings.partitions,
+                profile=settings.profile,
+            )
+        )
+        names = [p.name for p in app.processes()]
+        topics = Topics(app.settings.topic_prefix, settings.partitions)
+        create_topics(app)
+        processes = (
+            pipeline_processes(app)
+            if replays is None
+            else replay_processes([replays[p] for p in names], broker.bootstrap, topics, state)
+        )
+        with processes:
+            load = Load(broker.bootstrap, topics, names)
+            try:
+                load.run(outbound(codec, probe), idle=False)  # waits for the group joins
+                yield load
+            finally:
+                load.close()
 
 
 def _written(bootstrap_servers: str, topics: Topics, views: Mapping[str, str]) -> Counter[str]:
@@ -701,7 +706,7 @@ def _per(counts: Mapping[str, int], proposals: int) -> str:
 
 
 def _rows(fig: _Figures, n: int, latency_s: float, plot: Path) -> list[Row]:
-    assert fig.ceiling and fig.ceiling_latency and fig.pipeline and fig.latency and fig.actual
+    assert fig.ceiling and fig.pipeline
     ratio = fig.pipeline.rate() / fig.ceiling.rate()
     target = fig.latency[TARGET_RATE]
     changelog = fig.written["changelog"]
@@ -749,7 +754,7 @@ def _rows(fig: _Figures, n: int, latency_s: float, plot: Path) -> list[Row]:
         ),
         Row(
             f"kafka ceiling latency at {TARGET_RATE}/s offered: p50 / p95 / p99",
-            fig.ceiling_latency.pcts(),
+            fig.ceiling_latency[TARGET_RATE].pcts(),
             "",
             None,
             "the same proposals through the replay processes: the topology's own latency",
@@ -759,8 +764,11 @@ def _rows(fig: _Figures, n: int, latency_s: float, plot: Path) -> list[Row]:
             _plot(fig, plot),
             "",
             None,
-            "; ".join(
-                f"{rate}/s: p50 {r.pct(0.5):,.0f}, p99 {r.pct(0.99):,.0f} ms"
+            "p50 / p99 ms, pipeline (ceiling): "
+            + "; ".join(
+                f"{rate}/s {r.pct(0.5):,.0f} / {r.pct(0.99):,.0f} "
+                f"({fig.ceiling_latency[rate].pct(0.5):,.0f} / "
+                f"{fig.ceiling_latency[rate].pct(0.99):,.0f})"
                 for rate, r in sorted(fig.latency.items())
             ),
         ),
@@ -777,7 +785,7 @@ def _rows(fig: _Figures, n: int, latency_s: float, plot: Path) -> list[Row]:
 
 def _plot(fig: _Figures, path: Path) -> str:
     """Latency percentiles against offered load, as a PNG (matplotlib: a dev extra)."""
-    assert fig.latency and fig.ceiling_latency and fig.pipeline
+    assert fig.pipeline is not None
     try:
         import matplotlib
 
@@ -790,9 +798,10 @@ def _plot(fig: _Figures, path: Path) -> str:
     for q, style in ((0.5, "o-"), (0.95, "s-"), (0.99, "^-")):
         ys = [fig.latency[r].pct(q) for r in rates]
         ax.plot(rates, ys, style, label=f"pipeline p{q * 100:g}")
-    ceil = fig.ceiling_latency
-    ax.plot([TARGET_RATE] * 2, [ceil.pct(0.5), ceil.pct(0.99)], "kx", label="ceiling p50, p99")
-    ax.axhline(TARGET_P99_MS, color="grey", linestyle="--", linewidth=1, label="p99 target")
+    for q, style in ((0.5, "o--"), (0.99, "^--")):
+        ys = [fig.ceiling_latency[r].pct(q) for r in rates]
+        ax.plot(rates, ys, style, color="grey", label=f"ceiling (no logic) p{q * 100:g}")
+    ax.axhline(TARGET_P99_MS, color="black", linestyle=":", linewidth=1, label="p99 target")
     ax.axvline(
         fig.pipeline.rate(),
         color="red",
@@ -804,7 +813,7 @@ def _plot(fig: _Figures, path: Path) -> str:
         xlabel="offered load (proposals/s)",
         ylabel="publish → final decision (ms)",
         yscale="log",
-        title="callgate on Kafka (tansu, loopback, 6 OS processes)",
+        title="callgate on Kafka (tansu, loopback, 6 OS processes, 2 cores)",
     )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small")
