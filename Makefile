@@ -21,7 +21,7 @@ run: $(STAMP)
 
 ## The whole test suite (unit, integration against the tansu broker, end to end).
 test: $(STAMP)
-	$(BIN)/pytest -q -p no:cacheprovider
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q -p no:cacheprovider
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider tests/unit

@@ -20,7 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-CALLGATE = shutil.which("callgate")
+
+def _find_callgate() -> str | None:
+    """The ``callgate`` installed beside the Python running the tests (the venv's), else PATH."""
+    beside = Path(sys.executable).parent / "callgate"
+    return str(beside) if beside.exists() else shutil.which("callgate")
+
+
+CALLGATE = _find_callgate()
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_PROFILE = REPO / "services" / "callgate" / "profiles" / "default.yaml"
 EXIT_OK, EXIT_FAILED, EXIT_MISUSE = 0, 1, 2
