@@ -124,7 +124,9 @@ def normalize_args(spec: ToolSpec, limits: Limits, args_json: str) -> dict[str, 
         raise _reject(f"arguments must be a JSON object, got {type(parsed).__name__}")
     args: dict[str, Any] = _walk(parsed, 1, limits.max_depth)
 
-    error = best_match(_validator(spec.args_schema_key).iter_errors(args))
+    validator = _validator(spec.args_schema_key)
+    # ``is_valid`` stops at the first error; ranking every error is only worth it to explain.
+    error = None if validator.is_valid(args) else best_match(validator.iter_errors(args))
     if error is not None:
         path = _error_field(error)
         where = f"argument '{path}'" if path else "arguments"
