@@ -407,3 +407,43 @@ def test_two_lookups_of_one_attempt_retry_it_once(tmp_path: Path) -> None:
     assert [(e.invocation_id, e.attempt) for e in out if isinstance(e, ev.ExecutionRequested)] == [
         ("p2", 3)
     ]
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("head_in_log", [True, False], ids=["own-log", "another-world"])
+def test_a_store_ahead_of_a_lost_offset_commit_is_kept(
+    kafka_bootstrap: str, tmp_path: Path, head_in_log: bool
+) -> None:
+    """C12, found by the chaos run: tansu acknowledged a transaction, then lost its offset
+    commit when the SIGKILLed producer was fenced; the restarted executor found its store
+    ahead of the broker's changelog bound, wiped it, and ran the calls of that transaction
+    again. A store whose last record is in the changelog is kept; one that is not (another
+    world's store) is still wiped and restored from the log."""
+    import uuid
+
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from callgate.adapters.kafka.client import make_producer
+    from callgate.adapters.kafka.state import ChangelogReader, PartitionStore, restore_partition
+
+    topic = f"chaos-restore-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    config = {"cleanup.policy": "compact", "retention.ms": "-1"}
+    admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(30)
+    producer = make_producer(kafka_bootstrap)
+    for value, token, prev in ((b"v1", b"t1", b""), (b"v2", b"t2", b"t1")):
+        headers = [("cg-txn", token), ("cg-prev", prev)]
+        producer.produce(topic, key=b"k", value=value, partition=0, headers=headers)
+    assert producer.flush(30) == 0
+    store = PartitionStore(tmp_path / "p0", topic)
+    store.apply({"k": b"v2"}, 2, "t2" if head_in_log else "elsewhere")
+    reader = ChangelogReader(kafka_bootstrap, timeout_s=30)
+    try:
+        restore_partition(store, reader, 0, bound=1)  # the broker's bound: t2 "lost"
+    finally:
+        reader.close()
+    if head_in_log:
+        assert (store.offset, store.head, store.get("k")) == (2, "t2", b"v2")
+    else:
+        assert (store.offset, store.head, store.get("k")) == (1, "t1", b"v1")
+    store.close()

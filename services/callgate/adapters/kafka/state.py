@@ -5,7 +5,10 @@ Each runner keeps, for every partition it owns, an ``Rdict`` under
 the store reflects and the *token* of the last transaction it applied. State writes go to the
 changelog inside the runner's transaction (with outputs and consumer offsets) and into the
 store only after the commit, so the store never holds uncommitted state; it may lag (a crash
-between commit and apply), never lead.
+between commit and apply). It leads the broker's committed bound only where the broker lost
+the offsets of a transaction it acknowledged: tansu did, for the last transaction of a
+producer SIGKILLed and fenced soon after (found by ``callgate chaos``). Its records are in
+the log, so the store is kept, not wiped: a wiped executor would run those calls again.
 
 Which changelog records are committed? On Apache Kafka a ``read_committed`` reader hides
 aborted transactions, but tansu does not (DESIGN "Known tansu gaps"), and a restore that
@@ -237,6 +240,8 @@ def restore_partition(
             store.wipe()  # the log knows no committed state: nor may we (fail closed)
         return 0
     if store.offset > bound:
+        if _log_holds_head(store, reader, partition):
+            return 0  # the broker lost an acknowledged offset commit (module docstring)
         store.wipe()  # ahead of the log: a store from another broker/world
     start, local_head = store.offset, store.head
     if start == bound:
@@ -253,6 +258,15 @@ def restore_partition(
         latest[entry.key] = entry.value
     store.apply(latest, bound, head)
     return len(valid)
+
+
+def _log_holds_head(store: PartitionStore, reader: ChangelogReader, partition: int) -> bool:
+    """Is the store's last applied record (offset ``store.offset - 1``, token ``store.head``)
+    in the changelog? Then the store reflects this log, not another world's."""
+    if not store.head:
+        return False
+    last = reader.read(store.changelog, partition, store.offset - 1, store.offset)
+    return bool(last) and last[-1].offset == store.offset - 1 and last[-1].token == store.head
 
 
 @dataclass(frozen=True, slots=True)
