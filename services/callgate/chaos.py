@@ -24,6 +24,7 @@ Issue "Execution reliability, fault injection and hostile input", part 4. One ru
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import json
 import random
@@ -280,8 +281,11 @@ class Wait:
     view: str
     key: str
     since: float
+    after: float = 0.0  # not before this time.monotonic()
 
     def ready(self, value: Mapping[str, Any]) -> bool:
+        if time.monotonic() < self.after:
+            return False
         return self.view != "status" or bool(value.get("settled"))
 
 
@@ -293,7 +297,7 @@ Script = Generator[Wait, dict[str, Any], None]
 class Counts:
     proposals: int = 0
     decisions: int = 0
-    duplicates: int = 0
+    decisions_resubmitted: int = 0
     retries: int = 0
 
 
@@ -377,19 +381,36 @@ class Workload:
         return status
 
     def decide(self, flow: int, who: Who, status: Mapping[str, Any], decision: str) -> Step:
-        submit = ev.ApprovalDecisionSubmitted(
-            event_id=f"chaos-decision-{self._id()}",
-            invocation_id=str(status["invocation_id"]),
-            partition_key=str(status["partition_key"]),
-            correlation_id=str(status["invocation_id"]),
-            occurred_at=self.app.clock(),
-            producer="callgate-chaos",
-            session_token=who.token,
-            decision=decision,
-        )
-        self.counts.decisions += 1
-        self.send(submit)
-        answer = yield Wait("decisions", submit.event_id, time.monotonic())
+        """Submit a decision; wait for its answer.
+
+        Tansu gap (DESIGN "Known tansu gaps"): a SIGKILLed decider's uncommitted
+        ``ApprovalRequested`` becomes visible, so a UI can answer an approval the restarted
+        decider has not requested again yet, and gets ``not_pending``. As a UI would, resubmit
+        (at most twice) while the status still shows the approval pending. On Apache Kafka a
+        UI only sees committed requests.
+        """
+        inv = str(status["invocation_id"])
+        for attempt in range(3):
+            submit = ev.ApprovalDecisionSubmitted(
+                event_id=f"chaos-decision-{self._id()}",
+                invocation_id=inv,
+                partition_key=str(status["partition_key"]),
+                correlation_id=inv,
+                occurred_at=self.app.clock(),
+                producer="callgate-chaos",
+                session_token=who.token,
+                decision=decision,
+            )
+            self.counts.decisions += 1
+            self.send(submit)
+            answer = yield Wait("decisions", submit.event_id, time.monotonic())
+            if attempt == 2 or (answer.get("error") or {}).get("code") != Code.NOT_PENDING:
+                break
+            now = time.monotonic()
+            current = yield Wait("status", inv, now, after=now + 1.0)
+            if (current.get("approval") or {}).get("state") != "pending":
+                break
+            self.counts.decisions_resubmitted += 1
         return answer
 
     def want(self, flow: int, status: Mapping[str, Any], allowed: Iterable[str]) -> bool:
@@ -633,6 +654,8 @@ def _run(
         gate.close()
         sup.stop()
     verdict = verify(evidence, app.profile)
+    if verdict.violations:
+        _keep_evidence(app.settings.state_dir / "evidence.jsonl", evidence)
     elapsed = time.monotonic() - started
     if not verified.ok:
         verdict.violations.append(f"audit chain: {verified.first_bad}: {verified.reason}")
@@ -647,6 +670,7 @@ def _run(
         "proposals": n,
         "proposal events": work.counts.proposals,
         "approval decisions": work.counts.decisions,
+        "decisions resubmitted (not_pending, tansu)": work.counts.decisions_resubmitted,
         "kills": progress.kills,
         "killed": dict(sorted(sup.killed.items())),
         "restarts": sup.restarts,
@@ -662,6 +686,18 @@ def _run(
         "time limit s": round(limit),
     }
     return {"figures": figures, "violations": verdict.violations, "seed": seed}
+
+
+def _keep_evidence(path: Path, evidence: Evidence) -> None:
+    """On a failed run, keep the log and the statuses for diagnosis (the broker is gone)."""
+    with path.open("w") as f:
+        for event in evidence.events:
+            row = {"type": type(event).__name__, **dataclasses.asdict(event)}
+            f.write(json.dumps(row, default=str) + "\n")
+        for inv, status in evidence.statuses.items():
+            f.write(json.dumps({"type": "status", "invocation_id": inv, **status}) + "\n")
+        for effect in evidence.effects:
+            f.write(json.dumps({"type": "effect", **effect}, default=str) + "\n")
 
 
 def _drive(

@@ -744,6 +744,12 @@ class Decider:
         if inv is None or inv.phase != Phase.EXECUTING:
             return
         inv.phase, inv.outcome = Phase.SETTLED, Code.OUTCOME_UNCERTAIN.value
+        # The executor reports an outcome only for a run it started, so the attempt in force
+        # has started even if its ExecutionStarted was not seen: the two input topics are not
+        # ordered with each other, and on tansu a re-decided proposal can arrive after the
+        # ExecutionStarted of its aborted first decision. Without this the reconciliation
+        # below would never retry (found by the chaos run: calls left waiting forever).
+        inv.started_attempt = max(inv.started_attempt, inv.attempt)
         rec = _key_record(state, inv)
         if rec is None or rec.invocation_id != inv.invocation_id:
             return

@@ -222,3 +222,37 @@ def test_a_duplicated_reconciliation_does_not_execute_again(
     g.runner.run()
     assert len(g.effects()) == 1
     assert g.outcome(first) == "executed"
+
+
+def test_an_uncertain_outcome_proves_its_attempt_started_when_started_was_seen_first(
+    tmp_path: Path,
+) -> None:
+    """C12: the decider reads ``requests`` and ``events``, which are not ordered with each
+    other. When the executor's ``ExecutionStarted`` reaches a restarted decider before the
+    proposal it re-decides (tansu shows an aborted first decision's ExecutionRequested), the
+    later ``ExecutionUncertain`` still proves that attempt started: a retry that reconciles
+    and finds nothing executes once instead of waiting forever."""
+    # given the log of: a create that timed out before applying, then a retry that
+    # reconciled (nothing found) and executed once with the same token
+    g = faulty(tmp_path, "tickets", "timeout_before_apply")
+    alice, first, _ = first_attempt(g, "tickets.create", TICKET)
+    retry = g.propose(alice, "tickets.create", TICKET, key="K")
+    assert g.outcome(retry) == "executed"
+    log = g.events()
+    expected = [e for e in log if isinstance(e, ev.ExecutionRequested)]
+    # when a fresh decider reads the first ExecutionStarted before the first proposal
+    (started, *_) = [e for e in log if isinstance(e, ev.ExecutionStarted)]
+    (proposal, *_) = [e for e in log if isinstance(e, ev.ToolCallProposed)]
+    reordered = [started] + [e for e in log if e is not started]
+    decider = g.app.decider()
+    state = decider.initial_state()
+    requested: list[ev.ExecutionRequested] = []
+    for event in reordered:
+        state, outputs = decider.handle(state, event, g.runner.now_ms)
+        requested += [o for o in outputs if isinstance(o, ev.ExecutionRequested)]
+    # then it still asks for the retry's one execution, exactly as the ordered run did
+    assert proposal.invocation_id == first
+    assert [(r.invocation_id, r.attempt) for r in requested] == [
+        (r.invocation_id, r.attempt) for r in expected
+    ]
+    assert requested[-1].invocation_id == retry
