@@ -100,6 +100,21 @@ class Decider:
     name = "decider"
     inputs = frozenset({"requests", "events"})
     recovers = False
+    # What ``handle`` dispatches on; every other event is the decider's own output or none
+    # of its concern (``process.reacts_to``).
+    reacts_to: frozenset[type[ev.Event]] = frozenset(
+        {
+            ev.ToolCallProposed,
+            ev.ApprovalDecisionSubmitted,
+            ev.DryRunRecorded,
+            ev.DryRunFailed,
+            ev.ExecutionSucceeded,
+            ev.ExecutionFailed,
+            ev.ExecutionUncertain,
+            ev.ExecutionReconciled,
+            ev.ExecutionStarted,
+        }
+    )
 
     def __init__(self, deps: DeciderDeps) -> None:
         self.deps = deps

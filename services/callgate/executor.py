@@ -74,6 +74,10 @@ class Executor:
     name = "executor"
     inputs = frozenset({"events"})
     recovers = True
+    # What ``handle`` acts on (``process.reacts_to``); outcomes come from ``follow_up``.
+    reacts_to: frozenset[type[ev.Event]] = frozenset(
+        {ev.ExecutionRequested, ev.DryRunRequested, ev.ReconciliationRequested}
+    )
 
     def __init__(self, profile: Profile, providers: ProviderRegistry) -> None:
         self.profile = profile

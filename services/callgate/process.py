@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from callgate.canonical import canonical_json
 from callgate.events import Event
@@ -102,3 +102,15 @@ class Process(Protocol[S]):
     def dump_state(self, state: S) -> bytes: ...
 
     def load_state(self, data: bytes) -> S: ...
+
+
+def reacts_to(process: Process[Any]) -> frozenset[type[Event]] | None:
+    """The event types whose ``handle`` may change the process's state or emit anything.
+
+    A process may declare it as a ``reacts_to`` attribute; ``None`` (the default) means every
+    type. Runners still consume, validate and commit every other event, but skip loading its
+    key's state and calling ``handle`` (the decider ignores three of the five events of a
+    call; docs/benchmarks.md). ``tests/unit/test_reacts_to.py`` checks each declaration
+    against ``handle``.
+    """
+    return cast("frozenset[type[Event]] | None", getattr(process, "reacts_to", None))

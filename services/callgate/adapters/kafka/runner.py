@@ -55,6 +55,7 @@ import signal
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -80,11 +81,14 @@ from callgate.adapters.kafka.state import (
 from callgate.adapters.kafka.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
 from callgate.codes import Code
 from callgate.events import Event, EventDeadLettered
-from callgate.process import Output, Process, ViewRecord
+from callgate.process import Output, Process, ViewRecord, reacts_to
 
 log = logging.getLogger(__name__)
 
 Key = tuple[int, str]  # (partition, partition_key)
+# Committed state objects kept between transactions (saves a ``load_state`` per event of a
+# recently touched key); bounded so that memory does not grow with the number of keys.
+STATE_CACHE_KEYS = 2048
 _FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 
 
@@ -161,6 +165,11 @@ class KafkaRunner:
         self._token_prefix = f"{instance_id}.{uuid.uuid4().hex[:12]}"
         self._token_seq = 0
         self._initial_blob = process.dump_state(process.initial_state())
+        self._reacts_to = reacts_to(process)
+        # key -> (committed state object, its bytes). A transaction takes an entry out
+        # (processes may mutate the object) and only a commit puts it back, so an aborted
+        # transaction never leaves uncommitted state here.
+        self._cache: OrderedDict[Key, tuple[Any, bytes]] = OrderedDict()
         self._started = False
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -260,6 +269,8 @@ class KafkaRunner:
         except MalformedEvent as exc:
             self._dead_letter(txn, msg, logical, exc.reason, now)
             return
+        if self._reacts_to is not None and type(event) not in self._reacts_to:
+            return  # consumed and committed; ``handle`` would change nothing (reacts_to)
         key = (partition, event.partition_key)
         state, outputs = self.process.handle(self._load(txn, key), event, now)
         self._emit(txn, key, state, outputs)
@@ -292,6 +303,10 @@ class KafkaRunner:
     def _load(self, txn: _Txn, key: Key) -> Any:
         if key in txn.states:
             return txn.states[key]
+        cached = self._cache.pop(key, None)
+        if cached is not None:
+            txn.states[key], txn.stored[key] = cached
+            return cached[0]
         blob = self._stores[key[0]].get(key[1])
         txn.stored[key] = blob
         state = self.process.load_state(blob) if blob is not None else self.process.initial_state()
@@ -301,6 +316,7 @@ class KafkaRunner:
     def _seed(self, txn: _Txn, key: Key, state: Any, blob: bytes | None = None) -> None:
         """Start ``txn`` for ``key`` from a state that is already committed (``blob``: its
         bytes, when the commit already dumped it)."""
+        self._cache.pop(key, None)  # ``txn`` owns the object now
         txn.states[key] = state
         txn.stored[key] = self.process.dump_state(state) if blob is None else blob
 
@@ -385,8 +401,12 @@ class KafkaRunner:
         self._committed.update(txn.positions)
         for partition, blobs in changes.items():
             self._stores[partition].apply(dict(blobs), bounds[partition], txn.token)
+        cache = self._cache
         for owned_key, state in txn.states.items():
             self._set_due(owned_key, process.next_due(state))
+            cache[owned_key] = (state, txn.dumped[owned_key])
+        while len(cache) > STATE_CACHE_KEYS:
+            cache.popitem(last=False)
 
     def _commit_transaction(self) -> None:
         for _ in range(5):
@@ -451,6 +471,7 @@ class KafkaRunner:
         for store in self._stores.values():
             store.close()
         self._stores.clear()
+        self._cache.clear()
         self._committed.clear()
         self._due.clear()
         self._due_heap.clear()
@@ -468,6 +489,7 @@ class KafkaRunner:
         """Bring every owned store up to the committed changelog; rebuild the timer index;
         record the committed input positions (the rewind target after an abort)."""
         owned = sorted(self._stores)
+        self._cache.clear()
         bounds = self._reader.committed_bounds(self._consumer, self._changelog, owned)
         self._due.clear()
         self._due_heap.clear()

@@ -1,0 +1,110 @@
+"""``reacts_to``: a process's declared event types are exactly those ``handle`` acts on.
+
+Runners skip loading state and calling ``handle`` for any other event
+(``callgate.process.reacts_to``). That is only sound if ``handle`` leaves the state (as
+bytes) unchanged and emits nothing for those events, whatever state it is given; this folds
+a log that holds every event type through each declaring process, key by key, and checks
+every skipped event against the state the process had reached at that point.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from tests.harness import Gate
+
+from callgate import events as ev
+from callgate.process import Process, reacts_to
+
+TICKET: dict[str, Any] = {"title": "Printer on fire", "requester_id": "alice"}
+REFUND: dict[str, Any] = {"order_id": "ORD-1", "amount_cents": 500, "currency": "USD"}
+BIG_REFUND: dict[str, Any] = {"order_id": "ORD-2", "amount_cents": 50_000, "currency": "USD"}
+
+
+@pytest.fixture(scope="module")
+def log(tmp_path_factory: pytest.TempPathFactory) -> tuple[Gate, list[ev.Event]]:
+    """A log with every event type a process reads: grants, denials, expiries, rejected
+    decisions, rejections, replays, dry-runs, an uncertain execution and its
+    reconciliation."""
+    state = tmp_path_factory.mktemp("reacts") / "state"
+    g = Gate(
+        state,
+        faults={
+            "tickets": {"timeout_before_apply": 1.0, "first_n": 1},
+            "records": {"fail_dry_run": 1.0},
+            "deploys": {"fail": 1.0},
+        },
+    )
+    alice = g.session("alice", roles=("support",))
+    bob = g.session("bob", roles=("finance-approver",))
+    first = g.propose(alice, "tickets.create", TICKET, key="create")  # uncertain
+    assert g.outcome(first) == "outcome_uncertain"
+    g.propose(alice, "tickets.create", TICKET, key="create")  # reconciles, executes
+    g.propose(alice, "tickets.create", TICKET, key="create")  # replayed
+    g.propose(alice, "tickets.read", {"ticket_id": "T-1"})
+    g.propose(alice, "users.delete", {"user_id": "U-1"})  # not a caller: policy denies
+    g.propose(alice, "no.such.tool", {})  # rejected before policy
+    owner = g.propose(alice, "refunds.issue", REFUND)
+    g.propose(alice, "refunds.issue", REFUND, approval_id=g.approve(alice, owner))
+    big = g.propose(alice, "refunds.issue", BIG_REFUND, key="big")
+    g.decide(alice, big)  # the actor may not approve: decision rejected
+    g.propose(alice, "refunds.issue", BIG_REFUND, key="big", approval_id=g.approve(bob, big))
+    denied = g.propose(alice, "refunds.issue", {**BIG_REFUND, "order_id": "ORD-3"})
+    g.decide(bob, denied, "deny")
+    g.propose(alice, "refunds.issue", {**BIG_REFUND, "order_id": "ORD-4"})
+    g.propose(alice, "records.update", {"record_id": "REC-1", "fields": {"a": 1}})  # dry-run fails
+    carol = g.session("carol", roles=("release",))
+    deploy: dict[str, Any] = {"service": "billing", "version": "1.2.3", "environment": "staging"}
+    asked = g.propose(carol, "deploys.trigger", deploy)
+    manager = g.session("dave", roles=("release-manager",))
+    g.propose(carol, "deploys.trigger", deploy, approval_id=g.approve(manager, asked))  # fails
+    g.runner.advance(24 * 3_600_000)  # the last one's approval expires
+    return g, g.events()
+
+
+def declaring(g: Gate) -> list[Process[Any]]:
+    return [p for p in g.app.processes() if reacts_to(p) is not None]
+
+
+def test_the_log_holds_every_event_type_the_processes_skip(
+    log: tuple[Gate, list[ev.Event]],
+) -> None:
+    g, events = log
+    seen = {type(e) for e in events}
+    for process in declaring(g):
+        skipped = {t for t in _event_types() if t not in (reacts_to(process) or ())}
+        missing = skipped - seen - {ev.EventDeadLettered}  # never on ``events``
+        assert not missing, f"{process.name}: no example of {sorted(t.__name__ for t in missing)}"
+
+
+def test_handle_does_nothing_for_event_types_outside_reacts_to(
+    log: tuple[Gate, list[ev.Event]],
+) -> None:
+    g, events = log
+    processes = declaring(g)
+    assert {p.name for p in processes} >= {"decider", "executor"}
+    for process in processes:
+        declared = reacts_to(process) or frozenset()
+        states: dict[str, Any] = {}
+        skipped = 0
+        for event in events:
+            if event.TOPIC not in process.inputs:
+                continue
+            state = states.get(event.partition_key, process.initial_state())
+            before = process.dump_state(state)
+            state, outputs = process.handle(state, event, g.runner.now_ms)
+            if type(event) not in declared:
+                skipped += 1
+                assert outputs == [] or outputs == (), (process.name, event.event_type)
+                assert process.dump_state(state) == before, (process.name, event.event_type)
+            states[event.partition_key] = state
+        assert skipped > 0
+
+
+def _event_types() -> set[type[ev.Event]]:
+    return {
+        cls
+        for cls in vars(ev).values()
+        if isinstance(cls, type) and issubclass(cls, ev.Event) and cls is not ev.Event
+    }
