@@ -1,0 +1,196 @@
+"""Approvals in the decider: presented artifacts, human decisions, bindings (C4, C5, C11).
+
+An approval binds actor, tool, target, policy version, normalized arguments and the
+dry-run snapshot hash (C4, C11), so swapping an argument cannot reuse it (V2:
+``approval_mismatch`` naming the differing bindings). A presented approval is checked
+after policy and before idempotency, in DESIGN's order: ``approval_expired``,
+``approval_mismatch``, ``approval_denied``, ``approval_consumed``; a replay of the very
+call it authorized gets the stored result.
+"""
+
+from __future__ import annotations
+
+from callgate import events as ev
+from callgate.approvals import (
+    ApprovalBinding,
+    ApprovalClaims,
+    approval_jti,
+    check_approver,
+    require_match,
+)
+from callgate.codes import Code, Rejection
+from callgate.decider.deps import DeciderDeps
+from callgate.decider.emitter import Emitter
+from callgate.decider.key_records import set_key_status
+from callgate.decider_state import (
+    ApprovalStatus,
+    ApprovalUse,
+    DeciderState,
+    Invocation,
+    KeyStatus,
+    Phase,
+)
+
+_REPLAYABLE = frozenset({Code.EXECUTED.value, Code.EXECUTION_FAILED.value})
+
+
+def presented_approval(
+    deps: DeciderDeps, p: ev.ToolCallProposed, now: int
+) -> ApprovalClaims | None:
+    if p.approval_id is None:
+        return None
+    return deps.approval_verifier.verify(p.approval_id, now)  # approval_missing/expired
+
+
+def check_approval(
+    state: DeciderState,
+    inv: Invocation,
+    claims: ApprovalClaims,
+    p: ev.ToolCallProposed,
+    out: Emitter,
+) -> bool:
+    """C4, C11: the approval must be for this exact call, still usable, and unused.
+
+    Returns True when the call was settled here (a replay of the call it authorized).
+    """
+    presented = claims.binding
+    expected = _binding(inv, presented.dry_run_hash, p.partition_key, presented.invocation_id)
+    require_match(expected, presented)  # approval_mismatch naming the bindings
+    if presented.partition_key != p.partition_key:
+        # Signed to another idempotency key's partition: only the invocation it was
+        # granted for (resubmitted under that key) may use it, and single use is
+        # tracked there. Anywhere else it is another invocation's approval.
+        raise Rejection(
+            Code.APPROVAL_CONSUMED,
+            f"approval {claims.jti} belongs to invocation {presented.invocation_id} "
+            "under another idempotency key; it cannot authorize this one",
+            {"approved_invocation_id": presented.invocation_id},
+        )
+    use = state.approvals.get(claims.jti)
+    if use is None:
+        raise Rejection(Code.APPROVAL_MISSING, f"approval {claims.jti} is not known here")
+    if use.status == ApprovalStatus.EXPIRED:
+        raise Rejection(Code.APPROVAL_EXPIRED, f"approval {claims.jti} expired")
+    if use.consumed_by:
+        consumer = state.invocations.get(use.consumed_by)
+        if (
+            use.consumer_key is None
+            and inv.idempotency_key is None
+            and consumer is not None
+            and consumer.phase == Phase.SETTLED
+            and consumer.outcome in _REPLAYABLE
+        ):
+            # The very call it authorized, resubmitted: serve the stored result.
+            inv.phase, inv.outcome = Phase.SETTLED, Code.REPLAYED.value
+            out.emit(
+                ev.ReplayServed,
+                original_invocation_id=consumer.invocation_id,
+                original_outcome=consumer.outcome,
+                result_json=consumer.result_json,
+            )
+            return True
+        if use.consumer_key is None or use.consumer_key != inv.idempotency_key:
+            raise Rejection(
+                Code.APPROVAL_CONSUMED,
+                f"approval {claims.jti} was already used by invocation {use.consumed_by}",
+                {"used_by": use.consumed_by},
+            )
+    inv.approval_jti = claims.jti
+    inv.approved_dry_run_hash = presented.dry_run_hash
+    return False
+
+
+def on_approval_decision(
+    deps: DeciderDeps, state: DeciderState, d: ev.ApprovalDecisionSubmitted, out: Emitter
+) -> None:
+    if d.event_id in state.decisions_seen:
+        return  # the same decision delivered twice: already answered
+    state.decisions_seen.append(d.event_id)
+    try:
+        approver = deps.sessions.verify(d.session_token, out.now_ms)
+        inv = state.invocations.get(d.invocation_id)
+        if inv is None or inv.approval_status != ApprovalStatus.PENDING:
+            raise Rejection(
+                Code.NOT_PENDING, f"invocation {d.invocation_id} has no pending approval"
+            )
+        if inv.approval_expires_at <= out.now_ms:
+            raise Rejection(Code.APPROVAL_EXPIRED, "the pending approval has expired")
+        check_approver(
+            inv.confirmation,
+            approver,
+            inv.actor,
+            inv.tenant,
+            tuple(inv.approver_roles),
+            inv.allow_self_approval,
+        )
+        if d.decision not in ("grant", "deny"):
+            raise Rejection(Code.MALFORMED_EVENT, f"unknown decision {d.decision!r}")
+    except Rejection as r:
+        out.emit(ev.ApprovalDecisionRejected, code=r.code.value, message=r.message)
+        return
+    if d.decision == "deny":
+        inv.approval_status = ApprovalStatus.DENIED
+        set_key_status(state, inv, KeyStatus.DENIED)
+        out.emit(ev.ApprovalDenied, approver=approver.user, reason=d.reason)
+        return
+    jti = approval_jti(inv.invocation_id, approver.user, d.event_id)
+    expires_at = out.now_ms + inv.approval_ttl_ms
+    claims = ApprovalClaims(
+        jti=jti,
+        binding=_binding(inv, inv.dry_run_hash, d.partition_key, inv.invocation_id),
+        approver=approver.user,
+        confirmation=inv.confirmation,
+        issued_at=out.now_ms,
+        expires_at=expires_at,
+    )
+    inv.approval_status = ApprovalStatus.GRANTED
+    state.approvals[jti] = ApprovalUse(
+        inv.invocation_id, ApprovalStatus.GRANTED, expires_at, approver=approver.user
+    )
+    set_key_status(state, inv, KeyStatus.APPROVED)
+    out.emit(
+        ev.ApprovalGranted,
+        approval_id=deps.approval_signer.sign(claims),
+        approval_jti=jti,
+        approver=approver.user,
+        expires_at=expires_at,
+    )
+
+
+def _binding(
+    inv: Invocation, dry_run_hash: str, partition_key: str, invocation_id: str
+) -> ApprovalBinding:
+    """What an approval for ``inv`` binds (C4, C11): actor, tool, target, policy, arguments."""
+    return ApprovalBinding(
+        tenant=inv.tenant,
+        actor=inv.actor,
+        tool=inv.tool,
+        target=inv.target,
+        policy_version=inv.policy_version,
+        args_hash=inv.args_hash,
+        dry_run_hash=dry_run_hash,
+        partition_key=partition_key,
+        invocation_id=invocation_id,
+    )
+
+
+def mismatch(bindings: list[str]) -> Rejection:
+    return Rejection(
+        Code.APPROVAL_MISMATCH,
+        f"approval does not match: {', '.join(bindings)}",
+        {"bindings": ",".join(bindings)},
+    )
+
+
+def no_dry_run_hash(inv: Invocation) -> str:
+    """Snapshot hash for tools without a dry-run: the human confirms the arguments."""
+    return "args:" + inv.args_hash
+
+
+__all__ = [
+    "check_approval",
+    "mismatch",
+    "no_dry_run_hash",
+    "on_approval_decision",
+    "presented_approval",
+]

@@ -1,0 +1,185 @@
+"""After every check passed: dry-run, ask for approval, or execute (C2, C3, C4, C5, C11).
+
+Reads run after the ACL check alone (C2); a confirmation policy other than ``none``
+asks a human to confirm the dry-run (C5) or, for tools without one, the arguments;
+a presented approval is confirmed against a fresh dry-run before execution (C5, C11).
+``reject_late`` settles a call that fails after authorization began and releases the
+approval and idempotency key it held (C8).
+"""
+
+from __future__ import annotations
+
+from callgate import events as ev
+from callgate.approvals import ApprovalClaims
+from callgate.canonical import canonical_json, execution_token
+from callgate.catalog import Confirmation, ToolSpec
+from callgate.codes import Code, Rejection
+from callgate.decider.approvals import mismatch, no_dry_run_hash
+from callgate.decider.emitter import Emitter
+from callgate.decider.key_records import key_record, set_key_status
+from callgate.decider_state import (
+    ApprovalStatus,
+    DeciderState,
+    Invocation,
+    KeyRecord,
+    KeyStatus,
+    Phase,
+)
+
+
+def authorize(
+    state: DeciderState,
+    inv: Invocation,
+    spec: ToolSpec,
+    claims: ApprovalClaims | None,
+    out: Emitter,
+) -> None:
+    """The call passed every check: dry-run, ask for approval, or execute (C2-C5)."""
+    if inv.idempotency_key is not None and inv.idempotency_key not in state.keys:
+        state.keys[inv.idempotency_key] = KeyRecord(
+            actor=inv.actor,
+            tool=inv.tool,
+            target=inv.target,
+            fingerprint=inv.fingerprint,
+            invocation_id=inv.invocation_id,
+            status=KeyStatus.EXECUTING,
+        )
+    if claims is not None:
+        # C5/C11: confirm against what the human saw: re-run the dry-run and compare.
+        out.emit(
+            ev.ConfirmationAccepted,
+            approval_jti=claims.jti,
+            approved_invocation_id=claims.binding.invocation_id,
+            approver=claims.approver,
+        )
+        use = state.approvals[claims.jti]
+        use.consumed_by, use.consumer_key = inv.invocation_id, inv.idempotency_key
+        if spec.require_dry_run:
+            inv.phase = Phase.CONFIRMING
+            _request_dry_run(inv, out)
+        elif claims.binding.dry_run_hash != no_dry_run_hash(inv):
+            reject_late(state, inv, mismatch(["dry_run_hash"]), out)
+        else:
+            request_execution(state, inv, out)
+        return
+    if Confirmation(inv.confirmation) is not Confirmation.NONE:
+        inv.phase = Phase.AWAITING_DRY_RUN
+        set_key_status(state, inv, KeyStatus.PENDING_APPROVAL)
+        if spec.require_dry_run:
+            _request_dry_run(inv, out)
+        else:
+            request_approval(state, inv, "{}", no_dry_run_hash(inv), out)
+        return
+    if spec.require_dry_run:
+        inv.phase = Phase.DRY_RUN_THEN_EXECUTE
+        _request_dry_run(inv, out)
+        return
+    request_execution(state, inv, out)
+
+
+def _request_dry_run(inv: Invocation, out: Emitter) -> None:
+    out.emit(
+        ev.DryRunRequested,
+        invocation_id=inv.invocation_id,
+        tenant=inv.tenant,
+        tool=inv.tool,
+        target=inv.target,
+        args_json=inv.args_json,
+    )
+
+
+def request_approval(
+    state: DeciderState, inv: Invocation, snapshot_json: str, snapshot_hash: str, out: Emitter
+) -> None:
+    inv.phase, inv.outcome = Phase.PENDING_APPROVAL, Code.APPROVAL_REQUIRED.value
+    inv.dry_run_json, inv.dry_run_hash = snapshot_json, snapshot_hash
+    inv.approval_status = ApprovalStatus.PENDING
+    inv.approval_expires_at = out.now_ms + inv.approval_ttl_ms
+    set_key_status(state, inv, KeyStatus.PENDING_APPROVAL)
+    out.emit(
+        ev.ApprovalRequested,
+        invocation_id=inv.invocation_id,
+        tenant=inv.tenant,
+        actor=inv.actor,
+        tool=inv.tool,
+        target=inv.target,
+        args_json=inv.args_json,
+        args_hash=inv.args_hash,
+        dry_run_json=snapshot_json,
+        dry_run_hash=snapshot_hash,
+        policy_version=inv.policy_version,
+        confirmation=inv.confirmation,
+        approver_roles=tuple(inv.approver_roles),
+        expires_at=inv.approval_expires_at,
+    )
+
+
+def request_execution(state: DeciderState, inv: Invocation, out: Emitter) -> None:
+    pk = out.cause.partition_key
+    inv.phase, inv.outcome = Phase.EXECUTING, Code.ALLOWED.value
+    inv.execution_token = execution_token(
+        pk, inv.fingerprint, inv.invocation_id, inv.idempotency_key
+    )
+    inv.attempt += 1
+    rec = key_record(state, inv)
+    if rec is not None:
+        rec.status, rec.execution_token, rec.invocation_id = (
+            KeyStatus.EXECUTING,
+            inv.execution_token,
+            inv.invocation_id,
+        )
+    out.emit(
+        ev.ExecutionRequested,
+        invocation_id=inv.invocation_id,
+        tenant=inv.tenant,
+        tool=inv.tool,
+        target=inv.target,
+        args_json=inv.args_json,
+        execution_token=inv.execution_token,
+        attempt=inv.attempt,
+    )
+
+
+def reject_late(state: DeciderState, inv: Invocation, r: Rejection, out: Emitter) -> None:
+    """A rejection after authorization began: release what the invocation held."""
+    inv.phase, inv.outcome = Phase.SETTLED, r.code.value
+    if inv.approval_jti and inv.approval_jti in state.approvals:
+        use = state.approvals[inv.approval_jti]
+        if use.consumed_by == inv.invocation_id:
+            use.consumed_by, use.consumer_key = "", None
+    rec = key_record(state, inv)
+    waiters: list[str] = []
+    if rec is not None and rec.invocation_id == inv.invocation_id:
+        # Nothing was authorized under this key: free it so a corrected call can use it.
+        waiters = rec.waiters
+        del state.keys[inv.idempotency_key or ""]
+    elif rec is not None and inv.approval_jti:
+        # A confirmation failed: the same-key calls waiting on it fail with it.
+        waiters, rec.waiters = rec.waiters, []
+    for waiter in waiters:
+        w = state.invocations.get(waiter)
+        if w is not None:
+            w.phase, w.outcome = Phase.SETTLED, r.code.value
+        out.emit(
+            ev.ProposalRejected,
+            invocation_id=waiter,
+            code=r.code.value,
+            message=f"the original call {inv.invocation_id} failed: {r.message}",
+            tool=inv.tool,
+            actor=inv.actor,
+            tenant=inv.tenant,
+            details_json=canonical_json({**r.details, "original_invocation_id": inv.invocation_id}),
+        )
+    out.emit(
+        ev.ProposalRejected,
+        invocation_id=inv.invocation_id,
+        code=r.code.value,
+        message=r.message,
+        tool=inv.tool,
+        actor=inv.actor,
+        tenant=inv.tenant,
+        details_json=canonical_json(r.details),
+    )
+
+
+__all__ = ["authorize", "reject_late", "request_approval", "request_execution"]

@@ -1,0 +1,25 @@
+"""What the composition root hands the decider (C10: the catalog, not the prompt, says
+what a tool is; C1: the policy engine decides; C6, C11: session and approval keys)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from callgate.approvals import ApprovalSigner, ApprovalVerifier
+from callgate.catalog import Profile
+from callgate.identity import SessionVerifier
+from callgate.policy import PolicyEngine
+
+
+@dataclass(frozen=True)
+class DeciderDeps:
+    """What the composition root hands the decider: catalog, policy and key material."""
+
+    profile: Profile
+    policy: PolicyEngine
+    sessions: SessionVerifier
+    approval_signer: ApprovalSigner
+    approval_verifier: ApprovalVerifier
+
+
+__all__ = ["DeciderDeps"]

@@ -1,0 +1,142 @@
+"""What the executor reports back: dry-run results and execution outcomes (C5, C8, C9, C12).
+
+A dry-run result is what the human confirms (C5); at confirmation it is compared with
+the snapshot the approval hashed (C11, V2). A settled execution is stored on its
+idempotency key and replayed to the calls waiting on it (C8). An uncertain outcome is
+reconciled with the provider before any retry, and a retry executes at most once more
+with the same execution token (C12).
+"""
+
+from __future__ import annotations
+
+from callgate import events as ev
+from callgate.codes import Code, Rejection
+from callgate.decider.approvals import mismatch
+from callgate.decider.authorization import reject_late, request_approval, request_execution
+from callgate.decider.emitter import Emitter
+from callgate.decider.key_records import key_record, serve_waiters
+from callgate.decider_state import DeciderState, KeyStatus, Phase
+
+
+def on_dry_run(state: DeciderState, e: ev.DryRunRecorded, out: Emitter) -> None:
+    inv = state.invocations.get(e.invocation_id)
+    if inv is None:
+        return
+    if inv.phase == Phase.AWAITING_DRY_RUN:
+        request_approval(state, inv, e.snapshot_json, e.snapshot_hash, out)
+    elif inv.phase == Phase.CONFIRMING:
+        inv.dry_run_json, inv.dry_run_hash = e.snapshot_json, e.snapshot_hash
+        if e.snapshot_hash != inv.approved_dry_run_hash:
+            # The world changed since the human confirmed: that approval no longer covers it.
+            reject_late(state, inv, mismatch(["dry_run_hash"]), out)
+        else:
+            request_execution(state, inv, out)
+    elif inv.phase == Phase.DRY_RUN_THEN_EXECUTE:
+        inv.dry_run_json, inv.dry_run_hash = e.snapshot_json, e.snapshot_hash
+        request_execution(state, inv, out)
+
+
+def on_dry_run_failed(state: DeciderState, e: ev.DryRunFailed, out: Emitter) -> None:
+    inv = state.invocations.get(e.invocation_id)
+    if inv is None or inv.phase not in (
+        Phase.AWAITING_DRY_RUN,
+        Phase.CONFIRMING,
+        Phase.DRY_RUN_THEN_EXECUTE,
+    ):
+        return
+    reject_late(state, inv, Rejection(Code.EXECUTION_FAILED, f"dry-run failed: {e.message}"), out)
+
+
+def settle_execution(
+    state: DeciderState,
+    invocation_id: str,
+    outcome: Code,
+    result_json: str,
+    out: Emitter,
+) -> None:
+    inv = state.invocations.get(invocation_id)
+    if inv is None or (inv.phase == Phase.SETTLED and inv.outcome != Code.OUTCOME_UNCERTAIN):
+        return
+    inv.phase, inv.outcome, inv.result_json = Phase.SETTLED, outcome.value, result_json
+    rec = key_record(state, inv)
+    if rec is not None and rec.invocation_id == invocation_id:
+        rec.status, rec.outcome, rec.result_json = KeyStatus.DONE, outcome.value, result_json
+        serve_waiters(state, rec, out)
+
+
+def on_uncertain(state: DeciderState, e: ev.ExecutionUncertain, out: Emitter) -> None:
+    inv = state.invocations.get(e.invocation_id)
+    if inv is None or inv.phase != Phase.EXECUTING:
+        return
+    inv.phase, inv.outcome = Phase.SETTLED, Code.OUTCOME_UNCERTAIN.value
+    # The executor reports an outcome only for a run it started, so the attempt in force
+    # has started even if its ExecutionStarted was not seen: the two input topics are not
+    # ordered with each other, and on tansu a re-decided proposal can arrive after the
+    # ExecutionStarted of its aborted first decision. Without this the reconciliation
+    # below would never retry (found by the chaos run: calls left waiting forever).
+    inv.started_attempt = max(inv.started_attempt, inv.attempt)
+    rec = key_record(state, inv)
+    if rec is None or rec.invocation_id != inv.invocation_id:
+        return
+    rec.status = KeyStatus.UNCERTAIN
+    if rec.waiters:  # someone is already waiting: reconcile now (C12)
+        rec.status = KeyStatus.RECONCILING
+        out.emit(
+            ev.ReconciliationRequested,
+            tenant=inv.tenant,
+            tool=inv.tool,
+            target=inv.target,
+            args_json=inv.args_json,
+            execution_token=inv.execution_token,
+            original_invocation_id=inv.invocation_id,
+        )
+
+
+def on_reconciled(state: DeciderState, e: ev.ExecutionReconciled, out: Emitter) -> None:
+    """C12: the provider said what happened; record it, then replay or execute once."""
+    original_id = e.original_invocation_id or e.invocation_id
+    original = state.invocations.get(original_id)
+    if original is None or e.event_id in original.reconciliations:
+        return  # unknown, or a duplicate delivery: one reconciliation, one retry at most
+    original.reconciliations.append(e.event_id)
+    rec = key_record(state, original)
+    if e.found:
+        original.phase, original.outcome = Phase.SETTLED, Code.EXECUTED.value
+        original.result_json = e.result_json
+        if rec is not None and rec.invocation_id == original_id:
+            rec.status, rec.outcome, rec.result_json = (
+                KeyStatus.DONE,
+                Code.EXECUTED.value,
+                e.result_json,
+            )
+            serve_waiters(state, rec, out)
+        return
+    # Not applied: execute exactly once more with the same token. Only for the attempt
+    # in force: the executor's restart (recover) and a retry's ReconciliationRequested
+    # can both look up one attempt; the later answer must not start a second retry
+    # (found by the chaos run: a second effect, or a call left executing forever).
+    moved_on = rec is not None and rec.invocation_id != original_id
+    if moved_on or original.started_attempt != original.attempt:
+        return
+    target = original
+    if rec is not None and rec.waiters and original.phase == Phase.SETTLED:
+        target = state.invocations.get(rec.waiters.pop(0), original)
+        target.execution_token = original.execution_token
+        target.attempt = original.attempt
+        rec.invocation_id = target.invocation_id
+        use = state.approvals.get(original.approval_jti)
+        if target is not original and use is not None:
+            # C9: the retry completes the original's confirmed call; its audit record
+            # names the approval that authorizes the effect (found by the chaos run).
+            target.approval_jti = original.approval_jti
+            out.emit(
+                ev.ConfirmationAccepted,
+                invocation_id=target.invocation_id,
+                approval_jti=original.approval_jti,
+                approved_invocation_id=use.invocation_id,
+                approver=use.approver,
+            )
+    request_execution(state, target, out)
+
+
+__all__ = ["on_dry_run", "on_dry_run_failed", "on_reconciled", "on_uncertain", "settle_execution"]

@@ -1,0 +1,162 @@
+"""The invocation decider: every rule of the contract, as one pure process (C1-C12).
+
+``handle(state, event, now_ms) -> (state, events)`` folds the partition key's state
+and returns the follow-on events. No I/O, no clock (``now_ms`` is passed in), no
+random ids (event ids derive from the causing event; Ed25519 signatures are
+deterministic). ``handle`` takes ownership of ``state`` and may update it in place;
+runners discard it if their transaction aborts.
+
+This module holds the Process protocol, what the decider reacts to, the dispatch to
+the modules that hold the rules (see the package docstring), and the expiry timers
+of pending approvals and unused artifacts (C11).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from callgate import events as ev
+from callgate.canonical import canonical_json
+from callgate.codes import Code
+from callgate.decider.approvals import on_approval_decision
+from callgate.decider.deps import DeciderDeps
+from callgate.decider.emitter import Emitter, tick_event
+from callgate.decider.key_records import key_record
+from callgate.decider.outcomes import (
+    on_dry_run,
+    on_dry_run_failed,
+    on_reconciled,
+    on_uncertain,
+    settle_execution,
+)
+from callgate.decider.proposals import on_proposed
+from callgate.decider_state import (
+    ApprovalStatus,
+    DeciderState,
+    Invocation,
+    KeyStatus,
+    dump_state,
+    load_state,
+)
+from callgate.process import Output
+
+
+class Decider:
+    """The invocation decider process (C1-C12)."""
+
+    name = "decider"
+    inputs = frozenset({"requests", "events"})
+    recovers = False
+    # What ``handle`` dispatches on; every other event is the decider's own output or none
+    # of its concern (``process.reacts_to``).
+    reacts_to: frozenset[type[ev.Event]] = frozenset(
+        {
+            ev.ToolCallProposed,
+            ev.ApprovalDecisionSubmitted,
+            ev.DryRunRecorded,
+            ev.DryRunFailed,
+            ev.ExecutionSucceeded,
+            ev.ExecutionFailed,
+            ev.ExecutionUncertain,
+            ev.ExecutionReconciled,
+            ev.ExecutionStarted,
+        }
+    )
+
+    def __init__(self, deps: DeciderDeps) -> None:
+        self.deps = deps
+
+    # -- Process protocol ----------------------------------------------------------
+
+    def initial_state(self) -> DeciderState:
+        return DeciderState()
+
+    def dump_state(self, state: DeciderState) -> bytes:
+        return dump_state(state)
+
+    def load_state(self, data: bytes) -> DeciderState:
+        return load_state(data)
+
+    def next_due(self, state: DeciderState) -> int | None:
+        return state.next_due()
+
+    def follow_up(
+        self, state: DeciderState, committed: Sequence[ev.Event], now_ms: int
+    ) -> tuple[DeciderState, Sequence[Output]]:
+        return state, ()
+
+    def recover(self, state: DeciderState, now_ms: int) -> tuple[DeciderState, Sequence[Output]]:
+        return state, ()
+
+    def handle(
+        self, state: DeciderState, event: ev.Event, now_ms: int
+    ) -> tuple[DeciderState, Sequence[Output]]:
+        out = Emitter(event, now_ms)
+        if isinstance(event, ev.ToolCallProposed):
+            on_proposed(self.deps, state, event, out)
+        elif isinstance(event, ev.ApprovalDecisionSubmitted):
+            on_approval_decision(self.deps, state, event, out)
+        elif isinstance(event, ev.DryRunRecorded):
+            on_dry_run(state, event, out)
+        elif isinstance(event, ev.DryRunFailed):
+            on_dry_run_failed(state, event, out)
+        elif isinstance(event, ev.ExecutionSucceeded):
+            settle_execution(state, event.invocation_id, Code.EXECUTED, event.result_json, out)
+        elif isinstance(event, ev.ExecutionFailed):
+            settle_execution(
+                state, event.invocation_id, Code.EXECUTION_FAILED, _message_json(event.message), out
+            )
+        elif isinstance(event, ev.ExecutionUncertain):
+            on_uncertain(state, event, out)
+        elif isinstance(event, ev.ExecutionReconciled):
+            on_reconciled(state, event, out)
+        elif isinstance(event, ev.ExecutionStarted):
+            started = state.invocations.get(event.invocation_id)
+            if started is not None:
+                started.started_attempt = max(started.started_attempt, event.attempt)
+        # Every other event on the log is the decider's own output or not its concern.
+        return state, out.out
+
+    def due(self, state: DeciderState, now_ms: int) -> tuple[DeciderState, Sequence[Output]]:
+        """Expire pending approvals and unused artifacts on schedule (C11), as events."""
+        outputs: list[Output] = []
+        for inv in sorted(state.invocations.values(), key=lambda i: i.invocation_id):
+            if inv.approval_status == ApprovalStatus.PENDING and inv.approval_expires_at <= now_ms:
+                tick = tick_event(inv.invocation_id, "pending", now_ms)
+                out = Emitter(replace(tick, partition_key=_pk_of(state, inv)), now_ms)
+                out.emit(ev.ApprovalExpired, stage="pending")
+                inv.approval_status = ApprovalStatus.EXPIRED
+                rec = key_record(state, inv)
+                if rec is not None and rec.status == KeyStatus.PENDING_APPROVAL:
+                    rec.status = KeyStatus.EXPIRED
+                outputs += out.out
+        for jti, use in sorted(state.approvals.items()):
+            if (
+                use.status == ApprovalStatus.GRANTED
+                and not use.consumed_by
+                and use.expires_at <= now_ms
+            ):
+                owner = state.invocations.get(use.invocation_id)
+                tick = tick_event(use.invocation_id, jti, now_ms)
+                out = Emitter(replace(tick, partition_key=_pk_of(state, owner)), now_ms)
+                out.emit(ev.ApprovalExpired, stage="granted", approval_jti=jti)
+                use.status = ApprovalStatus.EXPIRED
+                if owner is not None:
+                    owner.approval_status = ApprovalStatus.EXPIRED
+                    rec = key_record(state, owner)
+                    if rec is not None and rec.status == KeyStatus.APPROVED:
+                        rec.status = KeyStatus.EXPIRED
+                outputs += out.out
+        return state, outputs
+
+
+def _message_json(message: str) -> str:
+    return canonical_json({"error": message})
+
+
+def _pk_of(state: DeciderState, inv: Invocation | None) -> str:
+    return inv.partition_key if inv is not None else ""
+
+
+__all__ = ["Decider"]

@@ -1,0 +1,174 @@
+"""Deciding a proposal: the order of checks, up to the authorization (C1-C4, C6-C10, C12).
+
+Proposal is not permission (C1): every call gets a policy decision on the session
+identity (C6), after schema validation (C7), from the catalog (C10). The order of
+checks is DESIGN's, and the first failure is the outcome: malformed_event →
+unauthenticated → unknown_tool → invalid_arguments → identity_spoof (V1) →
+tool_forbidden (C12: never reaches a provider) → approval checks (C4, C11) →
+idempotency (C8) → dry-run / approval_required → execution.
+"""
+
+from __future__ import annotations
+
+from callgate import events as ev
+from callgate.approvals import peek_claim, peek_partition_key
+from callgate.arguments import normalize_args, target_of
+from callgate.canonical import args_hash, canonical_json, partition_key, request_fingerprint
+from callgate.codes import Code, Rejection
+from callgate.decider.approvals import check_approval, presented_approval
+from callgate.decider.authorization import authorize
+from callgate.decider.deps import DeciderDeps
+from callgate.decider.emitter import Emitter
+from callgate.decider.idempotency import on_known_key
+from callgate.decider_state import DeciderState, Invocation, Phase
+from callgate.identity import check_identity
+
+
+def on_proposed(
+    deps: DeciderDeps, state: DeciderState, p: ev.ToolCallProposed, out: Emitter
+) -> None:
+    if p.invocation_id in state.invocations:
+        return  # the same proposal delivered twice: already decided
+    try:
+        _decide_proposal(deps, state, p, out)
+    except Rejection as r:
+        out.emit(
+            ev.ProposalRejected,
+            code=r.code.value,
+            message=r.message,
+            tool=p.tool,
+            actor=_actor_of(state, p),
+            tenant=_tenant_of(state, p),
+            details_json=canonical_json(r.details),
+        )
+        inv = state.invocations.setdefault(
+            p.invocation_id,
+            Invocation(p.invocation_id, Phase.SETTLED, r.code.value, tool=p.tool),
+        )
+        inv.phase, inv.outcome = Phase.SETTLED, r.code.value
+
+
+def _decide_proposal(
+    deps: DeciderDeps, state: DeciderState, p: ev.ToolCallProposed, out: Emitter
+) -> None:
+    now = out.now_ms
+    try:
+        principal = deps.sessions.verify(p.session_token, now)  # C6: identity from the session
+    except Rejection:
+        # malformed_event precedes unauthenticated (DESIGN order of checks). Routing by
+        # key needs the tenant: take the token's unverified claim, for routing only.
+        claimed = peek_claim(p.session_token, "tenant")
+        if claimed is not None or p.idempotency_key is None:
+            _check_routing(p, claimed or "")
+        raise
+    # Record who is acting as early as we know it, so rejections are attributable (C9).
+    state.invocations[p.invocation_id] = Invocation(
+        p.invocation_id,
+        Phase.SETTLED,
+        "",
+        partition_key=p.partition_key,
+        tool=p.tool,
+        actor=principal.user,
+        tenant=principal.tenant,
+    )
+    _check_routing(p, principal.tenant)
+    spec = deps.profile.tool(p.tool)
+    if spec is None:
+        raise Rejection(Code.UNKNOWN_TOOL, f"no tool named {p.tool!r} in the catalog")
+    args = normalize_args(spec, deps.profile.limits, p.args_json)  # C7: schema first
+    args = check_identity(spec.identity_args, deps.profile.tenant_fields, args, principal)
+    target = target_of(spec, args)
+    decision = deps.policy.decide(principal, spec, target, args)  # C1, C2, C3, C7
+    a_hash = args_hash(args)
+    fingerprint = request_fingerprint(spec.name, target, args)
+    high = spec.is_high_impact(args)
+    confirmation = spec.confirmation_for(args)
+    inv = Invocation(
+        p.invocation_id,
+        Phase.SETTLED,
+        Code.ALLOWED.value if decision.allowed else Code.TOOL_FORBIDDEN.value,
+        partition_key=p.partition_key,
+        tool=spec.name,
+        actor=principal.user,
+        tenant=principal.tenant,
+        target=target,
+        args_json=canonical_json(args),
+        args_hash=a_hash,
+        fingerprint=fingerprint,
+        policy_version=decision.policy_version,
+        idempotency_key=p.idempotency_key,
+        confirmation=confirmation.value,
+        approver_roles=list(spec.approvers),
+        allow_self_approval=spec.allow_self_approval,
+        approval_ttl_ms=spec.approval_ttl_seconds * 1000,
+    )
+    state.invocations[p.invocation_id] = inv
+    jti = _peek_jti(p.approval_id)
+    out.emit(
+        ev.PolicyDecided,
+        actor=principal.user,
+        tenant=principal.tenant,
+        roles=principal.roles,
+        tool=spec.name,
+        target=target,
+        args_json=inv.args_json,
+        args_hash=a_hash,
+        fingerprint=fingerprint,
+        idempotency_key=p.idempotency_key,
+        policy_version=decision.policy_version,
+        decision="permit" if decision.allowed else "deny",
+        determining_policies=decision.determining_policies,
+        mutation=spec.mutation,
+        high_impact=high,
+        confirmation=confirmation.value,
+        approval_jti=jti,
+    )
+    if not decision.allowed:
+        return  # C12: tool_forbidden never reaches a provider
+    claims = presented_approval(deps, p, now)  # approval_missing / approval_expired
+    if claims is not None and check_approval(state, inv, claims, p, out):
+        return  # a replay of the very call the approval authorized
+    rec = state.keys.get(p.idempotency_key) if p.idempotency_key is not None else None
+    if rec is not None:
+        on_known_key(deps, state, inv, rec, claims, out)
+        return
+    authorize(state, inv, spec, claims, out)
+
+
+def _check_routing(p: ev.ToolCallProposed, tenant: str) -> None:
+    """Partition-local checks need the right partition (DESIGN "Shape").
+
+    With an approval but no key, the call belongs on the approved invocation's
+    partition; the (unverified) claim only routes, the signature is checked later.
+    """
+    if p.idempotency_key is not None:
+        expected = partition_key(tenant, p.idempotency_key, p.invocation_id)
+    elif p.approval_id is not None:
+        expected = peek_partition_key(p.approval_id) or ""
+    else:
+        expected = partition_key(tenant, None, p.invocation_id)
+    if p.partition_key != expected:
+        raise Rejection(
+            Code.MALFORMED_EVENT,
+            "misrouted: the partition key does not match the session tenant and "
+            "idempotency key (or the approval's invocation)",
+            {"expected": expected, "got": p.partition_key},
+        )
+
+
+def _peek_jti(approval_id: str | None) -> str | None:
+    """The presented approval's id for the record; verification happens after policy."""
+    return peek_claim(approval_id, "jti") if approval_id is not None else None
+
+
+def _actor_of(state: DeciderState, p: ev.ToolCallProposed) -> str:
+    inv = state.invocations.get(p.invocation_id)
+    return inv.actor if inv else ""
+
+
+def _tenant_of(state: DeciderState, p: ev.ToolCallProposed) -> str:
+    inv = state.invocations.get(p.invocation_id)
+    return inv.tenant if inv else ""
+
+
+__all__ = ["on_proposed"]
