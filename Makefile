@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test test-fast lint demo bench bench-quick chaos chaos-quick up down clean
+.PHONY: install run test test-fast lint demo bench bench-quick chaos chaos-quick chaos-stress up down clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,9 @@ chaos: $(STAMP)
 
 chaos-quick: $(STAMP)
 	$(BIN)/callgate chaos --proposals 300 --kills 3
+
+chaos-stress: $(STAMP)
+	$(BIN)/callgate chaos --proposals 1500 --kills 40 --seed 23
 
 ## Apache Kafka (KRaft) and the callgate services (needs a Docker engine).
 up:
