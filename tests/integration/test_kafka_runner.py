@@ -274,11 +274,15 @@ class Deployment:
         return read_partitions_to_end(self.bootstrap, self.topics.physical(logical))
 
     def runner(
-        self, process: Process[Any], state_dir: Path, clock: Callable[[], int]
+        self,
+        process: Process[Any],
+        state_dir: Path,
+        clock: Callable[[], int],
+        batch_size: int = 200,
     ) -> KafkaRunner:
         return KafkaRunner(
             process, CODEC, self.topics, self.bootstrap, "i1", state_dir, clock,
-            batch_size=200, batch_timeout_ms=50, consumer_overrides=FAST_GROUP_SETTINGS,
+            batch_size=batch_size, batch_timeout_ms=50, consumer_overrides=FAST_GROUP_SETTINGS,
         )  # fmt: skip
 
 
@@ -493,9 +497,14 @@ def test_timers_fire_once_when_due(
 
 
 @pytest.mark.kafka
+@pytest.mark.parametrize("batch_size", [200, 1], ids=["one-batch", "a-batch-per-key"])
 def test_recover_runs_for_every_restored_key_before_new_input(
-    kafka_bootstrap: str, tmp_path: Path, running: Callable[[KafkaRunner], Running]
+    kafka_bootstrap: str,
+    tmp_path: Path,
+    running: Callable[[KafkaRunner], Running],
+    batch_size: int,
 ) -> None:
+    """Recovery reads the stored keys lazily, ``batch_size`` keys per transaction."""
     process = Recovering()
     dep = Deployment.fresh(kafka_bootstrap, process)
     dep.publish([proposal(i, k) for i, k in enumerate("abcabc")])
@@ -504,7 +513,7 @@ def test_recover_runs_for_every_restored_key_before_new_input(
     first.stop()
     dep.publish([proposal(6 + i, k) for i, k in enumerate("abc")])  # arrives while down
 
-    second = running(dep.runner(Recovering(), tmp_path, wall_clock))
+    second = running(dep.runner(Recovering(), tmp_path, wall_clock, batch_size))
     wait_for(lambda: dep.committed_inputs(process.name) == 9, 60, "new inputs committed")
     second.stop()
 

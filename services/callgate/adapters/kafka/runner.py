@@ -50,6 +50,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import importlib
+import itertools
 import logging
 import signal
 import threading
@@ -507,13 +508,16 @@ class KafkaRunner:
         }
 
     def _recover_all(self) -> None:
-        """``recover`` every stored key, in transactions of ``batch_size`` keys."""
+        """``recover`` every stored key, in transactions of ``batch_size`` keys.
+
+        Keys are read lazily (a RocksDB iterator reads a consistent snapshot while the
+        commits below write), so memory does not grow with the number of stored keys."""
         now = self._clock()
         for partition in sorted(self._stores):
-            items = list(self._stores[partition].items())
-            for start in range(0, len(items), self._batch_size):
+            items = self._stores[partition].items()
+            while chunk := list(itertools.islice(items, self._batch_size)):
                 txn = self._new_txn()
-                for pkey, blob in items[start : start + self._batch_size]:
+                for pkey, blob in chunk:
                     key = (partition, pkey)
                     state = self.process.load_state(blob)
                     self._seed(txn, key, state)
