@@ -36,10 +36,11 @@ import shutil
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from rocksdict import Options, Rdict, WriteBatch
+from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteBufferManager
 
 from callgate.adapters.kafka.client import fetched
 from callgate.adapters.kafka.topics import Topics
@@ -51,6 +52,51 @@ _STATE = b"s"
 _OFFSET = b"m:offset"
 _HEAD = b"m:head"
 _TOPIC = b"m:topic"
+
+# Memory of all the stores of one OS process (docs/adr/0009-state-store-memory.md). RocksDB's
+# defaults give every store its own 32 MiB block cache and up to 2 x 64 MiB of memtables,
+# so a runner owning 6 partitions could hold ~1 GiB (667 MB measured with a million keys);
+# these budgets are shared instead.
+BLOCK_CACHE_BYTES = 8 << 20  # one LRU cache: data, index and filter blocks of every store
+MEMTABLE_BUDGET_BYTES = 16 << 20  # every store's memtables together (WriteBufferManager)
+WRITE_BUFFER_BYTES = 4 << 20  # one memtable; flushed to an SST file when full
+MAX_WRITE_BUFFERS = 2  # the active memtable + one being flushed
+MAX_OPEN_FILES = 64  # per store: bounds table readers and file descriptors
+BLOOM_BITS_PER_KEY = 10  # ~1% false positives: a new key's lookup seldom reads a data block
+_MEMORY = (
+    "cur-size-all-mem-tables",
+    "estimate-table-readers-mem",
+    "block-cache-usage",
+    "block-cache-capacity",
+)
+
+
+@cache
+def _shared_memory() -> tuple[Cache, WriteBufferManager]:
+    """The block cache and memtable budget every store of this process shares."""
+    return Cache(BLOCK_CACHE_BYTES), WriteBufferManager(MEMTABLE_BUDGET_BYTES, False)
+
+
+def store_options() -> Options:
+    """Options of a partition store: bounded memory, whatever the number of keys or stores.
+
+    Index and filter blocks live in the shared block cache (not on the heap per open file),
+    with level-0 ones pinned so that lookups of new keys stay cheap; a bloom filter keeps
+    those lookups (every new idempotency key is one) from reading data blocks.
+    """
+    block_cache, memtables = _shared_memory()
+    table = BlockBasedOptions()
+    table.set_block_cache(block_cache)
+    table.set_cache_index_and_filter_blocks(True)
+    table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+    table.set_bloom_filter(BLOOM_BITS_PER_KEY, False)
+    options = Options(raw_mode=True)
+    options.set_block_based_table_factory(table)
+    options.set_write_buffer_manager(memtables)
+    options.set_write_buffer_size(WRITE_BUFFER_BYTES)
+    options.set_max_write_buffer_number(MAX_WRITE_BUFFERS)
+    options.set_max_open_files(MAX_OPEN_FILES)
+    return options
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +154,8 @@ class PartitionStore:
         self.path = path
         self.changelog = changelog
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._options = Options(raw_mode=True)
-        self._db = Rdict(str(path), self._options)
+        self._options = store_options()
+        self._db = self._open()
         stored_topic = self._db.get(_TOPIC)
         if stored_topic is not None and stored_topic != changelog.encode():
             self.wipe()  # another deployment's state: never mix it in
@@ -149,12 +195,24 @@ class PartitionStore:
         batch.put(_HEAD, head.encode())
         self._db.write(batch)
 
+    def memory(self) -> dict[str, int]:
+        """RocksDB's own accounting, in bytes: this store's memtables and table readers, and
+        the block cache (shared by every store of the process: ``store_options``)."""
+        return {name: self._db.property_int_value(f"rocksdb.{name}") or 0 for name in _MEMORY}
+
     def wipe(self) -> None:
         self._db.close()
         Rdict.destroy(str(self.path), self._options)
         shutil.rmtree(self.path, ignore_errors=True)
-        self._db = Rdict(str(self.path), self._options)
+        self._db = self._open()
         self._db[_TOPIC] = self.changelog.encode()
+
+    def _open(self) -> Rdict:
+        # Naming the default column family makes these options apply to an existing store
+        # too: given ``options`` alone, rocksdict reopens a store with the column family
+        # options of its OPTIONS file (a store written before ADR 0009 keeps 64 MiB
+        # memtables) and a private 8 MiB block cache, not the shared one.
+        return Rdict(str(self.path), self._options, column_families={"default": self._options})
 
     def close(self) -> None:
         self._db.close()
