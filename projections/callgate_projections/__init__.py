@@ -28,11 +28,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
 from callgate.codes import Code, Rejection
-from callgate.events import Event
+from callgate.events import EVENT_TYPES, Event
 from callgate.process import ViewRecord
 
 __all__ = [
     "EVENTS_TOPIC",
+    "LOG_EVENTS",
     "Projection",
     "ViewRecord",
     "fold_log",
@@ -45,6 +46,8 @@ S = TypeVar("S")
 
 # What a projection consumes: the authoritative invocation log.
 EVENTS_TOPIC = "events"
+# The event classes written to it.
+LOG_EVENTS: frozenset[type[Event]] = frozenset(c for c in EVENT_TYPES if c.TOPIC == EVENTS_TOPIC)
 
 
 def parse_json_field(text: str, field: str) -> Any:
@@ -80,6 +83,10 @@ class Projection(ABC, Generic[S]):
     views: ClassVar[frozenset[str]]
     inputs: ClassVar[frozenset[str]] = frozenset({EVENTS_TOPIC})
     recovers: ClassVar[bool] = False
+    # The event classes ``project`` may react to; ``None``: any. For every other class
+    # ``project`` returns the very same state and no records (and never raises), so a
+    # replay may skip the call (tests/unit/test_replay_fast.py checks it per projection).
+    reacts_to: ClassVar[frozenset[type[Event]] | None] = None
 
     @abstractmethod
     def initial_state(self) -> S: ...

@@ -28,20 +28,31 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from callgate.canonical import canonical_json, sha256_hex
+from callgate.canonical import canonical_json, is_plain, plain_json, sha256_hex
 from callgate.codes import TERMINAL
 from callgate.events import (
+    ApprovalDecisionRejected,
     ApprovalDenied,
     ApprovalExpired,
     ApprovalGranted,
     ApprovalRequested,
     ConfirmationAccepted,
+    DryRunRecorded,
+    DryRunRequested,
     Event,
+    ExecutionStarted,
     PolicyDecided,
     ProposalRejected,
+    ReconciliationRequested,
     ReplayServed,
 )
-from callgate_projections import EVENTS_TOPIC, Projection, ViewRecord, load_json_object
+from callgate_projections import (
+    EVENTS_TOPIC,
+    LOG_EVENTS,
+    Projection,
+    ViewRecord,
+    load_json_object,
+)
 from callgate_projections.status import outcome_for, subject_of
 
 VIEW = "audit"
@@ -147,34 +158,66 @@ def _content(invocation_id: str, partition_key: str, facts: Mapping[str, Any]) -
     }
 
 
+# The entry of an invocation the state has not seen yet (read-only: ``project`` copies).
+_UNSEEN: Mapping[str, Any] = MappingProxyType(
+    {"facts": MappingProxyType({}), "audited": None, "revision": 0}
+)
+
+
 def project(state: AuditState, event: Event) -> tuple[AuditState, tuple[ViewRecord, ...]]:
     """Fold one event; append a chained record when a settled invocation's record changes."""
     if type(event).TOPIC != EVENTS_TOPIC:
         return state, ()
     inv, pk = subject_of(event), event.partition_key
-    old = state.invocations.get(inv, {"facts": {}, "audited": None, "revision": 0})
+    old = state.invocations.get(inv, _UNSEEN)
     facts = _gather(old["facts"], event)
     if facts == old["facts"]:
         return state, ()
     entry = {**old, "facts": facts}
-    content = _content(inv, pk, facts)
-    digest = sha256_hex(canonical_json(content))
-    if facts.get("outcome") not in TERMINAL or digest == old["audited"]:
-        invocations = MappingProxyType({**state.invocations, inv: entry})
-        return AuditState(state.seq, state.head_hash, invocations), ()
+    if facts.get("outcome") in TERMINAL:  # only a settled record is written (and digested)
+        content = _content(inv, pk, facts)
+        plain = is_plain(content)
+        digest = sha256_hex(plain_json(content) if plain else canonical_json(content))
+        if digest != old["audited"]:
+            return _append(state, entry, content, plain, digest, event)
+    invocations = MappingProxyType({**state.invocations, inv: entry})
+    return AuditState(state.seq, state.head_hash, invocations), ()
+
+
+_CHAIN_FIELDS = ("revision", "occurred_at", "seq", "prev_hash")
+
+
+def _append(
+    state: AuditState,
+    entry: dict[str, Any],
+    content: dict[str, Any],
+    plain: bool,
+    digest: str,
+    event: Event,
+) -> tuple[AuditState, tuple[ViewRecord, ...]]:
+    """Chain a new record of ``content`` after the head of ``state``.
+
+    The record is encoded twice (without its hash, to hash it; then stored): when
+    ``content`` was ``plain`` and the chain fields are too, so is the record (canonical.py),
+    and neither encoding checks it again.
+    """
+    inv, pk = content["invocation_id"], content["partition_key"]
     record = {
         **content,
-        "revision": old["revision"] + 1,
+        "revision": entry["revision"] + 1,
         "occurred_at": event.occurred_at,
         "seq": state.seq + 1,
         "prev_hash": state.head_hash,
     }
-    record["hash"] = record_hash(record)
+    plain = plain and all(is_plain(record[name]) for name in _CHAIN_FIELDS)
+    encode = plain_json if plain else canonical_json
+    # ``record_hash(record)``, without copying ``record`` minus a "hash" it has not got yet.
+    record["hash"] = sha256_hex(state.head_hash + encode(record))  # a str: plain
     entry.update(audited=digest, revision=record["revision"])
     invocations = MappingProxyType({**state.invocations, inv: entry})
     new = AuditState(record["seq"], record["hash"], invocations)
     return new, (
-        ViewRecord.of(VIEW, audit_key(pk, new.seq), record),
+        ViewRecord(VIEW, audit_key(pk, new.seq), encode(record)),
         ViewRecord.of(HEAD_VIEW, pk, new.head(pk)),
     )
 
@@ -182,6 +225,14 @@ def project(state: AuditState, event: Event) -> tuple[AuditState, tuple[ViewReco
 class AuditProjection(Projection[AuditState]):
     name = "audit-projection"
     views = frozenset({VIEW, HEAD_VIEW})
+    # No audit fact: ``_gather`` has no case for these and ``outcome_for`` gives None.
+    reacts_to = LOG_EVENTS - {
+        ApprovalDecisionRejected,
+        DryRunRecorded,
+        DryRunRequested,
+        ExecutionStarted,
+        ReconciliationRequested,
+    }
 
     def initial_state(self) -> AuditState:
         return AuditState()

@@ -52,6 +52,7 @@ def project(state: None, event: Event) -> tuple[None, tuple[ViewRecord, ...]]:
 class DecisionsProjection(Projection[None]):
     name = "decisions-projection"
     views = frozenset({VIEW})
+    reacts_to = frozenset({ApprovalGranted, ApprovalDenied, ApprovalDecisionRejected})
 
     def initial_state(self) -> None:
         return None

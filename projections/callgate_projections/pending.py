@@ -61,6 +61,7 @@ def project(state: PendingState, event: Event) -> tuple[PendingState, tuple[View
 class PendingProjection(Projection[PendingState]):
     name = "pending-projection"
     views = frozenset({VIEW})
+    reacts_to = frozenset({ApprovalRequested, ApprovalGranted, ApprovalDenied, ApprovalExpired})
 
     def initial_state(self) -> PendingState:
         return frozenset()

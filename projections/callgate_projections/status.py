@@ -22,6 +22,7 @@ from typing import Any
 from callgate.canonical import canonical_json
 from callgate.codes import TERMINAL, Code, Rejection
 from callgate.events import (
+    ApprovalDecisionRejected,
     ApprovalDenied,
     ApprovalExpired,
     ApprovalGranted,
@@ -34,6 +35,7 @@ from callgate.events import (
     ExecutionFailed,
     ExecutionReconciled,
     ExecutionRequested,
+    ExecutionStarted,
     ExecutionSucceeded,
     ExecutionUncertain,
     PolicyDecided,
@@ -43,6 +45,7 @@ from callgate.events import (
 )
 from callgate_projections import (
     EVENTS_TOPIC,
+    LOG_EVENTS,
     Projection,
     ViewRecord,
     load_json_object,
@@ -231,6 +234,35 @@ def _content(value: Mapping[str, Any]) -> str:
     return canonical_json({k: v for k, v in value.items() if k != "updated_at"})
 
 
+# Leaves whose canonical texts are equal exactly when they are the same type and ``==``.
+_LEAVES = frozenset({str, int, bool, type(None)})
+
+
+def _same_content(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
+    """``_content(new) == _content(old)``, without encoding the fields ``_evolve`` kept.
+
+    Canonical JSON writes an object as its sorted keys with self-delimiting values, so two
+    values with the same keys have equal texts exactly when every field's text is equal.
+    A field ``_evolve`` copied is the same object (equal text); two ``str``/``int``/
+    ``bool``/``None`` leaves have equal texts exactly when they are the same type and equal
+    (``True == 1`` in Python, not in JSON); anything else is compared by its canonical text,
+    so a changed value that canonical JSON refuses still raises here.
+    """
+    if new.keys() != old.keys():
+        return _content(new) == _content(old)
+    same = True
+    for name, mine in new.items():
+        theirs = old[name]
+        if mine is theirs or name == "updated_at":
+            continue
+        kind = type(mine)
+        if kind in _LEAVES and type(theirs) in _LEAVES:
+            same = same and kind is type(theirs) and mine == theirs
+        elif canonical_json(mine) != canonical_json(theirs):
+            same = False
+    return same
+
+
 def project(state: StatusState, event: Event) -> tuple[StatusState, tuple[ViewRecord, ...]]:
     """Fold one ``events``-topic event; emit the invocation's status when it changed.
 
@@ -242,7 +274,7 @@ def project(state: StatusState, event: Event) -> tuple[StatusState, tuple[ViewRe
     inv = subject_of(event)
     old = state.invocations.get(inv) or _blank(inv, event.partition_key)
     new = _evolve(old, event)
-    if _content(new) == _content(old):
+    if _same_content(new, old):
         return state, ()
     new["updated_at"] = event.occurred_at
     invocations = {**state.invocations, inv: new}
@@ -253,6 +285,8 @@ def project(state: StatusState, event: Event) -> tuple[StatusState, tuple[ViewRe
 class StatusProjection(Projection[StatusState]):
     name = "status-projection"
     views = frozenset({VIEW})
+    # No status change: ``_evolve`` has no case for these and ``outcome_for`` gives None.
+    reacts_to = LOG_EVENTS - {ApprovalDecisionRejected, ExecutionStarted}
 
     def initial_state(self) -> StatusState:
         return StatusState()

@@ -27,7 +27,7 @@ from callgate.render import Renderer
 
 FULL = {
     "policy": 20_000,
-    "embedded": 10_000,
+    "embedded": 25_000,  # about 100,000 events: the replay row needs at least that
     "memory": 1_000_000,
     "kafka": 6_000,
     "latency_s": 10.0,

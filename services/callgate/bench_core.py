@@ -158,7 +158,13 @@ def bench_embedded(n: int) -> tuple[list[Row], Path]:
 
 
 def bench_replay(state: Path) -> list[Row]:
-    """Events per second rebuilding every projection from the log, checked against live views."""
+    """Events per second rebuilding every projection from the log, checked against live views.
+
+    The target (issue 6) holds only on at least 100,000 events and with a rebuilt result
+    equal to the live views: the rate alone does not pass. The timed region is the whole
+    rebuild (reading, decoding, folding, starting and collecting worker processes); the
+    comparison with the live views follows it.
+    """
     from callgate.replay import replay
     from callgate.sdk import connect
 
@@ -166,13 +172,14 @@ def bench_replay(state: Path) -> list[Row]:
     report = replay(gate)
     gate.close()
     rate = report["events_per_s"] or 0
+    events, equal = report["events"], report["equal"]
     return [
         Row(
             "replay: events/s rebuilding all projections",
             f"{rate:,.0f}/s",
-            "≥ 50,000/s",
-            rate >= 50_000,
-            f"{report['events']} events, equal to live views: {report['equal']}",
+            "≥ 50,000/s on ≥ 100,000 events",
+            rate >= 50_000 and events >= 100_000 and equal,
+            f"{events:,} events, {report['processes']} process(es), equal to live views: {equal}",
         ),
     ]
 

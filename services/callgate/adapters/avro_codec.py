@@ -21,10 +21,10 @@ import functools
 import json
 import sys
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from io import BytesIO
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, to_parsing_canonical_form
@@ -71,6 +71,7 @@ class _Decoder:
     writer: Any  # parsed writer schema
     reader: Any  # parsed current schema, or None when the writer is the current schema
     tuple_fields: tuple[str, ...]  # Avro arrays that the event holds as tuples
+    make: Callable[[dict[str, Any]], Event]  # ``event_cls(**record)``, faster (``_maker``)
 
 
 class AvroCodec:
@@ -91,7 +92,8 @@ class AvroCodec:
             fp = schema_fingerprint(schema)
             fields = tuple(f["name"] for f in interned["fields"])
             self._encoders[cls] = _Encoder(MARKER + fp, parsed, fields)
-            self._register(fp, _Decoder(cls, "current", parsed, None, _tuple_fields(cls)))
+            decoder = _Decoder(cls, "current", parsed, None, _tuple_fields(cls), _maker(cls))
+            self._register(fp, decoder)
         for version, schemas in sorted(released.items()):
             for name, schema in schemas.items():
                 where = f"{RELEASED_DIR}/{version}/{name}"
@@ -104,7 +106,8 @@ class AvroCodec:
                 cls = BY_NAME[name]
                 parsed = _parse(_interned(schema), where)
                 tuples = _tuple_fields(cls)
-                self._register(fp, _Decoder(cls, version, parsed, readers[name], tuples))
+                decoder = _Decoder(cls, version, parsed, readers[name], tuples, _maker(cls))
+                self._register(fp, decoder)
 
     def _register(self, fp: bytes, decoder: _Decoder) -> None:
         other = self._decoders.get(fp)
@@ -162,18 +165,20 @@ class AvroCodec:
             raise MalformedEvent(f"too short for a single-object header: {len(data)} bytes")
         if data[:2] != MARKER:
             raise MalformedEvent(f"not Avro single-object encoding: marker {data[:2].hex()}")
-        decoder = self._decoders.get(data[2:HEADER_LEN])
+        fingerprint = data[2:HEADER_LEN]
+        decoder = self._decoders.get(fingerprint)
         if decoder is None:
-            raise MalformedEvent(f"unknown schema fingerprint {data[2:HEADER_LEN].hex()}")
-        name = decoder.event_cls.__name__
+            raise MalformedEvent(f"unknown schema fingerprint {fingerprint.hex()}")
         body = BytesIO(data)
         body.seek(HEADER_LEN)
         try:
             record = schemaless_reader(body, decoder.writer, decoder.reader)
         except Exception as exc:
+            name = decoder.event_cls.__name__
             reason = f"corrupt {name} ({decoder.version} schema) body: {_describe(exc)}"
             raise MalformedEvent(reason) from None
         if body.tell() != len(data):
+            name = decoder.event_cls.__name__
             raise MalformedEvent(f"{len(data) - body.tell()} trailing bytes after {name} body")
         return _build(decoder, record)
 
@@ -198,9 +203,36 @@ def _build(decoder: _Decoder, record: Any) -> Event:
     try:
         for field in decoder.tuple_fields:
             record[field] = tuple(record[field])
-        return decoder.event_cls(**record)
+        return decoder.make(record)
     except Exception as exc:
         raise MalformedEvent(f"{name} body does not build an event: {_describe(exc)}") from None
+
+
+def _maker(cls: type[Event]) -> Callable[[dict[str, Any]], Event]:
+    """``cls(**record)`` for a record of exactly ``cls``'s fields, in half the time.
+
+    A frozen slotted dataclass's ``__init__`` binds every keyword, then stores each field
+    with ``object.__setattr__``; ``make`` stores each field through its slot descriptor in
+    straight-line code generated once per class, as ``dataclasses`` generates ``__init__``:
+    the same object (events have no ``__post_init__``; a class with one keeps ``cls(**r)``).
+    A record with a field more raises TypeError, one with a field less KeyError.
+    """
+    if hasattr(cls, "__post_init__"):
+        return lambda record: cls(**record)
+    names = [f.name for f in dataclasses.fields(cls)]
+    scope: dict[str, Any] = {"new": object.__new__, "cls": cls, "fields": len(names)}
+    lines = [
+        "def make(record):",
+        "    if len(record) != fields:",
+        "        raise TypeError(f'{len(record)} fields for {fields}')",
+        "    event = new(cls)",
+    ]
+    for index, name in enumerate(names):
+        scope[f"set{index}"] = getattr(cls, name).__set__
+        lines.append(f"    set{index}(event, record[{name!r}])")
+    lines.append("    return event")
+    exec("\n".join(lines), scope)
+    return cast(Callable[[dict[str, Any]], Event], scope["make"])
 
 
 def _interned(schema: Schema) -> Schema:

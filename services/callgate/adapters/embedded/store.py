@@ -87,6 +87,8 @@ class LogRow:
 # (topic, partition_key, event_type, invocation_id, payload): a row before it has a seq.
 NewRow = tuple[str, str, str | None, str | None, bytes]
 _ROW_COLUMNS = "seq, topic, partition_key, event_type, invocation_id, payload"
+# (seq, topic, partition_key, invocation_id, payload): an input row as the runner reads it.
+InputRow = tuple[int, str, str, str | None, bytes]
 
 
 def event_row(event: Event, payload: bytes) -> NewRow:
@@ -122,6 +124,18 @@ class StoreTx:
             (*names, after_seq, limit),
         ).fetchall()
         return [LogRow(*r) for r in rows]
+
+    def fetch_inputs(self, topics: Iterable[str], after_seq: int, limit: int) -> list[InputRow]:
+        """``fetch`` as plain tuples: the runner's per-batch read, where building a
+        ``LogRow`` per row cost as much as the query (ADR 0006, "Throughput")."""
+        names = sorted(topics)
+        marks = ",".join("?" * len(names))
+        rows: list[InputRow] = self._cur.execute(
+            f"SELECT seq, topic, partition_key, invocation_id, payload FROM log "
+            f"WHERE topic IN ({marks}) AND seq > ? ORDER BY seq LIMIT ?",
+            (*names, after_seq, limit),
+        ).fetchall()
+        return rows
 
     def insert(self, rows: Sequence[NewRow]) -> None:
         self._cur.executemany(
@@ -294,6 +308,37 @@ class EmbeddedStore:
             f"SELECT {_ROW_COLUMNS} FROM log WHERE {where} ORDER BY seq LIMIT ?", args
         )
         return [LogRow(*r) for r in rows]
+
+    def read_shard(
+        self,
+        topic: str,
+        shard: tuple[int, int] = (0, 1),
+        after_seq: int = 0,
+        through_seq: int | None = None,
+        limit: int = 10_000,
+    ) -> list[tuple[int, str, bytes]]:
+        """``(seq, partition_key, payload)`` of ``topic``'s rows after ``after_seq`` (up to
+        ``through_seq``), in log order, without building ``LogRow`` s: the bulk read of
+        ``callgate replay``.
+
+        ``shard=(i, n)`` keeps the rows whose partition key is in shard ``i`` of ``n`` (by its
+        last character), so that n readers split the log and each key's rows stay together.
+        """
+        index, shards = shard
+        if not 0 <= index < shards:
+            raise ValueError(f"no shard {index} of {shards}")
+        last = self.last_seq() if through_seq is None else through_seq
+        found: list[tuple[int, str, bytes]] = (
+            self._conn()
+            .execute(
+                "SELECT seq, partition_key, payload FROM log WHERE topic = ? AND seq > ? "
+                "AND seq <= ? AND COALESCE(unicode(substr(partition_key, -1)), 0) % ? = ? "
+                "ORDER BY seq LIMIT ?",
+                (topic, after_seq, last, shards, index, limit),
+            )
+            .fetchall()
+        )
+        return found
 
     def read_invocation(self, invocation_id: str) -> list[LogRow]:
         """Every logged event of one invocation, in log order (status lookups)."""
