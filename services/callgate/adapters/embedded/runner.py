@@ -9,6 +9,19 @@ whole batch (and it is read again) or none of it.
 Only one runner may execute processes over one state directory at a time, because the
 executor calls providers and two runners would both reconcile one execution. The guard is an
 OS file lock on ``<state_dir>/runner.lock`` that the kernel drops when its holder dies.
+
+Throughput (ADR 0006, "Throughput"): a round (``run_once``) runs every process, in order,
+in one transaction, so a round costs one commit (one fsync) plus one for its ``follow_up``
+instead of one per process. And because the runner is the only writer of positions and
+states while it holds the lock, it keeps two caches in memory, valid only for what has been
+committed and dropped whenever anything fails or the lock changes hands:
+
+- decoded events by ``seq``: a row is decoded once, however many processes read it (log
+  rows never change once committed);
+- per process, the committed state object of recently committed keys with its stored
+  bytes, so a key seen again skips ``load_state``. A projection never changes a state in
+  place (its states are frozen), so when it returns the very object it was given the state
+  is unchanged and ``dump_state`` is skipped; every other process is dumped and compared.
 """
 
 from __future__ import annotations
@@ -17,70 +30,150 @@ import fcntl
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from itertools import islice
 from typing import Any
 
 from callgate.adapters.avro_codec import MalformedEvent
 from callgate.adapters.embedded.store import (
     EmbeddedStore,
     EventCodec,
-    LogRow,
+    InputRow,
     NewRow,
     StoreTx,
     event_row,
 )
 from callgate.codes import Code
 from callgate.events import Event, EventDeadLettered
-from callgate.process import Output, Process, ViewRecord
+from callgate.process import Output, Process, ViewRecord, reacts_to
+from callgate_projections import Projection
 
 LOCK_FILE = "runner.lock"
+# Committed states kept per process (beyond that, the first cached go); others are read.
+STATE_CACHE_KEYS = 4_096
+# Bound on the decoded-row cache if some process lags far behind the others.
+_DECODED_ROWS = 20_000
+
+# (key, blob, next_due): a state row to write.
+_Change = tuple[str, bytes, int | None]
 
 
 class RunnerLockNotHeld(RuntimeError):
     """A runner tried to execute processes without holding the state directory's lock."""
 
 
+class _Poison:
+    """A row that does not decode (or is on the wrong topic), with the reason, cached."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+class _StateCache:
+    """One process's committed state objects by key, with the bytes stored for each (None:
+    never stored). Bounded: the first-cached keys go first (a key keeps its place when
+    updated; an evicted hot key costs one read), cheaper than exact LRU."""
+
+    __slots__ = ("blobs", "limit", "states")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.states: dict[str, Any] = {}
+        self.blobs: dict[str, bytes | None] = {}
+
+    def keep(self, states: dict[str, Any], blobs: dict[str, bytes | None]) -> None:
+        self.states.update(states)
+        self.blobs.update(blobs)
+        excess = len(self.states) - self.limit
+        if excess > 0:
+            for key in list(islice(self.states, excess)):
+                del self.states[key], self.blobs[key]
+
+    def clear(self) -> None:
+        self.states.clear()
+        self.blobs.clear()
+
+
+_MISSING = object()
+
+
+def keeps_states_immutable(process: Process[Any]) -> bool:
+    """Whether ``process`` never changes a state object in place, so that a ``handle`` /
+    ``follow_up`` / ``due`` / ``recover`` returning the object it was given means "no
+    change". True for projections (frozen dataclasses, ``MappingProxyType``, frozensets;
+    tested in ``tests/unit/test_state_identity.py``); the decider and the executor update
+    their state in place, so their states are always dumped and compared."""
+    return isinstance(process, Projection)
+
+
 class _Batch:
     """What one transaction of one process produces: key states, log rows, view records.
 
-    States are cached per key for the batch; on ``write`` only keys whose dumped state
+    States are held per key for the batch; on ``write`` only keys whose dumped state
     differs from what is stored (or from the initial state, for new keys) are written, so
     stateless projections cost no state writes.
     """
 
-    __slots__ = ("committed", "handled", "process", "rows", "states", "stored", "views")
+    __slots__ = (
+        "committed",
+        "immutable",
+        "origin",
+        "process",
+        "rows",
+        "states",
+        "stored",
+        "views",
+    )
 
-    def __init__(self, process: Process[Any]) -> None:
+    def __init__(self, process: Process[Any], immutable: bool) -> None:
         self.process = process
+        self.immutable = immutable
         self.states: dict[str, Any] = {}
+        self.origin: dict[str, Any] = {}  # the object each key started the batch with
         self.stored: dict[str, bytes | None] = {}
         self.rows: list[NewRow] = []
         self.views: list[ViewRecord] = []
         self.committed: dict[str, list[Event]] = {}
-        self.handled: dict[str, list[Event]] = {}
 
-    def load(self, tx: StoreTx, keys: Sequence[str]) -> None:
-        missing = [k for k in dict.fromkeys(keys) if k not in self.stored]
-        found = tx.load_states(self.process.name, missing)
+    def load(self, tx: StoreTx, keys: Sequence[str], cache: _StateCache) -> None:
+        """The states of ``keys``: from the cache of committed states, else from the store."""
+        missing: list[str] = []
+        cached, blobs = cache.states, cache.blobs
+        for key in dict.fromkeys(keys):
+            if key in self.stored:
+                continue
+            state = cached.get(key, _MISSING)
+            if state is _MISSING:
+                missing.append(key)
+            else:
+                self.seed(key, state, blobs[key])
+        if not missing:
+            return
+        process = self.process
+        found = tx.load_states(process.name, missing)
         for key in missing:
             blob = found.get(key)
-            self.stored[key] = blob
-            self.states[key] = (
-                self.process.load_state(blob) if blob is not None else self.process.initial_state()
-            )
+            state = process.load_state(blob) if blob is not None else process.initial_state()
+            self.seed(key, state, blob)
 
-    def reset(self, key: str, now: int) -> None:
+    def reset(self, key: str, handled: Sequence[Event], now: int) -> None:
         """Undo a failed ``handle`` (it may have changed the state in place before raising):
-        back to the stored state, then re-apply this batch's earlier events of the key.
-        ``handle`` is deterministic, so their outputs (already kept) are not emitted again."""
+        back to the stored state, then re-apply ``handled``, the events of the key this batch
+        handled before. ``handle`` is deterministic, so their outputs (already kept) are not
+        emitted again."""
         blob = self.stored[key]
         state = self.process.load_state(blob) if blob is not None else self.process.initial_state()
-        for event in self.handled.get(key, ()):
+        for event in handled:
             state, _ = self.process.handle(state, event, now)
         self.states[key] = state
 
     def seed(self, key: str, state: Any, blob: bytes | None) -> None:
         self.states[key] = state
+        self.origin[key] = state
         self.stored[key] = blob
 
     def apply(self, key: str, state: Any, outputs: Sequence[Output], codec: EventCodec) -> None:
@@ -92,30 +185,42 @@ class _Batch:
                 self.rows.append(event_row(out, codec.encode(out)))
                 self.committed.setdefault(key, []).append(out)
 
-    def changes(self, initial_blob: bytes) -> list[tuple[str, bytes, int | None]]:
-        """``(key, blob, next_due)`` of states that differ from the stored (or initial) one."""
-        process = self.process
-        changed: list[tuple[str, bytes, int | None]] = []
+    def changes(self, initial_blob: bytes) -> list[_Change]:
+        """``(key, blob, next_due)`` of states that differ from the stored (or initial) one.
+
+        An immutable-state process's key still holding the object it started with is
+        unchanged by construction: not dumped."""
+        process, origin, immutable = self.process, self.origin, self.immutable
+        changed: list[_Change] = []
         for key, state in self.states.items():
+            if immutable and state is origin[key]:
+                continue
             blob = process.dump_state(state)
             stored = self.stored[key]
             if blob != (initial_blob if stored is None else stored):
                 changed.append((key, blob, process.next_due(state)))
         return changed
 
-    def write(self, tx: StoreTx, changes: Sequence[tuple[str, bytes, int | None]]) -> None:
-        """Append the outputs, apply the view records in order, write ``changes``."""
+    def write(self, tx: StoreTx, changes: Sequence[_Change]) -> None:
+        """Append the outputs, apply the view records in order, write ``changes``.
+
+        Afterwards the stored bytes match every key's state again, so one batch may go on
+        (timers, then the inputs of the same round) and be written once more."""
         if self.rows:
             tx.insert(self.rows)
+            self.rows = []
         if self.views:
             tx.put_views((v.view, v.key, v.value_json) for v in self.views)
+            self.views = []
         if changes:
             tx.put_states(self.process.name, changes)
         for key, blob, _ in changes:
             self.stored[key] = blob
+        self.origin.update(self.states)
 
     @property
     def emitted(self) -> bool:
+        """Whether outputs wait to be written."""
         return bool(self.rows or self.views)
 
 
@@ -129,6 +234,7 @@ class EmbeddedRunner:
         codec: EventCodec,
         clock: Callable[[], int],
         batch_size: int = 500,
+        state_cache_keys: int = STATE_CACHE_KEYS,
     ) -> None:
         names = [p.name for p in processes]
         if len(set(names)) != len(names):
@@ -143,6 +249,51 @@ class EmbeddedRunner:
         self._needs_recovery = True
         self._failed = False
         self._initial_blobs = {p.name: p.dump_state(p.initial_state()) for p in processes}
+        self._immutable = {p.name: keeps_states_immutable(p) for p in processes}
+        self._reacts_to = {p.name: reacts_to(p) for p in processes}
+        self._states = {p.name: _StateCache(state_cache_keys) for p in processes}
+        self._decoded: dict[int, Event | _Poison] = {}
+        self._decoded_order: deque[int] = deque()  # the keys of ``_decoded``, as inserted
+        self._positions: dict[str, int] = {}
+
+    # --- caches ----------------------------------------------------------------------------
+
+    def _forget(self) -> None:
+        """Drop every cache: after a failure (a rolled-back transaction may have changed a
+        cached state in place, or decoded rows whose ``seq`` will be reused) and whenever
+        the lock changes hands (another runner may have moved on in between)."""
+        for cache in self._states.values():
+            cache.clear()
+        self._decoded.clear()
+        self._decoded_order.clear()
+        self._positions.clear()
+
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        try:
+            yield
+        except BaseException:
+            self._forget()
+            raise
+
+    def _keep(self, batch: _Batch) -> None:
+        """Remember a committed batch's states (call only after its commit)."""
+        self._states[batch.process.name].keep(batch.states, batch.stored)
+
+    def _prune_decoded(self) -> None:
+        """Drop decoded rows every process has consumed (or all, past the bound)."""
+        if len(self._decoded) > _DECODED_ROWS:
+            self._decoded.clear()
+            self._decoded_order.clear()
+            return
+        if len(self._positions) < len(self.processes):
+            return
+        low = min(self._positions.values())
+        decoded, order = self._decoded, self._decoded_order
+        # Rows are decoded in nearly ascending ``seq``: drop from the oldest while consumed
+        # (a straggler stays until the rows before it are gone, or the bound clears all).
+        while order and order[0] <= low:
+            del decoded[order.popleft()]
 
     # --- exclusivity -----------------------------------------------------------------------
 
@@ -167,6 +318,7 @@ class EmbeddedRunner:
             os.close(fd)
             return False
         self._lock_fd = fd
+        self._forget()  # another runner may have held the lock since we last did
         with self.store.transaction() as tx:
             self._needs_recovery = tx.meta("dirty") != "0"
             tx.set_meta("dirty", "1")
@@ -191,6 +343,7 @@ class EmbeddedRunner:
             os.close(self._lock_fd)  # closing the descriptor drops the flock
             self._lock_fd = None
             self._recovered = False
+            self._forget()
 
     def _ready(self) -> None:
         if self._lock_fd is None:
@@ -200,135 +353,191 @@ class EmbeddedRunner:
                 self.recover()
             self._recovered = True
 
-    # --- one process, one transaction ------------------------------------------------------
+    # --- one process, inside a transaction ------------------------------------------------
 
     def step(self, process: Process[Any]) -> int:
-        """Process the next batch of ``process``'s inputs; returns how many log rows it consumed.
+        """Process the next batch of ``process``'s inputs in one transaction of its own;
+        returns how many log rows it consumed (see ``_step`` for the commit sequence)."""
+        with self._guard():
+            self._ready()
+            if not self.store.has_input(process.name, process.inputs):
+                return 0  # idle: do not take SQLite's write lock from clients appending
+            now = self._clock()
+            batch = self._batch(process)
+            with self.store.transaction() as tx:
+                consumed = self._step(tx, batch, now)
+            self._committed([batch])
+            self._follow_up([batch], now)
+        return consumed
 
-        The commit sequence (THE exactly-once mechanism), all in one ``BEGIN IMMEDIATE``
-        transaction:
+    def _batch(self, process: Process[Any]) -> _Batch:
+        return _Batch(process, self._immutable[process.name])
+
+    def _step(self, tx: StoreTx, batch: _Batch, now: int) -> int:
+        """The next batch of ``batch.process``'s inputs, inside ``tx``; returns how many log
+        rows it consumed. The commit sequence (THE exactly-once mechanism), all in the
+        caller's ``BEGIN IMMEDIATE`` transaction:
 
         1. read the process's position and the next ``batch_size`` rows of its input topics
            after it;
-        2. decode each row; a row that does not decode, or whose event type does not belong
-           on its topic, is dead-lettered (``malformed_event``, with reason and original
-           bytes, once per row however many processes read it) and skipped: poison input
-           never stops the stream;
+        2. decode each row (once per runner, see the module docstring); a row that does not
+           decode, or whose event type does not belong on its topic, is dead-lettered
+           (``malformed_event``, with reason and original bytes, once per row however many
+           processes read it) and skipped: poison input never stops the stream;
         3. load the states of the batch's keys, fold ``handle`` over the events in log order;
         4. append output events to the log (topic = the event class's ``TOPIC``), upsert or
            delete view records, write changed states with their ``next_due``;
-        5. set the position to the last consumed ``seq``; COMMIT.
+        5. set the position to the last consumed ``seq``; the caller COMMITs.
 
         Outputs, state and position become durable together or not at all. Afterwards,
         outside that transaction, ``follow_up`` runs for every key that emitted events.
         """
-        self._ready()
-        if not self.store.has_input(process.name, process.inputs):
-            return 0  # idle: do not take SQLite's write lock from clients appending requests
-        now = self._clock()
-        batch = _Batch(process)
-        with self.store.transaction() as tx:
-            position = tx.position(process.name)
-            rows = tx.fetch(process.inputs, position, self._batch_size)
-            if not rows:
-                return 0
-            events: list[tuple[LogRow, Event]] = []
-            for row in rows:
-                event = self._decode(tx, row, process, now, batch)
-                if event is not None:
-                    events.append((row, event))
-            batch.load(tx, [ev.partition_key for _, ev in events])
-            for row, event in events:
-                key = event.partition_key
-                try:
-                    state, outputs = process.handle(batch.states[key], event, now)
-                except Exception as exc:  # a poison event must not stop the stream
-                    batch.reset(key, now)
-                    if tx.claim_dead_letter(row.topic, row.seq):
-                        reason = f"{process.name} could not handle {event.event_type}: {exc!r}"
-                        self._dead_letter(row, reason, process, now, batch)
-                    continue
-                batch.apply(key, state, outputs, self._codec)
-                batch.handled.setdefault(key, []).append(event)
-            batch.write(tx, batch.changes(self._initial_blobs[process.name]))
-            tx.set_position(process.name, rows[-1].seq)
-        self._follow_up(process, batch, now)
+        process = batch.process
+        position = tx.position(process.name)
+        rows = tx.fetch_inputs(process.inputs, position, self._batch_size)
+        if not rows:
+            return 0
+        events: list[tuple[InputRow, Event]] = []
+        wanted = self._reacts_to[process.name]
+        for row in rows:
+            event = self._decode(tx, row, process, now, batch)
+            # Consumed either way (the position moves past it); ``handle`` would change
+            # nothing for a type the process does not react to (``process.reacts_to``).
+            if event is not None and (wanted is None or type(event) in wanted):
+                events.append((row, event))
+        batch.load(tx, [ev.partition_key for _, ev in events], self._states[process.name])
+        handle, states, codec = process.handle, batch.states, self._codec
+        failed: set[int] = set()
+        for i, (row, event) in enumerate(events):
+            key = event.partition_key
+            try:
+                state, outputs = handle(states[key], event, now)
+            except Exception as exc:  # a poison event must not stop the stream
+                failed.add(i)
+                earlier = [
+                    ev
+                    for j, (_, ev) in enumerate(events[:i])
+                    if ev.partition_key == key and j not in failed
+                ]
+                batch.reset(key, earlier, now)
+                if tx.claim_dead_letter(row[1], row[0]):
+                    reason = f"{process.name} could not handle {event.event_type}: {exc!r}"
+                    self._dead_letter(row, reason, process, now, batch)
+                continue
+            if outputs:
+                batch.apply(key, state, outputs, codec)
+            else:
+                states[key] = state
+        batch.write(tx, batch.changes(self._initial_blobs[process.name]))
+        tx.set_position(process.name, rows[-1][0])
         return len(rows)
 
     def _decode(
-        self, tx: StoreTx, row: LogRow, process: Process[Any], now: int, batch: _Batch
+        self, tx: StoreTx, row: InputRow, process: Process[Any], now: int, batch: _Batch
     ) -> Event | None:
-        try:
-            event = self._codec.decode(row.payload)
-            if row.topic != type(event).TOPIC:
-                # Fail closed: a client must not inject service events through "requests".
-                raise MalformedEvent(f"{event.event_type} does not belong on topic {row.topic}")
-        except MalformedEvent as exc:
-            if tx.claim_dead_letter(row.topic, row.seq):
-                self._dead_letter(row, exc.reason, process, now, batch)
+        seq, topic = row[0], row[1]
+        decoded = self._decoded.get(seq)
+        if decoded is None:
+            try:
+                decoded = self._codec.decode(row[4])
+                if topic != type(decoded).TOPIC:
+                    # Fail closed: a client must not inject service events through "requests".
+                    raise MalformedEvent(f"{decoded.event_type} does not belong on topic {topic}")
+            except MalformedEvent as exc:
+                decoded = _Poison(exc.reason)
+            self._decoded[seq] = decoded
+            self._decoded_order.append(seq)
+        if isinstance(decoded, _Poison):
+            if tx.claim_dead_letter(topic, seq):
+                self._dead_letter(row, decoded.reason, process, now, batch)
             return None
-        return event
+        return decoded
 
     def _dead_letter(
-        self, row: LogRow, reason: str, process: Process[Any], now: int, batch: _Batch
+        self, row: InputRow, reason: str, process: Process[Any], now: int, batch: _Batch
     ) -> None:
+        seq, topic, partition_key, invocation_id, payload = row
         # Deterministic id: a rebuilt log (replay) names the same dead-letter the same way.
         dead = EventDeadLettered(
-            event_id=f"dead-letter-{row.topic}-{row.seq}",
-            invocation_id=row.invocation_id or "",
-            partition_key=row.partition_key,
+            event_id=f"dead-letter-{topic}-{seq}",
+            invocation_id=invocation_id or "",
+            partition_key=partition_key,
             occurred_at=now,
             producer=process.name,
             code=Code.MALFORMED_EVENT.value,
             reason=reason,
-            source_topic=row.topic,
+            source_topic=topic,
             source_partition=0,
-            source_offset=row.seq,
-            original=row.payload,
+            source_offset=seq,
+            original=payload,
         )
         batch.rows.append(event_row(dead, self._codec.encode(dead)))
 
-    def _follow_up(self, process: Process[Any], batch: _Batch, now: int) -> None:
+    def _committed(self, batches: Sequence[_Batch]) -> None:
+        """After the commit of ``batches``: their states are the committed ones."""
+        for batch in batches:
+            self._keep(batch)
+
+    def _follow_up(self, batches: Sequence[_Batch], now: int) -> None:
         """Give each key that emitted events its ``follow_up``, now that they are durable.
 
-        Its outputs and state are committed in one further transaction per round; if that
-        round emitted events, ``follow_up`` runs again for them, until a round emits none.
-        A crash between the commits loses no input: the executor's ``recover`` finds the
-        started-but-unfinished work on restart (C12).
+        Each round's outputs and states (of every process in ``batches``, in process order)
+        are committed in one further transaction; if that round emitted events,
+        ``follow_up`` runs again for them, until a round emits none. A crash between the
+        commits loses no input: the executor's ``recover`` finds the started-but-unfinished
+        work on restart (C12).
         """
-        initial_blob = self._initial_blobs[process.name]
-        while batch.committed:
-            nxt = _Batch(process)
-            for key, committed in batch.committed.items():
-                nxt.seed(key, batch.states[key], batch.stored[key])
-                state, outputs = process.follow_up(batch.states[key], committed, now)
-                nxt.apply(key, state, outputs, self._codec)
-            changes = nxt.changes(initial_blob)
-            if changes or nxt.emitted:
+        pending = [b for b in batches if b.committed]
+        while pending:
+            nexts: list[tuple[_Batch, list[_Change]]] = []
+            for batch in pending:
+                process = batch.process
+                nxt = _Batch(process, batch.immutable)
+                for key, committed in batch.committed.items():
+                    nxt.seed(key, batch.states[key], batch.stored[key])
+                    state, outputs = process.follow_up(batch.states[key], committed, now)
+                    nxt.apply(key, state, outputs, self._codec)
+                nexts.append((nxt, nxt.changes(self._initial_blobs[process.name])))
+            work = [(nxt, changes) for nxt, changes in nexts if changes or nxt.emitted]
+            if work:
                 with self.store.transaction() as tx:
-                    nxt.write(tx, changes)
-            batch = nxt
+                    for nxt, changes in work:
+                        nxt.write(tx, changes)
+            self._committed([nxt for nxt, _ in nexts])
+            pending = [nxt for nxt, _ in nexts if nxt.committed]
 
     def fire_timers(self, process: Process[Any], now_ms: int | None = None) -> int:
         """Run ``due`` for up to ``batch_size`` keys whose ``next_due <= now``, in one
         transaction; returns how many of them changed state or emitted outputs."""
-        self._ready()
-        now = self._clock() if now_ms is None else now_ms
-        if not self.store.has_due(process.name, now):
-            return 0
-        batch = _Batch(process)
+        with self._guard():
+            self._ready()
+            now = self._clock() if now_ms is None else now_ms
+            if not self.store.has_due(process.name, now):
+                return 0
+            batch = self._batch(process)
+            with self.store.transaction() as tx:
+                fired = self._fire(tx, batch, now)
+            self._committed([batch])
+            self._follow_up([batch], now)
+        return fired
+
+    def _fire(self, tx: StoreTx, batch: _Batch, now: int) -> int:
+        """``due`` for up to ``batch_size`` due keys inside ``tx``, written; returns how many
+        keys fired or changed. ``batch`` must be new: its inputs come after (``run_once``)."""
+        process = batch.process
         fired: set[str] = set()
-        with self.store.transaction() as tx:
-            for key, blob in tx.due_states(process.name, now, self._batch_size):
+        cache = self._states[process.name]
+        for key, blob in tx.due_states(process.name, now, self._batch_size):
+            old = cache.states.get(key, _MISSING)
+            if old is _MISSING or cache.blobs[key] != blob:
                 old = process.load_state(blob)
-                batch.seed(key, old, blob)
-                state, outputs = process.due(old, now)
-                batch.apply(key, state, outputs, self._codec)
-                if outputs:
-                    fired.add(key)
-            changes = batch.changes(self._initial_blobs[process.name])
-            batch.write(tx, changes)
-        self._follow_up(process, batch, now)
+            batch.seed(key, old, blob)
+            state, outputs = process.due(old, now)
+            batch.apply(key, state, outputs, self._codec)
+            if outputs:
+                fired.add(key)
+        changes = batch.changes(self._initial_blobs[process.name])
+        batch.write(tx, changes)
         return len(fired.union(key for key, _, _ in changes))
 
     def recover(self) -> int:
@@ -342,38 +551,66 @@ class EmbeddedRunner:
             raise RunnerLockNotHeld(f"{self.store.state_dir / LOCK_FILE} is not held")
         now = self._clock()
         emitted = 0
-        for process in self.processes:
-            if not process.recovers:
-                continue
-            after = ""
-            while True:
-                batch = _Batch(process)
-                with self.store.transaction() as tx:
-                    page = tx.states_after(process.name, after, self._batch_size)
-                    for key, blob in page:
-                        old = process.load_state(blob)
-                        batch.seed(key, old, blob)
-                        state, outputs = process.recover(old, now)
-                        batch.apply(key, state, outputs, self._codec)
-                    batch.write(tx, batch.changes(self._initial_blobs[process.name]))
-                emitted += len(batch.rows)
-                self._follow_up(process, batch, now)
-                if len(page) < self._batch_size:
-                    break
-                after = page[-1][0]
+        with self._guard():
+            for process in self.processes:
+                if not process.recovers:
+                    continue
+                after = ""
+                while True:
+                    batch = self._batch(process)
+                    with self.store.transaction() as tx:
+                        page = tx.states_after(process.name, after, self._batch_size)
+                        for key, blob in page:
+                            old = process.load_state(blob)
+                            batch.seed(key, old, blob)
+                            state, outputs = process.recover(old, now)
+                            batch.apply(key, state, outputs, self._codec)
+                        emitted += len(batch.rows)
+                        batch.write(tx, batch.changes(self._initial_blobs[process.name]))
+                    self._committed([batch])
+                    self._follow_up([batch], now)
+                    if len(page) < self._batch_size:
+                        break
+                    after = page[-1][0]
         self._recovered = True
         return emitted
 
     # --- loops ---------------------------------------------------------------------------
 
+    def _has_work(self, now: int) -> bool:
+        """Lock-free idle check: do not take SQLite's write lock when there is nothing to do
+        (clients appending requests would wait for it)."""
+        store = self.store
+        return any(
+            store.has_input(p.name, p.inputs) or store.has_due(p.name, now) for p in self.processes
+        )
+
     def run_once(self) -> int:
-        """One round: due timers and one batch per process; returns the progress made."""
-        progress = 0
-        now = self._clock()
+        """One round: due timers and one batch per process, all in one transaction (one
+        fsync for the whole round), then the ``follow_up`` of what it committed; returns
+        the progress made (timers fired and log rows consumed).
+
+        Processes run in order inside the transaction, each seeing what the ones before it
+        appended, exactly as if each had committed on its own: the outputs are the same. A
+        key's ``follow_up`` gets what its timers and its inputs emitted in the round at once.
+        """
         try:
-            for process in self.processes:
-                progress += self.fire_timers(process, now)
-                progress += self.step(process)
+            with self._guard():
+                self._ready()
+                now = self._clock()
+                if not self._has_work(now):
+                    return 0
+                progress = 0
+                batches: list[_Batch] = []
+                with self.store.transaction() as tx:
+                    for process in self.processes:
+                        batch = self._batch(process)  # timers first, then inputs
+                        progress += self._fire(tx, batch, now) + self._step(tx, batch, now)
+                        batches.append(batch)
+                        self._positions[process.name] = tx.position(process.name)
+                self._committed(batches)
+                self._follow_up(batches, now)
+                self._prune_decoded()
         except BaseException:
             self._failed = True  # the next holder must recover (see ``try_acquire``)
             raise
