@@ -127,7 +127,7 @@ class StoreTx:
 
     def fetch_inputs(self, topics: Iterable[str], after_seq: int, limit: int) -> list[InputRow]:
         """``fetch`` as plain tuples: the runner's per-batch read, where building a
-        ``LogRow`` per row cost as much as the query (ADR 0006, "Throughput")."""
+        ``LogRow`` per row cost two thirds as much as the query (ADR 0006, "Throughput")."""
         names = sorted(topics)
         marks = ",".join("?" * len(names))
         rows: list[InputRow] = self._cur.execute(
