@@ -90,6 +90,9 @@ Key = tuple[int, str]  # (partition, partition_key)
 # Committed state objects kept between transactions (saves a ``load_state`` per event of a
 # recently touched key); bounded so that memory does not grow with the number of keys.
 STATE_CACHE_KEYS = 2048
+# A cycle that emitted nothing and changed no state commits its input positions with the
+# next transaction, when the runner is idle, or after this long (``_commit``).
+NOOP_COMMIT_DELAY_S = 0.5
 _FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 
 
@@ -171,6 +174,9 @@ class KafkaRunner:
         # (processes may mutate the object) and only a commit puts it back, so an aborted
         # transaction never leaves uncommitted state here.
         self._cache: OrderedDict[Key, tuple[Any, bytes]] = OrderedDict()
+        # Input positions of no-op cycles not committed yet, and since when (``_commit``).
+        self._deferred: dict[tuple[str, int], int] = {}
+        self._deferred_since = 0.0
         self._started = False
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -229,7 +235,7 @@ class KafkaRunner:
             for msg in msgs:
                 self._handle_record(txn, msg, now)
             self._fire_due(txn, now)
-            self._commit(txn)
+            self._commit(txn, idle=not msgs)
             self._follow_up(txn, now)
             self._failures = 0
         except Exception as exc:
@@ -356,8 +362,17 @@ class KafkaRunner:
             except BufferError:  # local queue full: let deliveries drain
                 self._producer.poll(0.1)
 
-    def _commit(self, txn: _Txn) -> None:
-        """Steps 4-7 of the commit sequence."""
+    def _commit(self, txn: _Txn, idle: bool = False) -> None:
+        """Steps 4-7 of the commit sequence.
+
+        A cycle that emitted nothing and changed no state (most cycles of the pending and
+        decisions projections, many of the executor's) does not commit on its own: its input
+        positions go with the next transaction, or are committed when the runner is idle or
+        after ``NOOP_COMMIT_DELAY_S``. Each transaction costs the broker about a millisecond
+        of CPU (docs/benchmarks.md). Exactly-once holds: every commit carries all deferred
+        positions, so an uncommitted deferred record was handled against the state that is
+        still the committed one, and handling it again after a rewind is again a no-op.
+        """
         process = self.process
         changes: dict[int, dict[str, bytes]] = {}
         for (partition, key), state in txn.states.items():
@@ -366,8 +381,15 @@ class KafkaRunner:
             stored = txn.stored.get((partition, key))
             if blob != (self._initial_blob if stored is None else stored):
                 changes.setdefault(partition, {})[key] = blob
-        if not (txn.started or changes or txn.positions):
-            return
+        if not (txn.started or changes):
+            if txn.positions and not self._deferred:
+                self._deferred_since = time.monotonic()
+            self._deferred.update(txn.positions)
+            self._keep(txn)  # unchanged: still the committed states
+            due = time.monotonic() - self._deferred_since >= NOOP_COMMIT_DELAY_S
+            if not self._deferred or not (idle or due):
+                return
+        positions = {**self._deferred, **txn.positions}
         bounds: dict[int, int] = {}
         errors: list[KafkaError] = []
 
@@ -388,7 +410,7 @@ class KafkaRunner:
             raise TimeoutError("transaction records not acknowledged within 60s")
         if errors:
             raise KafkaException(errors[0])
-        offsets = [TopicPartition(t, p, o) for (t, p), o in txn.positions.items()]
+        offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
         offsets += [TopicPartition(self._changelog, p, o) for p, o in bounds.items()]
         if offsets:
             if not txn.started:
@@ -399,13 +421,20 @@ class KafkaRunner:
             )
         self._commit_transaction()
         txn.started = False
-        self._committed.update(txn.positions)
+        self._committed.update(positions)
+        self._deferred.clear()
         for partition, blobs in changes.items():
             self._stores[partition].apply(dict(blobs), bounds[partition], txn.token)
-        cache = self._cache
         for owned_key, state in txn.states.items():
             self._set_due(owned_key, process.next_due(state))
-            cache[owned_key] = (state, txn.dumped[owned_key])
+        self._keep(txn)
+
+    def _keep(self, txn: _Txn) -> None:
+        """Cache ``txn``'s states, which are the committed ones now (bounded, LRU)."""
+        cache = self._cache
+        for key, state in txn.states.items():
+            cache[key] = (state, txn.dumped[key])
+            cache.move_to_end(key)
         while len(cache) > STATE_CACHE_KEYS:
             cache.popitem(last=False)
 
@@ -473,6 +502,7 @@ class KafkaRunner:
             store.close()
         self._stores.clear()
         self._cache.clear()
+        self._deferred.clear()
         self._committed.clear()
         self._due.clear()
         self._due_heap.clear()
@@ -535,6 +565,7 @@ class KafkaRunner:
         """
         _raise_if_fatal(exc)
         self._failures += 1
+        self._deferred.clear()  # rewound to the committed positions: re-read, no-ops again
         log.warning("%s: transaction failed (%r), rewinding", self.process.name, exc)
         try:
             self._producer.abort_transaction(60)
