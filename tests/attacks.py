@@ -21,9 +21,10 @@ import base64
 import json
 import random
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
 import jwt
 from cryptography.hazmat.primitives import serialization
@@ -35,9 +36,11 @@ from callgate.canonical import args_hash, partition_key
 from callgate.codes import Code
 from callgate.identity import AUDIENCE, DEV_ISSUER, SessionIssuer
 from callgate.keys import KeyRing
+from callgate.sdk import Gateway
 from callgate.sdk import _route as sdk_route
 
 DAY_S = 86_400
+SETTLE_S = 10.0  # how long a call through the SDK may take to settle
 Args = dict[str, Any]
 Ctx = dict[str, str]
 
@@ -63,14 +66,25 @@ class Verdict:
     original: bytes | None = None  # dead-letters only: the bytes that were refused
 
 
-class Surface(Protocol):
-    """The Gate-like API an attack is written against (one adapter per backend)."""
+class Surface(ABC):
+    """The Gate-like API an attack is written against: one subclass per backend.
+
+    What is the same on every backend lives here: development sessions, and ``propose``
+    as a client sends it (through the backend's SDK ``Gateway`` where the surface has one,
+    else built by ``build_proposal``, which routes as the SDK does, and ``submit``-ted).
+    """
+
+    def __init__(self, app: App, clock: Callable[[], int]) -> None:
+        self.app = app
+        self._clock = clock
 
     @property
-    def app(self) -> App: ...
+    def now_ms(self) -> int:
+        return self._clock()
 
-    @property
-    def now_ms(self) -> int: ...
+    def sdk(self) -> Gateway | None:
+        """The SDK client that ``propose`` goes through, if this backend has one."""
+        return None
 
     def session(
         self,
@@ -78,7 +92,8 @@ class Surface(Protocol):
         tenant: str = "acme",
         roles: tuple[str, ...] = ("support",),
         ttl: int = DAY_S,
-    ) -> str: ...
+    ) -> str:
+        return self.app.session_issuer.issue(user, tenant, list(roles), self.now_ms, ttl)
 
     def propose(
         self,
@@ -89,28 +104,37 @@ class Surface(Protocol):
         approval_id: str | None = None,
     ) -> Verdict:
         """Publish a proposal the way a client (the SDK) routes it; wait until it settles."""
-        ...
+        sdk = self.sdk()
+        if sdk is None:
+            return self.submit(build_proposal(token, tool, args, self.now_ms, key, approval_id))
+        answer = sdk.propose(token, tool, args, key, approval_id, timeout_s=SETTLE_S)
+        inv = str(answer["invocation_id"])
+        return verdict_from_status(inv, sdk.status(inv))
 
+    @abstractmethod
     def submit(self, proposal: ev.ToolCallProposed, times: int = 1) -> Verdict:
         """Publish ``proposal`` exactly as given, ``times`` times; wait until it settles."""
-        ...
 
+    @abstractmethod
     def decide(self, token: str, invocation_id: str, decision: str = "grant") -> Verdict:
         """Submit an approval decision; code ``granted`` (details: approval_id), ``denied``
         or the refusal's code."""
-        ...
 
+    @abstractmethod
     def advance(self, ms: int) -> None:
         """Move the clock and let due timers fire."""
-        ...
 
+    @abstractmethod
     def publish_raw(self, topic: str, partition_key: str, payload: bytes) -> Verdict:
         """Append bytes as they came; the verdict of the dead-letter they must produce."""
-        ...
 
-    def events_of(self, invocation_id: str) -> list[ev.Event]: ...
+    @abstractmethod
+    def events_of(self, invocation_id: str) -> list[ev.Event]:
+        """The events of one invocation, in log order."""
 
-    def effects(self) -> list[dict[str, Any]]: ...
+    @abstractmethod
+    def effects(self) -> list[dict[str, Any]]:
+        """The provider ledger."""
 
 
 # --- building hostile requests ------------------------------------------------------------
@@ -489,21 +513,30 @@ def _act_unknown_schema(s: Surface, ctx: Ctx) -> Verdict:
     return _raw(s, p, MARKER + bytes.fromhex("deadbeefdeadbeef") + payload[10:])
 
 
-def _act_service_event(s: Surface, ctx: Ctx) -> Verdict:
-    # a client forging the decider's order to execute, skipping every check
-    p = _wire_proposal(s)
-    forged = ev.ExecutionRequested(
-        event_id=f"forged-{p.invocation_id}",
-        invocation_id=p.invocation_id,
-        partition_key=p.partition_key,
-        occurred_at=s.now_ms,
-        producer="decider",
+def forged_execution(
+    event_id: str, invocation_id: str, partition_key: str, now_ms: int = 0, producer: str = ""
+) -> ev.ExecutionRequested:
+    """The decider's order to create a ticket, forged by a client to skip every check; a
+    service event, so the ``requests`` topic must refuse it (topic admission)."""
+    return ev.ExecutionRequested(
+        event_id=event_id,
+        invocation_id=invocation_id,
+        partition_key=partition_key,
+        occurred_at=now_ms,
+        producer=producer,
         tenant="acme",
         tool="tickets.create",
         target="",
         args_json=json.dumps(TICKET),
         execution_token="xi-forged",
         attempt=1,
+    )
+
+
+def _act_service_event(s: Surface, ctx: Ctx) -> Verdict:
+    p = _wire_proposal(s)
+    forged = forged_execution(
+        f"forged-{p.invocation_id}", p.invocation_id, p.partition_key, s.now_ms, "decider"
     )
     return _raw(s, forged, AvroCodec.default().encode(forged))
 

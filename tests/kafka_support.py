@@ -6,7 +6,8 @@ process) under a topic prefix of its own, so that test modules share one broker 
 topics, consumer groups or transactional ids. ``wait_ready`` drives one call through every
 process (decider, executor and the four projections) before a test starts. ``cli`` runs
 the installed command against a deployment; ``lifecycle_scenario``, ``v1_scenario`` and
-``v2_scenario`` are run on tansu and on Apache Kafka alike.
+``v2_scenario`` are run on tansu and on Apache Kafka alike. ``run_with_own_broker`` runs the
+commands that start a broker of their own (``bench``, ``chaos``).
 
 Group settings: tansu's consumer-group joins take about ``session.timeout.ms`` (DESIGN
 "Known tansu gaps"), so serve hands its children ``session.timeout.ms=6000`` and a 500 ms
@@ -20,6 +21,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -27,18 +29,40 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+import pytest
+
 from callgate import events as ev
 from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
 from callgate.adapters.kafka.client import Record, read_partitions_to_end
 from callgate.adapters.kafka.topics import Topics
 from callgate.bootstrap import Settings
 from callgate.sdk import Gateway, connect
-from tests.e2e.helpers import REPO, Run, callgate_argv, cli_env
+from tests.e2e.helpers import REPO, Run, callgate_argv, checked_answer, cli_env, propose_argv
 
 PARTITIONS = 3  # few partitions keep joins and restores short; >1 exercises co-partitioning
 FAST_GROUPS = "session.timeout.ms=6000,heartbeat.interval.ms=500"
 CODEC = AvroCodec.default()
 WORKER_MODULE = "callgate.adapters.kafka.worker"
+
+
+def run_with_own_broker(
+    state_dir: Path, *args: str, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``callgate --json --state-dir D ARGS`` of the Python running the tests, for commands
+    that start a tansu broker of their own (``bench``, ``chaos``); skips, as the suite's
+    broker fixture does, only where no tansu binary is installed."""
+    from callgate.adapters.kafka.tansu import BrokerUnavailable, find_tansu
+
+    try:
+        find_tansu()
+    except BrokerUnavailable as exc:
+        pytest.skip(f"kafka tests skipped: {exc}")
+    argv = [sys.executable, "-m", "callgate.cli", "--json", "--state-dir", str(state_dir)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CALLGATE_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "services"), str(REPO / "projections")])
+    return subprocess.run(
+        [*argv, *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
+    )
 
 
 def unique_prefix(label: str) -> str:
@@ -273,16 +297,8 @@ def cli_propose(
     approval_id: str | None = None,
 ) -> dict[str, Any]:
     """``callgate propose``: a settled call exits 0 whatever its outcome (a denial too)."""
-    argv = ["propose", "--session", token, "--tool", tool, "--args", json.dumps(dict(args))]
-    if key is not None:
-        argv += ["--idempotency-key", key]
-    if approval_id is not None:
-        argv += ["--approval-id", approval_id]
-    answer: dict[str, Any] = cg(dep, *argv)
-    assert {"invocation_id", "outcome"} <= answer.keys(), answer
-    if "error" in answer:
-        assert answer["error"]["code"] == answer["outcome"], answer
-    return answer
+    argv = propose_argv(token, tool, json.dumps(dict(args)), key, approval_id)
+    return checked_answer(cg(dep, *argv))
 
 
 def pending_ids(rows: Sequence[Mapping[str, Any]]) -> set[str]:

@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from callgate.events import ToolCallProposed
 
 
 def _find_callgate() -> str | None:
@@ -117,12 +122,26 @@ def propose(
     profile: Path | None = None,
 ) -> dict[str, Any]:
     """``callgate propose``: a settled call exits 0 whatever its outcome (a denial too)."""
-    argv = ["propose", "--session", token, "--tool", tool, "--args", json.dumps(args)]
+    argv = propose_argv(token, tool, json.dumps(args), key, approval_id)
+    return checked_answer(cg(state_dir, *argv, profile=profile))
+
+
+def propose_argv(
+    token: str, tool: str, args_json: str, key: str | None = None, approval_id: str | None = None
+) -> list[str]:
+    """The arguments of ``callgate propose``; ``args_json`` goes as given (misuse tests
+    pass text that is not a JSON object)."""
+    argv = ["propose", "--session", token, "--tool", tool, "--args", args_json]
     if key is not None:
         argv += ["--idempotency-key", key]
     if approval_id is not None:
         argv += ["--approval-id", approval_id]
-    answer: dict[str, Any] = cg(state_dir, *argv, profile=profile)
+    return argv
+
+
+def checked_answer(answer: dict[str, Any]) -> dict[str, Any]:
+    """A ``propose`` answer names the invocation and its outcome; a refusal's error code is
+    the outcome."""
     assert {"invocation_id", "outcome"} <= answer.keys(), answer
     if "error" in answer:
         assert answer["error"]["code"] == answer["outcome"], answer
@@ -194,7 +213,7 @@ class Serve:
         return code
 
 
-# --- the fast publisher (a separate process) --------------------------------------------
+# --- a stream of planned proposals, and the fast publisher (a separate process) ---------
 
 
 @dataclass(frozen=True)
@@ -211,6 +230,79 @@ class Planned:
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+    def proposal(self, now: int, producer: str) -> ToolCallProposed:
+        """The event as the SDK builds it: partition key from tenant, key and invocation
+        (DESIGN "Shape"), ids derived from the invocation id."""
+        from callgate import events as ev
+        from callgate.canonical import partition_key
+
+        tenant = self.tenant if self.key is not None else ""
+        return ev.ToolCallProposed(
+            event_id=f"evt-{self.invocation_id}",
+            invocation_id=self.invocation_id,
+            partition_key=partition_key(tenant, self.key, self.invocation_id),
+            correlation_id=self.invocation_id,
+            occurred_at=now,
+            producer=producer,
+            session_token=self.token,
+            tool=self.tool,
+            args_json=json.dumps(self.args),
+            idempotency_key=self.key,
+        )
+
+
+def make_plan(
+    rng: random.Random, alice: str, gina: str, n: int, tag: str, keyed_deploys: bool = False
+) -> list[Planned]:
+    """Reads, keyed ticket creations (new, retried, conflicting, other tenant), refunds
+    that stop at ``approval_required``, denials and spoofs. Keys start with ``tag``; with
+    ``keyed_deploys`` the denied deploys carry a key too, so every mutation has one."""
+    plan: list[Planned] = []
+    created: list[Planned] = []  # first uses of a key that execute
+    gina_keys: set[str] = set()
+
+    def add(
+        tenant: str, token: str, tool: str, args: dict[str, Any], key: str | None, expect: str
+    ) -> Planned:
+        item = Planned(str(uuid.uuid4()), tenant, token, tool, args, key, expect)
+        plan.append(item)
+        return item
+
+    for i in range(n):
+        roll = rng.random()
+        if roll < 0.15:
+            add("acme", alice, "tickets.read", {"ticket_id": f"T-{i}"}, None, "executed")
+        elif roll < 0.45 or not created:
+            ticket = {"title": f"ticket {i}", "requester_id": "alice"}
+            created.append(add("acme", alice, "tickets.create", ticket, f"{tag}-{i}", "executed"))
+        elif roll < 0.57:  # the agent retries: same key, same arguments (C8)
+            first = rng.choice(created)
+            add("acme", alice, first.tool, first.args, first.key, "replayed")
+        elif roll < 0.62:  # same key, other arguments (C8)
+            first = rng.choice(created)
+            args = {**first.args, "title": f"changed {i}"}
+            add("acme", alice, first.tool, args, first.key, "idempotency_conflict")
+        elif roll < 0.67:  # the same key spelled by another tenant is another key
+            first = rng.choice(created)
+            assert first.key is not None
+            expect = "replayed" if first.key in gina_keys else "executed"
+            gina_keys.add(first.key)
+            ticket = {"title": first.args["title"], "requester_id": "gina"}
+            add("globex", gina, "tickets.create", ticket, first.key, expect)
+        elif roll < 0.82:
+            refund = {"order_id": f"ORD-{i}", "amount_cents": 500 + i, "currency": "EUR"}
+            add("acme", alice, "refunds.issue", refund, f"{tag}-r{i}", "approval_required")
+        elif roll < 0.90:
+            deploy = {"service": "billing", "version": f"1.{i}", "environment": "staging"}
+            key = f"{tag}-d{i}" if keyed_deploys else None
+            add("acme", alice, "deploys.trigger", deploy, key, "tool_forbidden")
+        elif roll < 0.95:
+            add("globex", gina, "tickets.read", {"ticket_id": f"T-{i}"}, None, "tool_forbidden")
+        else:
+            spoof = {"title": f"spoof {i}", "requester_id": "mallory"}
+            add("acme", alice, "tickets.create", spoof, f"{tag}-s{i}", "identity_spoof")
+    return plan
 
 
 def write_plan(path: Path, state_dir: Path, plan: Sequence[Planned], pause_s: float) -> None:
@@ -232,30 +324,14 @@ def publish_plan(plan_file: Path) -> None:
     Events are built the way the SDK builds them (partition key from tenant, key and
     invocation, DESIGN "Shape") and go through the SDK's embedded backend ``publish``.
     """
-    from callgate import events as ev
     from callgate.bootstrap import Settings
-    from callgate.canonical import partition_key
     from callgate.sdk import connect
 
     doc = json.loads(plan_file.read_text())
     gate = connect(Settings(state_dir=Path(doc["state_dir"])))
     try:
         for item in doc["items"]:
-            inv = item["invocation_id"]
-            tenant = item["tenant"] if item["key"] is not None else ""
-            proposal = ev.ToolCallProposed(
-                event_id=f"evt-{inv}",
-                invocation_id=inv,
-                partition_key=partition_key(tenant, item["key"], inv),
-                correlation_id=inv,
-                occurred_at=gate.app.clock(),
-                producer="e2e-publisher",
-                session_token=item["token"],
-                tool=item["tool"],
-                args_json=json.dumps(item["args"]),
-                idempotency_key=item["key"],
-            )
-            gate.backend.publish([proposal])
+            gate.backend.publish([Planned(**item).proposal(gate.app.clock(), "e2e-publisher")])
             if doc["pause_s"]:
                 time.sleep(doc["pause_s"])
     finally:

@@ -24,6 +24,7 @@ from tests.e2e.helpers import (
     cg,
     logged_event_types,
     propose,
+    propose_argv,
     run,
     runner_lock_held,
     session,
@@ -227,17 +228,7 @@ def test_malformed_args_json_is_misuse_and_publishes_nothing(
 ) -> None:
     """Misuse is refused before anything is published: no invocation, no effect."""
     alice = session(state, "alice", "acme", "support")
-    result = run(
-        state,
-        "propose",
-        "--session",
-        alice,
-        "--tool",
-        "tickets.read",
-        "--args",
-        args,
-        rc=EXIT_MISUSE,
-    )
+    result = run(state, *propose_argv(alice, "tickets.read", args), rc=EXIT_MISUSE)
     assert message in result.stderr and result.stdout == ""
     assert cg(state, "audit") == []
 
@@ -250,18 +241,8 @@ def test_unreadable_profile_on_propose_publishes_nothing(
     log for a later run to execute (a script that saw exit 2 assumes nothing happened)."""
     alice = session(state, "alice", "acme", "support")
     ticket = {"title": "ghost", "requester_id": "alice"}
-    result = run(
-        state,
-        "propose",
-        "--session",
-        alice,
-        "--tool",
-        "tickets.create",
-        "--args",
-        json.dumps(ticket),
-        rc=EXIT_MISUSE,
-        profile=tmp_path / bad_profile,
-    )
+    argv = propose_argv(alice, "tickets.create", json.dumps(ticket))
+    result = run(state, *argv, rc=EXIT_MISUSE, profile=tmp_path / bad_profile)
     assert "profile" in result.stderr and result.stdout == ""
     # A later, correct call runs the deciders over whatever the log holds.
     assert propose(state, alice, "tickets.read", {"ticket_id": "T-1"})["outcome"] == "executed"
@@ -298,19 +279,8 @@ def test_clients_only_append_and_poll_while_serve_holds_the_lock(
         # Freeze the server: the client times out unsettled instead of deciding itself.
         serve.freeze(state)
         try:
-            stuck = run(
-                state,
-                "propose",
-                "--session",
-                alice,
-                "--tool",
-                "tickets.read",
-                "--args",
-                '{"ticket_id": "T-10"}',
-                "--timeout",
-                "1",
-                rc=EXIT_FAILED,
-            )
+            argv = propose_argv(alice, "tickets.read", '{"ticket_id": "T-10"}')
+            stuck = run(state, *argv, "--timeout", "1", rc=EXIT_FAILED)
         finally:
             serve.thaw()
         assert stuck.value["settled"] is False and stuck.value["outcome"] in VOCABULARY

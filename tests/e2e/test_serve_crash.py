@@ -12,19 +12,17 @@ from __future__ import annotations
 import json
 import random
 import time
-import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from callgate.adapters.embedded.store import EmbeddedStore
 from callgate.codes import Code
 from tests.e2e.helpers import (
-    Planned,
     Serve,
     cg,
+    make_plan,
     runner_lock_held,
     session,
     start_publisher,
@@ -50,55 +48,6 @@ ONCE = (
 )
 
 
-def make_plan(rng: random.Random, alice: str, gina: str, n: int) -> list[Planned]:
-    """A mix of reads, keyed ticket creations (new, repeated, conflicting, other tenant),
-    refunds that stop at ``approval_required``, and calls that are denied."""
-    plan: list[Planned] = []
-    created: list[Planned] = []  # first uses of a key that execute
-    gina_keys: set[str] = set()
-
-    def add(
-        tenant: str, token: str, tool: str, args: dict[str, Any], key: str | None, expect: str
-    ) -> Planned:
-        item = Planned(str(uuid.uuid4()), tenant, token, tool, args, key, expect)
-        plan.append(item)
-        return item
-
-    for i in range(n):
-        roll = rng.random()
-        if roll < 0.15:
-            add("acme", alice, "tickets.read", {"ticket_id": f"T-{i}"}, None, "executed")
-        elif roll < 0.45 or not created:
-            ticket = {"title": f"ticket {i}", "requester_id": "alice"}
-            created.append(add("acme", alice, "tickets.create", ticket, f"ck-{i}", "executed"))
-        elif roll < 0.57:  # the agent retries: same key, same arguments (C8)
-            first = rng.choice(created)
-            add("acme", alice, first.tool, first.args, first.key, "replayed")
-        elif roll < 0.62:  # same key, other arguments (C8)
-            first = rng.choice(created)
-            args = {**first.args, "title": f"changed {i}"}
-            add("acme", alice, first.tool, args, first.key, "idempotency_conflict")
-        elif roll < 0.67:  # another tenant's key of the same spelling is another key
-            first = rng.choice(created)
-            assert first.key is not None
-            expect = "replayed" if first.key in gina_keys else "executed"
-            gina_keys.add(first.key)
-            ticket = {"title": first.args["title"], "requester_id": "gina"}
-            add("globex", gina, "tickets.create", ticket, first.key, expect)
-        elif roll < 0.82:
-            refund = {"order_id": f"ORD-{i}", "amount_cents": 500 + i, "currency": "EUR"}
-            add("acme", alice, "refunds.issue", refund, f"rk-{i}", "approval_required")
-        elif roll < 0.90:
-            deploy = {"service": "billing", "version": f"1.{i}", "environment": "staging"}
-            add("acme", alice, "deploys.trigger", deploy, None, "tool_forbidden")
-        elif roll < 0.95:
-            add("globex", gina, "tickets.read", {"ticket_id": f"T-{i}"}, None, "tool_forbidden")
-        else:
-            spoof = {"title": f"spoof {i}", "requester_id": "mallory"}
-            add("acme", alice, "tickets.create", spoof, f"sk-{i}", "identity_spoof")
-    return plan
-
-
 def counts(store: EmbeddedStore, ids: set[str]) -> tuple[int, int]:
     """(published, settled) proposals of the plan, read from the log and the status view."""
     published = len(store.read_log("requests", limit=1_000_000))
@@ -115,7 +64,7 @@ def test_sigkill_serve_mid_stream_settles_everything_exactly_once(tmp_path: Path
     state = tmp_path / "state"
     alice = session(state, "alice", "acme", "support")
     gina = session(state, "gina", "globex", "support")
-    plan = make_plan(rng, alice, gina, PROPOSALS)
+    plan = make_plan(rng, alice, gina, PROPOSALS, tag="k")
     ids = {p.invocation_id for p in plan}
     plan_file = tmp_path / "plan.json"
     write_plan(plan_file, state, plan, pause_s=0.01)

@@ -9,14 +9,11 @@ plot written to the state directory.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests.kafka_support import run_with_own_broker
 
-REPO = Path(__file__).resolve().parents[2]
 # Each section and the start of the measure of one row it must report.
 SECTIONS = {
     "kafka ceiling": "kafka ceiling: same topology, no logic",
@@ -33,23 +30,7 @@ SECTIONS = {
 
 @pytest.mark.kafka
 def test_quick_bench_reports_every_section_and_no_failure(tmp_path: Path) -> None:
-    from callgate.adapters.kafka.tansu import BrokerUnavailable, find_tansu
-
-    try:
-        find_tansu()
-    except BrokerUnavailable as exc:
-        pytest.skip(f"kafka tests skipped: {exc}")
-    argv = [sys.executable, "-m", "callgate.cli"]  # the callgate of the Python running the tests
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CALLGATE_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "services"), str(REPO / "projections")])
-    run = subprocess.run(
-        [*argv, "--json", "--state-dir", str(tmp_path), "bench", "--quick"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=170,
-        check=False,
-    )
+    run = run_with_own_broker(tmp_path, "bench", "--quick", timeout=170)
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads(run.stdout)  # exactly one JSON value on stdout
     assert report["machine"]["quick"] is True

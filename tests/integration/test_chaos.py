@@ -9,9 +9,6 @@ each feeds ``verify`` evidence with one planted violation.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,6 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.kafka_support import run_with_own_broker
 
 from callgate import events as ev
 from callgate.bootstrap import Settings, bootstrap
@@ -26,7 +24,6 @@ from callgate.catalog import Profile, default_profile_path, load_profile
 from callgate.chaos import Call, Evidence, Verdict, verify
 
 PROFILE: Profile = load_profile(default_profile_path())
-REPO = Path(__file__).resolve().parents[2]
 CHAOS_ARGS = ("--proposals", "300", "--kills", "3", "--seed", "11")
 
 
@@ -37,23 +34,7 @@ CHAOS_ARGS = ("--proposals", "300", "--kills", "3", "--seed", "11")
 def test_short_chaos_run_holds_every_check(tmp_path: Path) -> None:
     """300 proposals, at least 3 SIGKILLs: nothing lost, no effect twice, no unapproved
     high-impact effect, the audit chain verifies and replay equals the live views."""
-    from callgate.adapters.kafka.tansu import BrokerUnavailable, find_tansu
-
-    try:
-        find_tansu()
-    except BrokerUnavailable as exc:
-        pytest.skip(f"kafka tests skipped: {exc}")
-    argv = [sys.executable, "-m", "callgate.cli"]  # the callgate of the Python running the tests
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CALLGATE_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "services"), str(REPO / "projections")])
-    run = subprocess.run(
-        [*argv, "--json", "--state-dir", str(tmp_path), "chaos", *CHAOS_ARGS],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=240,
-        check=False,
-    )
+    run = run_with_own_broker(tmp_path, "chaos", *CHAOS_ARGS, timeout=240)
     report = json.loads(run.stdout)  # exactly one JSON value
     figures = report["figures"]
     assert run.returncode == 0, (report["violations"][:20], run.stderr[-3000:])

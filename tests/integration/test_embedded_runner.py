@@ -1,9 +1,9 @@
 """The embedded runner over the SQLite store: exactly once, crash-safe, poison-tolerant.
 
-Toy processes stand in for the deciders; what is under test is the runner's commit sequence
-(position, outputs, state and views in one transaction), dead-lettering (``malformed_event``),
-follow-up, timers, recovery and the runner lock. Run as a script, this file is the worker
-that the kill -9 test starts and SIGKILLs.
+Toy processes (``tests.toys``) stand in for the deciders; what is under test is the runner's
+commit sequence (position, outputs, state and views in one transaction), dead-lettering
+(``malformed_event``), follow-up, timers, recovery and the runner lock. Run as a script, this
+file is the worker that the kill -9 test starts and SIGKILLs.
 """
 
 from __future__ import annotations
@@ -18,19 +18,18 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.toys import Counting, Expiring, Recovering, proposal
 
 from callgate.adapters.avro_codec import AvroCodec
 from callgate.adapters.embedded.runner import EmbeddedRunner, RunnerLockNotHeld
 from callgate.adapters.embedded.store import EmbeddedStore
 from callgate.events import (
-    ApprovalExpired,
     ApprovalGranted,
     DryRunFailed,
     DryRunRecorded,
@@ -38,66 +37,11 @@ from callgate.events import (
     EventDeadLettered,
     ExecutionStarted,
     ExecutionUncertain,
-    ToolCallProposed,
 )
 from callgate.process import Output, Process, ViewRecord
 
 CODEC = AvroCodec.default()
 REPO = Path(__file__).resolve().parents[2]
-
-
-def proposal(i: int, key: str, occurred_at: int = 0) -> ToolCallProposed:
-    return ToolCallProposed(
-        event_id=f"in-{i}",
-        invocation_id=f"inv-{i}",
-        partition_key=key,
-        occurred_at=occurred_at,
-        session_token="t",
-        tool="tickets.read",
-        args_json="{}",
-    )
-
-
-class Counting:
-    """Counts proposals per key; one ``ExecutionStarted`` (attempt = running count) each."""
-
-    name = "counter"
-    inputs = frozenset({"requests"})
-    recovers = False
-
-    def initial_state(self) -> int:
-        return 0
-
-    def handle(self, state: int, event: Event, now_ms: int) -> tuple[int, Sequence[Output]]:
-        n = state + 1
-        out = ExecutionStarted(
-            event_id=f"out-{event.event_id}",
-            invocation_id=event.invocation_id,
-            partition_key=event.partition_key,
-            execution_token=event.event_id,
-            attempt=n,
-        )
-        return n, [out, ViewRecord("counts", event.partition_key, json.dumps(n))]
-
-    def due(self, state: int, now_ms: int) -> tuple[int, Sequence[Output]]:
-        return state, []
-
-    def next_due(self, state: int) -> int | None:
-        return None
-
-    def follow_up(
-        self, state: int, committed: Sequence[Event], now_ms: int
-    ) -> tuple[int, Sequence[Output]]:
-        return state, []
-
-    def recover(self, state: int, now_ms: int) -> tuple[int, Sequence[Output]]:
-        return state, []
-
-    def dump_state(self, state: int) -> bytes:
-        return str(state).encode()
-
-    def load_state(self, data: bytes) -> int:
-        return int(data)
 
 
 class Tally(Counting):
@@ -141,77 +85,6 @@ class FollowingUp(Counting):
             if isinstance(ev, DryRunFailed)
         ]
         return state + len(done), done
-
-
-@dataclass(frozen=True)
-class Deadline:
-    invocation_id: str
-    expires_at: int
-
-
-class Expiring:
-    """Arms a timer 1 s after each proposal; ``due`` emits ``ApprovalExpired`` once."""
-
-    name = "expiring"
-    inputs = frozenset({"requests"})
-    recovers = False
-
-    def initial_state(self) -> Deadline | None:
-        return None
-
-    def handle(
-        self, state: Deadline | None, event: Event, now_ms: int
-    ) -> tuple[Deadline | None, Sequence[Output]]:
-        return Deadline(event.invocation_id, event.occurred_at + 1000), []
-
-    def next_due(self, state: Deadline | None) -> int | None:
-        return None if state is None else state.expires_at
-
-    def due(self, state: Deadline | None, now_ms: int) -> tuple[Deadline | None, Sequence[Output]]:
-        assert state is not None and state.expires_at <= now_ms
-        expired = ApprovalExpired(
-            event_id=f"exp-{state.invocation_id}",
-            invocation_id=state.invocation_id,
-            partition_key=state.invocation_id,
-            stage="pending",
-        )
-        return None, [expired]
-
-    def follow_up(
-        self, state: Deadline | None, committed: Sequence[Event], now_ms: int
-    ) -> tuple[Deadline | None, Sequence[Output]]:
-        return state, []
-
-    def recover(
-        self, state: Deadline | None, now_ms: int
-    ) -> tuple[Deadline | None, Sequence[Output]]:
-        return state, []
-
-    def dump_state(self, state: Deadline | None) -> bytes:
-        return (
-            b"" if state is None else json.dumps([state.invocation_id, state.expires_at]).encode()
-        )
-
-    def load_state(self, data: bytes) -> Deadline | None:
-        return Deadline(*json.loads(data)) if data else None
-
-
-class Recovering(Counting):
-    """Counts inputs; on ``recover`` reports every key it holds, as the executor reconciles."""
-
-    name = "recovering"
-    recovers = True
-
-    def recover(self, state: int, now_ms: int) -> tuple[int, Sequence[Output]]:
-        return state, [
-            ExecutionUncertain(
-                event_id=f"rec-{now_ms}-{state}",
-                invocation_id="",
-                partition_key="",
-                execution_token=str(state),
-                reason="restart",
-            )
-        ]
 
 
 def open_runner(
@@ -291,7 +164,8 @@ def worker(state_dir: str, mode: str) -> None:
 
 
 def start_worker(state_dir: Path, mode: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": f"{REPO / 'services'}:{REPO / 'projections'}"}
+    paths = [REPO, REPO / "services", REPO / "projections"]  # REPO: the worker imports tests.toys
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, paths))}
     proc = subprocess.Popen(
         [sys.executable, __file__, "worker", str(state_dir), mode],
         stdout=subprocess.PIPE,
@@ -321,7 +195,7 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path) 
         deadline = time.monotonic() + 10
         while store.position("tally") == before and time.monotonic() < deadline:
             time.sleep(0.002)  # wait for the worker to get going (imports take a while)
-        time.sleep(rng.uniform(0.0, 0.05))
+        time.sleep(rng.uniform(0.0, 0.02))
         proc.send_signal(signal.SIGKILL)
         assert proc.wait(timeout=10) == -signal.SIGKILL
         done = len(store.read_log("events", limit=len(keys)))
@@ -337,6 +211,7 @@ class Failing(Counting):
     """Raises on one event id, as a buggy decider would."""
 
     def __init__(self, poison_id: str) -> None:
+        super().__init__()
         self.poison_id = poison_id
 
     def handle(self, state: int, event: Event, now_ms: int) -> tuple[int, Sequence[Output]]:

@@ -10,21 +10,22 @@ and original bytes, while the stream goes on.
 
 from __future__ import annotations
 
-import json
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.attacks import (
     CORPUS,
-    DAY_S,
     READ_T1,
+    SETTLE_S,
     TICKET,
     AttackCase,
+    Surface,
     Verdict,
     build_proposal,
+    forged_execution,
     run_case,
     verdict_from_dead_letter,
     verdict_from_status,
@@ -34,12 +35,10 @@ from tests.harness import T0
 from callgate import events as ev
 from callgate.adapters.avro_codec import MARKER, AvroCodec
 from callgate.adapters.embedded.gateway import EmbeddedBackend
-from callgate.bootstrap import App, Settings, bootstrap
+from callgate.bootstrap import Settings, bootstrap
 from callgate.codes import Code, Rejection
 from callgate.replay import replay
 from callgate.sdk import Gateway, connect
-
-SETTLE_S = 10.0
 
 
 class Clock:
@@ -52,7 +51,7 @@ class Clock:
         return self.now_ms
 
 
-class EmbeddedSurface:
+class EmbeddedSurface(Surface):
     """The attack surface over the SDK on the embedded backend."""
 
     def __init__(self, state_dir: Path) -> None:
@@ -62,35 +61,10 @@ class EmbeddedSurface:
         backend = self.gateway.backend
         assert isinstance(backend, EmbeddedBackend)
         self.backend = backend
+        super().__init__(self.gateway.app, self.clock)
 
-    @property
-    def app(self) -> App:
-        return self.gateway.app
-
-    @property
-    def now_ms(self) -> int:
-        return self.clock.now_ms
-
-    def session(
-        self,
-        user: str,
-        tenant: str = "acme",
-        roles: tuple[str, ...] = ("support",),
-        ttl: int = DAY_S,
-    ) -> str:
-        return self.app.session_issuer.issue(user, tenant, list(roles), self.now_ms, ttl)
-
-    def propose(
-        self,
-        token: str,
-        tool: str,
-        args: Mapping[str, Any] | str,
-        key: str | None = None,
-        approval_id: str | None = None,
-    ) -> Verdict:
-        answer = self.gateway.propose(token, tool, args, key, approval_id, timeout_s=SETTLE_S)
-        inv = str(answer["invocation_id"])
-        return verdict_from_status(inv, self.gateway.status(inv))
+    def sdk(self) -> Gateway:
+        return self.gateway
 
     def submit(self, proposal: ev.ToolCallProposed, times: int = 1) -> Verdict:
         for _ in range(times):  # separate appends: the log holds the proposal twice
@@ -171,17 +145,7 @@ def test_poison_is_dead_lettered_with_its_reason_and_the_stream_goes_on(
     codec = AvroCodec.default()
     alice = surface.session("alice")
     valid = codec.encode(build_proposal(alice, "tickets.create", TICKET, surface.now_ms))
-    forged = ev.ExecutionRequested(
-        event_id="forged",
-        invocation_id="inv-forged",
-        partition_key="i-inv-forged",
-        tenant="acme",
-        tool="tickets.create",
-        target="",
-        args_json=json.dumps(TICKET),
-        execution_token="xi-forged",
-        attempt=1,
-    )
+    forged = forged_execution("forged", "inv-forged", "i-inv-forged")
     poison = {
         "marker": random.Random(7).randbytes(64),
         "corrupt ToolCallProposed": valid[:-7],

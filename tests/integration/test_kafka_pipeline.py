@@ -18,17 +18,17 @@ Tansu gaps met here (DESIGN "Known tansu gaps") and how the tests handle them:
 
 from __future__ import annotations
 
-import json
 import random
 import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from tests.e2e.helpers import Planned, make_plan
 from tests.kafka_support import (
     CODEC,
     PARTITIONS,
@@ -170,76 +170,6 @@ def test_poison_is_dead_lettered_and_later_proposals_are_decided(
 # --- kill -9 of the decider mid-stream ---------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Planned:
-    invocation_id: str
-    tenant: str
-    token: str
-    tool: str
-    args: dict[str, Any]
-    key: str | None
-    expect: str
-
-    def proposal(self, now: int) -> ev.ToolCallProposed:
-        tenant = self.tenant if self.key is not None else ""
-        return ev.ToolCallProposed(
-            event_id=f"evt-{self.invocation_id}", invocation_id=self.invocation_id,
-            partition_key=partition_key(tenant, self.key, self.invocation_id),
-            correlation_id=self.invocation_id, occurred_at=now, producer="kill-test",
-            session_token=self.token, tool=self.tool, args_json=json.dumps(self.args),
-            idempotency_key=self.key,
-        )  # fmt: skip
-
-
-def make_plan(rng: random.Random, alice: str, gina: str, n: int, tag: str) -> list[Planned]:
-    """Reads, keyed ticket creations (new, retried, conflicting, other tenant), refunds
-    that stop at ``approval_required``, denials and spoofs; every mutation has a key."""
-    plan: list[Planned] = []
-    created: list[Planned] = []
-    gina_keys: set[str] = set()
-
-    def add(
-        tenant: str, tok: str, tool: str, args: dict[str, Any], key: str | None, expect: str
-    ) -> Planned:
-        item = Planned(str(uuid.uuid4()), tenant, tok, tool, args, key, expect)
-        plan.append(item)
-        return item
-
-    for i in range(n):
-        roll = rng.random()
-        if roll < 0.15:
-            add("acme", alice, "tickets.read", {"ticket_id": f"T-{i}"}, None, "executed")
-        elif roll < 0.45 or not created:
-            ticket = {"title": f"ticket {i}", "requester_id": "alice"}
-            created.append(add("acme", alice, "tickets.create", ticket, f"{tag}-{i}", "executed"))
-        elif roll < 0.57:  # the agent retries: same key, same arguments (C8)
-            first = rng.choice(created)
-            add("acme", alice, first.tool, first.args, first.key, "replayed")
-        elif roll < 0.62:  # same key, other arguments (C8)
-            first = rng.choice(created)
-            args = {**first.args, "title": f"changed {i}"}
-            add("acme", alice, first.tool, args, first.key, "idempotency_conflict")
-        elif roll < 0.67:  # the same key spelled by another tenant is another key
-            first = rng.choice(created)
-            assert first.key is not None
-            expect = "replayed" if first.key in gina_keys else "executed"
-            gina_keys.add(first.key)
-            ticket = {"title": first.args["title"], "requester_id": "gina"}
-            add("globex", gina, "tickets.create", ticket, first.key, expect)
-        elif roll < 0.82:
-            refund = {"order_id": f"ORD-{i}", "amount_cents": 500 + i, "currency": "EUR"}
-            add("acme", alice, "refunds.issue", refund, f"{tag}-r{i}", "approval_required")
-        elif roll < 0.90:
-            deploy = {"service": "billing", "version": f"1.{i}", "environment": "staging"}
-            add("acme", alice, "deploys.trigger", deploy, f"{tag}-d{i}", "tool_forbidden")
-        elif roll < 0.95:
-            add("globex", gina, "tickets.read", {"ticket_id": f"T-{i}"}, None, "tool_forbidden")
-        else:
-            spoof = {"title": f"spoof {i}", "requester_id": "mallory"}
-            add("acme", alice, "tickets.create", spoof, f"{tag}-s{i}", "identity_spoof")
-    return plan
-
-
 def committed_offsets(dep: Deployment, process: str, topic: str) -> dict[int, int]:
     consumer = Consumer({"bootstrap.servers": dep.bootstrap, "group.id": dep.topics.group(process)})
     try:
@@ -262,7 +192,7 @@ class Stream:
 
     def publish(self, n: int) -> None:
         now = self.clock()
-        batch = [p.proposal(now) for p in self.plan[self.sent : self.sent + n]]
+        batch = [p.proposal(now, "kill-test") for p in self.plan[self.sent : self.sent + n]]
         for _, partition, offset in publish(self.producer, CODEC, self.topics, batch):
             self.ends[partition] = max(self.ends.get(partition, 0), offset + 1)
         self.sent += len(batch)
@@ -278,7 +208,8 @@ def test_sigkill_the_decider_mid_stream_settles_everything_exactly_once(
     rng = random.Random(0xDEC1DE)
     alice = token(gate, "alice", "acme", "support")
     gina = token(gate, "gina", "globex", "support")
-    plan = make_plan(rng, alice, gina, 540, tag=f"kill-{uuid.uuid4().hex[:6]}")
+    tag = f"kill-{uuid.uuid4().hex[:6]}"
+    plan = make_plan(rng, alice, gina, 540, tag, keyed_deploys=True)
     ids = {p.invocation_id for p in plan}
     by_id = {p.invocation_id: p for p in plan}
     effects_before = {e["seq"] for e in gate.effects()}

@@ -1,8 +1,8 @@
 """The Kafka runner against a real broker (tansu): exactly once, kill -9, poison, timers.
 
-Toy processes stand in for the deciders; what is under test is the runner's commit sequence
-(outputs + changelog state + input offsets in one Kafka transaction), its abort-and-rewind,
-restore from the changelog, dead-lettering (``malformed_event``) and timers.
+Toy processes (``tests.toys``) stand in for the deciders; what is under test is the runner's
+commit sequence (outputs + changelog state + input offsets in one Kafka transaction), its
+abort-and-rewind, restore from the changelog, dead-lettering (``malformed_event``) and timers.
 
 How "no duplicates" is proven on tansu, whose ``read_committed`` does NOT hide records of
 aborted transactions (DESIGN "Known tansu gaps"): a reader of the output topic sees the
@@ -20,7 +20,8 @@ atomically with each transaction, and the changelog records before it link back 
 On Apache Kafka the leftovers are simply absent.
 
 Run as a worker subprocess by the SIGKILL test: ``python -m callgate.adapters.kafka.runner
---process test_kafka_runner:SlowCounting`` (this directory on ``PYTHONPATH``).
+--process test_kafka_runner:SlowCounting`` (this directory and the repository root on
+``PYTHONPATH``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.toys import Counting, Expiring, Recovering, proposal
 
 from callgate.adapters.avro_codec import AvroCodec
 from callgate.adapters.kafka.client import (
@@ -64,83 +66,15 @@ from callgate.adapters.kafka.state import (
     select_committed,
 )
 from callgate.adapters.kafka.topics import Topics, ensure_topics
-from callgate.events import (
-    ApprovalExpired,
-    ApprovalGranted,
-    Event,
-    EventDeadLettered,
-    ExecutionStarted,
-    ExecutionUncertain,
-    ToolCallProposed,
-)
-from callgate.process import Output, Process, ViewRecord
+from callgate.events import ApprovalGranted, Event, EventDeadLettered, ExecutionStarted
+from callgate.process import Output, Process
 
 CODEC = AvroCodec.default()
 REPO = Path(__file__).resolve().parents[2]
 PARTITIONS = 3  # few partitions: tansu group joins are slow, and co-partitioning needs >1
 
 
-def proposal(i: int, key: str, occurred_at: int = 0) -> ToolCallProposed:
-    return ToolCallProposed(
-        event_id=f"in-{i}",
-        invocation_id=f"inv-{i}",
-        partition_key=key,
-        occurred_at=occurred_at,
-        session_token="t",
-        tool="tickets.read",
-        args_json="{}",
-    )
-
-
-# --- toy processes ---------------------------------------------------------------------------
-
-
-class Counting:
-    """Counts proposals per key; one ``ExecutionStarted`` (attempt = running count) each."""
-
-    name = "counter"
-    inputs = frozenset({"requests"})
-    recovers = False
-
-    def __init__(self, fail_once_on: frozenset[str] = frozenset()) -> None:
-        self._fail_once_on = set(fail_once_on)
-
-    def initial_state(self) -> int:
-        return 0
-
-    def handle(self, state: int, event: Event, now_ms: int) -> tuple[int, Sequence[Output]]:
-        if event.event_id in self._fail_once_on:
-            self._fail_once_on.discard(event.event_id)
-            raise RuntimeError(f"injected failure on {event.event_id}")
-        n = state + 1
-        out = ExecutionStarted(
-            event_id=f"out-{event.event_id}",
-            invocation_id=event.invocation_id,
-            partition_key=event.partition_key,
-            execution_token=event.event_id,
-            attempt=n,
-        )
-        return n, [out, ViewRecord("counts", event.partition_key, json.dumps(n))]
-
-    def due(self, state: int, now_ms: int) -> tuple[int, Sequence[Output]]:
-        return state, []
-
-    def next_due(self, state: int) -> int | None:
-        return None
-
-    def follow_up(
-        self, state: int, committed: Sequence[Event], now_ms: int
-    ) -> tuple[int, Sequence[Output]]:
-        return state, []
-
-    def recover(self, state: int, now_ms: int) -> tuple[int, Sequence[Output]]:
-        return state, []
-
-    def dump_state(self, state: int) -> bytes:
-        return str(state).encode()
-
-    def load_state(self, data: bytes) -> int:
-        return int(data)
+# --- toy processes (the shared ones are in tests.toys) ----------------------------------------
 
 
 class SlowCounting(Counting):
@@ -151,89 +85,6 @@ class SlowCounting(Counting):
     def handle(self, state: int, event: Event, now_ms: int) -> tuple[int, Sequence[Output]]:
         time.sleep(0.002)
         return super().handle(state, event, now_ms)
-
-
-class Recovering(Counting):
-    """Counts per key (state: key and count); ``recover`` reports each key it holds, as the
-    executor reconciles started work when it takes ownership."""
-
-    name = "recovering"
-    recovers = True
-
-    def initial_state(self) -> Any:
-        return ("", 0)
-
-    def handle(self, state: Any, event: Event, now_ms: int) -> tuple[Any, Sequence[Output]]:
-        n, outputs = super().handle(state[1], event, now_ms)
-        return (event.partition_key, n), outputs
-
-    def recover(self, state: Any, now_ms: int) -> tuple[Any, Sequence[Output]]:
-        key, n = state
-        report = ExecutionUncertain(
-            event_id=f"rec-{key}-{n}", invocation_id="", partition_key=key,
-            execution_token=str(n), reason="taking ownership",
-        )  # fmt: skip
-        return state, [report]
-
-    def dump_state(self, state: Any) -> bytes:
-        return json.dumps(list(state)).encode()
-
-    def load_state(self, data: bytes) -> Any:
-        return tuple(json.loads(data))
-
-
-@dataclass(frozen=True)
-class Deadline:
-    key: str
-    invocation_id: str
-    expires_at: int
-
-
-class Expiring:
-    """Arms a timer 1 s after each proposal; ``due`` emits ``ApprovalExpired`` once."""
-
-    name = "expiring"
-    inputs = frozenset({"requests"})
-    recovers = False
-
-    def initial_state(self) -> Deadline | None:
-        return None
-
-    def handle(
-        self, state: Deadline | None, event: Event, now_ms: int
-    ) -> tuple[Deadline | None, Sequence[Output]]:
-        return Deadline(event.partition_key, event.invocation_id, event.occurred_at + 1000), []
-
-    def next_due(self, state: Deadline | None) -> int | None:
-        return None if state is None else state.expires_at
-
-    def due(self, state: Deadline | None, now_ms: int) -> tuple[Deadline | None, Sequence[Output]]:
-        assert state is not None and state.expires_at <= now_ms
-        expired = ApprovalExpired(
-            event_id=f"exp-{state.invocation_id}",
-            invocation_id=state.invocation_id,
-            partition_key=state.key,
-            stage="pending",
-        )
-        return None, [expired]
-
-    def follow_up(
-        self, state: Deadline | None, committed: Sequence[Event], now_ms: int
-    ) -> tuple[Deadline | None, Sequence[Output]]:
-        return state, []
-
-    def recover(
-        self, state: Deadline | None, now_ms: int
-    ) -> tuple[Deadline | None, Sequence[Output]]:
-        return state, []
-
-    def dump_state(self, state: Deadline | None) -> bytes:
-        if state is None:
-            return b""
-        return json.dumps([state.key, state.invocation_id, state.expires_at]).encode()
-
-    def load_state(self, data: bytes) -> Deadline | None:
-        return Deadline(*json.loads(data)) if data else None
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -555,7 +406,8 @@ def test_a_fenced_runner_exits_and_its_successor_loses_nothing(
 
 
 def start_worker(dep: Deployment, state_dir: Path) -> subprocess.Popen[bytes]:
-    paths = [REPO / "services", REPO / "projections", Path(__file__).parent]
+    # REPO: SlowCounting's module imports tests.toys
+    paths = [REPO, REPO / "services", REPO / "projections", Path(__file__).parent]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, paths))}
     cmd = [
         sys.executable, "-m", "callgate.adapters.kafka.runner",

@@ -15,17 +15,15 @@ exists only where there are topics; that case runs on the embedded backend
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.attacks import (
     CORPUS,
-    DAY_S,
     AttackCase,
+    Surface,
     Verdict,
-    build_proposal,
     run_case,
     verdict_from_decision,
     verdict_from_status,
@@ -34,42 +32,15 @@ from tests.harness import Gate
 
 from callgate import events as ev
 from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
-from callgate.bootstrap import App
 from callgate.codes import Code
 
 
-class MemorySurface:
+class MemorySurface(Surface):
     """The attack surface over ``tests.harness.Gate`` (in-memory runner)."""
 
     def __init__(self, gate: Gate) -> None:
+        super().__init__(gate.app, lambda: gate.runner.now_ms)
         self.gate = gate
-
-    @property
-    def app(self) -> App:
-        return self.gate.app
-
-    @property
-    def now_ms(self) -> int:
-        return self.gate.runner.now_ms
-
-    def session(
-        self,
-        user: str,
-        tenant: str = "acme",
-        roles: tuple[str, ...] = ("support",),
-        ttl: int = DAY_S,
-    ) -> str:
-        return self.gate.session(user, tenant, roles, ttl)
-
-    def propose(
-        self,
-        token: str,
-        tool: str,
-        args: Mapping[str, Any] | str,
-        key: str | None = None,
-        approval_id: str | None = None,
-    ) -> Verdict:
-        return self.submit(build_proposal(token, tool, args, self.now_ms, key, approval_id))
 
     def submit(self, proposal: ev.ToolCallProposed, times: int = 1) -> Verdict:
         self.gate.runner.publish(*[proposal] * times)

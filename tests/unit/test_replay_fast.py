@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.unit.test_projections import WORD, payload_fields
 
 import callgate.canonical as canonical
 from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
 from callgate.adapters.embedded.store import EmbeddedStore
 from callgate.canonical import canonical_json, canonical_json_reference, is_plain, plain_json
-from callgate.codes import Code
 from callgate.events import EVENT_TYPES, Event, ExecutionStarted, PolicyDecided, ToolCallProposed
 from callgate.process import Process, ViewRecord
 from callgate.replay import Table, _Unshardable, fold, merge, rebuild, rebuild_sharded
@@ -196,35 +196,11 @@ def test_status_true_is_not_one_and_one_is_one_point_zero() -> None:
 
 # --- reacts_to ----------------------------------------------------------------------------
 
-WORD = st.sampled_from(["", "a", "b"])
-_BY_NAME: dict[str, st.SearchStrategy[Any]] = {
-    "code": st.sampled_from([c.value for c in Code]),
-    "original_outcome": st.sampled_from([c.value for c in Code]),
-    "decision": st.sampled_from(["permit", "deny"]),
-    "stage": st.sampled_from(["pending", "granted"]),
-    "found": st.booleans(),
-}
-_BY_TYPE: dict[str, st.SearchStrategy[Any]] = {
-    "str": WORD,
-    "str | None": st.none() | WORD,
-    "int": st.integers(0, 9),
-    "bool": st.booleans(),
-    "tuple[str, ...]": st.lists(WORD, max_size=2).map(tuple),
-}
 _JSON = st.sampled_from(["", "{}", '{"a":1}', "[1,2.5]", '"x"'])
-_ENVELOPE = {f.name for f in dataclasses.fields(Event)}
 
 
 def any_of(cls: type[Event]) -> st.SearchStrategy[Event]:
-    fields = {
-        f.name: _BY_NAME[f.name]
-        if f.name in _BY_NAME
-        else _JSON
-        if f.name.endswith("_json")
-        else _BY_TYPE[str(f.type)]
-        for f in dataclasses.fields(cls)
-        if f.name not in _ENVELOPE
-    }
+    """Events of ``cls``, every field drawn, envelopes over two invocations and two keys."""
     return st.builds(
         cls,
         event_id=WORD,
@@ -232,7 +208,7 @@ def any_of(cls: type[Event]) -> st.SearchStrategy[Event]:
         partition_key=st.sampled_from(["pk-0", "pk-1"]),
         causation_id=WORD,
         occurred_at=st.integers(0, 9),
-        **fields,
+        **payload_fields(cls, _JSON),
     )
 
 
