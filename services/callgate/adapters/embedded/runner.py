@@ -22,6 +22,9 @@ committed and dropped whenever anything fails or the lock changes hands:
   bytes, so a key seen again skips ``load_state``. A projection never changes a state in
   place (its states are frozen), so when it returns the very object it was given the state
   is unchanged and ``dump_state`` is skipped; every other process is dumped and compared.
+
+Events whose type a process does not react to (``process.reacts_to``) are consumed (its
+position moves past them) without loading state or calling ``handle``.
 """
 
 from __future__ import annotations
