@@ -39,19 +39,6 @@ def keyed_proposals(app: App, n: int, seed: int) -> Iterator[ev.ToolCallProposed
         yield dataclasses.replace(p, idempotency_key=key, partition_key=pk)
 
 
-def own_peak_rss_mb() -> float:
-    """This process's peak RSS. ``ru_maxrss`` is not it: Linux carries the parent's peak
-    over ``exec`` into the child's ``ru_maxrss`` (a ``callgate bench`` run that had grown to
-    700 MB made this child report 699 MB), while ``VmHWM`` belongs to this address space."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return peak_rss_mb()
-
-
 def decide_into(
     app: App, decider: Decider, stores: list[PartitionStore], keys: int
 ) -> tuple[int, int]:
@@ -86,14 +73,14 @@ def main(keys: int) -> None:
             PartitionStore(Path(d) / "decider" / f"p{i}", changelog)
             for i in range(app.settings.partitions)
         ]
-        base = own_peak_rss_mb()
+        base = peak_rss_mb()
         t0 = time.perf_counter()
         recorded, _ = decide_into(app, decider, stores, keys)
         seconds = time.perf_counter() - t0
         stored = sum(1 for store in stores for _ in store.items())
         for store in stores:
             store.close()
-    peak = own_peak_rss_mb()
+    peak = peak_rss_mb()
     print(
         json.dumps(
             {

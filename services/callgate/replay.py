@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
 from callgate.events import Event
-from callgate.process import Process, ViewRecord
+from callgate.process import Process, ViewRecord, reacts_to
 
 if TYPE_CHECKING:
     from callgate.adapters.embedded.store import EmbeddedStore, EventCodec
@@ -100,11 +100,10 @@ def _route(
 
     route: list[tuple[Step, dict[str, Any], Callable[[], Any]]] = []
     for proj, table_of in zip(projections, states, strict=True):
-        if cls.TOPIC not in proj.inputs:
+        wanted = reacts_to(proj)
+        if cls.TOPIC not in proj.inputs or (wanted is not None and cls not in wanted):
             continue
         if isinstance(proj, Projection):
-            if proj.reacts_to is not None and cls not in proj.reacts_to:
-                continue
             step: Step = proj.project
         else:
             step = _handle(proj)

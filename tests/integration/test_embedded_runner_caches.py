@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.toys import proposal
 
 from callgate.adapters.avro_codec import AvroCodec
 from callgate.adapters.embedded.runner import EmbeddedRunner, keeps_states_immutable
 from callgate.adapters.embedded.store import EmbeddedStore
 from callgate.bench_core import mixed_proposals
 from callgate.bootstrap import Settings, bootstrap
-from callgate.events import ApprovalExpired, Event, ExecutionStarted, ToolCallProposed
+from callgate.events import ApprovalExpired, Event, ExecutionStarted
 from callgate.process import Output, Process, ViewRecord
 
 CODEC = AvroCodec.default()
@@ -29,18 +30,6 @@ NOW = 1_800_000_000_000
 
 class Crash(BaseException):
     """A process dying mid-batch (not a poison event, which is dead-lettered instead)."""
-
-
-def proposal(i: int, key: str, occurred_at: int = 0) -> ToolCallProposed:
-    return ToolCallProposed(
-        event_id=f"in-{i}",
-        invocation_id=f"inv-{i}",
-        partition_key=key,
-        occurred_at=occurred_at,
-        session_token="t",
-        tool="tickets.read",
-        args_json="{}",
-    )
 
 
 class InPlace:

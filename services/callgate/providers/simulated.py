@@ -23,6 +23,7 @@ import json
 import os
 import random
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -163,7 +164,7 @@ def derived_id(prefix: str, token: str) -> str:
 # --- the simulations --------------------------------------------------------------------
 
 
-class SimulatedProvider:
+class SimulatedProvider(ABC):
     """Shared shell: tool dispatch, faults, and recording effects in the ledger.
 
     Subclasses implement ``_preview`` (read-only, used by ``dry_run`` and by reads) and
@@ -238,15 +239,17 @@ class SimulatedProvider:
         row = self.ledger.find(token, provider=self.name)
         return Lookup(found=False, result=None) if row is None else Lookup(True, row["result"])
 
+    @abstractmethod
     def _preview(
         self, tool: str, args: Mapping[str, Any], tenant: str, get: Getter
     ) -> dict[str, Any]:
-        raise NotImplementedError
+        """Read-only: what ``tool`` would do (dry-runs and reads)."""
 
+    @abstractmethod
     def _apply(
         self, tool: str, args: Mapping[str, Any], tenant: str, token: str, txn: WorldTxn
     ) -> dict[str, Any]:
-        raise NotImplementedError
+        """Apply ``tool`` inside the ledger transaction ``txn``; the recorded result."""
 
 
 class TicketsProvider(SimulatedProvider):

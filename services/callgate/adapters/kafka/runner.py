@@ -550,7 +550,7 @@ class KafkaRunner:
                 for pkey, blob in chunk:
                     key = (partition, pkey)
                     state = self.process.load_state(blob)
-                    self._seed(txn, key, state)
+                    self._seed(txn, key, state, blob)
                     state, outputs = self.process.recover(state, now)
                     self._emit(txn, key, state, outputs)
                 self._commit(txn)
