@@ -4,16 +4,32 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+TOOLS  := .tools
+UV     := $(TOOLS)/bin/uv
+export UV_PYTHON_DOWNLOADS := never
+export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: install run test test-fast lint demo bench bench-quick chaos chaos-quick chaos-stress up down clean
+.PHONY: install lock upgrade run test test-fast lint demo bench bench-quick chaos chaos-quick chaos-stress up down clean
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+$(UV): requirements/uv.txt
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install --quiet --require-hashes -r requirements/uv.txt
+	touch $(UV)
+
+## Installs exactly the locked versions (uv.lock, hashes checked) into .venv.
+$(STAMP): $(UV) pyproject.toml uv.lock
+	$(UV) sync --locked --extra dev --python $(PYTHON)
 	touch $(STAMP)
 
 install: $(STAMP)
+
+## Re-resolves the lock after a change of pyproject.toml (keeps pinned versions where it can).
+lock: $(UV)
+	$(UV) lock --python $(PYTHON)
+
+## Moves every dependency to its newest allowed version.
+upgrade: $(UV)
+	$(UV) lock --upgrade --python $(PYTHON)
 
 ## The main job: callgate serve on the embedded backend with the default profile.
 run: $(STAMP)
@@ -57,4 +73,4 @@ down:
 	docker compose down -v
 
 clean:
-	rm -rf $(VENV) .callgate .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(TOOLS) .callgate .mypy_cache .ruff_cache .pytest_cache

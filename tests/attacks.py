@@ -29,15 +29,15 @@ from typing import Any
 import jwt
 from cryptography.hazmat.primitives import serialization
 
-from callgate import events as ev
 from callgate.adapters.avro_codec import MARKER, AvroCodec
 from callgate.bootstrap import App
-from callgate.canonical import args_hash, partition_key
-from callgate.codes import Code
-from callgate.identity import AUDIENCE, DEV_ISSUER, SessionIssuer
-from callgate.keys import KeyRing
-from callgate.sdk import Gateway
-from callgate.sdk import _route as sdk_route
+from callgate.domain import events as ev
+from callgate.domain.canonical import args_hash, partition_key
+from callgate.domain.codes import Code
+from callgate.domain.identity import AUDIENCE, DEV_ISSUER, SessionIssuer
+from callgate.domain.keys import KeyRing
+from callgate.surfaces.sdk import Gateway
+from callgate.surfaces.sdk import _route as sdk_route
 
 DAY_S = 86_400
 SETTLE_S = 10.0  # how long a call through the SDK may take to settle

@@ -16,13 +16,13 @@ from typing import Any, TypeVar, overload
 import jwt
 import yaml
 
-from callgate import events as ev
 from callgate.adapters.memory import Chaos, MemoryRunner
-from callgate.approvals import peek_partition_key
 from callgate.bootstrap import App, Settings, bootstrap
-from callgate.canonical import partition_key
-from callgate.catalog import default_profile_path
-from callgate.executor import Executor
+from callgate.domain import events as ev
+from callgate.domain.approvals import peek_partition_key
+from callgate.domain.canonical import partition_key
+from callgate.domain.catalog import default_profile_path
+from callgate.executor.process import Executor
 from callgate.providers.base import DryRunResult, ExecutionResult, Lookup, Provider
 from callgate.providers.registry import ProviderRegistry
 

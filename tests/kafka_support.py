@@ -31,12 +31,12 @@ from typing import Any, TextIO
 
 import pytest
 
-from callgate import events as ev
 from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
 from callgate.adapters.kafka.client import Record, read_partitions_to_end
 from callgate.adapters.kafka.topics import Topics
 from callgate.bootstrap import Settings
-from callgate.sdk import Gateway, connect
+from callgate.domain import events as ev
+from callgate.surfaces.sdk import Gateway, connect
 from tests.e2e.helpers import REPO, Run, callgate_argv, checked_answer, cli_env, propose_argv
 
 PARTITIONS = 3  # few partitions keep joins and restores short; >1 exercises co-partitioning
@@ -57,7 +57,7 @@ def run_with_own_broker(
         find_tansu()
     except BrokerUnavailable as exc:
         pytest.skip(f"kafka tests skipped: {exc}")
-    argv = [sys.executable, "-m", "callgate.cli", "--json", "--state-dir", str(state_dir)]
+    argv = [sys.executable, "-m", "callgate.surfaces.cli", "--json", "--state-dir", str(state_dir)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("CALLGATE_")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "services"), str(REPO / "projections")])
     return subprocess.run(

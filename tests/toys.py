@@ -13,14 +13,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from callgate.events import (
+from callgate.domain.events import (
     ApprovalExpired,
     Event,
     ExecutionStarted,
     ExecutionUncertain,
     ToolCallProposed,
 )
-from callgate.process import Output, ViewRecord
+from callgate.domain.process import Output, ViewRecord
 
 S = TypeVar("S")
 

@@ -12,7 +12,7 @@ The shape, chosen so that one runner drives deciders and projections on both bac
 - A projection emits ``ViewRecord`` s, not events: a record is the latest value of one key
   of one view (``value_json=None`` is a tombstone). On Kafka a view is a keyed, compacted
   topic; on the embedded backend a row of the ``views`` table (``StoreTx.put_view``).
-- ``Projection`` (below) implements ``callgate.process.Process``: ``handle`` is ``project``
+- ``Projection`` (below) implements ``callgate.domain.process.Process``: ``handle`` is ``project``
   (ignoring ``now_ms``) and its outputs are ``ViewRecord`` s; timers, ``follow_up`` and
   ``recover`` do nothing. A runner commits the records, the key's state and the input
   position together, exactly as it commits a decider's events.
@@ -27,9 +27,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
-from callgate.codes import Code, Rejection
-from callgate.events import EVENT_TYPES, Event
-from callgate.process import ViewRecord
+from callgate.domain.codes import Code, Rejection
+from callgate.domain.events import EVENT_TYPES, Event
+from callgate.domain.process import ViewRecord
 
 __all__ = [
     "EVENTS_TOPIC",

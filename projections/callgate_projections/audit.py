@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from callgate.canonical import canonical_json, is_plain, plain_json, sha256_hex
-from callgate.codes import TERMINAL
-from callgate.events import (
+from callgate.domain.canonical import canonical_json, is_plain, plain_json, sha256_hex
+from callgate.domain.codes import TERMINAL
+from callgate.domain.events import (
     ApprovalDecisionRejected,
     ApprovalDenied,
     ApprovalExpired,

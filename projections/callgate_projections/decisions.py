@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from callgate.events import ApprovalDecisionRejected, ApprovalDenied, ApprovalGranted, Event
+from callgate.domain.events import ApprovalDecisionRejected, ApprovalDenied, ApprovalGranted, Event
 from callgate_projections import Projection, ViewRecord
 
 VIEW = "decisions"

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from callgate.canonical import canonical_json
-from callgate.events import (
+from callgate.domain.canonical import canonical_json
+from callgate.domain.events import (
     ApprovalDenied,
     ApprovalExpired,
     ApprovalGranted,

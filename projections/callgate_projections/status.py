@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from callgate.canonical import canonical_json
-from callgate.codes import TERMINAL, Code, Rejection
-from callgate.events import (
+from callgate.domain.canonical import canonical_json
+from callgate.domain.codes import TERMINAL, Code, Rejection
+from callgate.domain.events import (
     ApprovalDecisionRejected,
     ApprovalDenied,
     ApprovalExpired,

@@ -17,14 +17,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from callgate.approvals import ApprovalSigner, ApprovalVerifier
-from callgate.catalog import Profile, default_profile_path, load_profile
 from callgate.decider import Decider, DeciderDeps
-from callgate.executor import Executor
-from callgate.identity import SessionIssuer, SessionVerifier
-from callgate.keys import KeyRing
-from callgate.policy import PolicyEngine
-from callgate.process import Process
+from callgate.domain.approvals import ApprovalSigner, ApprovalVerifier
+from callgate.domain.catalog import Profile, default_profile_path, load_profile
+from callgate.domain.identity import SessionIssuer, SessionVerifier
+from callgate.domain.keys import KeyRing
+from callgate.domain.policy import PolicyEngine
+from callgate.domain.process import Process
+from callgate.executor.process import Executor
 from callgate.providers.ledger import EffectLedger
 from callgate.providers.registry import ProviderRegistry
 from callgate_projections.audit import AuditProjection

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
-    from callgate.events import ToolCallProposed
+    from callgate.domain.events import ToolCallProposed
 
 
 def _find_callgate() -> str | None:
@@ -234,8 +234,8 @@ class Planned:
     def proposal(self, now: int, producer: str) -> ToolCallProposed:
         """The event as the SDK builds it: partition key from tenant, key and invocation
         (DESIGN "Shape"), ids derived from the invocation id."""
-        from callgate import events as ev
-        from callgate.canonical import partition_key
+        from callgate.domain import events as ev
+        from callgate.domain.canonical import partition_key
 
         tenant = self.tenant if self.key is not None else ""
         return ev.ToolCallProposed(
@@ -325,7 +325,7 @@ def publish_plan(plan_file: Path) -> None:
     invocation, DESIGN "Shape") and go through the SDK's embedded backend ``publish``.
     """
     from callgate.bootstrap import Settings
-    from callgate.sdk import connect
+    from callgate.surfaces.sdk import connect
 
     doc = json.loads(plan_file.read_text())
     gate = connect(Settings(state_dir=Path(doc["state_dir"])))

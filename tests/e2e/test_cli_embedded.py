@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from callgate.codes import Code
+from callgate.domain.codes import Code
 from tests.e2e.helpers import (
     DEFAULT_PROFILE,
     EXIT_FAILED,

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from callgate.adapters.embedded.store import EmbeddedStore
-from callgate.codes import Code
+from callgate.domain.codes import Code
 from tests.e2e.helpers import (
     Serve,
     cg,

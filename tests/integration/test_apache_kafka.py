@@ -29,7 +29,7 @@ from tests.kafka_support import (
     v2_scenario,
 )
 
-from callgate.sdk import Gateway
+from callgate.surfaces.sdk import Gateway
 
 pytestmark = [pytest.mark.kafka, pytest.mark.docker]
 

@@ -18,10 +18,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tests.kafka_support import run_with_own_broker
 
-from callgate import events as ev
 from callgate.bootstrap import Settings, bootstrap
-from callgate.catalog import Profile, default_profile_path, load_profile
-from callgate.chaos import Call, Evidence, Verdict, verify
+from callgate.domain import events as ev
+from callgate.domain.catalog import Profile, default_profile_path, load_profile
+from callgate.ops.chaos import Call, Evidence, Verdict, verify
 
 PROFILE: Profile = load_profile(default_profile_path())
 CHAOS_ARGS = ("--proposals", "300", "--kills", "3", "--seed", "11")
@@ -330,7 +330,7 @@ def test_a_retry_that_runs_an_approved_call_names_its_approval(
 
 
 def _unapproved(applied: Mapping[str, Any], audit: list[dict[str, Any]]) -> list[str]:
-    from callgate.chaos import unapproved_high_impact
+    from callgate.ops.chaos import unapproved_high_impact
 
     return unapproved_high_impact([applied], audit, PROFILE)
 
@@ -341,7 +341,7 @@ def test_two_lookups_of_one_attempt_retry_it_once(tmp_path: Path) -> None:
     started a retry (a second effect, or a call left executing forever). Given one retry
     per attempt, the second answer does nothing; a lookup of the retry's own started attempt
     (the executor died again) still retries."""
-    from callgate.canonical import partition_key
+    from callgate.domain.canonical import partition_key
 
     app = bootstrap(Settings(state_dir=tmp_path))
     decider = app.decider()
@@ -402,7 +402,8 @@ def test_a_store_ahead_of_a_lost_offset_commit_is_kept(
     world's store) is still wiped and restored from the log."""
     import uuid
 
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
 
     from callgate.adapters.kafka.client import make_producer
     from callgate.adapters.kafka.state import ChangelogReader, PartitionStore, restore_partition
@@ -413,7 +414,7 @@ def test_a_store_ahead_of_a_lost_offset_commit_is_kept(
     admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(30)
     producer = make_producer(kafka_bootstrap)
     for value, token, prev in ((b"v1", b"t1", b""), (b"v2", b"t2", b"t1")):
-        headers = [("cg-txn", token), ("cg-prev", prev)]
+        headers: list[tuple[str, str | bytes | None]] = [("cg-txn", token), ("cg-prev", prev)]
         producer.produce(topic, key=b"k", value=value, partition=0, headers=headers)
     assert producer.flush(30) == 0
     store = PartitionStore(tmp_path / "p0", topic)

@@ -29,7 +29,7 @@ from tests.toys import Counting, Expiring, Recovering, proposal
 from callgate.adapters.avro_codec import AvroCodec
 from callgate.adapters.embedded.runner import EmbeddedRunner, RunnerLockNotHeld
 from callgate.adapters.embedded.store import EmbeddedStore
-from callgate.events import (
+from callgate.domain.events import (
     ApprovalGranted,
     DryRunFailed,
     DryRunRecorded,
@@ -38,7 +38,7 @@ from callgate.events import (
     ExecutionStarted,
     ExecutionUncertain,
 )
-from callgate.process import Output, Process, ViewRecord
+from callgate.domain.process import Output, Process, ViewRecord
 
 CODEC = AvroCodec.default()
 REPO = Path(__file__).resolve().parents[2]

@@ -19,10 +19,10 @@ from tests.toys import proposal
 from callgate.adapters.avro_codec import AvroCodec
 from callgate.adapters.embedded.runner import EmbeddedRunner, keeps_states_immutable
 from callgate.adapters.embedded.store import EmbeddedStore
-from callgate.bench_core import mixed_proposals
 from callgate.bootstrap import Settings, bootstrap
-from callgate.events import ApprovalExpired, Event, ExecutionStarted
-from callgate.process import Output, Process, ViewRecord
+from callgate.domain.events import ApprovalExpired, Event, ExecutionStarted
+from callgate.domain.process import Output, Process, ViewRecord
+from callgate.ops.bench_core import mixed_proposals
 
 CODEC = AvroCodec.default()
 NOW = 1_800_000_000_000

@@ -1,7 +1,7 @@
 """The hostile-input corpus through the SDK on the embedded backend, plus raw poison bytes.
 
 Same cases as ``tests/unit/test_attack_corpus.py`` (``tests/attacks.py``), but every
-request goes through ``callgate.sdk.connect(Settings(state_dir=...))`` into the SQLite
+request goes through ``callgate.surfaces.sdk.connect(Settings(state_dir=...))`` into the SQLite
 event store, and the deciders run in-process on the embedded runner. Bytes that are not
 a valid request are appended as they came (``EmbeddedStore.append_raw``) and must be
 dead-lettered (``malformed_event``, first in DESIGN's order of checks) with their reason
@@ -32,13 +32,13 @@ from tests.attacks import (
 )
 from tests.harness import T0
 
-from callgate import events as ev
 from callgate.adapters.avro_codec import MARKER, AvroCodec
 from callgate.adapters.embedded.gateway import EmbeddedBackend
 from callgate.bootstrap import Settings, bootstrap
-from callgate.codes import Code, Rejection
-from callgate.replay import replay
-from callgate.sdk import Gateway, connect
+from callgate.domain import events as ev
+from callgate.domain.codes import Code, Rejection
+from callgate.ops.replay import replay
+from callgate.surfaces.sdk import Gateway, connect
 
 
 class Clock:

@@ -43,12 +43,12 @@ from tests.kafka_support import (
     wait_for,
 )
 
-from callgate import events as ev
 from callgate.adapters.kafka.client import make_producer, publish
 from callgate.adapters.kafka.state import HEADER_TXN, read_committed_changelog
-from callgate.canonical import partition_key
-from callgate.replay import replay
-from callgate.sdk import Gateway
+from callgate.domain import events as ev
+from callgate.domain.canonical import partition_key
+from callgate.ops.replay import replay
+from callgate.surfaces.sdk import Gateway
 from callgate_projections.audit import verify_chain
 
 pytestmark = pytest.mark.kafka

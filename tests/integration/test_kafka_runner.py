@@ -66,8 +66,8 @@ from callgate.adapters.kafka.state import (
     select_committed,
 )
 from callgate.adapters.kafka.topics import Topics, ensure_topics
-from callgate.events import ApprovalGranted, Event, EventDeadLettered, ExecutionStarted
-from callgate.process import Output, Process
+from callgate.domain.events import ApprovalGranted, Event, EventDeadLettered, ExecutionStarted
+from callgate.domain.process import Output, Process
 
 CODEC = AvroCodec.default()
 REPO = Path(__file__).resolve().parents[2]
@@ -468,7 +468,7 @@ def forge_aborted_changelog_transaction(dep: Deployment, process: str, keys: set
     producer = make_producer(dep.bootstrap, transactional_id=f"{dep.topics.prefix}.forger")
     producer.init_transactions(10)
     producer.begin_transaction()
-    headers = [(HEADER_TXN, b"forged"), (HEADER_PREV, b"")]
+    headers: list[tuple[str, str | bytes | None]] = [(HEADER_TXN, b"forged"), (HEADER_PREV, b"")]
     for partition in range(PARTITIONS):
         for key in keys:
             producer.produce(

@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given
 from hypothesis import strategies as st
 
-from callgate.approvals import (
+from callgate.domain.approvals import (
     APPROVAL_TYP,
     BINDING_FIELDS,
     DEFAULT_MATCH_FIELDS,
@@ -29,9 +29,9 @@ from callgate.approvals import (
     peek_partition_key,
     require_match,
 )
-from callgate.codes import Code, Rejection
-from callgate.keys import KeyRing
-from callgate.principal import Principal
+from callgate.domain.codes import Code, Rejection
+from callgate.domain.keys import KeyRing
+from callgate.domain.principal import Principal
 
 RING = KeyRing.generate()
 SIGNER = ApprovalSigner(RING.approval_signing_key, RING.approval_kid)

@@ -30,9 +30,9 @@ from tests.attacks import (
 )
 from tests.harness import Gate
 
-from callgate import events as ev
 from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
-from callgate.codes import Code
+from callgate.domain import events as ev
+from callgate.domain.codes import Code
 
 
 class MemorySurface(Surface):

@@ -28,7 +28,7 @@ from callgate.adapters.avro_codec import (
     SchemaSetError,
     schema_fingerprint,
 )
-from callgate.events import EVENT_TYPES, Event, PolicyDecided, ToolCallProposed
+from callgate.domain.events import EVENT_TYPES, Event, PolicyDecided, ToolCallProposed
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 CODEC = AvroCodec.from_directory(SCHEMAS)
@@ -327,7 +327,10 @@ def test_released_schema_without_current_schema_is_refused(tmp_path: Path) -> No
     [
         ("{not json", "DryRunFailed.avsc"),
         ('["null", "string"]', "not a record schema"),
-        ('{"type": "record", "name": "DryRunFailed", "namespace": "callgate.events"}', "record"),
+        (
+            '{"type": "record", "name": "DryRunFailed", "namespace": "callgate.events"}',
+            "record",
+        ),
     ],
 )
 def test_unreadable_schema_file_is_refused(tmp_path: Path, content: str, reason: str) -> None:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from callgate.canonical import (
+from callgate.domain.canonical import (
     args_hash,
     canonical_json,
     derive_id,

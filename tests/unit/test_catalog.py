@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from callgate.catalog import (
+from callgate.domain.catalog import (
     Confirmation,
     Impact,
     Profile,

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from tests.harness import Gate, write_profile
 
-from callgate import events as ev
-from callgate.approvals import peek_claim
-from callgate.canonical import sha256_hex
+from callgate.domain import events as ev
+from callgate.domain.approvals import peek_claim
+from callgate.domain.canonical import sha256_hex
 from callgate.providers.simulated import RecordsProvider
 from callgate_projections.audit import verify_chain
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from tests.harness import Gate
 
-from callgate import events as ev
 from callgate.adapters.memory import CrashMode
+from callgate.domain import events as ev
 
 TICKET: dict[str, Any] = {"title": "Printer on fire", "requester_id": "alice"}
 REFUND: dict[str, Any] = {"order_id": "ORD-1", "amount_cents": 500, "currency": "USD"}

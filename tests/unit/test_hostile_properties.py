@@ -32,12 +32,12 @@ from tests.attacks import (
 )
 from tests.harness import T0, Gate
 
-from callgate import events as ev
 from callgate.bootstrap import App, bootstrap
-from callgate.catalog import Confirmation
-from callgate.codes import Code
 from callgate.decider import Decider
-from callgate.identity import normalize_identity
+from callgate.domain import events as ev
+from callgate.domain.catalog import Confirmation
+from callgate.domain.codes import Code
+from callgate.domain.identity import normalize_identity
 
 VOCABULARY = frozenset(c.value for c in Code)
 

@@ -15,15 +15,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given
 from hypothesis import strategies as st
 
-from callgate.codes import Code, Rejection
-from callgate.identity import (
+from callgate.domain.codes import Code, Rejection
+from callgate.domain.identity import (
     MAX_ARGS_DEPTH,
     SessionIssuer,
     SessionVerifier,
     check_identity,
 )
-from callgate.keys import KeyRing
-from callgate.principal import Principal
+from callgate.domain.keys import KeyRing
+from callgate.domain.principal import Principal
 
 RING = KeyRing.generate()
 ISSUER = SessionIssuer(RING.session_signing_key, RING.session_kid)

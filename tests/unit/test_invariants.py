@@ -36,9 +36,9 @@ from hypothesis import HealthCheck, event, given, settings, target
 from hypothesis import strategies as st
 from tests.harness import DAY_S, Gate, write_profile
 
-from callgate import events as ev
 from callgate.adapters.memory import Chaos
-from callgate.catalog import Profile
+from callgate.domain import events as ev
+from callgate.domain.catalog import Profile
 from callgate.providers.simulated import RefundsProvider
 
 SELF = "<self>"

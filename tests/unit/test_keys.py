@@ -15,7 +15,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from callgate.keys import (
+from callgate.domain.keys import (
     APPROVAL_KEY_FILE,
     SESSION_KEY_FILE,
     TRUSTED_SESSION_DIR,

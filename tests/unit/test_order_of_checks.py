@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from tests.harness import Gate
 
-from callgate import events as ev
+from callgate.domain import events as ev
 
 TTL_MS = 900_000
 REFUND: dict[str, Any] = {"order_id": "ORD-1", "amount_cents": 500, "currency": "USD"}

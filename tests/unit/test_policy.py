@@ -14,9 +14,15 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from callgate.catalog import Profile, ProfileError, ToolSpec, default_profile_path, load_profile
-from callgate.policy import PolicyEngine
-from callgate.principal import Principal
+from callgate.domain.catalog import (
+    Profile,
+    ProfileError,
+    ToolSpec,
+    default_profile_path,
+    load_profile,
+)
+from callgate.domain.policy import PolicyEngine
+from callgate.domain.principal import Principal
 
 PROFILE: Profile = load_profile(default_profile_path())
 ENGINE = PolicyEngine(PROFILE)

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from callgate.canonical import canonical_json
-from callgate.codes import Code, Rejection
-from callgate.events import (
+from callgate.domain.canonical import canonical_json
+from callgate.domain.codes import Code, Rejection
+from callgate.domain.events import (
     EVENT_TYPES,
     ApprovalDecisionRejected,
     ApprovalDenied,
@@ -42,7 +42,7 @@ from callgate.events import (
     ReplayServed,
     ToolCallProposed,
 )
-from callgate.process import Process
+from callgate.domain.process import Process
 from callgate_projections import Projection, ViewRecord, fold_log, materialize
 from callgate_projections.audit import (
     GENESIS,

@@ -22,13 +22,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.unit.test_projections import WORD, payload_fields
 
-import callgate.canonical as canonical
+import callgate.domain.canonical as canonical
 from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
 from callgate.adapters.embedded.store import EmbeddedStore
-from callgate.canonical import canonical_json, canonical_json_reference, is_plain, plain_json
-from callgate.events import EVENT_TYPES, Event, ExecutionStarted, PolicyDecided, ToolCallProposed
-from callgate.process import Process, ViewRecord
-from callgate.replay import Table, _Unshardable, fold, merge, rebuild, rebuild_sharded
+from callgate.domain.canonical import canonical_json, canonical_json_reference, is_plain, plain_json
+from callgate.domain.events import (
+    EVENT_TYPES,
+    Event,
+    ExecutionStarted,
+    PolicyDecided,
+    ToolCallProposed,
+)
+from callgate.domain.process import Process, ViewRecord
+from callgate.ops.replay import Table, _Unshardable, fold, merge, rebuild, rebuild_sharded
 from callgate_projections import LOG_EVENTS, Projection
 from callgate_projections.audit import AuditProjection, AuditState, verify_chain
 from callgate_projections.decisions import DecisionsProjection
@@ -357,7 +363,7 @@ def _read_events(store: EmbeddedStore) -> list[Event]:
 
 
 def _bench_log() -> Path:
-    from callgate.bench_core import bench_embedded
+    from callgate.ops.bench_core import bench_embedded
 
     _, state = bench_embedded(40)
     return state

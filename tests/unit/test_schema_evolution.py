@@ -2,7 +2,7 @@
 
 DESIGN "Shape": events are Avro, versioned, and evolve only in compatible ways. Two guards:
 
-- each current schema matches its class in ``callgate.events`` field for field, so the
+- each current schema matches its class in ``callgate.domain.events`` field for field, so the
   Python classes cannot drift from the schemas;
 - each current schema is backward and forward compatible with every released version in
   ``schemas/released/<version>/``, checked by writing records with one schema and reading
@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from callgate.events import EVENT_TYPES, Event
+from callgate.domain.events import EVENT_TYPES, Event
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 RELEASED = SCHEMAS / "released"

@@ -17,8 +17,8 @@ from tests.unit.test_projections import logs  # every ``events`` type, fields dr
 
 from callgate.adapters.embedded.runner import keeps_states_immutable
 from callgate.bootstrap import App, Settings, bootstrap
-from callgate.events import Event
-from callgate.process import Process
+from callgate.domain.events import Event
+from callgate.domain.process import Process
 
 NOW = 1_800_000_000_000
 

@@ -7,7 +7,7 @@ writer schema, so every released version stays decodable and is resolved to the 
 (reader) schema; events evolve only in compatible ways (DESIGN "Shape").
 
 Schema directory layout: ``<dir>/<EventType>.avsc`` holds the current schema of each event
-type (the source of truth; tests keep ``callgate.events`` in line with it), and
+type (the source of truth; tests keep ``callgate.domain.events`` in line with it), and
 ``<dir>/released/<version>/<EventType>.avsc`` every schema version that was ever released.
 
 Any undecodable input raises ``MalformedEvent``; the caller dead-letters it with code
@@ -29,11 +29,11 @@ from typing import Any, cast
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from callgate.events import BY_NAME, Event
+from callgate.domain.events import BY_NAME, Event
 
 MARKER = b"\xc3\x01"
 HEADER_LEN = 10  # marker + 8-byte fingerprint
-NAMESPACE = "callgate.events"
+NAMESPACE = "callgate.events"  # the Avro namespace (not the Python module)
 RELEASED_DIR = "released"
 
 Schema = dict[str, Any]
@@ -48,7 +48,7 @@ class MalformedEvent(ValueError):
 
 
 class SchemaSetError(ValueError):
-    """The schema directory is incomplete or disagrees with ``callgate.events``."""
+    """The schema directory is incomplete or disagrees with ``callgate.domain.events``."""
 
 
 def schema_fingerprint(schema: Schema | str) -> bytes:
@@ -272,7 +272,7 @@ def _check_current(current: Mapping[str, Schema]) -> None:
         raise SchemaSetError(f"no current schema for {missing}")
     for name, schema in current.items():
         if name not in BY_NAME:
-            raise SchemaSetError(f"schema {name} has no event class in callgate.events")
+            raise SchemaSetError(f"schema {name} has no event class in callgate.domain.events")
         if schema.get("name") != name or schema.get("namespace") != NAMESPACE:
             raise SchemaSetError(f"schema {name} must be record {NAMESPACE}.{name}")
         fields = set(_field_names(schema, name))

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from callgate.events import Event
-from callgate.process import Output, Process, ViewRecord
+from callgate.domain.events import Event
+from callgate.domain.process import Output, Process, ViewRecord
 
 CrashMode = Literal["before", "after"]
 

@@ -10,19 +10,10 @@ call it authorized gets the stored result.
 
 from __future__ import annotations
 
-from callgate import events as ev
-from callgate.approvals import (
-    ApprovalBinding,
-    ApprovalClaims,
-    approval_jti,
-    check_approver,
-    require_match,
-)
-from callgate.codes import Code, Rejection
 from callgate.decider.deps import DeciderDeps
 from callgate.decider.emitter import Emitter
 from callgate.decider.key_records import set_key_status
-from callgate.decider_state import (
+from callgate.decider.state import (
     ApprovalStatus,
     ApprovalUse,
     DeciderState,
@@ -30,6 +21,15 @@ from callgate.decider_state import (
     KeyStatus,
     Phase,
 )
+from callgate.domain import events as ev
+from callgate.domain.approvals import (
+    ApprovalBinding,
+    ApprovalClaims,
+    approval_jti,
+    check_approver,
+    require_match,
+)
+from callgate.domain.codes import Code, Rejection
 
 _REPLAYABLE = frozenset({Code.EXECUTED.value, Code.EXECUTION_FAILED.value})
 

@@ -9,15 +9,10 @@ approval and idempotency key it held (C8).
 
 from __future__ import annotations
 
-from callgate import events as ev
-from callgate.approvals import ApprovalClaims
-from callgate.canonical import canonical_json, execution_token
-from callgate.catalog import Confirmation, ToolSpec
-from callgate.codes import Code, Rejection
 from callgate.decider.approvals import mismatch, no_dry_run_hash
 from callgate.decider.emitter import Emitter
 from callgate.decider.key_records import key_record, set_key_status
-from callgate.decider_state import (
+from callgate.decider.state import (
     ApprovalStatus,
     DeciderState,
     Invocation,
@@ -25,6 +20,11 @@ from callgate.decider_state import (
     KeyStatus,
     Phase,
 )
+from callgate.domain import events as ev
+from callgate.domain.approvals import ApprovalClaims
+from callgate.domain.canonical import canonical_json, execution_token
+from callgate.domain.catalog import Confirmation, ToolSpec
+from callgate.domain.codes import Code, Rejection
 
 
 def authorize(

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from callgate.approvals import ApprovalSigner, ApprovalVerifier
-from callgate.catalog import Profile
-from callgate.identity import SessionVerifier
-from callgate.policy import PolicyEngine
+from callgate.domain.approvals import ApprovalSigner, ApprovalVerifier
+from callgate.domain.catalog import Profile
+from callgate.domain.identity import SessionVerifier
+from callgate.domain.policy import PolicyEngine
 
 
 @dataclass(frozen=True)

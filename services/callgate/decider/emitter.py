@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from callgate import events as ev
-from callgate.canonical import derive_id
-from callgate.process import Output
+from callgate.domain import events as ev
+from callgate.domain.canonical import derive_id
+from callgate.domain.process import Output
 
 PRODUCER = "decider"
 

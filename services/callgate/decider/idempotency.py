@@ -9,13 +9,13 @@ retry under the same key.
 
 from __future__ import annotations
 
-from callgate import events as ev
-from callgate.approvals import ApprovalClaims
-from callgate.codes import Code, Rejection
 from callgate.decider.authorization import authorize
 from callgate.decider.deps import DeciderDeps
 from callgate.decider.emitter import Emitter
-from callgate.decider_state import DeciderState, Invocation, KeyRecord, KeyStatus, Phase
+from callgate.decider.state import DeciderState, Invocation, KeyRecord, KeyStatus, Phase
+from callgate.domain import events as ev
+from callgate.domain.approvals import ApprovalClaims
+from callgate.domain.codes import Code, Rejection
 
 
 def on_known_key(

@@ -7,10 +7,10 @@ second authorization.
 
 from __future__ import annotations
 
-from callgate import events as ev
-from callgate.codes import Code
 from callgate.decider.emitter import Emitter
-from callgate.decider_state import DeciderState, Invocation, KeyRecord, Phase
+from callgate.decider.state import DeciderState, Invocation, KeyRecord, Phase
+from callgate.domain import events as ev
+from callgate.domain.codes import Code
 
 
 def key_record(state: DeciderState, inv: Invocation) -> KeyRecord | None:

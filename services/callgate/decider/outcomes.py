@@ -9,13 +9,13 @@ with the same execution token (C12).
 
 from __future__ import annotations
 
-from callgate import events as ev
-from callgate.codes import Code, Rejection
 from callgate.decider.approvals import mismatch
 from callgate.decider.authorization import reject_late, request_approval, request_execution
 from callgate.decider.emitter import Emitter
 from callgate.decider.key_records import key_record, serve_waiters
-from callgate.decider_state import DeciderState, KeyStatus, Phase
+from callgate.decider.state import DeciderState, KeyStatus, Phase
+from callgate.domain import events as ev
+from callgate.domain.codes import Code, Rejection
 
 
 def on_dry_run(state: DeciderState, e: ev.DryRunRecorded, out: Emitter) -> None:

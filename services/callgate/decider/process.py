@@ -16,9 +16,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from callgate import events as ev
-from callgate.canonical import canonical_json
-from callgate.codes import Code
 from callgate.decider.approvals import on_approval_decision
 from callgate.decider.deps import DeciderDeps
 from callgate.decider.emitter import Emitter, tick_event
@@ -31,7 +28,7 @@ from callgate.decider.outcomes import (
     settle_execution,
 )
 from callgate.decider.proposals import on_proposed
-from callgate.decider_state import (
+from callgate.decider.state import (
     ApprovalStatus,
     DeciderState,
     Invocation,
@@ -39,7 +36,10 @@ from callgate.decider_state import (
     dump_state,
     load_state,
 )
-from callgate.process import Output
+from callgate.domain import events as ev
+from callgate.domain.canonical import canonical_json
+from callgate.domain.codes import Code
+from callgate.domain.process import Output
 
 
 class Decider:

@@ -10,18 +10,18 @@ idempotency (C8) → dry-run / approval_required → execution.
 
 from __future__ import annotations
 
-from callgate import events as ev
-from callgate.approvals import peek_claim, peek_partition_key
-from callgate.arguments import normalize_args, target_of
-from callgate.canonical import args_hash, canonical_json, partition_key, request_fingerprint
-from callgate.codes import Code, Rejection
 from callgate.decider.approvals import check_approval, presented_approval
 from callgate.decider.authorization import authorize
 from callgate.decider.deps import DeciderDeps
 from callgate.decider.emitter import Emitter
 from callgate.decider.idempotency import on_known_key
-from callgate.decider_state import DeciderState, Invocation, Phase
-from callgate.identity import check_identity
+from callgate.decider.state import DeciderState, Invocation, Phase
+from callgate.domain import events as ev
+from callgate.domain.approvals import peek_claim, peek_partition_key
+from callgate.domain.arguments import normalize_args, target_of
+from callgate.domain.canonical import args_hash, canonical_json, partition_key, request_fingerprint
+from callgate.domain.codes import Code, Rejection
+from callgate.domain.identity import check_identity
 
 
 def on_proposed(

@@ -17,7 +17,7 @@ from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
 from callgate.adapters.embedded.runner import EmbeddedRunner
 from callgate.adapters.embedded.store import EmbeddedStore
 from callgate.bootstrap import App
-from callgate.events import Event
+from callgate.domain.events import Event
 
 
 class EmbeddedBackend:

@@ -1,4 +1,4 @@
-"""The embedded runner: executes ``callgate.process.Process`` implementations over the store.
+"""The embedded runner: executes ``callgate.domain.process.Process`` implementations over the store.
 
 One set of processes, two runners (DESIGN "Backends"): this one reads the SQLite log instead
 of Kafka topics and commits to the same database. Exactly-once per process comes from
@@ -48,9 +48,9 @@ from callgate.adapters.embedded.store import (
     StoreTx,
     event_row,
 )
-from callgate.codes import Code
-from callgate.events import Event, EventDeadLettered
-from callgate.process import Output, Process, ViewRecord, reacts_to
+from callgate.domain.codes import Code
+from callgate.domain.events import Event, EventDeadLettered
+from callgate.domain.process import Output, Process, ViewRecord, reacts_to
 from callgate_projections import Projection
 
 LOCK_FILE = "runner.lock"

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from callgate.events import Event
+from callgate.domain.events import Event
 
 DB_FILE = "events.sqlite3"
 _BUSY_TIMEOUT_MS = 30_000

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from callgate.adapters.kafka.topics import Topics
-from callgate.events import Event
+from callgate.domain.events import Event
 
 Config = dict[str, Any]
 
@@ -95,9 +95,7 @@ def publish(
 
     def on_delivery(index: int) -> Any:
         def callback(err: KafkaError | None, msg: Message) -> None:
-            results[index] = (
-                err if err is not None else (msg.topic(), msg.partition(), msg.offset())
-            )
+            results[index] = err if err is not None else position(msg)
 
         return callback
 
@@ -170,6 +168,21 @@ def read_partition_to_end(
     return read_partitions_to_end(bootstrap, topic, [partition], **kwargs)
 
 
+def position(msg: Message) -> tuple[str, int, int]:
+    """A fetched record's topic, partition and offset (librdkafka sets all three on one)."""
+    topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+    if topic is None or partition is None or offset is None:
+        raise KafkaException(KafkaError(KafkaError._BAD_MSG, "record without a position"))
+    return topic, partition, offset
+
+
+def headers_of(msg: Message) -> list[tuple[str, bytes]]:
+    """A record's headers as bytes (callgate writes bytes; a missing value reads as empty)."""
+    raw = msg.headers() or ()
+    items = raw.items() if isinstance(raw, dict) else raw
+    return [(k, v.encode() if isinstance(v, str) else (v or b"")) for k, v in items]
+
+
 def fetched(consumer: Consumer, timeout_s: float) -> list[Message]:
     """What is fetched already (no waiting for a full batch), else the next message to
     arrive within ``timeout_s``; ``[]`` when none did. ``consume(n, t)`` would wait for all
@@ -191,8 +204,9 @@ def _drain(consumer: Consumer, pending: set[int], timeout_s: float) -> list[Reco
             err = msg.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
-                    pending.discard(msg.partition())
-                    consumer.pause([TopicPartition(msg.topic(), msg.partition())])
+                    topic, partition, _ = position(msg)
+                    pending.discard(partition)
+                    consumer.pause([TopicPartition(topic, partition)])
                     continue
                 raise KafkaException(err)
             records.append(to_record(msg))
@@ -200,5 +214,5 @@ def _drain(consumer: Consumer, pending: set[int], timeout_s: float) -> list[Reco
 
 
 def to_record(msg: Message) -> Record:
-    headers = {k: (v or b"") for k, v in (msg.headers() or ())}
-    return Record(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(), headers)
+    topic, partition, offset = position(msg)
+    return Record(topic, partition, offset, msg.key(), msg.value(), dict(headers_of(msg)))

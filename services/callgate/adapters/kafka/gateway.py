@@ -16,11 +16,16 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
-from callgate.adapters.kafka.client import make_producer, publish, read_partitions_to_end
+from callgate.adapters.kafka.client import (
+    make_producer,
+    position,
+    publish,
+    read_partitions_to_end,
+)
 from callgate.adapters.kafka.serve import views_of
 from callgate.adapters.kafka.topics import Topics
 from callgate.bootstrap import App
-from callgate.events import Event
+from callgate.domain.events import Event
 
 
 class KafkaBackend:
@@ -50,7 +55,7 @@ class KafkaBackend:
         consumer = Consumer(
             {
                 "bootstrap.servers": self.bootstrap,
-                "group.id": "callgate.sdk-reader",  # never joined, never committed
+                "group.id": "callgate.surfaces.sdk-reader",  # never joined, never committed
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "isolation.level": "read_committed",
@@ -83,10 +88,10 @@ class KafkaBackend:
             err = msg.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
-                    ended.add((msg.topic(), msg.partition()))
+                    ended.add(position(msg)[:2])
                     continue
                 raise KafkaException(err)
-            view = self._by_topic[msg.topic()]
+            view = self._by_topic[position(msg)[0]]
             key = (msg.key() or b"").decode()
             value = msg.value()
             if value is None:

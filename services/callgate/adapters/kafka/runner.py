@@ -1,4 +1,4 @@
-"""The Kafka runner: executes one ``callgate.process.Process`` exactly once per input record.
+"""The Kafka runner: executes one ``callgate.domain.process.Process`` exactly once per input record.
 
 One set of processes, two runners (DESIGN "Backends"): this one reads Kafka topics and
 commits with Kafka transactions; ``callgate.adapters.embedded`` does the same over SQLite.
@@ -71,7 +71,7 @@ from confluent_kafka import (
 )
 
 from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
-from callgate.adapters.kafka.client import EventCodec, make_consumer, make_producer
+from callgate.adapters.kafka.client import EventCodec, make_consumer, make_producer, position
 from callgate.adapters.kafka.state import (
     HEADER_PREV,
     HEADER_TXN,
@@ -80,9 +80,9 @@ from callgate.adapters.kafka.state import (
     restore_partition,
 )
 from callgate.adapters.kafka.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
-from callgate.codes import Code
-from callgate.events import Event, EventDeadLettered
-from callgate.process import Output, Process, ViewRecord, reacts_to
+from callgate.domain.codes import Code
+from callgate.domain.events import Event, EventDeadLettered
+from callgate.domain.process import Output, Process, ViewRecord, reacts_to
 
 log = logging.getLogger(__name__)
 
@@ -259,7 +259,7 @@ class KafkaRunner:
             if err.code() != KafkaError._PARTITION_EOF:
                 log.warning("%s: consumer error %s", self.process.name, err)
             return
-        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+        topic, partition, offset = position(msg)
         if partition not in self._stores or offset < self._committed.get((topic, partition), 0):
             return  # not ours (any more), or already committed: fetched before a rebalance
         txn.positions[(topic, partition)] = offset + 1
@@ -295,8 +295,8 @@ class KafkaRunner:
             code=Code.MALFORMED_EVENT.value,
             reason=reason,
             source_topic=logical,
-            source_partition=msg.partition(),
-            source_offset=msg.offset(),
+            source_partition=position(msg)[1],
+            source_offset=position(msg)[2],
             original=msg.value() or b"",
         )
         self._produce(txn, self._topics.physical(dead.TOPIC), raw_key, self._codec.encode(dead))
@@ -397,7 +397,8 @@ class KafkaRunner:
             if err is not None:
                 errors.append(err)
             else:
-                bounds[msg.partition()] = max(bounds.get(msg.partition(), 0), msg.offset() + 1)
+                _, partition, offset = position(msg)
+                bounds[partition] = max(bounds.get(partition, 0), offset + 1)
 
         for partition, blobs in changes.items():
             prev = self._stores[partition].head.encode()

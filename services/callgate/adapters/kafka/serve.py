@@ -22,7 +22,7 @@ from callgate.adapters.kafka.topics import Topics, ensure_topics
 from callgate.bootstrap import App, Settings
 
 if TYPE_CHECKING:
-    from callgate.render import Renderer
+    from callgate.surfaces.render import Renderer
 
 
 def views_of(app: App) -> dict[str, str]:

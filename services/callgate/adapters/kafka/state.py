@@ -42,7 +42,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteBufferManager
 
-from callgate.adapters.kafka.client import fetched
+from callgate.adapters.kafka.client import fetched, headers_of, position
 from callgate.adapters.kafka.topics import Topics
 
 HEADER_TXN = "cg-txn"
@@ -252,10 +252,11 @@ class ChangelogReader:
                         if err.code() == KafkaError._PARTITION_EOF:
                             return entries
                         raise KafkaException(err)
-                    if msg.offset() >= bound:
+                    offset = position(msg)[2]
+                    if offset >= bound:
                         return entries
-                    entries.append(_entry(msg.offset(), msg.key(), msg.value(), msg.headers()))
-                    if msg.offset() == bound - 1:
+                    entries.append(_entry(offset, msg.key(), msg.value(), headers_of(msg)))
+                    if offset == bound - 1:
                         return entries
         finally:
             self._consumer.unassign()

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 DEFAULT_PREFIX = "callgate"
 DEFAULT_PARTITIONS = 6
@@ -31,7 +32,7 @@ DEAD_LETTER_RETENTION_MS = 90 * 24 * 3600 * 1000  # long enough for a person to 
 
 
 class NamedProcess(Protocol):
-    """What the topic layout needs to know of a process (``callgate.process.Process`` fits)."""
+    """What the topic layout needs to know of a process (``domain.process.Process`` fits)."""
 
     @property
     def name(self) -> str: ...

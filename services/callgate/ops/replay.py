@@ -22,13 +22,13 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
-from callgate.events import Event
-from callgate.process import Process, ViewRecord, reacts_to
+from callgate.domain.events import Event
+from callgate.domain.process import Process, ViewRecord, reacts_to
 
 if TYPE_CHECKING:
     from callgate.adapters.embedded.store import EmbeddedStore, EventCodec
-    from callgate.render import Renderer
-    from callgate.sdk import Gateway
+    from callgate.surfaces.render import Renderer
+    from callgate.surfaces.sdk import Gateway
 
 T = TypeVar("T")
 # A view while rebuilding: key -> its last value (None: a tombstone).

@@ -30,7 +30,7 @@ from pydantic import (
     ValidationError,
 )
 
-from callgate.canonical import canonical_json, sha256_hex
+from callgate.domain.canonical import canonical_json, sha256_hex
 
 # Names end up inside generated Cedar policy text: keep them to a quote-free alphabet.
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.:-]*$", max_length=128)]

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from callgate.bootstrap import Settings
-from callgate.codes import Rejection
-from callgate.render import Renderer, outcome_style
-from callgate.sdk import Gateway, connect
+from callgate.domain.codes import Rejection
+from callgate.surfaces.render import Renderer, outcome_style
+from callgate.surfaces.sdk import Gateway, connect
 
 
 def run_demo(settings: Settings, out: Renderer, keep: bool = False) -> int:

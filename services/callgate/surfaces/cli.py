@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from callgate.bootstrap import App, Settings, bootstrap
-from callgate.catalog import ProfileError
-from callgate.codes import Rejection
-from callgate.render import Renderer
+from callgate.domain.catalog import ProfileError
+from callgate.domain.codes import Rejection
+from callgate.surfaces.render import Renderer
 
 EXIT_OK, EXIT_FAILED, EXIT_MISUSE = 0, 1, 2
 
@@ -185,19 +185,19 @@ def _dispatch(ns: argparse.Namespace, app: App, out: Renderer) -> int:
     if cmd == "serve":
         return _serve(ns, app, out)
     if cmd == "demo":
-        from callgate.demo import run_demo
+        from callgate.ops.demo import run_demo
 
         return run_demo(app.settings, out, keep=ns.keep)
     if cmd == "bench":
-        from callgate.bench import run_bench
+        from callgate.ops.bench import run_bench
 
         return run_bench(app.settings, out, quick=ns.quick, only=ns.only)
     if cmd == "chaos":
-        from callgate.chaos import run_chaos
+        from callgate.ops.chaos import run_chaos
 
         return run_chaos(app.settings, out, proposals=ns.proposals, kills=ns.kills, seed=ns.seed)
 
-    from callgate.sdk import connect
+    from callgate.surfaces.sdk import connect
 
     gate = connect(app.settings, app)
     try:
@@ -265,7 +265,7 @@ def _dispatch(ns: argparse.Namespace, app: App, out: Renderer) -> int:
             out.effects(gate.effects())
             return EXIT_OK
         if cmd == "replay":
-            from callgate.replay import replay
+            from callgate.ops.replay import replay
 
             report = replay(gate, out)
             out.value(report, human=lambda c: c.print_json(data=report))

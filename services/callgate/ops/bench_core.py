@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from callgate import events as ev
 from callgate.bootstrap import App, Settings, bootstrap
-from callgate.canonical import partition_key
+from callgate.domain import events as ev
+from callgate.domain.canonical import partition_key
 
 
 @dataclass
@@ -81,7 +81,7 @@ def mixed_proposals(
 
 def bench_policy(n: int) -> list[Row]:
     """CPU time of the policy evaluation alone (C1), per decision."""
-    from callgate.principal import Principal
+    from callgate.domain.principal import Principal
 
     with tempfile.TemporaryDirectory() as d:
         app = bootstrap(Settings(state_dir=Path(d)))
@@ -165,8 +165,8 @@ def bench_replay(state: Path) -> list[Row]:
     rebuild (reading, decoding, folding, starting and collecting worker processes); the
     comparison with the live views follows it.
     """
-    from callgate.replay import replay
-    from callgate.sdk import connect
+    from callgate.ops.replay import replay
+    from callgate.surfaces.sdk import connect
 
     gate = connect(Settings(state_dir=state))
     report = replay(gate)
@@ -186,7 +186,7 @@ def bench_replay(state: Path) -> list[Row]:
 
 def bench_memory(keys: int) -> list[Row]:
     """Peak RSS of a decider holding state for ``keys`` idempotency keys (subprocess)."""
-    cmd = [sys.executable, "-m", "callgate.bench_memory", str(keys)]
+    cmd = [sys.executable, "-m", "callgate.ops.bench_memory", str(keys)]
     out = subprocess.run(
         cmd, capture_output=True, text=True, check=True, env=os.environ | {"PYTHONHASHSEED": "0"}
     )

@@ -18,12 +18,12 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from callgate import events as ev
 from callgate.adapters.kafka.state import PartitionStore
-from callgate.bench_core import mixed_proposals, peak_rss_mb
 from callgate.bootstrap import App, Settings, bootstrap
-from callgate.canonical import partition_key
 from callgate.decider import Decider
+from callgate.domain import events as ev
+from callgate.domain.canonical import partition_key
+from callgate.ops.bench_core import mixed_proposals, peak_rss_mb
 
 BATCH = 500  # the Kafka runner's default batch size (records per transaction)
 TENANT = "acme"  # mixed_proposals' default tenant

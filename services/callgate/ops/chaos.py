@@ -43,17 +43,17 @@ from typing import Any
 
 from rich.table import Table
 
-from callgate import events as ev
 from callgate.adapters.kafka.gateway import KafkaBackend
 from callgate.adapters.kafka.serve import Supervisor, create_topics, worker_env
 from callgate.adapters.kafka.tansu import TansuBroker
 from callgate.bootstrap import App, Settings, bootstrap
-from callgate.canonical import partition_key
-from callgate.catalog import Profile
-from callgate.codes import TERMINAL, Code
-from callgate.render import Renderer
-from callgate.replay import replay
-from callgate.sdk import Gateway
+from callgate.domain import events as ev
+from callgate.domain.canonical import partition_key
+from callgate.domain.catalog import Profile
+from callgate.domain.codes import TERMINAL, Code
+from callgate.ops.replay import replay
+from callgate.surfaces.render import Renderer
+from callgate.surfaces.sdk import Gateway
 from callgate_projections.audit import VerifyResult
 from callgate_projections.status import outcome_for, subject_of
 

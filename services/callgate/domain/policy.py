@@ -22,8 +22,8 @@ from typing import Any, Final
 import cedarpy
 import orjson
 
-from callgate.catalog import Profile, ProfileError, ToolSpec
-from callgate.principal import Principal
+from callgate.domain.catalog import Profile, ProfileError, ToolSpec
+from callgate.domain.principal import Principal
 
 _I64_MIN: Final = -(2**63)
 _I64_MAX: Final = 2**63 - 1

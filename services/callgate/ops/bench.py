@@ -14,7 +14,8 @@ from typing import Any
 
 from rich.table import Table
 
-from callgate.bench_core import (
+from callgate.bootstrap import Settings
+from callgate.ops.bench_core import (
     Row,
     bench_embedded,
     bench_memory,
@@ -22,8 +23,7 @@ from callgate.bench_core import (
     bench_replay,
     machine,
 )
-from callgate.bootstrap import Settings
-from callgate.render import Renderer
+from callgate.surfaces.render import Renderer
 
 FULL = {
     "policy": 20_000,
@@ -93,6 +93,6 @@ def run_bench(
 
 
 def _kafka(settings: Settings, counts: dict[str, float]) -> list[Row]:
-    from callgate.bench_kafka import bench_kafka
+    from callgate.ops.bench_kafka import bench_kafka
 
     return bench_kafka(settings, int(counts["kafka"]), float(counts["latency_s"]))

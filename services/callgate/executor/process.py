@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
 from typing import Any
 
-from callgate import events as ev
-from callgate.canonical import canonical_json, derive_id, sha256_hex
-from callgate.catalog import Profile
-from callgate.process import Output
+from callgate.domain import events as ev
+from callgate.domain.canonical import canonical_json, derive_id, sha256_hex
+from callgate.domain.catalog import Profile
+from callgate.domain.process import Output
 from callgate.providers.base import Provider, ProviderError, ProviderTimeout
 from callgate.providers.registry import ProviderRegistry
 

@@ -1,6 +1,6 @@
 """The Python SDK for agent platforms and approval UIs, identical on both backends.
 
-    from callgate.sdk import connect
+    from callgate.surfaces.sdk import connect
     from callgate.bootstrap import Settings
 
     gate = connect(Settings(state_dir=Path(".callgate")))
@@ -19,11 +19,11 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
-from callgate import events as ev
-from callgate.approvals import peek_partition_key
 from callgate.bootstrap import App, Settings, bootstrap
-from callgate.canonical import partition_key
-from callgate.codes import Code, Rejection
+from callgate.domain import events as ev
+from callgate.domain.approvals import peek_partition_key
+from callgate.domain.canonical import partition_key
+from callgate.domain.codes import Code, Rejection
 from callgate_projections.audit import VerifyResult, verify_chain
 
 

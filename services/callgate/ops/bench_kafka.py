@@ -47,11 +47,11 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from callgate import events as ev
 from callgate.adapters.avro_codec import AvroCodec
 from callgate.adapters.kafka.client import (
     FAST_GROUP_SETTINGS,
     fetched,
+    headers_of,
     make_producer,
     read_partitions_to_end,
 )
@@ -60,9 +60,10 @@ from callgate.adapters.kafka.serve import Supervisor, create_topics, views_of
 from callgate.adapters.kafka.tansu import TansuBroker
 from callgate.adapters.kafka.topics import Topics, ensure_topics
 from callgate.adapters.kafka.worker import consumer_overrides
-from callgate.bench_core import Row, mixed_proposals
 from callgate.bootstrap import App, Settings, bootstrap
-from callgate.process import Output, Process, ViewRecord
+from callgate.domain import events as ev
+from callgate.domain.process import Output, Process, ViewRecord
+from callgate.ops.bench_core import Row, mixed_proposals
 
 BATCH_SIZE = 500  # ``callgate.adapters.kafka.worker`` defaults, passed explicitly to both
 BATCH_TIMEOUT_MS = 20
@@ -231,7 +232,7 @@ def _decode(step: Step, codec: AvroCodec) -> tuple[bytes | None, tuple[Output, .
 
 
 def replay_worker(argv: Sequence[str] | None = None) -> int:
-    """``python -m callgate.bench_kafka RECORDING ...``: one ``Replay`` under a
+    """``python -m callgate.ops.bench_kafka RECORDING ...``: one ``Replay`` under a
     ``KafkaRunner``, built as ``callgate.adapters.kafka.worker`` builds a real process."""
     parser = argparse.ArgumentParser(description="Run one replay process (callgate bench).")
     parser.add_argument("recording", type=Path)
@@ -283,7 +284,7 @@ def _reader(bootstrap: str) -> Consumer:
     return Consumer(
         {
             "bootstrap.servers": bootstrap,
-            "group.id": "callgate.bench",
+            "group.id": "callgate.ops.bench",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             "fetch.wait.max.ms": CONSUMER["fetch.wait.max.ms"],
@@ -423,7 +424,7 @@ def replay_processes(
         str(state_dir),
         *RUNNER_ARGS,
     ]
-    module = [sys.executable, "-m", "callgate.bench_kafka"]
+    module = [sys.executable, "-m", "callgate.ops.bench_kafka"]
     children = [subprocess.Popen([*module, str(f), *args]) for f in files]
     try:
         yield
@@ -524,7 +525,7 @@ def single_hop(bootstrap: str, work: Path, partitions: int, n: int, codec: AvroC
                 if (key := msg.key() or b"") in seen:
                     continue  # a leftover of an aborted transaction (tansu shows them)
                 seen.add(key)
-                token = dict(msg.headers() or ()).get("cg-txn")
+                token = dict(headers_of(msg)).get("cg-txn")
                 if first is None:
                     first, t_first = token, time.perf_counter()
                 in_first += token == first

@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, cast
 
-from callgate.canonical import canonical_json
-from callgate.events import Event
+from callgate.domain.canonical import canonical_json
+from callgate.domain.events import Event
 
 S = TypeVar("S")
 

@@ -18,9 +18,9 @@ from typing import Any
 import jwt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from callgate.codes import Code, Rejection
-from callgate.keys import ALGORITHM, SignatureError, decode_signed
-from callgate.principal import Principal
+from callgate.domain.codes import Code, Rejection
+from callgate.domain.keys import ALGORITHM, SignatureError, decode_signed
+from callgate.domain.principal import Principal
 
 APPROVAL_TYP = "callgate-approval+jwt"
 CONFIRMATIONS = ("owner", "approver")

@@ -17,8 +17,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 
-from callgate.catalog import Limits, ToolSpec
-from callgate.codes import Code, Rejection
+from callgate.domain.catalog import Limits, ToolSpec
+from callgate.domain.codes import Code, Rejection
 
 
 def _reject(message: str, field: str = "") -> Rejection:

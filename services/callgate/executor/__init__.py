@@ -1,0 +1,1 @@
+"""The executor: the one process that calls providers (C12)."""

@@ -1,0 +1,1 @@
+"""Operations tooling: demo, replay, benchmarks and the chaos run."""

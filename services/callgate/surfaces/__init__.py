@@ -1,0 +1,1 @@
+"""The surfaces users meet: the command line, its rendering and the SDK."""
