@@ -2,10 +2,11 @@
 
 View ``pending``, key ``invocation_id``. ``ApprovalRequested`` puts the record in: the
 arguments and the dry-run snapshot the human confirms (C5), who may confirm
-(``confirmation``, ``approver_roles``), ``expires_at`` and the ``policy_version`` the
-approval will be bound to (C11). ``ApprovalGranted``, ``ApprovalDenied`` and
-``ApprovalExpired(stage="pending")`` take it out again with a tombstone (``value=None``),
-so a compacted topic keeps only what is still pending.
+(``confirmation``, ``approver_roles``), ``expires_at``, and the ``policy_version``,
+``args_hash`` and ``dry_run_hash`` the approval will be bound to (C11).
+``ApprovalGranted``, ``ApprovalDenied`` and ``ApprovalExpired(stage="pending")`` take it
+out again with a tombstone (``value=None``), so a compacted topic keeps only what is
+still pending.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ def _value(event: ApprovalRequested) -> dict[str, object]:
         "actor": event.actor,
         "target": event.target,
         "args": parse_json_field(event.args_json, "args_json"),
+        "args_hash": event.args_hash,
         "dry_run": parse_json_field(event.dry_run_json, "dry_run_json"),
+        "dry_run_hash": event.dry_run_hash,
         "confirmation": event.confirmation,
         "approver_roles": list(event.approver_roles),
         "expires_at": event.expires_at,

@@ -53,6 +53,7 @@ class Settings(BaseModel):
     partitions: int = Field(default=6, ge=1)
     faults: dict[str, Any] = Field(default_factory=dict)
     instance_id: str = Field(default_factory=lambda: f"{os.uname().nodename}-{os.getpid()}")
+    dev: bool = False
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:
@@ -70,6 +71,8 @@ class Settings(BaseModel):
             env["topic_prefix"] = v
         if v := os.environ.get("CALLGATE_PARTITIONS"):
             env["partitions"] = int(v)
+        if os.environ.get("CALLGATE_DEV") == "1":
+            env["dev"] = True
         if v := os.environ.get("CALLGATE_FAULTS"):
             env["faults"] = json.loads(v)
         env.update({k: v for k, v in overrides.items() if v is not None})

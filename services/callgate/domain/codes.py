@@ -32,6 +32,19 @@ class Code(StrEnum):
     APPROVER_FORBIDDEN = "approver_forbidden"
     # the invocation asked about (approve/deny/status) does not exist or is not pending.
     NOT_PENDING = "not_pending"
+    # Codes of the HTTP surface (ADR 0017): the request itself, not a tool call, failed.
+    # the invocation (or route) does not exist, or belongs to another tenant.
+    NOT_FOUND = "not_found"
+    # the request is malformed: not JSON, a missing or mistyped field, a bad parameter.
+    INVALID_REQUEST = "invalid_request"
+    # the request body exceeds the server's limit.
+    PAYLOAD_TOO_LARGE = "payload_too_large"
+    # the client sent more requests than the server's rate limit allows; retry later.
+    RATE_LIMITED = "rate_limited"
+    # the answer did not arrive within the server's bounded wait (approve, deny).
+    TIMEOUT = "timeout"
+    # the server failed; the message names no internals (no stack trace leaves the server).
+    INTERNAL_ERROR = "internal_error"
 
 
 # Outcomes after which an invocation will not change by itself.

@@ -60,6 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("serve", parents=[common], help="run all deciders and projections")
     s.add_argument("--only", action="append", default=[], help="run only these processes (kafka)")
+    s.add_argument(
+        "--http",
+        nargs="?",
+        const="127.0.0.1:8787",
+        metavar="HOST:PORT",
+        help="also serve the HTTP API and the approval console (default 127.0.0.1:8787)",
+    )
 
     sess = sub.add_parser("session", parents=[common], help="development session tokens")
     sess_sub = sess.add_subparsers(dest="session_command", required=True, parser_class=_Parser)
@@ -283,6 +290,15 @@ def _serve(ns: argparse.Namespace, app: App, out: Renderer) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    if ns.http is not None:
+        from callgate.surfaces.http.context import HttpOptions  # FastAPI only on this path
+        from callgate.surfaces.http.server import serve_http
+
+        try:
+            options = HttpOptions.from_env(ns.http)
+        except ValueError as e:  # pydantic's ValidationError is one too
+            raise Misuse(f"--http {ns.http}: {e}") from None
+        return serve_http(app, options, stop, out, only=ns.only)
     if app.settings.backend == "kafka":
         from callgate.adapters.kafka.serve import serve_kafka
 

@@ -57,8 +57,7 @@ class Renderer:
                 c.print("[yellow]  not settled yet (timed out waiting)[/]")
 
         self.value(
-            {k: v for k, v in answer.items() if k != "settled"}
-            | ({} if answer.get("settled", True) else {"settled": False}),
+            answer_value(answer),
             human,
         )
 
@@ -194,3 +193,10 @@ def _program() -> str:
     if found and Path(found).resolve() == here:
         return "callgate"
     return str(here) if here.name == "callgate" else "callgate"
+
+
+def answer_value(answer: dict[str, Any]) -> dict[str, Any]:
+    """``callgate propose --json`` (and ``POST /v1/proposals``): ``settled`` only when false."""
+    return {k: v for k, v in answer.items() if k != "settled"} | (
+        {} if answer.get("settled", True) else {"settled": False}
+    )

@@ -167,22 +167,46 @@ class Gateway:
     def status(self, invocation_id: str) -> dict[str, Any] | None:
         return self.backend.view("status", invocation_id)
 
-    def audit(self, invocation_id: str | None = None) -> list[dict[str, Any]]:
+    def audit(
+        self, invocation_id: str | None = None, tenant: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Audit records in chain order; of one invocation and/or one tenant when given.
+
+        A record's tenant is that of the session principal its decision was made on; a
+        proposal rejected before authentication belongs to no tenant.
+        """
         rows = [value for _, value in self.backend.view_items("audit")]
         if invocation_id is not None:
             rows = [r for r in rows if r.get("invocation_id") == invocation_id]
+        if tenant is not None:
+            rows = [r for r in rows if _record_tenant(r) == tenant]
         return sorted(rows, key=lambda r: (r.get("partition_key", ""), r.get("seq", 0)))
 
-    def verify_audit(self) -> VerifyResult:
-        """Check every per-partition hash chain against its head (detects a cut-off tail)."""
+    def verify_audit(self, tenant: str | None = None) -> VerifyResult:
+        """Check every per-partition hash chain against its head (detects a cut-off tail).
+
+        With ``tenant``, only the chains holding that tenant's records (a partition key
+        hashes the tenant, so those chains hold no other tenant's records).
+        """
         heads = [value for _, value in self.backend.view_items("audit_head")]
-        return verify_chain(self.audit(), heads=heads)
+        records = self.audit()
+        if tenant is not None:
+            mine = {r.get("partition_key") for r in records if _record_tenant(r) == tenant}
+            records = [r for r in records if r.get("partition_key") in mine]
+            heads = [h for h in heads if h.get("partition_key") in mine]
+        return verify_chain(records, heads=heads)
 
     def effects(self) -> list[dict[str, Any]]:
         return list(self.app.ledger.effects())
 
     def close(self) -> None:
         self.backend.close()
+
+
+def _record_tenant(record: Mapping[str, Any]) -> str | None:
+    principal = (record.get("authorized_by") or {}).get("principal") or {}
+    tenant = principal.get("tenant")
+    return tenant if isinstance(tenant, str) else None
 
 
 def _route(session: str, key: str | None, approval_id: str | None, invocation_id: str) -> str:

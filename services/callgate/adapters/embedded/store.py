@@ -368,6 +368,22 @@ class EmbeddedStore:
         )
         return row.fetchone() is not None
 
+    def backlog(self, process: str, topics: Iterable[str]) -> int:
+        """How many rows of ``topics`` follow ``process``'s position (consumer lag)."""
+        names = sorted(topics)
+        marks = ",".join("?" * len(names))
+        row = self._conn().execute(
+            f"SELECT COUNT(*) FROM log WHERE topic IN ({marks}) AND seq > "
+            "COALESCE((SELECT seq FROM positions WHERE process=?), 0)",
+            (*names, process),
+        )
+        return int(row.fetchone()[0])
+
+    def count(self, topic: str) -> int:
+        """How many rows ``topic`` holds (e.g. dead letters)."""
+        row = self._conn().execute("SELECT COUNT(*) FROM log WHERE topic=?", (topic,))
+        return int(row.fetchone()[0])
+
     def has_due(self, process: str, now_ms: int) -> bool:
         """Whether a timer of ``process`` is due at ``now_ms``: a lock-free idle check."""
         row = self._conn().execute(

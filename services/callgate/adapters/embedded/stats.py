@@ -1,0 +1,30 @@
+"""Figures of the embedded backend for the HTTP server's /metrics and /readyz."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from callgate.adapters.embedded.store import EmbeddedStore
+from callgate.domain.process import Process
+
+
+class EmbeddedStats:
+    def __init__(
+        self,
+        store: EmbeddedStore,
+        processes: Sequence[Process[Any]],
+        runner_failure: Callable[[], str | None],
+    ) -> None:
+        self._store = store
+        self._processes = list(processes)
+        self._runner_failure = runner_failure
+
+    def consumer_lag(self) -> dict[str, int]:
+        return {p.name: self._store.backlog(p.name, p.inputs) for p in self._processes}
+
+    def dead_letters(self) -> int:
+        return self._store.count("dead-letter")
+
+    def not_ready(self) -> str | None:
+        return self._runner_failure()

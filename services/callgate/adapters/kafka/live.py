@@ -1,0 +1,214 @@
+"""The HTTP server's read model on Kafka: the view topics tailed into memory, continuously.
+
+``KafkaBackend`` (the SDK's) catches up on every read; a server answering many requests
+must not. ``LiveKafkaBackend`` runs one consumer thread, assigned to every partition of
+every view topic and of the dead-letter topic from the beginning, that applies records
+to in-memory tables as they arrive (a tombstone removes a key) and wakes the waiters.
+Requests read the tables under a lock and never touch the broker. Until the first
+catch-up has reached the end of every partition (``enable.partition.eof``: tansu's
+latest-offset answer is not the log end) the server reports not ready.
+
+``KafkaStats`` gives /metrics the consumer lag of each process's group (committed offset
+against the high watermark; tansu answers the watermark with the base offset of the last
+batch, so there the figure can read low by up to one batch) and the dead-letter count.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from callgate.adapters.kafka.client import position
+from callgate.adapters.kafka.gateway import KafkaBackend, _obj
+from callgate.bootstrap import App
+from callgate.domain.process import Process
+
+log = logging.getLogger("callgate.http")
+
+
+class LiveKafkaBackend(KafkaBackend):
+    def __init__(self, app: App) -> None:
+        super().__init__(app)
+        self._changed = threading.Condition()
+        self._stop = threading.Event()
+        self._caught_up = threading.Event()
+        self.dead_letters = 0
+        self.failure: str | None = None
+        self._dead_topic = self.topics.physical("dead-letter")
+        self._thread = threading.Thread(target=self._tail, name="callgate-view-tail", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def caught_up(self) -> bool:
+        return self._caught_up.is_set()
+
+    def _tail(self) -> None:
+        try:
+            consumer = Consumer(
+                {
+                    "bootstrap.servers": self.bootstrap,
+                    "group.id": f"{self.topics.prefix}.http-views",  # assigned, never joined
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": True,
+                    "isolation.level": "read_committed",
+                    "fetch.wait.max.ms": 50,
+                }
+            )
+            assignment: list[TopicPartition] = []
+            deadline = time.monotonic() + 120
+            while not assignment and not self._stop.is_set():
+                meta = consumer.list_topics(timeout=10)
+                wanted = [*self._by_topic, self._dead_topic]
+                infos = [meta.topics.get(t) for t in wanted]
+                if all(i is not None and i.error is None and i.partitions for i in infos):
+                    for topic, info in zip(wanted, infos, strict=True):
+                        assert info is not None
+                        assignment += [TopicPartition(topic, p, 0) for p in sorted(info.partitions)]
+                elif time.monotonic() > deadline:
+                    raise RuntimeError("the view topics do not exist")
+                else:
+                    self._stop.wait(0.5)
+            consumer.assign(assignment)
+            pending = {(tp.topic, tp.partition) for tp in assignment}
+            try:
+                while not self._stop.is_set():
+                    ended = self._apply(consumer.consume(1000, 0.1))
+                    if pending:
+                        pending -= ended
+                        if not pending:
+                            self._caught_up.set()
+            finally:
+                consumer.close()
+        except Exception as exc:  # the server reports it on /readyz and stops serving reads
+            self.failure = f"{type(exc).__name__}: {exc}"
+            log.exception("the view tail stopped")
+            with self._changed:
+                self._changed.notify_all()
+
+    def _apply(self, msgs: Sequence[Any]) -> set[tuple[str, int]]:
+        ended: set[tuple[str, int]] = set()
+        if not msgs:
+            return ended
+        with self._changed:
+            for msg in msgs:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        ended.add(position(msg)[:2])
+                        continue
+                    raise KafkaException(err)
+                topic = position(msg)[0]
+                if topic == self._dead_topic:
+                    self.dead_letters += 1
+                    continue
+                view = self._by_topic[topic]
+                key = (msg.key() or b"").decode()
+                value = msg.value()
+                if value is None:
+                    self._views[view].pop(key, None)
+                else:
+                    self._views[view][key] = value.decode()
+            self._changed.notify_all()
+        return ended
+
+    # -- the Backend protocol, from memory -------------------------------------------------
+
+    def view(self, view: str, key: str) -> dict[str, Any] | None:
+        with self._changed:
+            raw = self._views.get(view, {}).get(key)
+        return None if raw is None else _obj(raw)
+
+    def view_items_raw(self, view: str) -> list[tuple[str, str]]:
+        with self._changed:
+            items = list(self._views.get(view, {}).items())
+        return sorted(items)
+
+    def wait(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self.failure is not None:
+                return False
+            with self._changed:
+                self._changed.wait(min(remaining, 0.5))
+        return True
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+        self._producer.flush(10)
+
+
+class KafkaStats:
+    """Lag, dead letters and readiness of a Kafka deployment, for the HTTP server."""
+
+    CACHE_S = 5.0
+
+    def __init__(
+        self,
+        backend: LiveKafkaBackend,
+        processes: Sequence[Process[Any]],
+        children_alive: Callable[[], str | None],
+    ) -> None:
+        self._backend = backend
+        self._processes = list(processes)
+        self._children_alive = children_alive
+        self._admin = AdminClient({"bootstrap.servers": backend.bootstrap})
+        self._lock = threading.Lock()
+        self._lag: dict[str, int] = {}
+        self._lag_at = 0.0
+        self._watermarks: Consumer | None = None
+
+    def dead_letters(self) -> int:
+        return self._backend.dead_letters
+
+    def not_ready(self) -> str | None:
+        if self._backend.failure is not None:
+            return f"view tail failed: {self._backend.failure}"
+        if not self._backend.caught_up:
+            return "reading the view topics"
+        return self._children_alive()
+
+    def consumer_lag(self) -> dict[str, int]:
+        with self._lock:
+            if time.monotonic() - self._lag_at > self.CACHE_S:
+                self._lag = self._measure()
+                self._lag_at = time.monotonic()
+            return dict(self._lag)
+
+    def _measure(self) -> dict[str, int]:
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        if self._watermarks is None:
+            self._watermarks = Consumer(
+                {"bootstrap.servers": self._backend.bootstrap, "group.id": "callgate-lag-probe"}
+            )
+        topics = self._backend.topics
+        parts = range(topics.partitions)
+        lag: dict[str, int] = {}
+        for process in self._processes:
+            inputs = [topics.physical(t) for t in sorted(process.inputs)]
+            tps = [TopicPartition(t, p) for t in inputs for p in parts]
+            request = [ConsumerGroupTopicPartitions(topics.group(process.name), tps)]
+            try:
+                result = self._admin.list_consumer_group_offsets(request)
+                committed = next(iter(result.values())).result(timeout=5)
+                total = 0
+                for tp in committed.topic_partitions or []:
+                    _, high = self._watermarks.get_watermark_offsets(
+                        TopicPartition(tp.topic, tp.partition), timeout=5, cached=False
+                    )
+                    total += max(0, high - max(tp.offset, 0))
+                lag[process.name] = total
+            except KafkaException:
+                log.warning("consumer lag of %s not measured", process.name, exc_info=True)
+        return lag

@@ -1,0 +1,82 @@
+"""The FastAPI application: routers, the error handlers, the guards, the console files.
+
+``create_app`` builds it for a running server (``ServerContext``) or, with none, for the
+OpenAPI document alone (``python -m callgate.surfaces.http.openapi``). ``asgi`` wraps it
+in the security headers, outermost, so that even a ``500`` carries them.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+from starlette.middleware.cors import CORSMiddleware
+from starlette.types import ASGIApp
+
+from callgate.surfaces.http import errors
+from callgate.surfaces.http.context import HttpOptions, ServerContext
+from callgate.surfaces.http.guard import BodyLimit, RateLimit, SecurityHeaders
+from callgate.surfaces.http.routers import (
+    audit,
+    console,
+    dev,
+    invocations,
+    ops,
+    pending,
+    proposals,
+    session,
+)
+from callgate.surfaces.http.routers.console import STATIC
+
+DESCRIPTION = """\
+The HTTP API of callgate, a tool-call authorization gateway for AI agents.
+
+Every `/v1` route but the development ones takes `Authorization: Bearer <session token>`
+and answers for the bearer's tenant only. Errors are `{"error": {"code", "message"}}`
+with a code of callgate's vocabulary; the status of each code is in the error table of
+the HTTP API guide.
+"""
+
+
+def _version() -> str:
+    try:
+        return version("callgate")
+    except PackageNotFoundError:
+        return "0"
+
+
+def create_app(
+    ctx: ServerContext | None = None, *, dev_mode: bool = False, options: HttpOptions | None = None
+) -> FastAPI:
+    options = options or (ctx.options if ctx is not None else HttpOptions())
+    api = FastAPI(
+        title="callgate",
+        version=_version(),
+        description=DESCRIPTION,
+        openapi_url="/v1/openapi.json",
+        docs_url=None,  # Swagger UI and ReDoc load their assets from CDNs
+        redoc_url=None,
+    )
+    api.state.context = ctx
+    errors.install(api)
+    for module in (proposals, invocations, pending, audit, session, ops, console):
+        api.include_router(module.router)
+    if dev_mode:
+        api.include_router(dev.router)
+    api.mount("/console", StaticFiles(directory=STATIC), name="console")
+    if options.cors_origins:
+        api.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(options.cors_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type", "Idempotency-Key"],
+            allow_credentials=False,
+        )
+    api.add_middleware(BodyLimit, max_bytes=options.max_body_bytes)
+    api.add_middleware(RateLimit, rate_per_s=options.rate_per_s, burst=options.rate_burst)
+    return api
+
+
+def asgi(ctx: ServerContext, *, dev_mode: bool = False) -> ASGIApp:
+    return SecurityHeaders(create_app(ctx, dev_mode=dev_mode))

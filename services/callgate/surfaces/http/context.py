@@ -1,0 +1,98 @@
+"""What the routes of one running server share: the gateway, options, feed and metrics."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from callgate.domain.identity import SessionVerifier
+from callgate.surfaces.sdk import Gateway
+
+if TYPE_CHECKING:
+    from callgate.surfaces.http.metrics import ApiMetrics
+
+
+class HttpOptions(BaseModel):
+    """The HTTP surface's own settings (``callgate serve --http``; env ``CALLGATE_HTTP_*``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8787, ge=0, le=65535)
+    # How long POST /v1/proposals waits for a decision before answering 202.
+    propose_wait_s: float = Field(default=10.0, gt=0, le=60)
+    # How long approve/deny wait for the decider's answer before 504 timeout.
+    decide_wait_s: float = Field(default=30.0, gt=0, le=120)
+    max_body_bytes: int = Field(default=64 * 1024, ge=1024)
+    # Token bucket per client (bearer token, else address): sustained rate and burst.
+    rate_per_s: float = Field(default=50.0, gt=0)
+    rate_burst: int = Field(default=100, ge=1)
+    # Origins allowed to call the API from a browser; empty: CORS closed.
+    cors_origins: tuple[str, ...] = ()
+
+    @classmethod
+    def from_env(cls, bind: str, environ: Mapping[str, str] | None = None) -> HttpOptions:
+        """``HOST:PORT`` from the flag; limits from ``CALLGATE_HTTP_*`` when set."""
+        env = os.environ if environ is None else environ
+        host, sep, port = bind.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"--http wants HOST:PORT, got {bind!r}")
+        values: dict[str, object] = {"host": host.strip("[]"), "port": int(port)}
+        for name, field_name in _ENV.items():
+            if (raw := env.get(f"CALLGATE_HTTP_{name}")) is not None:
+                values[field_name] = raw
+        if (raw := env.get("CALLGATE_HTTP_CORS_ORIGINS")) is not None:
+            values["cors_origins"] = tuple(o for o in raw.split(",") if o)
+        return cls.model_validate(values)
+
+
+_ENV = {
+    "PROPOSE_WAIT_S": "propose_wait_s",
+    "DECIDE_WAIT_S": "decide_wait_s",
+    "MAX_BODY_BYTES": "max_body_bytes",
+    "RATE_PER_S": "rate_per_s",
+    "RATE_BURST": "rate_burst",
+}
+
+
+class ServiceStats(Protocol):
+    """Backend figures for /metrics and /readyz that no view holds."""
+
+    def consumer_lag(self) -> dict[str, int]:
+        """Per process: input records not yet processed."""
+        ...
+
+    def dead_letters(self) -> int: ...
+
+    def not_ready(self) -> str | None:
+        """Why the service cannot answer yet, or None when it can."""
+        ...
+
+
+@dataclass
+class ServerContext:
+    gateway: Gateway
+    options: HttpOptions
+    stats: ServiceStats
+    feed: PendingSource
+    metrics: ApiMetrics
+    # The surface's own verifier (its cache is not shared with the decider's thread) and
+    # the lock its cache needs, since routes run on a thread pool.
+    verifier: SessionVerifier
+    verify_lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class PendingSource(Protocol):
+    """The pending view and a version number that moves whenever it changes."""
+
+    @property
+    def version(self) -> int: ...
+
+    def rows(self) -> list[dict[str, object]]: ...
+
+

@@ -1,0 +1,128 @@
+"""The one mapping of vocabulary codes to HTTP statuses, and the handlers that apply it.
+
+Every error response is ``{"error": {"code", "message"}}`` with ``code`` from the
+vocabulary (``domain/codes.py``); no handler lets a stack trace or an exception's text
+out (an unexpected failure is ``500 internal_error`` with a fixed message and is logged
+on the server). ``POST /v1/proposals`` is the exception to "a code means an error": a
+decided proposal, denied or not, is ``200`` with the ``callgate propose --json`` answer
+(ADR 0017).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from callgate.domain.codes import Code, Rejection
+
+log = logging.getLogger("callgate.http")
+
+# The documented table (docs/http-api.md, ADR 0017). Outcome codes of a call that ran or
+# is waiting for a human are not errors and answer 200.
+STATUS: Mapping[Code, int] = MappingProxyType(
+    {
+        Code.ALLOWED: 200,
+        Code.EXECUTED: 200,
+        Code.REPLAYED: 200,
+        Code.APPROVAL_REQUIRED: 200,
+        Code.INVALID_REQUEST: 422,
+        Code.INVALID_ARGUMENTS: 422,
+        Code.MALFORMED_EVENT: 422,
+        Code.UNAUTHENTICATED: 401,
+        Code.TOOL_FORBIDDEN: 403,
+        Code.IDENTITY_SPOOF: 403,
+        Code.APPROVER_FORBIDDEN: 403,
+        Code.NOT_FOUND: 404,
+        Code.UNKNOWN_TOOL: 404,
+        Code.NOT_PENDING: 409,
+        Code.APPROVAL_MISSING: 409,
+        Code.APPROVAL_EXPIRED: 409,
+        Code.APPROVAL_MISMATCH: 409,
+        Code.APPROVAL_DENIED: 409,
+        Code.APPROVAL_CONSUMED: 409,
+        Code.IDEMPOTENCY_CONFLICT: 409,
+        Code.PAYLOAD_TOO_LARGE: 413,
+        Code.RATE_LIMITED: 429,
+        Code.EXECUTION_FAILED: 502,
+        Code.OUTCOME_UNCERTAIN: 502,
+        Code.INTERNAL_ERROR: 500,
+        Code.TIMEOUT: 504,
+    }
+)
+
+
+class ApiError(Exception):
+    """A coded refusal of the HTTP surface itself (not found, too large, rate limited)."""
+
+    def __init__(self, code: Code, message: str, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.headers = dict(headers or {})
+
+
+def error_body(code: Code, message: str) -> dict[str, dict[str, str]]:
+    return {"error": {"code": code.value, "message": message}}
+
+
+def error_response(
+    code: Code, message: str, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse(error_body(code, message), status_code=STATUS[code], headers=headers)
+
+
+def _rejection(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, Rejection)
+    return error_response(exc.code, exc.message)
+
+
+def _api_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return error_response(exc.code, exc.message, exc.headers)
+
+
+def _validation(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    problems = []
+    for err in exc.errors()[:5]:
+        where = ".".join(str(part) for part in err.get("loc", ()))
+        problems.append(f"{where}: {err.get('msg', 'invalid')}")
+    return error_response(Code.INVALID_REQUEST, "; ".join(problems) or "invalid request")
+
+
+def _http(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 404:
+        return error_response(Code.NOT_FOUND, f"no such resource: {request.url.path}")
+    if exc.status_code == 413:
+        return error_response(Code.PAYLOAD_TOO_LARGE, "request body too large")
+    headers = dict(exc.headers or {})
+    message = "method not allowed" if exc.status_code == 405 else "invalid request"
+    body = error_body(Code.INVALID_REQUEST, message)
+    status = exc.status_code if 400 <= exc.status_code < 500 else 400
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _timeout(request: Request, exc: Exception) -> JSONResponse:
+    return error_response(Code.TIMEOUT, "no answer within the server's wait; ask again later")
+
+
+def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return error_response(Code.INTERNAL_ERROR, "internal error (logged on the server)")
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers: the only place a code becomes an HTTP status."""
+    app.add_exception_handler(Rejection, _rejection)
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(RequestValidationError, _validation)
+    app.add_exception_handler(StarletteHTTPException, _http)
+    app.add_exception_handler(TimeoutError, _timeout)
+    app.add_exception_handler(Exception, _unexpected)

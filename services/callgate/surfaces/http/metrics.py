@@ -1,0 +1,78 @@
+"""``/metrics``: Prometheus figures, computed from the service's own state at scrape time.
+
+- ``callgate_decisions{code,tool}``: invocations whose current outcome is ``code`` (the
+  status view; a gauge, since an ``outcome_uncertain`` call can still become ``executed``);
+- ``callgate_decision_latency_seconds{tool}``: from publishing a proposal to its settled
+  answer, as the API observed it (a histogram);
+- ``callgate_pending_approvals{tool}``: the pending view;
+- ``callgate_consumer_lag{process}``: input records a process has not processed yet;
+- ``callgate_dead_letters``: records dead-lettered by the runners.
+
+One registry per server (no module-level state), so tests can start several.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from callgate.surfaces.http.context import PendingSource, ServiceStats
+from callgate.surfaces.sdk import Gateway
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class StateCollector(Collector):
+    def __init__(self, gateway: Gateway, feed: PendingSource, stats: ServiceStats) -> None:
+        self._gateway = gateway
+        self._feed = feed
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        decisions = GaugeMetricFamily(
+            "callgate_decisions",
+            "Invocations by their current outcome code and tool.",
+            labels=["code", "tool"],
+        )
+        counts = Counter(
+            (str(v.get("outcome")), str(v.get("tool") or ""))
+            for _, v in self._gateway.backend.view_items("status")
+        )
+        for (code, tool), n in sorted(counts.items()):
+            decisions.add_metric([code, tool], n)
+        yield decisions
+
+        pending = GaugeMetricFamily(
+            "callgate_pending_approvals", "Approvals waiting for a human.", labels=["tool"]
+        )
+        for tool, n in sorted(Counter(str(r.get("tool")) for r in self._feed.rows()).items()):
+            pending.add_metric([tool], n)
+        yield pending
+
+        lag = GaugeMetricFamily(
+            "callgate_consumer_lag", "Input records not yet processed.", labels=["process"]
+        )
+        for process, n in sorted(self._stats.consumer_lag().items()):
+            lag.add_metric([process], n)
+        yield lag
+
+        yield GaugeMetricFamily(
+            "callgate_dead_letters", "Records dead-lettered.", value=self._stats.dead_letters()
+        )
+
+
+class ApiMetrics:
+    def __init__(self, gateway: Gateway, feed: PendingSource, stats: ServiceStats) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.latency = Histogram(
+            "callgate_decision_latency_seconds",
+            "From publishing a proposal to its settled answer, seen by the API.",
+            labelnames=["tool"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.registry.register(StateCollector(gateway, feed, stats))

@@ -1,0 +1,139 @@
+"""Request and response bodies, as the OpenAPI document describes them.
+
+Response shapes are the CLI's ``--json`` shapes (DESIGN "Command line"): the routes
+return the SDK's answers as they are, and these models only describe them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from callgate.domain.codes import Code
+
+
+class _Open(BaseModel):
+    """A view value: the named fields, and whatever the view adds later."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class ErrorDetail(BaseModel):
+    code: Code
+    message: str
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+class ProposalIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tool: str = Field(min_length=1, max_length=200, description="a tool of the catalog")
+    args: dict[str, Any] = Field(description="the tool's arguments, a JSON object")
+    approval_id: str | None = Field(
+        default=None, max_length=16384, description="the artifact a confirming call presents"
+    )
+
+
+class OutcomeError(_Open):
+    code: Code
+    message: str
+
+
+class ProposeAnswer(_Open):
+    """``callgate propose --json``; ``settled: false`` only when the wait ran out (202)."""
+
+    invocation_id: str
+    outcome: Code
+    error: OutcomeError | None = None
+    result: Any = None
+    dry_run: Any = None
+    approval_id: str | None = None
+    replay_of: dict[str, Any] | None = None
+    settled: bool | None = None
+
+
+class Status(_Open):
+    """``callgate status --json``: the invocation's status view value."""
+
+    invocation_id: str
+    outcome: Code
+    settled: bool
+    tool: str | None = None
+    actor: str | None = None
+    tenant: str | None = None
+    target: str | None = None
+
+
+class PendingItem(_Open):
+    """One pending approval: what the human confirms and what the approval will bind."""
+
+    invocation_id: str
+    tool: str
+    tenant: str
+    actor: str
+    target: str
+    args: dict[str, Any]
+    dry_run: Any = None
+    confirmation: str
+    approver_roles: list[str] = []
+    expires_at: int
+    policy_version: str
+    args_hash: str | None = None
+    dry_run_hash: str | None = None
+
+
+class DenyIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(default="", max_length=2000)
+
+
+class Approved(BaseModel):
+    approval_id: str
+    invocation_id: str
+    expires_at: int
+
+
+class Denied(BaseModel):
+    invocation_id: str
+    denied: bool
+    reason: str
+
+
+class AuditRecord(_Open):
+    invocation_id: str
+    proposed_by: str
+    authorized_by: dict[str, Any]
+    outcome: str | None = None
+
+
+class Verified(BaseModel):
+    ok: bool
+    records: int
+    first_bad: str | None = None
+    reason: str | None = None
+
+
+class SessionInfo(BaseModel):
+    user: str
+    tenant: str
+    roles: list[str]
+    expires_at: int
+
+
+class Health(BaseModel):
+    status: str
+    reason: str | None = None
+
+
+def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI entries for the error statuses a route can answer."""
+    return {s: {"model": ErrorBody, "description": "a coded error"} for s in statuses}
+
+
+# Every /v1 route can answer these (session, body limit, rate limit, failures).
+COMMON = (401, 413, 422, 429, 500)

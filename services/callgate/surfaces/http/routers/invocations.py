@@ -1,0 +1,72 @@
+"""``/v1/invocations/{id}``: an invocation's status, and the approver's approve or deny.
+
+An invocation of another tenant answers exactly as one that does not exist
+(``404 not_found``), so a bearer learns nothing about other tenants' calls.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Path
+
+from callgate.domain.codes import Code
+from callgate.surfaces.http.deps import ContextDep, Session, SessionDep
+from callgate.surfaces.http.errors import ApiError
+from callgate.surfaces.http.models import COMMON, Approved, Denied, DenyIn, Status, errors
+from callgate.surfaces.sdk import Gateway
+
+router = APIRouter(prefix="/v1/invocations", tags=["invocations"])
+
+InvocationId = Annotated[str, Path(min_length=1, max_length=200)]
+
+
+def visible_status(gate: Gateway, invocation_id: str, sess: Session) -> dict[str, Any]:
+    """The status of an invocation of the bearer's tenant, else ``404 not_found``."""
+    status = gate.status(invocation_id)
+    if status is None or status.get("tenant") != sess.tenant:
+        raise ApiError(Code.NOT_FOUND, f"no invocation {invocation_id}")
+    return status
+
+
+@router.get(
+    "/{invocation_id}",
+    operation_id="getInvocation",
+    summary="An invocation's status (`callgate status`)",
+    response_model=Status,
+    responses=errors(*COMMON, 404),
+)
+def get_invocation(invocation_id: InvocationId, sess: SessionDep, ctx: ContextDep) -> Any:
+    return visible_status(ctx.gateway, invocation_id, sess)
+
+
+@router.post(
+    "/{invocation_id}/approve",
+    operation_id="approveInvocation",
+    summary="Approve a pending call (`callgate approve`)",
+    response_model=Approved,
+    responses=errors(*COMMON, 403, 404, 409, 504),
+)
+def approve(invocation_id: InvocationId, sess: SessionDep, ctx: ContextDep) -> Any:
+    visible_status(ctx.gateway, invocation_id, sess)
+    d = ctx.gateway.approve(invocation_id, sess.token, ctx.options.decide_wait_s)
+    return {k: d[k] for k in ("approval_id", "invocation_id", "expires_at")}
+
+
+@router.post(
+    "/{invocation_id}/deny",
+    operation_id="denyInvocation",
+    summary="Deny a pending call (`callgate deny`)",
+    response_model=Denied,
+    responses=errors(*COMMON, 403, 404, 409, 504),
+)
+def deny(
+    invocation_id: InvocationId,
+    sess: SessionDep,
+    ctx: ContextDep,
+    body: Annotated[DenyIn | None, Body()] = None,
+) -> Any:
+    visible_status(ctx.gateway, invocation_id, sess)
+    reason = body.reason if body is not None else ""
+    d = ctx.gateway.deny(invocation_id, sess.token, reason, ctx.options.decide_wait_s)
+    return {"invocation_id": d["invocation_id"], "denied": True, "reason": d.get("reason", "")}

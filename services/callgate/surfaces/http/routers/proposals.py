@@ -1,0 +1,60 @@
+"""``POST /v1/proposals``: an agent platform proposes a tool call (C1)."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query
+from fastapi.responses import JSONResponse
+
+from callgate.surfaces.http.deps import ContextDep, SessionDep
+from callgate.surfaces.http.models import COMMON, ProposalIn, ProposeAnswer, errors
+from callgate.surfaces.render import answer_value
+
+router = APIRouter(prefix="/v1/proposals", tags=["proposals"])
+
+
+@router.post(
+    "",
+    operation_id="propose",
+    summary="Propose a tool call and wait (bounded) for its decision",
+    response_model=None,
+    responses={
+        200: {"model": ProposeAnswer, "description": "decided: the `callgate propose` answer"},
+        202: {
+            "model": ProposeAnswer,
+            "description": "not decided within the wait: poll the invocation (`Location`)",
+            "headers": {"Location": {"schema": {"type": "string"}}},
+        },
+        **errors(*COMMON),
+    },
+)
+def propose(
+    body: ProposalIn,
+    sess: SessionDep,
+    ctx: ContextDep,
+    idempotency_key: Annotated[
+        str | None,
+        Header(alias="Idempotency-Key", min_length=1, max_length=255),
+    ] = None,
+    wait: Annotated[
+        float | None, Query(gt=0, le=60, description="seconds to wait (server default)")
+    ] = None,
+) -> JSONResponse:
+    """The same call as ``callgate propose``; a denial is a decided proposal (200)."""
+    timeout = min(wait or ctx.options.propose_wait_s, ctx.options.propose_wait_s)
+    started = time.monotonic()
+    answer: dict[str, Any] = ctx.gateway.propose(
+        sess.token,
+        body.tool,
+        body.args,
+        idempotency_key=idempotency_key,
+        approval_id=body.approval_id,
+        timeout_s=timeout,
+    )
+    if answer.get("settled"):
+        ctx.metrics.latency.labels(tool=body.tool).observe(time.monotonic() - started)
+        return JSONResponse(answer_value(answer))
+    where = f"/v1/invocations/{answer['invocation_id']}"
+    return JSONResponse(answer_value(answer), status_code=202, headers={"Location": where})

@@ -1,0 +1,179 @@
+"""``callgate serve --http HOST:PORT``: the service and its HTTP surface in one process.
+
+Embedded: the runner works in a thread (it holds the state directory's runner lock, so
+CLI clients append requests and wait for the views, as with a plain ``serve``). Kafka:
+the supervisor's children do the work, and a thread tails the view topics into memory
+(``LiveKafkaBackend``). Either way uvicorn serves the API in the main thread; a signal
+or a failed runner stops both.
+
+The surface has an ``App`` of its own (same settings): its session verifier's cache is
+not shared with the runner's decider.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from callgate.bootstrap import App, bootstrap
+from callgate.surfaces.http.context import HttpOptions, ServerContext, ServiceStats
+from callgate.surfaces.http.feed import PendingFeed
+from callgate.surfaces.http.metrics import ApiMetrics
+from callgate.surfaces.sdk import Backend, Gateway
+
+if TYPE_CHECKING:
+    from callgate.surfaces.render import Renderer
+
+log = logging.getLogger("callgate.http")
+
+
+def build_context(
+    surface: App, backend: Backend, stats: ServiceStats, options: HttpOptions
+) -> tuple[ServerContext, PendingFeed]:
+    gateway = Gateway(surface, backend)
+    feed = PendingFeed(backend)
+    ctx = ServerContext(
+        gateway=gateway,
+        options=options,
+        stats=stats,
+        feed=feed,
+        metrics=ApiMetrics(gateway, feed, stats),
+        verifier=surface.session_verifier,
+    )
+    return ctx, feed
+
+
+def run_uvicorn(ctx: ServerContext, dev_mode: bool, stop: threading.Event) -> None:
+    import uvicorn
+
+    from callgate.surfaces.http.app import asgi
+
+    config = uvicorn.Config(
+        asgi(ctx, dev_mode=dev_mode),
+        host=ctx.options.host,
+        port=ctx.options.port,
+        log_level="warning",
+        access_log=False,
+        server_header=False,
+        lifespan="off",
+        timeout_graceful_shutdown=3,
+    )
+    server = uvicorn.Server(config)
+
+    def stop_server() -> None:
+        stop.wait()
+        server.should_exit = True
+
+    threading.Thread(target=stop_server, name="callgate-http-stop", daemon=True).start()
+    try:
+        server.run()
+    finally:
+        stop.set()
+
+
+def serve_http(
+    app: App, options: HttpOptions, stop: threading.Event, out: Renderer, only: Sequence[str] = ()
+) -> int:
+    surface = bootstrap(app.settings, app.clock)
+    if app.settings.backend == "kafka":
+        return _serve_kafka(app, surface, options, stop, out, only)
+    return _serve_embedded(app, surface, options, stop, out)
+
+
+def _announce(out: Renderer, options: HttpOptions, where: str) -> None:
+    out.err.print(
+        f"[green]callgate serve[/] HTTP on http://{options.host}:{options.port}/ ({where})"
+    )
+
+
+def _serve_embedded(
+    app: App, surface: App, options: HttpOptions, stop: threading.Event, out: Renderer
+) -> int:
+    from callgate.adapters.avro_codec import AvroCodec
+    from callgate.adapters.embedded.gateway import EmbeddedBackend
+    from callgate.adapters.embedded.runner import EmbeddedRunner
+    from callgate.adapters.embedded.stats import EmbeddedStats
+    from callgate.adapters.embedded.store import EmbeddedStore
+
+    codec = AvroCodec.default()
+    store = EmbeddedStore(app.settings.state_dir, codec)
+    runner = EmbeddedRunner(store, app.processes(), codec, app.clock)
+    if not runner.acquire(timeout=5.0):
+        out.error("busy", f"another callgate serve holds {app.settings.state_dir / 'runner.lock'}")
+        store.close()
+        return 1
+    failure: list[str] = []
+
+    def work() -> None:
+        try:
+            runner.serve(stop)
+        except Exception as exc:  # fail closed: stop serving rather than answer stale views
+            failure.append(f"{type(exc).__name__}: {exc}")
+            log.exception("the embedded runner stopped")
+            stop.set()
+
+    backend = EmbeddedBackend(surface)
+    stats = EmbeddedStats(backend.store, app.processes(), lambda: failure[0] if failure else None)
+    ctx, feed = build_context(surface, backend, stats, options)
+    worker = threading.Thread(target=work, name="callgate-runner")
+    worker.start()
+    feed.start()
+    _announce(out, options, f"embedded, {app.settings.state_dir.resolve()}")
+    try:
+        run_uvicorn(ctx, app.settings.dev, stop)
+    finally:
+        stop.set()
+        worker.join()
+        feed.stop()
+        runner.release()
+        backend.close()
+        store.close()
+    return 1 if failure else 0
+
+
+def _serve_kafka(
+    app: App,
+    surface: App,
+    options: HttpOptions,
+    stop: threading.Event,
+    out: Renderer,
+    only: Sequence[str],
+) -> int:
+    from callgate.adapters.kafka.live import KafkaStats, LiveKafkaBackend
+    from callgate.adapters.kafka.serve import Supervisor, create_topics
+
+    create_topics(app)
+    names = list(only) or [p.name for p in app.processes()]
+    sup = Supervisor(app, names)
+    sup.start()
+
+    def supervise() -> None:
+        while not stop.wait(0.5):
+            sup.check()
+
+    def children() -> str | None:
+        down = sorted(name for name, child in sup.children.items() if child.poll() is not None)
+        return f"restarting {', '.join(down)}" if down else None
+
+    backend = LiveKafkaBackend(surface)
+    backend.start()
+    stats = KafkaStats(backend, app.processes(), children)
+    ctx, feed = build_context(surface, backend, stats, options)
+    keeper = threading.Thread(target=supervise, name="callgate-supervisor")
+    keeper.start()
+    feed.start()
+    _announce(out, options, f"Kafka {app.settings.bootstrap_servers}, {len(names)} processes")
+    try:
+        run_uvicorn(ctx, app.settings.dev, stop)
+    finally:
+        stop.set()
+        keeper.join()
+        feed.stop()
+        sup.stop()
+        backend.close()
+    return 0
+
+
+__all__ = ["build_context", "run_uvicorn", "serve_http"]
