@@ -9,7 +9,7 @@ UV     := $(TOOLS)/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: install lock upgrade run test test-fast lint demo bench bench-quick chaos chaos-quick chaos-stress up down clean
+.PHONY: install lock upgrade run serve-http openapi test test-fast lint demo bench bench-quick chaos chaos-quick chaos-stress up down clean
 
 $(UV): requirements/uv.txt
 	$(PYTHON) -m venv $(TOOLS)
@@ -34,6 +34,14 @@ upgrade: $(UV)
 ## The main job: callgate serve on the embedded backend with the default profile.
 run: $(STAMP)
 	$(BIN)/callgate serve
+
+## The service with the HTTP API and the approval console on http://127.0.0.1:8787/.
+serve-http: $(STAMP)
+	$(BIN)/callgate serve --http
+
+## Regenerates the checked-in OpenAPI document of the HTTP API (a test compares them).
+openapi: $(STAMP)
+	$(PY) -m callgate.surfaces.http.openapi > docs/openapi.json
 
 ## The whole test suite (unit, integration against the tansu broker, end to end).
 test: $(STAMP)

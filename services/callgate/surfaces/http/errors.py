@@ -3,9 +3,10 @@
 Every error response is ``{"error": {"code", "message"}}`` with ``code`` from the
 vocabulary (``domain/codes.py``); no handler lets a stack trace or an exception's text
 out (an unexpected failure is ``500 internal_error`` with a fixed message and is logged
-on the server). ``POST /v1/proposals`` is the exception to "a code means an error": a
-decided proposal, denied or not, is ``200`` with the ``callgate propose --json`` answer
-(ADR 0017).
+on the server). ``POST /v1/proposals`` answers a decided proposal with the
+``callgate propose --json`` answer and the status of its outcome from the same table
+(``200`` for ``executed``, ``403`` for ``tool_forbidden``, ...); that answer carries
+``error: {code, message}`` exactly when the outcome is a refusal (ADR 0017).
 """
 
 from __future__ import annotations

@@ -22,6 +22,8 @@ router = APIRouter(prefix="/v1/dev", tags=["development"])
 DEV_USERS: tuple[dict[str, Any], ...] = (
     {"user": "alice", "tenant": "acme", "roles": ["support"]},
     {"user": "fran", "tenant": "acme", "roles": ["finance-approver"]},
+    {"user": "sue", "tenant": "acme", "roles": ["support", "finance-approver"]},
+    {"user": "rory", "tenant": "acme", "roles": ["release"]},
     {"user": "rel", "tenant": "acme", "roles": ["release-manager"]},
     {"user": "adam", "tenant": "acme", "roles": ["admin", "admin-approver"]},
     {"user": "gina", "tenant": "globex", "roles": ["support", "finance-approver"]},

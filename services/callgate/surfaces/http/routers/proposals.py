@@ -8,7 +8,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import JSONResponse
 
+from callgate.domain.codes import Code
 from callgate.surfaces.http.deps import ContextDep, SessionDep
+from callgate.surfaces.http.errors import STATUS
 from callgate.surfaces.http.models import COMMON, ProposalIn, ProposeAnswer, errors
 from callgate.surfaces.render import answer_value
 
@@ -22,12 +24,19 @@ router = APIRouter(prefix="/v1/proposals", tags=["proposals"])
     response_model=None,
     responses={
         200: {"model": ProposeAnswer, "description": "decided: the `callgate propose` answer"},
+        **{
+            status: {
+                "model": ProposeAnswer,
+                "description": "decided, refused: the answer, whose `error` has the code",
+            }
+            for status in (403, 404, 409, 422, 502)
+        },
         202: {
             "model": ProposeAnswer,
             "description": "not decided within the wait: poll the invocation (`Location`)",
             "headers": {"Location": {"schema": {"type": "string"}}},
         },
-        **errors(*COMMON),
+        **{s: v for s, v in errors(*COMMON).items() if s not in (422,)},
     },
 )
 def propose(
@@ -42,7 +51,7 @@ def propose(
         float | None, Query(gt=0, le=60, description="seconds to wait (server default)")
     ] = None,
 ) -> JSONResponse:
-    """The same call as ``callgate propose``; a denial is a decided proposal (200)."""
+    """The same call as ``callgate propose``: its answer, with the outcome's HTTP status."""
     timeout = min(wait or ctx.options.propose_wait_s, ctx.options.propose_wait_s)
     started = time.monotonic()
     answer: dict[str, Any] = ctx.gateway.propose(
@@ -55,6 +64,6 @@ def propose(
     )
     if answer.get("settled"):
         ctx.metrics.latency.labels(tool=body.tool).observe(time.monotonic() - started)
-        return JSONResponse(answer_value(answer))
+        return JSONResponse(answer_value(answer), status_code=STATUS[Code(answer["outcome"])])
     where = f"/v1/invocations/{answer['invocation_id']}"
     return JSONResponse(answer_value(answer), status_code=202, headers={"Location": where})

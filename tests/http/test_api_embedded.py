@@ -1,0 +1,372 @@
+"""The HTTP API on the embedded backend, through a real client against a real server.
+
+``callgate serve --http`` runs as a subprocess (uvicorn on loopback); httpx talks to it.
+One server for the module (the default profile, with ``deploys.trigger`` approvals that
+expire after a few seconds), a second one with a tiny rate limit.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from callgate.domain.codes import Code
+from callgate.surfaces.http.errors import STATUS
+from callgate.surfaces.http.guard import CSP
+from tests.e2e.helpers import cg, propose_argv
+from tests.http_support import REFUND_BIG, HttpServe, bearer, short_ttl_profile, wait_until
+
+DEPLOY = {"service": "checkout", "version": "2.4.1", "environment": "production"}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServe]:
+    root = tmp_path_factory.mktemp("http-embedded")
+    profile = short_ttl_profile(root / "profile", "deploys.trigger", seconds=3)
+    serve = HttpServe(root / "state", root / "serve.log", profile=profile)
+    try:
+        serve.wait_ready()
+        yield serve
+    finally:
+        assert serve.stop() == 0, serve.log.read_text()
+        assert "Traceback" not in serve.log.read_text()
+
+
+def post(c: httpx.Client, path: str, body: Any = None, **kw: Any) -> httpx.Response:
+    return c.post(path, json=body, **kw)
+
+
+def propose(server: HttpServe, token: str, tool: str, args: dict[str, Any], **kw: Any) -> Any:
+    """``POST /v1/proposals``; the status is the outcome's (200 executed, 403 forbidden...)."""
+    with server.client(token) as c:
+        r = post(c, "/v1/proposals", {"tool": tool, "args": args, **kw.pop("body", {})}, **kw)
+    answer = r.json()
+    assert r.status_code == STATUS[Code(answer["outcome"])], r.text
+    assert ("error" in answer) == (r.status_code >= 400), r.text
+    return answer
+
+
+# --- operations and the guards ------------------------------------------------------------
+
+
+def test_health_ready_and_security_headers(server: HttpServe) -> None:
+    with server.client() as c:
+        assert c.get("/healthz").json()["status"] == "ok"
+        r = c.get("/readyz")
+        assert r.status_code == 200 and r.json()["status"] == "ready"
+        page = c.get("/")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    for response in (r, page):
+        assert response.headers["content-security-policy"] == CSP
+        assert response.headers["x-content-type-options"] == "nosniff"
+        assert response.headers["referrer-policy"] == "no-referrer"
+    assert "frame-ancestors 'none'" in CSP and "unsafe-inline" not in CSP
+    assert "<script>" not in page.text and 'type="module" src="/console/console.js"' in page.text
+    assert "set-cookie" not in page.headers
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Bearer not-a-token"},
+        {"Authorization": "Basic YWxpY2U6c2VjcmV0"},
+    ],
+)
+def test_no_valid_session_is_401_unauthenticated(server: HttpServe, headers: dict[str, str]) -> None:
+    with httpx.Client(base_url=server.url, headers=headers) as c:
+        for method, path in [
+            ("GET", "/v1/pending"),
+            ("GET", "/v1/audit"),
+            ("GET", "/v1/invocations/x"),
+            ("POST", "/v1/invocations/x/approve"),
+        ]:
+            r = c.request(method, path)
+            assert r.status_code == 401, (path, r.text)
+            assert r.json()["error"]["code"] == "unauthenticated"
+        r = c.post("/v1/proposals", json={"tool": "tickets.read", "args": {"ticket_id": "T-1"}})
+        assert r.status_code == 401 and r.json()["error"]["code"] == "unauthenticated"
+
+
+def test_a_token_in_a_cookie_or_the_query_is_not_a_session(server: HttpServe) -> None:
+    token = server.token("alice", "acme", "support")
+    with httpx.Client(base_url=server.url, cookies={"session": token}) as c:
+        assert c.get("/v1/pending").status_code == 401
+        assert c.get("/v1/pending", params={"token": token}).status_code == 401
+
+
+def test_malformed_and_oversized_requests_are_coded(server: HttpServe) -> None:
+    token = server.token("alice", "acme", "support")
+    with server.client(token) as c:
+        r = c.post(
+            "/v1/proposals", content=b"{not json", headers={"content-type": "application/json"}
+        )
+        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request"
+        r = c.post("/v1/proposals", json={"args": {}})
+        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request"
+        big = {"tool": "tickets.read", "args": {"ticket_id": "x" * 70_000}}
+        r = c.post("/v1/proposals", json=big)
+        assert r.status_code == 413 and r.json()["error"]["code"] == "payload_too_large"
+
+        def chunks() -> Iterator[bytes]:  # no Content-Length: counted while read
+            yield b'{"tool": "tickets.read", "args": {"ticket_id": "'
+            for _ in range(80):
+                yield b"y" * 1024
+            yield b'"}}'
+
+        r = c.post("/v1/proposals", content=chunks(), headers={"content-type": "application/json"})
+        assert r.status_code == 413 and r.json()["error"]["code"] == "payload_too_large"
+        r = c.get("/v1/nothing-here")
+        assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+        r = c.delete("/v1/pending")
+        assert r.status_code == 405 and r.json()["error"]["code"] == "invalid_request"
+    for response in (r,):
+        assert "Traceback" not in response.text
+
+
+def test_cors_is_closed_by_default(server: HttpServe) -> None:
+    with server.client() as c:
+        r = c.get("/healthz", headers={"Origin": "https://evil.example"})
+        assert "access-control-allow-origin" not in r.headers
+        r = c.options(
+            "/v1/proposals",
+            headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"},
+        )
+        assert r.status_code >= 400 and "access-control-allow-origin" not in r.headers
+
+
+def test_dev_sign_in_is_absent_without_development_mode(server: HttpServe) -> None:
+    with server.client() as c:
+        assert c.get("/v1/dev/users").status_code == 404
+        assert c.post("/v1/dev/sessions", json={"user": "alice"}).status_code == 404
+
+
+# --- proposals ----------------------------------------------------------------------------
+
+
+def test_propose_answers_what_callgate_propose_answers(server: HttpServe) -> None:
+    token = server.token("alice", "acme", "support")
+    api = propose(server, token, "tickets.read", {"ticket_id": "T-5"})
+    cli = cg(server.state_dir, *propose_argv(token, "tickets.read", '{"ticket_id": "T-5"}'))
+    assert api["outcome"] == cli["outcome"] == "executed"
+    assert set(api) == set(cli) and api["result"] == cli["result"]
+    forbidden = propose(server, token, "users.delete", {"user_id": "U-1"})
+    assert forbidden["outcome"] == "tool_forbidden"
+    assert forbidden["error"]["code"] == "tool_forbidden"
+
+
+def test_propose_waits_a_bounded_time_then_202_with_the_invocation_url(server: HttpServe) -> None:
+    token = server.token("alice", "acme", "support")
+    with server.client(token) as c:
+        r = c.post(
+            "/v1/proposals",
+            params={"wait": 0.001},
+            json={"tool": "tickets.read", "args": {"ticket_id": "T-9"}},
+        )
+        assert r.status_code == 202, r.text
+        body = r.json()
+        assert body["settled"] is False
+        where = r.headers["location"]
+        assert where == f"/v1/invocations/{body['invocation_id']}"
+        wait_until(lambda: c.get(where).json().get("settled") is True, 20, "the call to settle")
+        assert c.get(where).json()["outcome"] == "executed"
+
+
+def test_high_impact_refund_approved_over_http_executes_once(server: HttpServe) -> None:
+    alice = server.token("alice", "acme", "support")
+    fran = server.token("fran", "acme", "finance-approver")
+    key = f"refund-{uuid.uuid4().hex[:8]}"
+    first = propose(server, alice, "refunds.issue", REFUND_BIG, headers={"Idempotency-Key": key})
+    assert first["outcome"] == "approval_required" and first["dry_run"]["amount_cents"] == 25000
+    inv = first["invocation_id"]
+    with server.client(fran) as c:
+        pending = c.get("/v1/pending").json()
+        item = next(p for p in pending if p["invocation_id"] == inv)
+        assert item["confirmation"] == "approver" and item["actor"] == "alice"
+        assert item["args_hash"] and item["dry_run_hash"] and item["policy_version"]
+        approved = c.post(f"/v1/invocations/{inv}/approve")
+        assert approved.status_code == 200, approved.text
+        artifact = approved.json()
+        assert set(artifact) == {"approval_id", "invocation_id", "expires_at"}
+        again = c.post(f"/v1/invocations/{inv}/approve")
+        assert again.status_code == 409 and again.json()["error"]["code"] == "not_pending"
+        assert all(p["invocation_id"] != inv for p in c.get("/v1/pending").json())
+    done = propose(
+        server,
+        alice,
+        "refunds.issue",
+        REFUND_BIG,
+        headers={"Idempotency-Key": key},
+        body={"approval_id": artifact["approval_id"]},
+    )
+    assert done["outcome"] == "executed", done
+    replay = propose(
+        server,
+        alice,
+        "refunds.issue",
+        REFUND_BIG,
+        headers={"Idempotency-Key": key},
+        body={"approval_id": artifact["approval_id"]},
+    )
+    assert replay["outcome"] == "replayed"
+    effects = [e for e in cg(server.state_dir, "effects") if e["tool"] == "refunds.issue"]
+    assert len([e for e in effects if e["invocation_id"] == done["invocation_id"]]) == 1
+    with server.client(alice) as c:
+        status = c.get(f"/v1/invocations/{done['invocation_id']}").json()
+        assert status["outcome"] == "executed" and status["approved_by"]["approver"] == "fran"
+        records = c.get("/v1/audit", params={"invocation": done["invocation_id"]}).json()
+        assert records and records[-1]["authorized_by"]["approval"]["approver"] == "fran"
+        assert all(r["proposed_by"] == "model" for r in records)
+        verified = c.get("/v1/audit/verify").json()
+        assert verified["ok"] is True and verified["records"] >= len(records)
+
+
+def test_refusals_are_coded(server: HttpServe) -> None:
+    sue = server.token("sue", "acme", "support", "finance-approver")  # caller and approver
+    other = server.token("sam", "acme", "support")  # no approver role
+    fran = server.token("fran", "acme", "finance-approver")
+    big = propose(server, sue, "refunds.issue", {**REFUND_BIG, "order_id": "ORD-81"})
+    inv = big["invocation_id"]
+    with server.client(sue) as c:
+        r = c.post(f"/v1/invocations/{inv}/approve")  # self-approval of a high-impact call
+        assert r.status_code == 403 and r.json()["error"]["code"] == "approver_forbidden"
+        assert "own call" in r.json()["error"]["message"]
+    with server.client(other) as c:
+        r = c.post(f"/v1/invocations/{inv}/approve")
+        assert r.status_code == 403 and r.json()["error"]["code"] == "approver_forbidden"
+    with server.client(fran) as c:
+        r = c.post(f"/v1/invocations/{inv}/deny", json={"reason": "duplicate refund"})
+        assert r.status_code == 200, r.text
+        assert r.json() == {"invocation_id": inv, "denied": True, "reason": "duplicate refund"}
+        r = c.post(f"/v1/invocations/{inv}/approve")
+        assert r.status_code == 409 and r.json()["error"]["code"] == "not_pending"
+
+
+def test_an_expired_approval_cannot_be_given(server: HttpServe) -> None:
+    rory = server.token("rory", "acme", "release")
+    rel = server.token("rel", "acme", "release-manager")
+    answer = propose(server, rory, "deploys.trigger", DEPLOY)
+    assert answer["outcome"] == "approval_required"
+    inv = answer["invocation_id"]
+    with server.client(rel) as c:
+        assert any(p["invocation_id"] == inv for p in c.get("/v1/pending").json())
+        wait_until(
+            lambda: all(p["invocation_id"] != inv for p in c.get("/v1/pending").json()),
+            20,
+            "the approval to expire",
+        )
+        r = c.post(f"/v1/invocations/{inv}/approve")
+        assert r.status_code == 409
+        assert r.json()["error"]["code"] in {"approval_expired", "not_pending"}
+        assert c.get(f"/v1/invocations/{inv}").json()["approval"]["state"] == "expired"
+
+
+# --- tenants ------------------------------------------------------------------------------
+
+
+def test_reads_and_writes_are_scoped_to_the_bearers_tenant(server: HttpServe) -> None:
+    alice = server.token("alice", "acme", "support")
+    gina = server.token("gina", "globex", "support", "finance-approver")
+    mine = propose(server, alice, "refunds.issue", {**REFUND_BIG, "order_id": "ORD-90"})
+    inv = mine["invocation_id"]
+    with server.client(gina) as c:
+        for path in (f"/v1/invocations/{inv}",):
+            r = c.get(path)
+            assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+        for action in ("approve", "deny"):
+            r = c.post(f"/v1/invocations/{inv}/{action}")
+            assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+        assert all(p["tenant"] == "globex" for p in c.get("/v1/pending").json())
+        assert c.get("/v1/audit", params={"invocation": inv}).json() == []
+        tenants = {
+            r["authorized_by"]["principal"]["tenant"] for r in c.get("/v1/audit").json()
+        }
+        assert tenants <= {"globex"}
+    with server.client(alice) as c:
+        assert c.get(f"/v1/invocations/{inv}").status_code == 200
+        assert any(p["invocation_id"] == inv for p in c.get("/v1/pending").json())
+        c.post(f"/v1/invocations/{inv}/deny", json={"reason": "test over"})
+
+
+# --- the event stream and metrics -----------------------------------------------------------
+
+
+def test_the_pending_stream_follows_the_tenants_changes(server: HttpServe) -> None:
+    alice = server.token("alice", "acme", "support")
+    gina = server.token("gina", "globex", "support")
+    seen: list[list[dict[str, Any]]] = []
+    with httpx.Client(base_url=server.url, headers=bearer(alice), timeout=30) as c:
+        with c.stream("GET", "/v1/pending/events") as stream:
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            lines = stream.iter_lines()
+
+            def next_snapshot() -> list[dict[str, Any]]:
+                event = None
+                for line in lines:
+                    if line.startswith("event:"):
+                        event = line.split(":", 1)[1].strip()
+                    elif line.startswith("data:") and event == "pending":
+                        rows: list[dict[str, Any]] = json.loads(line.split(":", 1)[1])
+                        seen.append(rows)
+                        return rows
+                raise AssertionError("the stream ended")
+
+            first = next_snapshot()
+            propose(server, gina, "refunds.issue", {**REFUND_BIG, "order_id": "GORD-1"})
+            new = propose(server, alice, "refunds.issue", {**REFUND_BIG, "order_id": "ORD-91"})
+            rows = next_snapshot()
+            assert new["invocation_id"] in {r["invocation_id"] for r in rows}
+            assert len(rows) == len(first) + 1
+            assert all(r["tenant"] == "acme" for snapshot in seen for r in snapshot)
+    with server.client(alice) as c:
+        c.post(f"/v1/invocations/{new['invocation_id']}/deny", json={"reason": "stream test"})
+
+
+def test_metrics_in_the_prometheus_format(server: HttpServe) -> None:
+    alice = server.token("alice", "acme", "support")
+    propose(server, alice, "tickets.read", {"ticket_id": "T-77"})
+    with server.client() as c:
+        text = c.get("/metrics").text
+    assert 'callgate_decisions{code="executed",tool="tickets.read"}' in text
+    assert 'callgate_decision_latency_seconds_bucket{le="+Inf",tool="tickets.read"}' in text
+    assert "callgate_pending_approvals" in text
+    assert 'callgate_consumer_lag{process="decider"}' in text
+    assert "callgate_dead_letters 0.0" in text
+
+
+def test_every_code_has_a_documented_status() -> None:
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "http-api.md").read_text()
+    for code in Code:
+        assert code in STATUS, code
+        assert f"| `{code.value}` | {STATUS[code]} |" in guide, code
+
+
+# --- the rate limit -------------------------------------------------------------------------
+
+
+def test_the_rate_limit_answers_429_rate_limited(tmp_path: Path) -> None:
+    env = {"CALLGATE_HTTP_RATE_PER_S": "0.5", "CALLGATE_HTTP_RATE_BURST": "3"}
+    serve = HttpServe(tmp_path / "state", tmp_path / "serve.log", env=env)
+    try:
+        serve.wait_ready()
+        token = serve.token("alice", "acme", "support")
+        with serve.client(token) as c:
+            codes = [c.get("/v1/pending").status_code for _ in range(3)]
+            assert codes[:3] == [200, 200, 200]
+            r = c.get("/v1/pending")
+            assert r.status_code == 429 and r.json()["error"]["code"] == "rate_limited"
+            assert int(r.headers["retry-after"]) >= 1
+            assert c.get("/healthz").status_code == 200  # operations are not limited
+        started = time.monotonic()
+        with serve.client(serve.token("fran", "acme", "finance-approver")) as other:
+            assert other.get("/v1/pending").status_code == 200  # a bucket per client
+        assert time.monotonic() - started < 5
+    finally:
+        assert serve.stop() == 0

@@ -1,0 +1,127 @@
+"""``callgate serve --http`` as a subprocess, for the tests of the HTTP API and the console.
+
+``HttpServe`` starts the installed command on a free loopback port (embedded by default,
+on Kafka with a ``Deployment``), waits for ``/readyz`` and stops it with SIGTERM. Session
+tokens come from the state directory's development issuer, as ``callgate session issue``
+makes them. ``short_ttl_profile`` writes a copy of the default profile whose
+``deploys.trigger`` approvals expire after a few seconds (the expiry tests).
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+import httpx
+
+from callgate.bootstrap import Settings, bootstrap
+from tests.e2e.helpers import DEFAULT_PROFILE, REPO, callgate_argv, cli_env
+
+REFUND_BIG = {"order_id": "ORD-77", "amount_cents": 25000, "currency": "EUR"}  # high impact
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def short_ttl_profile(directory: Path, tool: str = "deploys.trigger", seconds: int = 4) -> Path:
+    """The default profile with ``tool``'s approvals expiring after ``seconds``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    shutil.copy(DEFAULT_PROFILE.with_suffix(".cedar"), directory / "default.cedar")
+    lines = DEFAULT_PROFILE.read_text().splitlines()
+    out: list[str] = []
+    current = None
+    for line in lines:
+        stripped = line.strip()
+        if line.startswith("  ") and not line.startswith("   ") and stripped.endswith(":"):
+            current = stripped[:-1]
+        if current == tool and stripped.startswith("approval_ttl_seconds:"):
+            line = line.split(":")[0] + f": {seconds}"
+        out.append(line)
+    path = directory / "profile.yaml"
+    path.write_text("\n".join(out) + "\n")
+    return path
+
+
+class HttpServe:
+    """``callgate --state-dir D [--profile P] serve --http 127.0.0.1:PORT``."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        log: Path,
+        *,
+        profile: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        dev: bool = False,
+    ) -> None:
+        self.state_dir = state_dir
+        self.profile = profile
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        self._stderr: TextIO = log.open("w")
+        argv = [*callgate_argv(), "--state-dir", str(state_dir)]
+        if profile is not None:
+            argv += ["--profile", str(profile)]
+        argv += ["serve", "--http", f"127.0.0.1:{self.port}"]
+        full_env = {**cli_env(), **(env or {})}
+        if dev:
+            full_env["CALLGATE_DEV"] = "1"
+        self.proc = subprocess.Popen(
+            argv, stdout=subprocess.DEVNULL, stderr=self._stderr, env=full_env, cwd=REPO
+        )
+        self._settings = Settings(state_dir=state_dir, profile=profile)
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            assert self.proc.poll() is None, f"serve exited: {self.log.read_text()}"
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, f"not ready: {self.log.read_text()}"
+            time.sleep(0.1)
+
+    def token(self, user: str, tenant: str, *roles: str, ttl_seconds: int = 3600) -> str:
+        """A development session token (the state directory's issuer key)."""
+        app = bootstrap(self._settings)
+        return app.session_issuer.issue(user, tenant, list(roles), app.clock(), ttl_seconds)
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait(timeout=10)
+        self._stderr.close()
+        return code
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def wait_until(predicate: Any, timeout_s: float, what: str, poll_s: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(poll_s)
