@@ -80,7 +80,9 @@ def test_health_ready_and_security_headers(server: HttpServe) -> None:
         {"Authorization": "Basic YWxpY2U6c2VjcmV0"},
     ],
 )
-def test_no_valid_session_is_401_unauthenticated(server: HttpServe, headers: dict[str, str]) -> None:
+def test_no_valid_session_is_401_unauthenticated(
+    server: HttpServe, headers: dict[str, str]
+) -> None:
     with httpx.Client(base_url=server.url, headers=headers) as c:
         for method, path in [
             ("GET", "/v1/pending"),
@@ -285,9 +287,7 @@ def test_reads_and_writes_are_scoped_to_the_bearers_tenant(server: HttpServe) ->
             assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
         assert all(p["tenant"] == "globex" for p in c.get("/v1/pending").json())
         assert c.get("/v1/audit", params={"invocation": inv}).json() == []
-        tenants = {
-            r["authorized_by"]["principal"]["tenant"] for r in c.get("/v1/audit").json()
-        }
+        tenants = {r["authorized_by"]["principal"]["tenant"] for r in c.get("/v1/audit").json()}
         assert tenants <= {"globex"}
     with server.client(alice) as c:
         assert c.get(f"/v1/invocations/{inv}").status_code == 200
@@ -302,29 +302,31 @@ def test_the_pending_stream_follows_the_tenants_changes(server: HttpServe) -> No
     alice = server.token("alice", "acme", "support")
     gina = server.token("gina", "globex", "support")
     seen: list[list[dict[str, Any]]] = []
-    with httpx.Client(base_url=server.url, headers=bearer(alice), timeout=30) as c:
-        with c.stream("GET", "/v1/pending/events") as stream:
-            assert stream.headers["content-type"].startswith("text/event-stream")
-            lines = stream.iter_lines()
+    with (
+        httpx.Client(base_url=server.url, headers=bearer(alice), timeout=30) as c,
+        c.stream("GET", "/v1/pending/events") as stream,
+    ):
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        lines = stream.iter_lines()
 
-            def next_snapshot() -> list[dict[str, Any]]:
-                event = None
-                for line in lines:
-                    if line.startswith("event:"):
-                        event = line.split(":", 1)[1].strip()
-                    elif line.startswith("data:") and event == "pending":
-                        rows: list[dict[str, Any]] = json.loads(line.split(":", 1)[1])
-                        seen.append(rows)
-                        return rows
-                raise AssertionError("the stream ended")
+        def next_snapshot() -> list[dict[str, Any]]:
+            event = None
+            for line in lines:
+                if line.startswith("event:"):
+                    event = line.split(":", 1)[1].strip()
+                elif line.startswith("data:") and event == "pending":
+                    rows: list[dict[str, Any]] = json.loads(line.split(":", 1)[1])
+                    seen.append(rows)
+                    return rows
+            raise AssertionError("the stream ended")
 
-            first = next_snapshot()
-            propose(server, gina, "refunds.issue", {**REFUND_BIG, "order_id": "GORD-1"})
-            new = propose(server, alice, "refunds.issue", {**REFUND_BIG, "order_id": "ORD-91"})
-            rows = next_snapshot()
-            assert new["invocation_id"] in {r["invocation_id"] for r in rows}
-            assert len(rows) == len(first) + 1
-            assert all(r["tenant"] == "acme" for snapshot in seen for r in snapshot)
+        first = next_snapshot()
+        propose(server, gina, "refunds.issue", {**REFUND_BIG, "order_id": "GORD-1"})
+        new = propose(server, alice, "refunds.issue", {**REFUND_BIG, "order_id": "ORD-91"})
+        rows = next_snapshot()
+        assert new["invocation_id"] in {r["invocation_id"] for r in rows}
+        assert len(rows) == len(first) + 1
+        assert all(r["tenant"] == "acme" for snapshot in seen for r in snapshot)
     with server.client(alice) as c:
         c.post(f"/v1/invocations/{new['invocation_id']}/deny", json={"reason": "stream test"})
 

@@ -103,11 +103,11 @@ def _http(request: Request, exc: Exception) -> JSONResponse:
         return error_response(Code.NOT_FOUND, f"no such resource: {request.url.path}")
     if exc.status_code == 413:
         return error_response(Code.PAYLOAD_TOO_LARGE, "request body too large")
-    headers = dict(exc.headers or {})
-    message = "method not allowed" if exc.status_code == 405 else "invalid request"
-    body = error_body(Code.INVALID_REQUEST, message)
-    status = exc.status_code if 400 <= exc.status_code < 500 else 400
-    return JSONResponse(body, status_code=status, headers=headers)
+    if exc.status_code == 405:
+        body = error_body(Code.INVALID_REQUEST, "method not allowed")
+        return JSONResponse(body, status_code=405, headers=dict(exc.headers or {}))
+    # Anything else Starlette or FastAPI refuses (e.g. a body that is not UTF-8).
+    return error_response(Code.INVALID_REQUEST, "the request could not be read")
 
 
 def _timeout(request: Request, exc: Exception) -> JSONResponse:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, RootModel
 
 from callgate.domain.codes import Code
 
@@ -54,6 +54,10 @@ class ProposeAnswer(_Open):
     approval_id: str | None = None
     replay_of: dict[str, Any] | None = None
     settled: bool | None = None
+
+
+class AnswerOrError(RootModel[ProposeAnswer | ErrorBody]):
+    """A 422 of ``POST /v1/proposals``: refused arguments (an answer) or a bad request."""
 
 
 class Status(_Open):

@@ -11,7 +11,13 @@ from fastapi.responses import JSONResponse
 from callgate.domain.codes import Code
 from callgate.surfaces.http.deps import ContextDep, SessionDep
 from callgate.surfaces.http.errors import STATUS
-from callgate.surfaces.http.models import COMMON, ProposalIn, ProposeAnswer, errors
+from callgate.surfaces.http.models import (
+    COMMON,
+    AnswerOrError,
+    ProposalIn,
+    ProposeAnswer,
+    errors,
+)
 from callgate.surfaces.render import answer_value
 
 router = APIRouter(prefix="/v1/proposals", tags=["proposals"])
@@ -29,14 +35,18 @@ router = APIRouter(prefix="/v1/proposals", tags=["proposals"])
                 "model": ProposeAnswer,
                 "description": "decided, refused: the answer, whose `error` has the code",
             }
-            for status in (403, 404, 409, 422, 502)
+            for status in (403, 404, 409, 502)
         },
         202: {
             "model": ProposeAnswer,
             "description": "not decided within the wait: poll the invocation (`Location`)",
             "headers": {"Location": {"schema": {"type": "string"}}},
         },
-        **{s: v for s, v in errors(*COMMON).items() if s not in (422,)},
+        **errors(*COMMON),
+        422: {
+            "model": AnswerOrError,
+            "description": "refused arguments (the answer) or a malformed request (an error)",
+        },
     },
 )
 def propose(
