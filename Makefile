@@ -9,7 +9,7 @@ UV     := $(TOOLS)/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: install lock upgrade run serve-http openapi test test-fast lint demo bench bench-quick chaos chaos-quick chaos-stress up down clean
+.PHONY: install lock upgrade run serve-http openapi screenshots test test-fast lint demo bench bench-quick chaos chaos-quick chaos-stress up down clean
 
 $(UV): requirements/uv.txt
 	$(PYTHON) -m venv $(TOOLS)
@@ -42,6 +42,10 @@ serve-http: $(STAMP)
 ## Regenerates the checked-in OpenAPI document of the HTTP API (a test compares them).
 openapi: $(STAMP)
 	$(PY) -m callgate.surfaces.http.openapi > docs/openapi.json
+
+## Refreshes the console screenshots in docs/ (the browser tests take them).
+screenshots: $(STAMP)
+	CALLGATE_SCREENSHOT_DIR=docs PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q -p no:cacheprovider tests/http/test_console_browser.py
 
 ## The whole test suite (unit, integration against the tansu broker, end to end).
 test: $(STAMP)

@@ -223,7 +223,7 @@ function renderDetail() {
   const facts = $("facts");
   facts.replaceChildren();
   fact(facts, "Tool", item.tool);
-  fact(facts, "Actor (proposed by a model for)", item.actor);
+  fact(facts, "Actor", item.actor);
   fact(facts, "Target", item.target);
   fact(facts, "Confirmation", item.confirmation === "approver"
     ? `an approver (${(item.approver_roles || []).join(", ")}); not the actor`
@@ -339,7 +339,7 @@ async function loadTimeline(id) {
     ]);
     chain.className = `chain ${verified.ok ? "ok" : "bad"}`;
     chain.textContent = verified.ok
-      ? `Audit chain verified: ${verified.records} records of your tenant, every hash links to the one before.`
+      ? `Audit chain verified: ${verified.records} record${verified.records === 1 ? "" : "s"} of your tenant, every hash links to the one before.`
       : `Audit chain BROKEN at ${verified.first_bad}: ${verified.reason}`;
     show(chain, true);
     status.textContent = `Now: ${inv.outcome}${inv.settled ? "" : " (in progress)"}${inv.error ? ` — ${inv.error.message}` : ""}`;
