@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import httpx
+import yaml
 
 from callgate.bootstrap import Settings, bootstrap
 from tests.e2e.helpers import DEFAULT_PROFILE, REPO, callgate_argv, cli_env
@@ -36,19 +37,11 @@ def free_port() -> int:
 def short_ttl_profile(directory: Path, tool: str = "deploys.trigger", seconds: int = 4) -> Path:
     """The default profile with ``tool``'s approvals expiring after ``seconds``."""
     directory.mkdir(parents=True, exist_ok=True)
-    shutil.copy(DEFAULT_PROFILE.with_suffix(".cedar"), directory / "default.cedar")
-    lines = DEFAULT_PROFILE.read_text().splitlines()
-    out: list[str] = []
-    current = None
-    for line in lines:
-        stripped = line.strip()
-        if line.startswith("  ") and not line.startswith("   ") and stripped.endswith(":"):
-            current = stripped[:-1]
-        if current == tool and stripped.startswith("approval_ttl_seconds:"):
-            line = line.split(":")[0] + f": {seconds}"
-        out.append(line)
+    doc = yaml.safe_load(DEFAULT_PROFILE.read_text())
+    shutil.copy(DEFAULT_PROFILE.parent / doc["policy_file"], directory / doc["policy_file"])
+    doc["tools"][tool]["approval_ttl_seconds"] = seconds
     path = directory / "profile.yaml"
-    path.write_text("\n".join(out) + "\n")
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
 

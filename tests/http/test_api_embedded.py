@@ -177,6 +177,9 @@ def test_propose_waits_a_bounded_time_then_202_with_the_invocation_url(server: H
         assert body["settled"] is False
         where = r.headers["location"]
         assert where == f"/v1/invocations/{body['invocation_id']}"
+        assert c.get(where).status_code == 200  # in progress or settled, never "not found"
+        with server.client(server.token("gina", "globex", "support")) as other:
+            assert other.get(where).status_code == 404
         wait_until(lambda: c.get(where).json().get("settled") is True, 20, "the call to settle")
         assert c.get(where).json()["outcome"] == "executed"
 
@@ -292,7 +295,6 @@ def test_reads_and_writes_are_scoped_to_the_bearers_tenant(server: HttpServe) ->
     with server.client(alice) as c:
         assert c.get(f"/v1/invocations/{inv}").status_code == 200
         assert any(p["invocation_id"] == inv for p in c.get("/v1/pending").json())
-        c.post(f"/v1/invocations/{inv}/deny", json={"reason": "test over"})
 
 
 # --- the event stream and metrics -----------------------------------------------------------
@@ -327,8 +329,8 @@ def test_the_pending_stream_follows_the_tenants_changes(server: HttpServe) -> No
         assert new["invocation_id"] in {r["invocation_id"] for r in rows}
         assert len(rows) == len(first) + 1
         assert all(r["tenant"] == "acme" for snapshot in seen for r in snapshot)
-    with server.client(alice) as c:
-        c.post(f"/v1/invocations/{new['invocation_id']}/deny", json={"reason": "stream test"})
+    with server.client(server.token("fran", "acme", "finance-approver")) as c:
+        assert c.post(f"/v1/invocations/{new['invocation_id']}/deny").status_code == 200
 
 
 def test_metrics_in_the_prometheus_format(server: HttpServe) -> None:
@@ -372,3 +374,10 @@ def test_the_rate_limit_answers_429_rate_limited(tmp_path: Path) -> None:
         assert time.monotonic() - started < 5
     finally:
         assert serve.stop() == 0
+
+
+def test_serve_http_with_a_bad_address_is_misuse(tmp_path: Path) -> None:
+    from tests.e2e.helpers import EXIT_MISUSE, run
+
+    result = run(tmp_path, "serve", "--http", "localhost", rc=EXIT_MISUSE, json_mode=False)
+    assert "HOST:PORT" in result.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -85,6 +86,20 @@ class ServerContext:
     # the lock its cache needs, since routes run on a thread pool.
     verifier: SessionVerifier
     verify_lock: threading.Lock = field(default_factory=threading.Lock)
+    # Invocations answered 202: id -> tenant, until their status shows (bounded).
+    published: OrderedDict[str, str] = field(default_factory=OrderedDict)
+
+    MAX_PUBLISHED = 10_000
+
+    def remember(self, invocation_id: str, tenant: str) -> None:
+        with self.verify_lock:
+            self.published[invocation_id] = tenant
+            while len(self.published) > self.MAX_PUBLISHED:
+                self.published.popitem(last=False)
+
+    def published_by(self, invocation_id: str) -> str | None:
+        with self.verify_lock:
+            return self.published.get(invocation_id)
 
 
 class PendingSource(Protocol):

@@ -11,19 +11,25 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Path
 
 from callgate.domain.codes import Code
+from callgate.surfaces.http.context import ServerContext
 from callgate.surfaces.http.deps import ContextDep, Session, SessionDep
 from callgate.surfaces.http.errors import ApiError
 from callgate.surfaces.http.models import COMMON, Approved, Denied, DenyIn, Status, errors
-from callgate.surfaces.sdk import Gateway
 
 router = APIRouter(prefix="/v1/invocations", tags=["invocations"])
 
 InvocationId = Annotated[str, Path(min_length=1, max_length=200)]
 
 
-def visible_status(gate: Gateway, invocation_id: str, sess: Session) -> dict[str, Any]:
-    """The status of an invocation of the bearer's tenant, else ``404 not_found``."""
-    status = gate.status(invocation_id)
+def visible_status(ctx: ServerContext, invocation_id: str, sess: Session) -> dict[str, Any]:
+    """The status of an invocation of the bearer's tenant, else ``404 not_found``.
+
+    An invocation this server answered ``202`` and the decider has not reached yet is
+    in progress (``allowed``, not settled), as the SDK's answer says, not missing.
+    """
+    status = ctx.gateway.status(invocation_id)
+    if status is None and ctx.published_by(invocation_id) == sess.tenant:
+        return {"invocation_id": invocation_id, "outcome": Code.ALLOWED.value, "settled": False}
     if status is None or status.get("tenant") != sess.tenant:
         raise ApiError(Code.NOT_FOUND, f"no invocation {invocation_id}")
     return status
@@ -37,7 +43,7 @@ def visible_status(gate: Gateway, invocation_id: str, sess: Session) -> dict[str
     responses=errors(*COMMON, 404),
 )
 def get_invocation(invocation_id: InvocationId, sess: SessionDep, ctx: ContextDep) -> Any:
-    return visible_status(ctx.gateway, invocation_id, sess)
+    return visible_status(ctx, invocation_id, sess)
 
 
 @router.post(
@@ -48,7 +54,7 @@ def get_invocation(invocation_id: InvocationId, sess: SessionDep, ctx: ContextDe
     responses=errors(*COMMON, 403, 404, 409, 504),
 )
 def approve(invocation_id: InvocationId, sess: SessionDep, ctx: ContextDep) -> Any:
-    visible_status(ctx.gateway, invocation_id, sess)
+    visible_status(ctx, invocation_id, sess)
     d = ctx.gateway.approve(invocation_id, sess.token, ctx.options.decide_wait_s)
     return {k: d[k] for k in ("approval_id", "invocation_id", "expires_at")}
 
@@ -66,7 +72,7 @@ def deny(
     ctx: ContextDep,
     body: Annotated[DenyIn | None, Body()] = None,
 ) -> Any:
-    visible_status(ctx.gateway, invocation_id, sess)
+    visible_status(ctx, invocation_id, sess)
     reason = body.reason if body is not None else ""
     d = ctx.gateway.deny(invocation_id, sess.token, reason, ctx.options.decide_wait_s)
     return {"invocation_id": d["invocation_id"], "denied": True, "reason": d.get("reason", "")}

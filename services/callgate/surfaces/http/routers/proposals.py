@@ -75,5 +75,6 @@ def propose(
     if answer.get("settled"):
         ctx.metrics.latency.labels(tool=body.tool).observe(time.monotonic() - started)
         return JSONResponse(answer_value(answer), status_code=STATUS[Code(answer["outcome"])])
+    ctx.remember(answer["invocation_id"], sess.tenant)
     where = f"/v1/invocations/{answer['invocation_id']}"
     return JSONResponse(answer_value(answer), status_code=202, headers={"Location": where})

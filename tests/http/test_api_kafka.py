@@ -1,0 +1,143 @@
+"""The HTTP API on the Kafka backend (the tansu broker the suite starts).
+
+``callgate serve --http`` runs the supervisor's children and, in its own process, tails
+the view topics into memory; httpx talks to it over loopback. The same stories as on the
+embedded backend: a high-impact refund approved over HTTP executes once, every read is
+scoped to the bearer's tenant, the stream and the metrics come from the live views.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.http_support import REFUND_BIG, HttpServe, bearer, wait_until
+from tests.kafka_support import Deployment, unique_prefix
+
+pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
+
+
+@pytest.fixture(scope="module")
+def server(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServe]:
+    root = tmp_path_factory.mktemp("http-kafka")
+    dep = Deployment(kafka_bootstrap, unique_prefix("http"), root / "state")
+    serve = HttpServe(dep.state_dir, root / "serve.log", env=dep.env())
+    try:
+        serve.wait_ready(timeout_s=120)
+        probe = serve.token("probe", "acme", "support")
+        with serve.client(probe) as c:  # until every process has joined and answers
+            wait_until(
+                lambda: (
+                    c.post(
+                        "/v1/proposals",
+                        params={"wait": 30},
+                        json={"tool": "tickets.read", "args": {"ticket_id": "T-0"}},
+                    ).status_code
+                    == 200
+                ),
+                120,
+                "a first call to be decided",
+                poll_s=0.5,
+            )
+        yield serve
+    finally:
+        assert serve.stop() == 0, serve.log.read_text()
+        assert "Traceback" not in serve.log.read_text(), serve.log.read_text()
+
+
+def propose(server: HttpServe, token: str, args: dict[str, Any], **body: Any) -> Any:
+    key = body.pop("key", None)
+    with server.client(token) as c:
+        r = c.post(
+            "/v1/proposals",
+            params={"wait": 30},
+            json={"tool": "refunds.issue", "args": args, **body},
+            headers={"Idempotency-Key": key} if key else {},
+        )
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def pending_ids(c: httpx.Client) -> set[str]:
+    return {p["invocation_id"] for p in c.get("/v1/pending").json()}
+
+
+def test_no_valid_session_is_401(server: HttpServe) -> None:
+    with server.client("nonsense") as c:
+        r = c.get("/v1/pending")
+    assert r.status_code == 401 and r.json()["error"]["code"] == "unauthenticated"
+
+
+def test_high_impact_refund_approved_over_http_executes_once(server: HttpServe) -> None:
+    alice = server.token("alice", "acme", "support")
+    fran = server.token("fran", "acme", "finance-approver")
+    key = f"refund-{uuid.uuid4().hex[:8]}"
+    first = propose(server, alice, REFUND_BIG, key=key)
+    assert first["outcome"] == "approval_required", first
+    inv = first["invocation_id"]
+    with server.client(fran) as c:
+        wait_until(lambda: inv in pending_ids(c), 30, "the pending view")
+        r = c.post(f"/v1/invocations/{inv}/approve")
+        assert r.status_code == 200, r.text
+        approval_id = r.json()["approval_id"]
+        wait_until(lambda: inv not in pending_ids(c), 30, "the tombstone")
+    done = propose(server, alice, REFUND_BIG, key=key, approval_id=approval_id)
+    assert done["outcome"] == "executed", done
+    again = propose(server, alice, REFUND_BIG, key=key, approval_id=approval_id)
+    assert again["outcome"] == "replayed"
+    with server.client(alice) as c:
+        status = c.get(f"/v1/invocations/{done['invocation_id']}").json()
+        assert status["approved_by"]["approver"] == "fran"
+        wait_until(
+            lambda: bool(c.get("/v1/audit", params={"invocation": done["invocation_id"]}).json()),
+            30,
+            "the audit record",
+        )
+        assert c.get("/v1/audit/verify").json()["ok"] is True
+
+
+def test_reads_and_writes_are_scoped_to_the_bearers_tenant(server: HttpServe) -> None:
+    alice = server.token("alice", "acme", "support")
+    gina = server.token("gina", "globex", "support", "finance-approver")
+    mine = propose(server, alice, {**REFUND_BIG, "order_id": "ORD-93"})
+    inv = mine["invocation_id"]
+    with server.client(alice) as c:
+        wait_until(lambda: inv in pending_ids(c), 30, "the pending view")
+    with server.client(gina) as c:
+        r = c.get(f"/v1/invocations/{inv}")
+        assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+        r = c.post(f"/v1/invocations/{inv}/approve")
+        assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+        assert inv not in pending_ids(c)
+        assert c.get("/v1/audit", params={"invocation": inv}).json() == []
+    with server.client(server.token("fran", "acme", "finance-approver")) as c:
+        assert c.post(f"/v1/invocations/{inv}/deny", json={"reason": "done"}).status_code == 200
+
+
+def test_stream_and_metrics_come_from_the_live_views(server: HttpServe) -> None:
+    alice = server.token("alice", "acme", "support")
+    with (
+        httpx.Client(base_url=server.url, headers=bearer(alice), timeout=60) as c,
+        c.stream("GET", "/v1/pending/events") as stream,
+    ):
+        lines = stream.iter_lines()
+        snapshots: list[list[dict[str, Any]]] = []
+        new = propose(server, alice, {**REFUND_BIG, "order_id": "ORD-94"})
+        for line in lines:
+            if line.startswith("data:"):
+                snapshots.append(json.loads(line.split(":", 1)[1]))
+                if new["invocation_id"] in {r["invocation_id"] for r in snapshots[-1]}:
+                    break
+    assert all(r["tenant"] == "acme" for snap in snapshots for r in snap)
+    with server.client(server.token("fran", "acme", "finance-approver")) as c:
+        assert c.post(f"/v1/invocations/{new['invocation_id']}/deny").status_code == 200
+        text = c.get("/metrics").text
+    assert 'callgate_decisions{code="approval_required",tool="refunds.issue"}' in text
+    assert 'callgate_consumer_lag{process="decider"}' in text
+    assert "callgate_dead_letters 0.0" in text
+    assert 'callgate_decision_latency_seconds_count{tool="refunds.issue"}' in text
