@@ -1,14 +1,15 @@
 """The HTTP API on the embedded backend, through a real client against a real server.
 
 ``callgate serve --http`` runs as a subprocess (uvicorn on loopback); httpx talks to it.
-One server for the module (the default profile, with ``deploys.trigger`` approvals that
-expire after a few seconds), a second one with a tiny rate limit.
+One server for the module in development mode, so that it trusts the development
+issuer's tokens the tests mint (the default profile, with ``deploys.trigger`` approvals
+that expire after a few seconds); a second one, not in development mode, with a tiny
+rate limit.
 """
 
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +31,7 @@ DEPLOY = {"service": "checkout", "version": "2.4.1", "environment": "production"
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServe]:
     root = tmp_path_factory.mktemp("http-embedded")
     profile = short_ttl_profile(root / "profile", "deploys.trigger", seconds=3)
-    serve = HttpServe(root / "state", root / "serve.log", profile=profile)
+    serve = HttpServe(root / "state", root / "serve.log", profile=profile, dev=True)
     try:
         serve.wait_ready()
         yield serve
@@ -144,10 +145,16 @@ def test_cors_is_closed_by_default(server: HttpServe) -> None:
         assert r.status_code >= 400 and "access-control-allow-origin" not in r.headers
 
 
-def test_dev_sign_in_is_absent_without_development_mode(server: HttpServe) -> None:
+def test_dev_sign_in_issues_tokens_of_sample_users(server: HttpServe) -> None:
     with server.client() as c:
-        assert c.get("/v1/dev/users").status_code == 404
-        assert c.post("/v1/dev/sessions", json={"user": "alice"}).status_code == 404
+        users = c.get("/v1/dev/users").json()
+        assert {"user": "fran", "tenant": "acme", "roles": ["finance-approver"]} in users
+        token = c.post("/v1/dev/sessions", json={"user": "fran"}).json()["token"]
+        r = c.post("/v1/dev/sessions", json={"user": "mallory"})
+        assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+    with server.client(token) as c:
+        me = c.get("/v1/session").json()
+    assert (me["user"], me["tenant"], me["roles"]) == ("fran", "acme", ["finance-approver"])
 
 
 # --- proposals ----------------------------------------------------------------------------
@@ -355,23 +362,25 @@ def test_every_code_has_a_documented_status() -> None:
 # --- the rate limit -------------------------------------------------------------------------
 
 
-def test_the_rate_limit_answers_429_rate_limited(tmp_path: Path) -> None:
+def test_without_development_mode_no_dev_routes_and_a_rate_limit(tmp_path: Path) -> None:
+    """Not in development mode: the sample-user routes do not exist. The rate limit runs
+    before authentication, so made-up bearers exercise it."""
     env = {"CALLGATE_HTTP_RATE_PER_S": "0.5", "CALLGATE_HTTP_RATE_BURST": "3"}
     serve = HttpServe(tmp_path / "state", tmp_path / "serve.log", env=env)
     try:
         serve.wait_ready()
-        token = serve.token("alice", "acme", "support")
-        with serve.client(token) as c:
+        with serve.client() as c:
+            assert c.get("/v1/dev/users").status_code == 404
+            assert c.post("/v1/dev/sessions", json={"user": "alice"}).status_code == 404
+        with serve.client("client-one") as c:
             codes = [c.get("/v1/pending").status_code for _ in range(3)]
-            assert codes[:3] == [200, 200, 200]
+            assert codes == [401, 401, 401]
             r = c.get("/v1/pending")
             assert r.status_code == 429 and r.json()["error"]["code"] == "rate_limited"
             assert int(r.headers["retry-after"]) >= 1
             assert c.get("/healthz").status_code == 200  # operations are not limited
-        started = time.monotonic()
-        with serve.client(serve.token("fran", "acme", "finance-approver")) as other:
-            assert other.get("/v1/pending").status_code == 200  # a bucket per client
-        assert time.monotonic() - started < 5
+        with serve.client("client-two") as other:
+            assert other.get("/v1/pending").status_code == 401  # a bucket per client
     finally:
         assert serve.stop() == 0
 

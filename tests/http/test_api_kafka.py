@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
 def server(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServe]:
     root = tmp_path_factory.mktemp("http-kafka")
     dep = Deployment(kafka_bootstrap, unique_prefix("http"), root / "state")
-    serve = HttpServe(dep.state_dir, root / "serve.log", env=dep.env())
+    serve = HttpServe(dep.state_dir, root / "serve.log", env=dep.env(), dev=True)
     try:
         serve.wait_ready(timeout_s=120)
         probe = serve.token("probe", "acme", "support")

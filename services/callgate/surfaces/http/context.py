@@ -82,23 +82,23 @@ class ServerContext:
     stats: ServiceStats
     feed: PendingSource
     metrics: ApiMetrics
-    # The surface's own verifier (its cache is not shared with the decider's thread) and
-    # the lock its cache needs, since routes run on a thread pool.
+    # The surface's own verifier (its cache is not shared with the runner's decider) and
+    # the lock it and ``published`` need, since routes run on a thread pool.
     verifier: SessionVerifier
-    verify_lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.Lock = field(default_factory=threading.Lock)
     # Invocations answered 202: id -> tenant, until their status shows (bounded).
     published: OrderedDict[str, str] = field(default_factory=OrderedDict)
 
     MAX_PUBLISHED = 10_000
 
     def remember(self, invocation_id: str, tenant: str) -> None:
-        with self.verify_lock:
+        with self.lock:
             self.published[invocation_id] = tenant
             while len(self.published) > self.MAX_PUBLISHED:
                 self.published.popitem(last=False)
 
     def published_by(self, invocation_id: str) -> str | None:
-        with self.verify_lock:
+        with self.lock:
             return self.published.get(invocation_id)
 
 

@@ -48,7 +48,7 @@ def session(
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise Rejection(Code.UNAUTHENTICATED, "send Authorization: Bearer <session token>")
     app = ctx.gateway.app
-    with ctx.verify_lock:  # the verifier's cache is not thread-safe; routes run in threads
+    with ctx.lock:  # the verifier's cache is not thread-safe; routes run in threads
         principal = ctx.verifier.verify(credentials.credentials, app.clock())
     return Session(credentials.credentials, principal)
 

@@ -9,10 +9,13 @@ of open consoles does not multiply the reads of the view.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from typing import Any
 
 from callgate.surfaces.sdk import Backend
+
+log = logging.getLogger("callgate.http")
 
 
 class PendingFeed:
@@ -56,6 +59,7 @@ class PendingFeed:
         while not self._stop.is_set():
             try:
                 self.refresh()
-            except Exception:  # a failed read is retried; the stream keeps its last state
+            except Exception:  # retried; the streams keep the last state meanwhile
+                log.warning("reading the pending view failed; retrying", exc_info=True)
                 self._stop.wait(1.0)
             self._stop.wait(self._interval_s)

@@ -178,6 +178,8 @@ function dryRunRows(dry) {
 
 function renderList() {
   const list = $("pending-list");
+  // Keep the keyboard where it was: the focused item is rebuilt, so focus it again.
+  const focused = list.contains(document.activeElement) ? document.activeElement.getAttribute("data-id") : null;
   list.replaceChildren();
   $("pending-count").textContent = String(state.items.length);
   show($("pending-empty"), state.items.length === 0);
@@ -192,6 +194,7 @@ function renderList() {
     );
     label.addEventListener("click", () => select(item.invocation_id));
     list.append(el("li", {}, label));
+    if (item.invocation_id === focused) label.focus();
   }
   renderDetail();
 }
