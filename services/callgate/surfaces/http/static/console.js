@@ -252,6 +252,7 @@ function renderDetail() {
 
   const binds = $("binds");
   binds.replaceChildren();
+  fact(binds, "Tenant", item.tenant);
   fact(binds, "Actor", item.actor);
   fact(binds, "Tool", item.tool);
   fact(binds, "Target", item.target);
