@@ -9,7 +9,7 @@ UV     := $(TOOLS)/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: install lock upgrade run serve-http openapi screenshots test test-fast lint demo bench bench-quick chaos chaos-quick chaos-stress up down clean
+.PHONY: install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast lint demo bench bench-quick chaos chaos-quick chaos-stress up down clean
 
 $(UV): requirements/uv.txt
 	$(PYTHON) -m venv $(TOOLS)
@@ -46,6 +46,10 @@ openapi: $(STAMP)
 ## Refreshes the console screenshots in docs/ (the browser tests take them).
 screenshots: $(STAMP)
 	CALLGATE_SCREENSHOT_DIR=docs PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q -p no:cacheprovider tests/http/test_console_browser.py
+
+## A longer Schemathesis run of the HTTP API against a live server (the suite runs 6 examples).
+fuzz-http: $(STAMP)
+	CALLGATE_FUZZ_EXAMPLES=200 PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q -p no:cacheprovider tests/http/test_openapi.py
 
 ## The whole test suite (unit, integration against the tansu broker, end to end).
 test: $(STAMP)

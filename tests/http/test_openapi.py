@@ -1,7 +1,7 @@
 """The OpenAPI document: checked in, equal to the generated one, and true of the server.
 
 Schemathesis generates requests from the checked-in document (a short run: a few
-examples per operation) and sends them to a running ``callgate serve --http``: no
+examples per operation; ``make fuzz-http`` runs 200 each) and sends them to a running ``callgate serve --http``: no
 response is a 5xx, and every status, content type and body matches the document. The
 event stream is left out (it does not end by itself); its own test reads it.
 """
@@ -9,6 +9,7 @@ event stream is left out (it does not end by itself); its own test reads it.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -68,7 +69,7 @@ def test_the_server_serves_the_checked_in_document(fuzz_server: HttpServe) -> No
 
 @schema.parametrize()
 @settings(
-    max_examples=6,
+    max_examples=int(os.environ.get("CALLGATE_FUZZ_EXAMPLES", "6")),
     deadline=None,
     suppress_health_check=list(HealthCheck),
     derandomize=True,
