@@ -67,7 +67,8 @@ class HttpServe:
         if profile is not None:
             argv += ["--profile", str(profile)]
         argv += ["serve", "--http", f"127.0.0.1:{self.port}"]
-        full_env = {**cli_env(), **(env or {})}
+        self.env = dict(env or {})
+        full_env = {**cli_env(), **self.env}
         if dev:
             full_env["CALLGATE_DEV"] = "1"
         self.proc = subprocess.Popen(

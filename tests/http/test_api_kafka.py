@@ -16,6 +16,10 @@ from typing import Any
 import httpx
 import pytest
 
+from callgate.adapters.kafka.live import LiveKafkaBackend
+from callgate.bootstrap import Settings, bootstrap
+from callgate.domain import events as ev
+from callgate.domain.canonical import partition_key
 from tests.http_support import REFUND_BIG, HttpServe, bearer, wait_until
 from tests.kafka_support import Deployment, unique_prefix
 
@@ -141,3 +145,44 @@ def test_stream_and_metrics_come_from_the_live_views(server: HttpServe) -> None:
     assert 'callgate_consumer_lag{process="decider"}' in text
     assert "callgate_dead_letters 0.0" in text
     assert 'callgate_decision_latency_seconds_count{tool="refunds.issue"}' in text
+
+
+def test_the_live_backend_follows_requests_in_memory(server: HttpServe) -> None:
+    """The server's read model used directly: a request followed to its settled status,
+    and the partition key of a pending invocation, without reading ``events``."""
+    env = server.env
+    settings = Settings(
+        state_dir=server.state_dir,
+        backend="kafka",
+        bootstrap_servers=env["CALLGATE_BOOTSTRAP_SERVERS"],
+        topic_prefix=env["CALLGATE_TOPIC_PREFIX"],
+        partitions=int(env["CALLGATE_PARTITIONS"]),
+    )
+    app = bootstrap(settings)
+    live = LiveKafkaBackend(app)
+    live.start()
+    try:
+        wait_until(lambda: live.caught_up, 60, "the tail to catch up")
+        alice = server.token("alice", "acme", "support")
+        inv = str(uuid.uuid4())
+        request = ev.ToolCallProposed(
+            event_id=str(uuid.uuid4()),
+            invocation_id=inv,
+            partition_key=partition_key("", None, inv),
+            correlation_id=inv,
+            occurred_at=app.clock(),
+            producer="test",
+            session_token=alice,
+            tool="refunds.issue",
+            args_json=json.dumps({**REFUND_BIG, "order_id": "ORD-95"}),
+            idempotency_key=None,
+            approval_id=None,
+        )
+        status = live.follow(request, "status", inv, lambda v: bool(v.get("settled")), 60)
+        assert status is not None and status["outcome"] == "approval_required", status
+        assert live.partition_key_of(inv) == request.partition_key
+        assert live.partition_key_of("no-such-invocation") is None
+    finally:
+        live.close()
+    with server.client(server.token("fran", "acme", "finance-approver")) as c:
+        assert c.post(f"/v1/invocations/{inv}/deny").status_code == 200

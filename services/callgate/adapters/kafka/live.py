@@ -27,6 +27,7 @@ from confluent_kafka.admin import AdminClient
 from callgate.adapters.kafka.client import position
 from callgate.adapters.kafka.gateway import KafkaBackend, _obj
 from callgate.bootstrap import App
+from callgate.domain.events import Event
 from callgate.domain.process import Process
 
 log = logging.getLogger("callgate.http")
@@ -115,9 +116,14 @@ class LiveKafkaBackend(KafkaBackend):
                 if value is None:
                     self._views[view].pop(key, None)
                 else:
-                    self._views[view][key] = value.decode()
+                    self._views[view][key] = self._decode(value)
             self._changed.notify_all()
         return ended
+
+    @staticmethod
+    def _decode(value: bytes) -> str:
+        """A view record's value as canonical JSON text (what the projections publish)."""
+        return value.decode()
 
     # -- the Backend protocol, from memory -------------------------------------------------
 
@@ -130,6 +136,32 @@ class LiveKafkaBackend(KafkaBackend):
         with self._changed:
             items = list(self._views.get(view, {}).items())
         return sorted(items)
+
+    def follow(
+        self,
+        request: Event,
+        view: str,
+        key: str,
+        done: Callable[[dict[str, Any]], bool],
+        timeout_s: float,
+    ) -> dict[str, Any] | None:
+        """Publish ``request``; the value ``view`` holds at ``key`` once ``done`` (the last
+        one seen at the timeout, ``None`` if none), from the in-memory table."""
+        self.publish([request])
+        last: dict[str, Any] | None = None
+
+        def settled() -> bool:
+            nonlocal last
+            last = self.view(view, key)
+            return last is not None and done(last)
+
+        self.wait(settled, timeout_s)
+        return last
+
+    def partition_key_of(self, invocation_id: str) -> str | None:
+        """The partition key of a known invocation, from the pending or the status view."""
+        record = self.view("pending", invocation_id) or self.view("status", invocation_id)
+        return None if record is None else str(record["partition_key"])
 
     def wait(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
