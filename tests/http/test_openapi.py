@@ -1,8 +1,9 @@
 """The OpenAPI document: checked in, equal to the generated one, and true of the server.
 
 Schemathesis generates requests from the checked-in document (a short run: a few
-examples per operation; ``make fuzz-http`` runs 200 each) and sends them to a running ``callgate serve --http``: no
-response is a 5xx, and every status, content type and body matches the document. The
+examples per operation; ``make fuzz-http`` runs 200 each) and sends them to a running
+``callgate serve --http``: no response is a 5xx, and every status, content type and body
+matches the document. The
 event stream is left out (it does not end by itself); its own test reads it.
 """
 
