@@ -3,8 +3,8 @@
 Schemathesis generates requests from the checked-in document (a short run: a few
 examples per operation; ``make fuzz-http`` runs 200 each) and sends them to a running
 ``callgate serve --http``: no response is a 5xx, and every status, content type and body
-matches the document. The
-event stream is left out (it does not end by itself); its own test reads it.
+matches the document. The event stream is left out (it does not end by itself); its own
+test reads it.
 """
 
 from __future__ import annotations
