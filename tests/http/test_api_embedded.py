@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from callgate.adapters.embedded.store import EmbeddedStore
 from callgate.domain.codes import Code
 from callgate.surfaces.http.errors import STATUS
 from callgate.surfaces.http.guard import CSP
@@ -350,6 +351,15 @@ def test_metrics_in_the_prometheus_format(server: HttpServe) -> None:
     assert "callgate_pending_approvals" in text
     assert 'callgate_consumer_lag{process="decider"}' in text
     assert "callgate_dead_letters 0.0" in text
+    poison = EmbeddedStore(server.state_dir)  # a record no decoder can read
+    try:
+        poison.append_raw("requests", "i-poison", b"\x00not avro")
+    finally:
+        poison.close()
+    with server.client() as c:
+        wait_until(
+            lambda: "callgate_dead_letters 1.0" in c.get("/metrics").text, 20, "the dead letter"
+        )
 
 
 def test_every_code_has_a_documented_status() -> None:
