@@ -23,6 +23,10 @@ class EmbeddedStats:
     def consumer_lag(self) -> dict[str, int]:
         return {p.name: self._store.backlog(p.name, p.inputs) for p in self._processes}
 
+    def decisions(self) -> dict[tuple[str, str], int]:
+        tally = self._store.view_tally("status", ("outcome", "tool"))
+        return {(code, tool): n for (code, tool), n in tally.items()}
+
     def dead_letters(self) -> int:
         return self._store.count("dead-letter")
 

@@ -379,6 +379,15 @@ class EmbeddedStore:
         )
         return int(row.fetchone()[0])
 
+    def view_tally(self, view: str, fields: Sequence[str]) -> dict[tuple[str, ...], int]:
+        """How many values of ``view`` have each combination of the top-level ``fields``
+        (one aggregate query; /metrics)."""
+        columns = ", ".join(f"COALESCE(json_extract(value_json, '$.{f}'), '')" for f in fields)
+        rows = self._conn().execute(
+            f"SELECT {columns}, COUNT(*) FROM views WHERE view=? GROUP BY {columns}", (view,)
+        )
+        return {tuple(str(c) for c in row[:-1]): int(row[-1]) for row in rows}
+
     def count(self, topic: str) -> int:
         """How many rows ``topic`` holds (e.g. dead letters)."""
         row = self._conn().execute("SELECT COUNT(*) FROM log WHERE topic=?", (topic,))

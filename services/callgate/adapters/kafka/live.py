@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -199,6 +200,13 @@ class KafkaStats:
         self._lag: dict[str, int] = {}
         self._lag_at = 0.0
         self._watermarks: Consumer | None = None
+
+    def decisions(self) -> dict[tuple[str, str], int]:
+        counts: Counter[tuple[str, str]] = Counter(
+            (str(v.get("outcome")), str(v.get("tool") or ""))
+            for _, v in self._backend.view_items("status")
+        )
+        return dict(counts)
 
     def dead_letters(self) -> int:
         return self._backend.dead_letters

@@ -68,6 +68,10 @@ class ServiceStats(Protocol):
         """Per process: input records not yet processed."""
         ...
 
+    def decisions(self) -> dict[tuple[str, str], int]:
+        """Invocations per (current outcome code, tool)."""
+        ...
+
     def dead_letters(self) -> int: ...
 
     def not_ready(self) -> str | None:

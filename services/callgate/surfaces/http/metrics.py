@@ -1,7 +1,8 @@
 """``/metrics``: Prometheus figures, computed from the service's own state at scrape time.
 
 - ``callgate_decisions{code,tool}``: invocations whose current outcome is ``code`` (the
-  status view; a gauge, since an ``outcome_uncertain`` call can still become ``executed``);
+  status view, tallied by one query on embedded; a gauge, since an ``outcome_uncertain``
+  call can still become ``executed``);
 - ``callgate_decision_latency_seconds{tool}``: from publishing a proposal to its settled
   answer, as the API observed it (a histogram);
 - ``callgate_pending_approvals{tool}``: the pending view;
@@ -21,14 +22,12 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from callgate.surfaces.http.context import PendingSource, ServiceStats
-from callgate.surfaces.sdk import Gateway
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 class StateCollector(Collector):
-    def __init__(self, gateway: Gateway, feed: PendingSource, stats: ServiceStats) -> None:
-        self._gateway = gateway
+    def __init__(self, feed: PendingSource, stats: ServiceStats) -> None:
         self._feed = feed
         self._stats = stats
 
@@ -38,11 +37,7 @@ class StateCollector(Collector):
             "Invocations by their current outcome code and tool.",
             labels=["code", "tool"],
         )
-        counts = Counter(
-            (str(v.get("outcome")), str(v.get("tool") or ""))
-            for _, v in self._gateway.backend.view_items("status")
-        )
-        for (code, tool), n in sorted(counts.items()):
+        for (code, tool), n in sorted(self._stats.decisions().items()):
             decisions.add_metric([code, tool], n)
         yield decisions
 
@@ -66,7 +61,7 @@ class StateCollector(Collector):
 
 
 class ApiMetrics:
-    def __init__(self, gateway: Gateway, feed: PendingSource, stats: ServiceStats) -> None:
+    def __init__(self, feed: PendingSource, stats: ServiceStats) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.latency = Histogram(
             "callgate_decision_latency_seconds",
@@ -75,4 +70,4 @@ class ApiMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
-        self.registry.register(StateCollector(gateway, feed, stats))
+        self.registry.register(StateCollector(feed, stats))

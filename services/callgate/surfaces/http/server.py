@@ -39,7 +39,7 @@ def build_context(
         options=options,
         stats=stats,
         feed=feed,
-        metrics=ApiMetrics(gateway, feed, stats),
+        metrics=ApiMetrics(feed, stats),
         verifier=surface.session_verifier,
     )
     return ctx, feed
