@@ -390,7 +390,10 @@ def test_without_development_mode_no_dev_routes_and_a_rate_limit(tmp_path: Path)
             assert int(r.headers["retry-after"]) >= 1
             assert c.get("/healthz").status_code == 200  # operations are not limited
         with serve.client("client-two") as other:
-            assert other.get("/v1/pending").status_code == 401  # a bucket per client
+            assert other.get("/v1/pending").status_code == 401  # a bucket per bearer
+            # ... and one per address, four times larger: made-up bearers do not dodge it
+            codes = [other.get("/v1/pending").status_code for _ in range(12)]
+            assert 429 in codes
     finally:
         assert serve.stop() == 0
 

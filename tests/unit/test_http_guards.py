@@ -38,3 +38,9 @@ def test_the_token_bucket_refills_at_its_rate() -> None:
     assert limit.take("a", 0.0) == pytest.approx(0.5)  # empty: one token in half a second
     assert limit.take("b", 0.0) == 0  # another client has its own bucket
     assert limit.take("a", 1.0) == 0  # refilled
+
+
+def test_the_address_bucket_is_larger_and_shared() -> None:
+    limit = RateLimit(app=None, rate_per_s=1.0, burst=1)  # type: ignore[arg-type]
+    assert [limit.take("a:1.2.3.4", 0.0, factor=4) for _ in range(4)] == [0, 0, 0, 0]
+    assert limit.take("a:1.2.3.4", 0.0, factor=4) == pytest.approx(0.25)

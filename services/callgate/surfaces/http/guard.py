@@ -5,8 +5,8 @@
   referrer, no caching of API answers;
 - a request body limit: a declared ``Content-Length`` over the limit, or a body that
   grows past it, is ``413 payload_too_large`` before any route runs;
-- a rate limit per client: a token bucket per bearer token (else per address) on
-  ``/v1``; an empty bucket is ``429 rate_limited`` with ``Retry-After``.
+- a rate limit on ``/v1``: token buckets per bearer token and per address (four times
+  larger); an empty bucket is ``429 rate_limited`` with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -120,9 +120,15 @@ class BodyLimit:
 
 
 class RateLimit:
-    """A token bucket per client; buckets of idle clients are forgotten (bounded memory)."""
+    """Token buckets per bearer token and per address; idle buckets are forgotten.
+
+    A request takes from both: its bearer's bucket (``rate``, ``burst``) and its
+    address's, which is ``ADDRESS_FACTOR`` times larger, so several sessions behind one
+    address share it while made-up tokens from one address cannot dodge the limit.
+    """
 
     MAX_CLIENTS = 10_000
+    ADDRESS_FACTOR = 4
 
     def __init__(self, app: ASGIApp, rate_per_s: float, burst: int) -> None:
         self.app = app
@@ -131,23 +137,27 @@ class RateLimit:
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def _client(self, scope: Scope) -> str:
+    @staticmethod
+    def _clients(scope: Scope) -> list[tuple[str, int]]:
+        """The buckets a request takes from, each with its size factor."""
+        client = scope.get("client")
+        found = [(f"a:{client[0] if client else '-'}", RateLimit.ADDRESS_FACTOR)]
         for name, value in scope.get("headers", []):
             if name == b"authorization":
-                return "t:" + hashlib.sha256(value).hexdigest()[:32]
-        client = scope.get("client")
-        return f"a:{client[0] if client else '-'}"
+                found.append(("t:" + hashlib.sha256(value).hexdigest()[:32], 1))
+        return found
 
-    def take(self, client: str, now: float) -> float:
+    def take(self, client: str, now: float, factor: int = 1) -> float:
         """0 when a request may pass, else the seconds until one may."""
+        rate, burst = self.rate * factor, self.burst * factor
         with self._lock:
-            tokens, last = self._buckets.pop(client, (self.burst, now))
-            tokens = min(self.burst, tokens + (now - last) * self.rate)
+            tokens, last = self._buckets.pop(client, (burst, now))
+            tokens = min(burst, tokens + (now - last) * rate)
             wait = 0.0
             if tokens >= 1.0:
                 tokens -= 1.0
             else:
-                wait = (1.0 - tokens) / self.rate
+                wait = (1.0 - tokens) / rate
             self._buckets[client] = (tokens, now)
             while len(self._buckets) > self.MAX_CLIENTS:
                 self._buckets.popitem(last=False)
@@ -157,7 +167,8 @@ class RateLimit:
         if scope["type"] != "http" or not scope["path"].startswith("/v1"):
             await self.app(scope, receive, send)
             return
-        wait = self.take(self._client(scope), time.monotonic())
+        now = time.monotonic()
+        wait = max(self.take(key, now, factor) for key, factor in self._clients(scope))
         if wait > 0:
             retry = str(max(1, math.ceil(wait)))
             response = error_response(
