@@ -213,10 +213,14 @@ def test_an_expired_approval_fails_closed(state: Path, tmp_path: Path) -> None:
 def test_misuse_exits_2_with_a_message_and_no_traceback(
     state: Path, argv: list[str], message: str
 ) -> None:
-    """DESIGN "Command line": misuse exits non-zero with a clear message (exit 2)."""
-    result = run(state, *argv, rc=EXIT_MISUSE)
-    assert message in result.stderr and "callgate: error:" in result.stderr
-    assert result.stdout == ""  # nothing a script could mistake for an answer
+    """docs/contract.md "Command line": misuse exits 2 with a clear message: on stderr for
+    people, as the one JSON value ``{"error": {"code": "usage"}}`` with ``--json``."""
+    human = run(state, *argv, rc=EXIT_MISUSE, json_mode=False)
+    assert message in human.stderr and "callgate: error:" in human.stderr
+    assert human.stdout == ""  # nothing a script could mistake for an answer
+    coded = run(state, *argv, rc=EXIT_MISUSE)
+    assert coded.value["error"]["code"] == "usage", coded
+    assert message in coded.value["error"]["message"]
 
 
 @pytest.mark.parametrize(
@@ -229,7 +233,8 @@ def test_malformed_args_json_is_misuse_and_publishes_nothing(
     """Misuse is refused before anything is published: no invocation, no effect."""
     alice = session(state, "alice", "acme", "support")
     result = run(state, *propose_argv(alice, "tickets.read", args), rc=EXIT_MISUSE)
-    assert message in result.stderr and result.stdout == ""
+    assert result.value["error"]["code"] == "usage"
+    assert message in result.value["error"]["message"]
     assert cg(state, "audit") == []
 
 
@@ -243,7 +248,8 @@ def test_unreadable_profile_on_propose_publishes_nothing(
     ticket = {"title": "ghost", "requester_id": "alice"}
     argv = propose_argv(alice, "tickets.create", json.dumps(ticket))
     result = run(state, *argv, rc=EXIT_MISUSE, profile=tmp_path / bad_profile)
-    assert "profile" in result.stderr and result.stdout == ""
+    error = result.value["error"]
+    assert error["code"] == "usage" and "profile" in error["message"]
     # A later, correct call runs the deciders over whatever the log holds.
     assert propose(state, alice, "tickets.read", {"ticket_id": "T-1"})["outcome"] == "executed"
     assert cg(state, "effects") == []

@@ -1,6 +1,8 @@
-"""The outcome and error vocabulary (DESIGN.md, "Outcome and error vocabulary").
+"""The outcome and error vocabulary (docs/contract.md, "Vocabulary").
 
 One code, one meaning, everywhere: events, CLI, SDK and docs use these spellings.
+Outcome codes are what a decision can end with; command errors are what a command
+can fail with before or around a decision (they never appear in an event).
 """
 
 from __future__ import annotations
@@ -32,18 +34,25 @@ class Code(StrEnum):
     APPROVER_FORBIDDEN = "approver_forbidden"
     # the invocation asked about (approve/deny/status) does not exist or is not pending.
     NOT_PENDING = "not_pending"
-    # Codes of the HTTP surface (ADR 0017): the request itself, not a tool call, failed.
-    # the invocation (or route) does not exist, or belongs to another tenant.
+    # Errors of a request or command (the command line, the HTTP API, the SDK), never the
+    # outcome of a call:
+    # the invocation (or route) asked about does not exist, or belongs to another tenant.
     NOT_FOUND = "not_found"
-    # the request is malformed: not JSON, a missing or mistyped field, a bad parameter.
+    # the HTTP request is malformed: not JSON, a missing or mistyped field, a bad parameter.
     INVALID_REQUEST = "invalid_request"
     # the request body exceeds the server's limit.
     PAYLOAD_TOO_LARGE = "payload_too_large"
     # the client sent more requests than the server's rate limit allows; retry later.
     RATE_LIMITED = "rate_limited"
-    # the answer did not arrive within the server's bounded wait (approve, deny).
+    # the answer did not arrive within the bounded wait (`--timeout`; the server's for HTTP).
     TIMEOUT = "timeout"
-    # the server failed; the message names no internals (no stack trace leaves the server).
+    # another `callgate serve` holds this state directory.
+    BUSY = "busy"
+    # no Kafka broker answered at the bootstrap servers within the timeout.
+    BROKER_UNAVAILABLE = "broker_unavailable"
+    # the command line or a setting was used wrongly (exit 2); nothing was published.
+    USAGE = "usage"
+    # an unexpected failure inside callgate; the message names no internals over HTTP.
     INTERNAL_ERROR = "internal_error"
 
 
@@ -67,6 +76,22 @@ TERMINAL: frozenset[Code] = frozenset(
         Code.EXECUTION_FAILED,
         Code.OUTCOME_UNCERTAIN,
         Code.MALFORMED_EVENT,
+    }
+)
+
+
+# Codes a command fails with; never an invocation's outcome.
+COMMAND_ERRORS: frozenset[Code] = frozenset(
+    {
+        Code.NOT_FOUND,
+        Code.INVALID_REQUEST,
+        Code.PAYLOAD_TOO_LARGE,
+        Code.RATE_LIMITED,
+        Code.TIMEOUT,
+        Code.BUSY,
+        Code.BROKER_UNAVAILABLE,
+        Code.USAGE,
+        Code.INTERNAL_ERROR,
     }
 )
 

@@ -593,7 +593,7 @@ def run_chaos(
 ) -> int:
     """Run the chaos scenario (module docstring); 0 when every check holds, else 1."""
     if proposals < 1 or kills < 0:
-        out.error("misuse", "--proposals must be at least 1 and --kills at least 0")
+        out.error(Code.USAGE, "--proposals must be at least 1 and --kills at least 0")
         return 2
     limit = time_limit_s or max(180.0, 0.45 * proposals)  # 15 minutes for 2,000
     started = time.monotonic()

@@ -1,4 +1,9 @@
-"""How the command line shows things: one JSON value with ``--json``, rich tables otherwise."""
+"""How the command line shows things: one JSON value with ``--json``, rich tables otherwise.
+
+Human output is for people: times as ISO-8601 UTC (JSON keeps epoch milliseconds, the
+stable interface), tables that fit 80 columns without cutting a tool name, and values
+that are meant for the shell (a session token) printed bare, never wrapped.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+
+from callgate.domain.codes import Code
+from callgate.surfaces.commands.context import report_error
+from callgate.surfaces.logs import LogFormat, iso_utc
 
 _OUTCOME_STYLE = {
     "executed": "green",
@@ -25,9 +35,24 @@ def outcome_style(code: str) -> str:
     return _OUTCOME_STYLE.get(code, "red")
 
 
+def humane(value: Any) -> Any:
+    """A copy for people: every ``*_at`` epoch-milliseconds field as ISO-8601 UTC."""
+    if isinstance(value, dict):
+        return {
+            k: iso_utc(v / 1000)
+            if k.endswith("_at") and isinstance(v, int) and not isinstance(v, bool)
+            else humane(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [humane(v) for v in value]
+    return value
+
+
 class Renderer:
-    def __init__(self, json_mode: bool) -> None:
+    def __init__(self, json_mode: bool, log_format: LogFormat = "text") -> None:
         self.json_mode = json_mode
+        self.log_format = log_format
         self.console = Console(highlight=False)
         self.err = Console(stderr=True, highlight=False)
 
@@ -37,11 +62,47 @@ class Renderer:
         else:
             human(self.console)
 
-    def error(self, code: str, message: str) -> None:
-        if self.json_mode:
-            sys.stdout.write(json.dumps({"error": {"code": code, "message": message}}) + "\n")
-        else:
-            self.err.print(f"[red]callgate: {code}:[/red] {message}")
+    def plain(self, text: str) -> None:
+        """``text`` alone on stdout, unwrapped, for ``$(...)`` in a shell."""
+        sys.stdout.write(text + "\n")
+
+    def record(self, value: dict[str, Any]) -> None:
+        """A JSON object as one value (``--json``), else indented with ISO-8601 times."""
+        self.value(value, human=lambda c: c.print_json(data=humane(value)))
+
+    def error(self, code: Code, message: str) -> None:
+        report_error(code, message, self.json_mode)
+
+    def approval(self, value: dict[str, Any]) -> None:
+        self.value(
+            value,
+            human=lambda c: c.print(
+                f"[green]approved[/]  invocation {value['invocation_id']}\n"
+                f"  approval_id: {value['approval_id']}\n"
+                f"  expires_at:  {iso_utc(value['expires_at'] / 1000)}",
+                soft_wrap=True,
+            ),
+        )
+
+    def denial(self, value: dict[str, Any]) -> None:
+        reason = f": {escape(value['reason'])}" if value.get("reason") else ""
+        self.value(
+            value,
+            human=lambda c: c.print(f"[red]denied[/]  invocation {value['invocation_id']}{reason}"),
+        )
+
+    def status(self, value: dict[str, Any]) -> None:
+        self.record(value)
+
+    def verification(self, value: dict[str, Any]) -> None:
+        reason = f": {escape(str(value['reason']))}" if value.get("reason") else ""
+        self.value(
+            value,
+            human=lambda c: c.print(
+                ("[green]audit chain verified" if value["ok"] else "[red]audit chain BROKEN")
+                + f"[/] ({value['records']} records){reason}"
+            ),
+        )
 
     def answer(self, answer: dict[str, Any]) -> None:
         def human(c: Console) -> None:
@@ -64,8 +125,8 @@ class Renderer:
     def catalog(self, tools: list[dict[str, Any]], version: str) -> None:
         def human(c: Console) -> None:
             t = Table(title=f"catalog (policy version {version[:12]})")
+            t.add_column("tool", no_wrap=True)
             for col in (
-                "tool",
                 "mutation",
                 "impact",
                 "dry-run",
@@ -109,7 +170,9 @@ class Renderer:
 
         def human(c: Console) -> None:
             t = Table(title=f"pending approvals ({len(rows)})")
-            for col in ("invocation", "tool", "actor", "tenant", "confirmation", "args", "dry-run"):
+            t.add_column("invocation", overflow="fold")
+            t.add_column("tool", no_wrap=True)
+            for col in ("actor", "tenant", "confirmation", "args", "dry-run", "expires"):
                 t.add_column(col, overflow="fold")
             for r in rows:
                 t.add_row(
@@ -120,6 +183,7 @@ class Renderer:
                     r["confirmation"],
                     json.dumps(r["args"]),
                     json.dumps(r["dry_run"]),
+                    iso_utc(r["expires_at"] / 1000) if r.get("expires_at") else "",
                 )
             c.print(t)
 
@@ -128,7 +192,9 @@ class Renderer:
     def audit(self, rows: list[dict[str, Any]]) -> None:
         def human(c: Console) -> None:
             t = Table(title=f"audit ({len(rows)} records)")
-            for col in ("invocation", "tool", "outcome", "proposed_by", "authorized_by"):
+            t.add_column("invocation", overflow="fold")
+            t.add_column("tool", no_wrap=True)
+            for col in ("outcome", "proposed_by", "authorized_by"):
                 t.add_column(col, overflow="fold")
             for r in rows:
                 auth = r.get("authorized_by") or {}
@@ -154,7 +220,9 @@ class Renderer:
     def effects(self, rows: list[dict[str, Any]]) -> None:
         def human(c: Console) -> None:
             t = Table(title=f"side effects ({len(rows)})")
-            for col in ("seq", "tool", "target", "tenant", "invocation", "token"):
+            t.add_column("seq")
+            t.add_column("tool", no_wrap=True)
+            for col in ("target", "tenant", "invocation", "token"):
                 t.add_column(col, overflow="fold")
             for r in rows:
                 t.add_row(

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from callgate.bootstrap import App, bootstrap
+from callgate.domain.codes import Code
 from callgate.surfaces.http.context import HttpOptions, ServerContext, ServiceStats
 from callgate.surfaces.http.feed import PendingFeed
 from callgate.surfaces.http.metrics import ApiMetrics
@@ -101,7 +102,9 @@ def _serve_embedded(
     store = EmbeddedStore(app.settings.state_dir, codec)
     runner = EmbeddedRunner(store, app.processes(), codec, app.clock)
     if not runner.acquire(timeout=5.0):
-        out.error("busy", f"another callgate serve holds {app.settings.state_dir / 'runner.lock'}")
+        out.error(
+            Code.BUSY, f"another callgate serve holds {app.settings.state_dir / 'runner.lock'}"
+        )
         store.close()
         return 1
     failure: list[str] = []

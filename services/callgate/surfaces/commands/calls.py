@@ -1,0 +1,86 @@
+"""The calls of agent platforms and approval UIs: ``propose``, ``pending``, ``approve``,
+``deny`` and ``status``. Each is one SDK call (``callgate.surfaces.sdk.Gateway``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from callgate.surfaces.commands import Subcommands, add_command
+from callgate.surfaces.commands.context import EXIT_FAILED, EXIT_OK, Context, Misuse
+
+
+def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+    pr = add_command(
+        sub, common, "propose", "propose a tool call and wait until it settles", propose
+    )
+    pr.add_argument("--session", required=True, help="the caller's session token")
+    pr.add_argument("--tool", required=True, help="the tool's name in the catalog")
+    pr.add_argument("--args", required=True, help="the tool's arguments, a JSON object")
+    pr.add_argument("--idempotency-key", help="replays the stored result of the same call (C8)")
+    pr.add_argument("--approval-id", help="the approval that confirms this call (C4, C11)")
+
+    pe = add_command(sub, common, "pending", "pending approvals", pending)
+    pe.add_argument("--session", help="only this session's tenant (default: every tenant)")
+
+    ap = add_command(sub, common, "approve", "approve a pending call", approve)
+    ap.add_argument("invocation_id")
+    ap.add_argument("--session", required=True, help="the approver's session token")
+
+    de = add_command(sub, common, "deny", "deny a pending call", deny)
+    de.add_argument("invocation_id")
+    de.add_argument("--session", required=True, help="the approver's session token")
+    de.add_argument("--reason", default="", help="why (recorded in the audit trail)")
+
+    st = add_command(sub, common, "status", "status of one invocation", status)
+    st.add_argument("invocation_id")
+
+
+def propose(ctx: Context) -> int:
+    ns = ctx.ns
+    try:
+        args = json.loads(ns.args)
+    except json.JSONDecodeError as e:
+        raise Misuse(f"--args is not valid JSON: {e}") from None
+    if not isinstance(args, dict):
+        raise Misuse("--args must be a JSON object")
+    answer = ctx.gateway().propose(
+        ns.session,
+        ns.tool,
+        ns.args,
+        idempotency_key=ns.idempotency_key,
+        approval_id=ns.approval_id,
+        timeout_s=ctx.settings.timeout_s,
+    )
+    ctx.out.answer(answer)
+    return EXIT_OK if answer.get("settled") else EXIT_FAILED
+
+
+def pending(ctx: Context) -> int:
+    ctx.out.pending(ctx.gateway().pending(ctx.ns.session))
+    return EXIT_OK
+
+
+def approve(ctx: Context) -> int:
+    d = ctx.gateway().approve(ctx.ns.invocation_id, ctx.ns.session, ctx.settings.timeout_s)
+    ctx.out.approval({k: d[k] for k in ("approval_id", "invocation_id", "expires_at")})
+    return EXIT_OK
+
+
+def deny(ctx: Context) -> int:
+    ns = ctx.ns
+    d = ctx.gateway().deny(ns.invocation_id, ns.session, ns.reason, ctx.settings.timeout_s)
+    ctx.out.denial(
+        {"invocation_id": d["invocation_id"], "denied": True, "reason": d.get("reason", "")}
+    )
+    return EXIT_OK
+
+
+def status(ctx: Context) -> int:
+    from callgate.domain.codes import Code, Rejection
+
+    found = ctx.gateway().status(ctx.ns.invocation_id)
+    if found is None:
+        raise Rejection(Code.NOT_FOUND, f"no invocation {ctx.ns.invocation_id}")
+    ctx.out.status(found)
+    return EXIT_OK

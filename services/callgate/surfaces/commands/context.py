@@ -1,0 +1,102 @@
+"""What every command handler receives: the parsed arguments and lazily built parts.
+
+Nothing heavy is imported here: ``callgate --help`` and a misused command line must not
+pay for pydantic, rich, the policy engine or a Kafka client. Each part is built the first
+time a handler asks for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from callgate.domain.codes import Code
+
+if TYPE_CHECKING:
+    from callgate.bootstrap import App, Settings
+    from callgate.surfaces.render import Renderer
+    from callgate.surfaces.sdk import Gateway
+
+EXIT_OK, EXIT_FAILED, EXIT_MISUSE = 0, 1, 2
+
+
+class Misuse(Exception):
+    """The command was used wrongly: exit 2 with the message (code ``usage``)."""
+
+
+def report_error(code: Code, message: str, json_mode: bool) -> None:
+    """One JSON value on stdout with ``--json``; one line on stderr otherwise."""
+    if json_mode:
+        sys.stdout.write(json.dumps({"error": {"code": code.value, "message": message}}) + "\n")
+        sys.stdout.flush()
+    else:
+        label = "error" if code is Code.USAGE else code.value
+        sys.stderr.write(f"callgate: {label}: {message}\n")
+
+
+@dataclass
+class Context:
+    """One command's run: arguments in, settings/app/renderer built on first use."""
+
+    ns: argparse.Namespace
+    _closers: list[Callable[[], None]] = field(default_factory=list)
+
+    @property
+    def json_mode(self) -> bool:
+        return bool(getattr(self.ns, "json", False))
+
+    @cached_property
+    def out(self) -> Renderer:
+        from callgate.surfaces.render import Renderer
+
+        return Renderer(json_mode=self.json_mode, log_format=self.ns.log_format)
+
+    @cached_property
+    def settings(self) -> Settings:
+        """Flags, then ``CALLGATE_*`` variables, then defaults (``Settings.from_env``)."""
+        from callgate.bootstrap import Settings
+
+        return Settings.from_env(
+            state_dir=getattr(self.ns, "state_dir", None),
+            backend=getattr(self.ns, "backend", None),
+            bootstrap_servers=getattr(self.ns, "bootstrap_servers", None),
+            profile=getattr(self.ns, "profile", None),
+            timeout_s=getattr(self.ns, "timeout", None),
+        )
+
+    @cached_property
+    def app(self) -> App:
+        """The wired application, with its profile loaded: an unreadable profile is misuse
+        that must surface before a command publishes anything."""
+        from callgate.bootstrap import bootstrap
+
+        app = bootstrap(self.settings)
+        app.profile  # noqa: B018
+        return app
+
+    def needs_kafka_servers(self) -> None:
+        if self.settings.backend == "kafka" and not self.settings.bootstrap_servers:
+            raise Misuse(
+                "--backend kafka needs --bootstrap-servers (or CALLGATE_BOOTSTRAP_SERVERS)"
+            )
+
+    def gateway(self) -> Gateway:
+        """The SDK client on the configured backend, closed when the command ends."""
+        from callgate.surfaces.sdk import connect
+
+        self.needs_kafka_servers()
+        gate = connect(self.settings, self.app)
+        self._closers.append(gate.close)
+        return gate
+
+    def close(self) -> None:
+        while self._closers:
+            self._closers.pop()()
+
+
+Handler = Callable[[Context], int]

@@ -1,0 +1,50 @@
+"""Operator tools: ``demo`` (the walk-through), ``bench`` and ``chaos``."""
+
+from __future__ import annotations
+
+import argparse
+
+from callgate.surfaces.commands import Subcommands, add_command
+from callgate.surfaces.commands.context import Context
+
+
+def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+    dm = add_command(sub, common, "demo", "walk through the contract end to end", demo)
+    dm.add_argument("--keep", action="store_true", help="keep the demo's state directory")
+
+    be = add_command(sub, common, "bench", "benchmark figures (starts its own test broker)", bench)
+    be.add_argument("--quick", action="store_true", help="tiny counts (smoke run)")
+    be.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        help="only these sections: kafka, policy, embedded, replay, memory (default: all)",
+    )
+
+    ch = add_command(
+        sub, common, "chaos", "chaos run on the Kafka backend (starts its own test broker)", chaos
+    )
+    ch.add_argument("--proposals", type=int, default=2000, help="default: 2000")
+    ch.add_argument("--kills", type=int, default=10, help="workers SIGKILLed (default: 10)")
+    ch.add_argument("--seed", type=int, default=7, help="default: 7")
+
+
+def demo(ctx: Context) -> int:
+    from callgate.ops.demo import run_demo
+
+    return run_demo(ctx.app.settings, ctx.out, keep=ctx.ns.keep)
+
+
+def bench(ctx: Context) -> int:
+    from callgate.ops.bench import run_bench
+
+    return run_bench(ctx.app.settings, ctx.out, quick=ctx.ns.quick, only=ctx.ns.only)
+
+
+def chaos(ctx: Context) -> int:
+    from callgate.ops.chaos import run_chaos
+
+    ns = ctx.ns
+    return run_chaos(
+        ctx.app.settings, ctx.out, proposals=ns.proposals, kills=ns.kills, seed=ns.seed
+    )

@@ -1,0 +1,73 @@
+"""``callgate serve``: run every decider and projection (the main job)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import threading
+from typing import Any
+
+from callgate.surfaces.commands import Subcommands, add_command
+from callgate.surfaces.commands.context import EXIT_OK, Context, Misuse
+
+
+def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+    s = add_command(sub, common, "serve", "run all deciders and projections (the main job)", serve)
+    s.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        help="run only these processes (Kafka backend; default: all)",
+    )
+    s.add_argument(
+        "--http",
+        nargs="?",
+        const="127.0.0.1:8787",
+        metavar="HOST:PORT",
+        help="also serve the HTTP API and the approval console (default 127.0.0.1:8787)",
+    )
+
+
+def serve(ctx: Context) -> int:
+    ctx.needs_kafka_servers()
+    app = ctx.app
+    stop = threading.Event()
+
+    def _stop(signum: int, frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    if ctx.ns.http is not None:
+        from callgate.surfaces.http.context import HttpOptions  # FastAPI only on this path
+        from callgate.surfaces.http.server import serve_http
+
+        try:
+            options = HttpOptions.from_env(ctx.ns.http)
+        except ValueError as e:  # pydantic's ValidationError is one too
+            raise Misuse(f"--http {ctx.ns.http}: {e}") from None
+        return serve_http(app, options, stop, ctx.out, only=ctx.ns.only)
+    if app.settings.backend == "kafka":
+        from callgate.adapters.kafka.serve import serve_kafka
+
+        return serve_kafka(app, stop, only=ctx.ns.only, out=ctx.out)
+    from callgate.adapters.avro_codec import AvroCodec
+    from callgate.adapters.embedded.runner import EmbeddedRunner
+    from callgate.adapters.embedded.store import EmbeddedStore
+    from callgate.domain.codes import Code, Rejection
+
+    codec = AvroCodec.default()
+    store = EmbeddedStore(app.settings.state_dir, codec)
+    runner = EmbeddedRunner(store, app.processes(), codec, app.clock)
+    if not runner.acquire(timeout=5.0):
+        store.close()
+        lock = app.settings.state_dir / "runner.lock"
+        raise Rejection(Code.BUSY, f"another callgate serve holds {lock}")
+    ctx.out.serving(app.settings.state_dir.resolve(), pid=os.getpid())
+    try:
+        runner.serve(stop)
+    finally:
+        runner.release()
+        store.close()
+    return EXIT_OK
