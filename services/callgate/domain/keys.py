@@ -198,11 +198,14 @@ def decode_signed(
         raise SignatureError(f"wrong token type {header.get('typ')!r} (expected {typ!r})")
     kid = header.get("kid")
     if not isinstance(kid, str) or kid not in keys:
-        raise SignatureError(f"unknown key id {kid!r}")
+        # Typically a token of another deployment or state directory (its own dev keys).
+        raise SignatureError(f"signed by a key this state does not trust (unknown key id {kid!r})")
     try:
         decoded = jwt.PyJWS().decode_complete(token, keys[kid], algorithms=[ALGORITHM])
     except jwt.InvalidSignatureError:
-        raise SignatureError("bad signature") from None
+        raise SignatureError(
+            "bad signature: not signed by the key this state trusts under that key id"
+        ) from None
     except jwt.PyJWTError:
         raise SignatureError("malformed token") from None
     try:

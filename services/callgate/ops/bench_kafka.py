@@ -45,13 +45,15 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from callgate.adapters.avro_codec import AvroCodec
 from callgate.adapters.kafka.client import (
     FAST_GROUP_SETTINGS,
+    LIBRDKAFKA_LOG,
+    client_config,
     fetched,
     headers_of,
+    make_admin,
     make_producer,
     read_partitions_to_end,
 )
@@ -284,6 +286,7 @@ def _reader(bootstrap: str) -> Consumer:
     return Consumer(
         {
             "bootstrap.servers": bootstrap,
+            "logger": LIBRDKAFKA_LOG,
             "group.id": "callgate.ops.bench",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
@@ -385,9 +388,7 @@ def wait_idle(
     do not gate the final decision."""
     inputs = [topics.physical(t) for t in ("requests", "events")]
     want = [TopicPartition(t, p) for t in inputs for p in range(topics.partitions)]
-    groups = [
-        Consumer({"bootstrap.servers": bootstrap, "group.id": topics.group(n)}) for n in names
-    ]
+    groups = [Consumer(client_config(bootstrap, **{"group.id": topics.group(n)})) for n in names]
     try:
         start = since = time.monotonic()
         last: list[list[int]] = []
@@ -499,7 +500,7 @@ def single_hop(bootstrap: str, work: Path, partitions: int, n: int, codec: AvroC
         "follow": {},
     }
     (work / "passthrough.replay").write_bytes(marshal.dumps(data))
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = make_admin(bootstrap)
     ensure_topics(admin, topics.specs([Replay({**data, "handled": {}}, codec)]))
     producer = make_producer(bootstrap)
     for i in range(n):

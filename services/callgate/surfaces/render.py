@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -21,6 +22,7 @@ from rich.table import Table
 from callgate.domain.codes import Code
 from callgate.surfaces.commands.context import report_error
 from callgate.surfaces.logs import LogFormat, iso_utc
+from callgate.surfaces.serve_log import serve_line
 
 _OUTCOME_STYLE = {
     "executed": "green",
@@ -124,27 +126,21 @@ class Renderer:
 
     def catalog(self, tools: list[dict[str, Any]], version: str) -> None:
         def human(c: Console) -> None:
-            t = Table(title=f"catalog (policy version {version[:12]})")
+            t = _table(f"catalog (policy version {version[:12]})")
             t.add_column("tool", no_wrap=True)
-            for col in (
-                "mutation",
-                "impact",
-                "dry-run",
-                "confirmation",
-                "callers",
-                "approvers",
-            ):
-                t.add_column(col)
+            t.add_column("kind", no_wrap=True)
+            for col in ("impact", "dry-run", "confirm", "callers", "approvers"):
+                t.add_column(col, overflow="fold")
             for tool in tools:
-                impact = tool.get("impact", "")
+                impact = str(tool.get("impact", ""))
                 if tool.get("high_impact_when"):
                     w = tool["high_impact_when"]
-                    impact = f"{impact}; high when {w['arg']} ≥ {w['gte']:g}"
+                    impact = f"{impact}, high if {w['arg']} ≥ {w['gte']:g}"
                 t.add_row(
                     tool["name"],
-                    str(tool.get("mutation")),
+                    "mutation" if tool.get("mutation") else "read",
                     impact,
-                    str(tool.get("require_dry_run")),
+                    "yes" if tool.get("require_dry_run") else "no",
                     str(tool.get("confirmation")),
                     ", ".join(tool.get("callers", [])),
                     ", ".join(tool.get("approvers", [])),
@@ -169,32 +165,29 @@ class Renderer:
         ]
 
         def human(c: Console) -> None:
-            t = Table(title=f"pending approvals ({len(rows)})")
-            t.add_column("invocation", overflow="fold")
-            t.add_column("tool", no_wrap=True)
-            for col in ("actor", "tenant", "confirmation", "args", "dry-run", "expires"):
-                t.add_column(col, overflow="fold")
+            # One block per call: the arguments and the dry-run a person confirms are too
+            # wide for table cells in 80 columns.
+            c.print(f"[bold]pending approvals ({len(rows)})[/]")
             for r in rows:
-                t.add_row(
-                    r["invocation_id"],
-                    r["tool"],
-                    r["actor"],
-                    r["tenant"],
-                    r["confirmation"],
-                    json.dumps(r["args"]),
-                    json.dumps(r["dry_run"]),
-                    iso_utc(r["expires_at"] / 1000) if r.get("expires_at") else "",
+                expires = iso_utc(r["expires_at"] / 1000) if r.get("expires_at") else "-"
+                c.print(
+                    f"{r['invocation_id']}  [bold]{escape(str(r['tool']))}[/]  "
+                    f"{escape(str(r['actor']))}@{escape(str(r['tenant']))}",
+                    soft_wrap=True,
                 )
-            c.print(t)
+                c.print(f"  confirmation: {r['confirmation']}, expires {expires}")
+                c.print(f"  args:    {escape(json.dumps(r['args'], sort_keys=True))}")
+                c.print(f"  dry-run: {escape(json.dumps(r['dry_run'], sort_keys=True))}")
 
         self.value(shaped, human)
 
     def audit(self, rows: list[dict[str, Any]]) -> None:
         def human(c: Console) -> None:
-            t = Table(title=f"audit ({len(rows)} records)")
+            t = _table(f"audit ({len(rows)} records)")
             t.add_column("invocation", overflow="fold")
             t.add_column("tool", no_wrap=True)
-            for col in ("outcome", "proposed_by", "authorized_by"):
+            t.add_column("outcome", no_wrap=True)
+            for col in ("proposed_by", "authorized_by"):
                 t.add_column(col, overflow="fold")
             for r in rows:
                 auth = r.get("authorized_by") or {}
@@ -219,7 +212,7 @@ class Renderer:
 
     def effects(self, rows: list[dict[str, Any]]) -> None:
         def human(c: Console) -> None:
-            t = Table(title=f"side effects ({len(rows)})")
+            t = _table(f"side effects ({len(rows)})")
             t.add_column("seq")
             t.add_column("tool", no_wrap=True)
             for col in ("target", "tenant", "invocation", "token"):
@@ -238,20 +231,32 @@ class Renderer:
         self.value(rows, human)
 
     def serving(self, state_dir: Path, pid: int) -> None:
-        """Where state lives and how to submit a first proposal from a second terminal."""
-        prog = _program()
-        take_token = "python3 -c 'import json,sys;print(json.load(sys.stdin)[\"token\"])'"
+        """Serve has started; in text form also how to submit a first proposal."""
+        serve_line(
+            self.log_format,
+            "started",
+            f"callgate serve (pid {pid}) on the embedded backend, state in {state_dir}",
+            backend="embedded",
+            state_dir=str(state_dir),
+            pid=pid,
+        )
+        if self.log_format != "text":
+            return
+        prog = f"{_program()} --state-dir {state_dir}"
         lines = [
-            f"[green]callgate serve[/] (pid {pid}) on the embedded backend",
-            f"  state lives in {state_dir} (development keys in {state_dir / 'keys'})",
-            "  from a second terminal:",
-            f"    TOKEN=$({prog} --state-dir {state_dir} --json session issue --user alice "
-            f"--tenant acme --roles support | {take_token})",
-            f'    {prog} --state-dir {state_dir} propose --session "$TOKEN" --tool tickets.read '
+            f"  development keys in {state_dir / 'keys'}; from a second terminal:",
+            f"    TOKEN=$({prog} session issue --user alice --tenant acme --roles support)",
+            f'    {prog} propose --session "$TOKEN" --tool tickets.read '
             '--args \'{"ticket_id": "T-1"}\'',
         ]
         for line in lines:
-            self.err.print(line, soft_wrap=True)
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
+def _table(title: str) -> Table:
+    """A table that fits 80 columns: rules under the header only, one space between cells."""
+    return Table(title=title, box=box.SIMPLE_HEAD, padding=0, pad_edge=False)
 
 
 def _program() -> str:

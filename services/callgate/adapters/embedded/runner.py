@@ -124,17 +124,21 @@ class _Batch:
     __slots__ = (
         "committed",
         "immutable",
+        "observed",
         "origin",
         "process",
         "rows",
         "states",
         "stored",
         "views",
+        "written_views",
     )
 
-    def __init__(self, process: Process[Any], immutable: bool) -> None:
+    def __init__(self, process: Process[Any], immutable: bool, observed: bool = False) -> None:
         self.process = process
         self.immutable = immutable
+        self.observed = observed  # keep written view records for the runner's observer
+        self.written_views: list[ViewRecord] = []
         self.states: dict[str, Any] = {}
         self.origin: dict[str, Any] = {}  # the object each key started the batch with
         self.stored: dict[str, bytes | None] = {}
@@ -214,6 +218,8 @@ class _Batch:
             self.rows = []
         if self.views:
             tx.put_views((v.view, v.key, v.value_json) for v in self.views)
+            if self.observed:
+                self.written_views.extend(self.views)
             self.views = []
         if changes:
             tx.put_states(self.process.name, changes)
@@ -238,7 +244,10 @@ class EmbeddedRunner:
         clock: Callable[[], int],
         batch_size: int = 500,
         state_cache_keys: int = STATE_CACHE_KEYS,
+        on_views: Callable[[Sequence[ViewRecord]], None] | None = None,
     ) -> None:
+        """``on_views`` is called after each commit with the view records it made durable
+        (``callgate serve`` prints a line per settled decision from the status view)."""
         names = [p.name for p in processes]
         if len(set(names)) != len(names):
             raise ValueError(f"process names must be unique: {names}")
@@ -247,6 +256,7 @@ class EmbeddedRunner:
         self._codec = codec
         self._clock = clock
         self._batch_size = batch_size
+        self._on_views = on_views
         self._lock_fd: int | None = None
         self._recovered = False
         self._needs_recovery = True
@@ -374,7 +384,7 @@ class EmbeddedRunner:
         return consumed
 
     def _batch(self, process: Process[Any]) -> _Batch:
-        return _Batch(process, self._immutable[process.name])
+        return _Batch(process, self._immutable[process.name], self._on_views is not None)
 
     def _step(self, tx: StoreTx, batch: _Batch, now: int) -> int:
         """The next batch of ``batch.process``'s inputs, inside ``tx``; returns how many log
@@ -480,6 +490,11 @@ class EmbeddedRunner:
         """After the commit of ``batches``: their states are the committed ones."""
         for batch in batches:
             self._keep(batch)
+        if self._on_views is not None:
+            for batch in batches:
+                if batch.written_views:
+                    written, batch.written_views = batch.written_views, []
+                    self._on_views(written)
 
     def _follow_up(self, batches: Sequence[_Batch], now: int) -> None:
         """Give each key that emitted events its ``follow_up``, now that they are durable.
@@ -495,7 +510,7 @@ class EmbeddedRunner:
             nexts: list[tuple[_Batch, list[_Change]]] = []
             for batch in pending:
                 process = batch.process
-                nxt = _Batch(process, batch.immutable)
+                nxt = _Batch(process, batch.immutable, batch.observed)
                 for key, committed in batch.committed.items():
                     nxt.seed(key, batch.states[key], batch.stored[key])
                     state, outputs = process.follow_up(batch.states[key], committed, now)

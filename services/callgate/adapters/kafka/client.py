@@ -3,21 +3,76 @@
 Every producer uses the ``murmur2_random`` partitioner (the Java client's) and keys records by
 ``partition_key``, so clients, services and other-language tools agree on partitions
 (co-partitioning, see ``topics``).
+
+Every client is made here (``client_config``) and gets ``LIBRDKAFKA_LOG`` as its ``logger``:
+librdkafka then hands its log lines to Python logging instead of writing them to stderr,
+and the command line shows them only with ``-v`` (``callgate.surfaces.logs``). A broker
+that does not answer is reported once, by ``probe``, as ``broker_unavailable``.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from callgate.adapters.kafka.topics import Topics
+from callgate.domain.codes import Code, Rejection
 from callgate.domain.events import Event
 
 Config = dict[str, Any]
+
+# Where librdkafka's own log lines go (the name is ``callgate.surfaces.logs.LIBRDKAFKA_LOGGER``).
+LIBRDKAFKA_LOG = logging.getLogger("callgate.librdkafka")
+
+
+def client_config(bootstrap: str, **settings: Any) -> Config:
+    """The settings every callgate client starts from: the brokers and the Python logger."""
+    return {"bootstrap.servers": bootstrap, "logger": LIBRDKAFKA_LOG, **settings}
+
+
+def make_admin(bootstrap: str, **overrides: Any) -> AdminClient:
+    return AdminClient(client_config(bootstrap, **overrides))
+
+
+def broker_unavailable(bootstrap: str, timeout_s: float, detail: str = "") -> Rejection:
+    """The coded error of a command whose broker did not answer (names the servers)."""
+    why = f" ({detail})" if detail else ""
+    return Rejection(
+        Code.BROKER_UNAVAILABLE,
+        f"no Kafka broker answered at {bootstrap} within {timeout_s:g}s{why}",
+        {"bootstrap_servers": bootstrap},
+    )
+
+
+def probe(bootstrap: str, timeout_s: float) -> None:
+    """Raise ``broker_unavailable`` unless a broker at ``bootstrap`` answers a metadata
+    request within ``timeout_s``. Commands call this first: librdkafka itself would retry
+    for minutes (``message.timeout.ms`` is 5 minutes) before giving up on a record."""
+    admin = make_admin(bootstrap, **{"socket.connection.setup.timeout.ms": _ms(timeout_s)})
+    try:
+        metadata = admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise broker_unavailable(bootstrap, timeout_s, _reason(exc)) from None
+    finally:
+        admin.poll(0)  # hands librdkafka's queued log lines to ``LIBRDKAFKA_LOG`` (``-v``)
+    if not metadata.brokers:
+        raise broker_unavailable(bootstrap, timeout_s, "metadata named no broker")
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
+
+
+def _reason(exc: KafkaException) -> str:
+    err = exc.args[0] if exc.args else None
+    return err.str() if isinstance(err, KafkaError) else str(exc)
+
 
 # Group settings for tests on tansu, whose group joins take about ``session.timeout.ms``
 # (DESIGN "Known tansu gaps"). Production keeps the Kafka defaults.
@@ -52,13 +107,15 @@ def make_producer(
     bootstrap: str, transactional_id: str | None = None, **overrides: Any
 ) -> Producer:
     """An idempotent producer (transactional when ``transactional_id`` is given)."""
-    config: Config = {
-        "bootstrap.servers": bootstrap,
-        "partitioner": "murmur2_random",
-        "enable.idempotence": True,
-        "acks": "all",
-        "linger.ms": 5,
-    }
+    config = client_config(
+        bootstrap,
+        **{
+            "partitioner": "murmur2_random",
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+        },
+    )
     if transactional_id is not None:
         config["transactional.id"] = transactional_id
     config.update(overrides)
@@ -71,25 +128,32 @@ def make_consumer(bootstrap: str, group: str, **overrides: Any) -> Consumer:
     ``range`` assignment gives one member the same partition numbers of every input topic
     (co-partitioning); cooperative-sticky does not promise that.
     """
-    config: Config = {
-        "bootstrap.servers": bootstrap,
-        "group.id": group,
-        "isolation.level": "read_committed",
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "auto.offset.reset": "earliest",
-        "partition.assignment.strategy": "range",
-    }
+    config = client_config(
+        bootstrap,
+        **{
+            "group.id": group,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "partition.assignment.strategy": "range",
+        },
+    )
     config.update(overrides)
     return Consumer(config)
 
 
 def publish(
-    producer: Producer, codec: EventCodec, topics: Topics, events: Iterable[Event]
+    producer: Producer,
+    codec: EventCodec,
+    topics: Topics,
+    events: Iterable[Event],
+    timeout_s: float | None = None,
 ) -> list[tuple[str, int, int]]:
     """Publish events (clients: CLI, SDK) keyed by ``partition_key``; wait for the acks.
 
-    Returns ``(topic, partition, offset)`` per event, in order. Raises ``PublishFailed``.
+    Returns ``(topic, partition, offset)`` per event, in order. Raises ``PublishFailed``
+    (also when the acks did not all come within ``timeout_s``, if given).
     """
     results: list[tuple[str, int, int] | KafkaError | None] = []
 
@@ -106,7 +170,10 @@ def publish(
         _produce(
             producer, topic, event.partition_key.encode(), value, on_delivery(len(results) - 1)
         )
-    producer.flush()
+    if timeout_s is None:
+        producer.flush()
+    elif producer.flush(timeout_s) > 0:
+        raise PublishFailed(f"records not acknowledged within {timeout_s:g}s")
     delivered: list[tuple[str, int, int]] = []
     for result in results:
         if not isinstance(result, tuple):
@@ -141,13 +208,15 @@ def read_partitions_to_end(
     partition. Raises ``TimeoutError`` if a partition never reports its end.
     """
     consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "callgate.reader",  # required by librdkafka; never joined or committed
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": isolation,
-        }
+        client_config(
+            bootstrap,
+            **{
+                "group.id": "callgate.reader",  # required by librdkafka; never joined/committed
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "isolation.level": isolation,
+            },
+        )
     )
     try:
         if partitions is None:

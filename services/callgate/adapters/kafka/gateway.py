@@ -17,8 +17,12 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
 from callgate.adapters.kafka.client import (
+    LIBRDKAFKA_LOG,
+    PublishFailed,
+    broker_unavailable,
     make_producer,
     position,
+    probe,
     publish,
     read_partitions_to_end,
 )
@@ -35,9 +39,14 @@ class KafkaBackend:
             raise ValueError("the Kafka backend needs bootstrap servers")
         self.app = app
         self.bootstrap = settings.bootstrap_servers
+        self.timeout_s = settings.timeout_s
+        # Fail fast and coded (``broker_unavailable``) when no broker answers, instead of
+        # librdkafka retrying a record for minutes.
+        probe(self.bootstrap, self.timeout_s)
         self.topics = Topics(settings.topic_prefix, settings.partitions)
         self.codec = AvroCodec.default()
-        self._producer = make_producer(self.bootstrap)
+        timeouts: dict[str, Any] = {"message.timeout.ms": max(1000, int(self.timeout_s * 1000))}
+        self._producer = make_producer(self.bootstrap, None, **timeouts)
         self._views: dict[str, dict[str, str]] = {v: {} for v in views_of(app)}
         self._by_topic = {self.topics.view(v): v for v in self._views}
         self._consumer: Consumer | None = None
@@ -45,7 +54,10 @@ class KafkaBackend:
     # -- publishing ----------------------------------------------------------------------
 
     def publish(self, events: Sequence[Event]) -> None:
-        publish(self._producer, self.codec, self.topics, events)
+        try:
+            publish(self._producer, self.codec, self.topics, events, self.timeout_s)
+        except PublishFailed as exc:
+            raise broker_unavailable(self.bootstrap, self.timeout_s, str(exc)) from None
 
     # -- the read model --------------------------------------------------------------------
 
@@ -55,6 +67,7 @@ class KafkaBackend:
         consumer = Consumer(
             {
                 "bootstrap.servers": self.bootstrap,
+                "logger": LIBRDKAFKA_LOG,
                 "group.id": "callgate.surfaces.sdk-reader",  # never joined, never committed
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
@@ -64,7 +77,11 @@ class KafkaBackend:
             }
         )
         assignment: list[TopicPartition] = []
-        meta = consumer.list_topics(timeout=30)
+        try:
+            meta = consumer.list_topics(timeout=self.timeout_s)
+        except KafkaException as exc:
+            consumer.close()
+            raise broker_unavailable(self.bootstrap, self.timeout_s, str(exc)) from None
         for topic in self._by_topic:
             info = meta.topics.get(topic)
             if info is None or info.error is not None:
@@ -146,7 +163,7 @@ class KafkaBackend:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
-        self._producer.flush(10)
+        self._producer.flush(min(10.0, self.timeout_s))
 
 
 def _obj(raw: str) -> dict[str, Any]:

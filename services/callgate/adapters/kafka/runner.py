@@ -104,7 +104,16 @@ class _Txn:
     """What one transaction carries: key states (with the blobs they started from), the
     events each key emitted (for ``follow_up``) and the input positions it consumes."""
 
-    __slots__ = ("dumped", "emitted", "positions", "started", "states", "stored", "token")
+    __slots__ = (
+        "dumped",
+        "emitted",
+        "positions",
+        "started",
+        "states",
+        "stored",
+        "token",
+        "views",
+    )
 
     def __init__(self, token: str) -> None:
         self.token = token
@@ -114,6 +123,7 @@ class _Txn:
         self.dumped: dict[Key, bytes] = {}  # each key's state as committed (set by _commit)
         self.emitted: dict[Key, list[Event]] = {}
         self.positions: dict[tuple[str, int], int] = {}
+        self.views: list[ViewRecord] = []  # kept only for an ``on_views`` observer
 
 
 class KafkaRunner:
@@ -138,8 +148,12 @@ class KafkaRunner:
         batch_timeout_ms: int = 100,
         consumer_overrides: Mapping[str, Any] | None = None,
         max_retries: int = 8,
+        on_views: Callable[[Sequence[ViewRecord]], None] | None = None,
     ) -> None:
+        """``on_views`` is called after each committed transaction with its view records
+        (``callgate serve`` prints a line per settled decision from the status view)."""
         self.process = process
+        self._on_views = on_views
         self._codec = codec
         self._topics = topics
         self._clock = clock
@@ -333,6 +347,8 @@ class KafkaRunner:
             if isinstance(out, ViewRecord):
                 value = None if out.value_json is None else out.value_json.encode()
                 self._produce(txn, self._topics.view(out.view), out.key.encode(), value)
+                if self._on_views is not None:
+                    txn.views.append(out)
             else:
                 topic = self._topics.physical(out.TOPIC)
                 self._produce(txn, topic, out.partition_key.encode(), self._codec.encode(out))
@@ -422,6 +438,9 @@ class KafkaRunner:
             )
         self._commit_transaction()
         txn.started = False
+        if txn.views and self._on_views is not None:
+            written, txn.views = txn.views, []
+            self._on_views(written)
         self._committed.update(positions)
         self._deferred.clear()
         for partition, blobs in changes.items():

@@ -14,15 +14,21 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaException
 
+from callgate.adapters.kafka.client import broker_unavailable, make_admin, probe
 from callgate.adapters.kafka.topics import Topics, ensure_topics
+from callgate.adapters.kafka.worker import LOG_FORMAT_ENV, VERBOSE_ENV
 from callgate.bootstrap import App, Settings
+from callgate.domain.codes import Code, Rejection
+from callgate.surfaces.serve_log import serve_line
 
 if TYPE_CHECKING:
-    from callgate.surfaces.render import Renderer
+    from callgate.surfaces.logs import LogFormat
+
+RETRY_MAX_S = 30.0  # the longest wait between two attempts to reach the broker
 
 
 def views_of(app: App) -> dict[str, str]:
@@ -34,12 +40,53 @@ def create_topics(app: App) -> list[str]:
     settings = app.settings
     assert settings.bootstrap_servers
     topics = Topics(settings.topic_prefix, settings.partitions)
-    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
-    return ensure_topics(admin, topics.specs(app.processes(), views_of(app)))
+    admin = make_admin(settings.bootstrap_servers)
+    specs = topics.specs(app.processes(), views_of(app))
+    return ensure_topics(admin, specs, timeout_s=settings.timeout_s)
 
 
-def worker_env(settings: Settings) -> dict[str, str]:
+def create_topics_when_reachable(
+    app: App, stop: threading.Event, log_format: LogFormat
+) -> list[str] | None:
+    """``create_topics`` once a broker answers: each failed attempt prints one line and
+    waits (1 s, 2 s, 4 s, ... at most ``RETRY_MAX_S``); ``None`` if ``stop`` came first."""
+    bootstrap = app.settings.bootstrap_servers or ""
+    timeout_s = app.settings.timeout_s
+    attempt = 0
+    while not stop.is_set():
+        attempt += 1
+        try:
+            probe(bootstrap, timeout_s)
+            return create_topics(app)
+        except (Rejection, KafkaException, TimeoutError) as exc:
+            if isinstance(exc, Rejection) and exc.code is not Code.BROKER_UNAVAILABLE:
+                raise
+            error = (
+                exc
+                if isinstance(exc, Rejection)
+                else broker_unavailable(bootstrap, timeout_s, str(exc))
+            )
+            wait_s = min(RETRY_MAX_S, 2.0 ** (attempt - 1))
+            serve_line(
+                log_format,
+                "broker_unavailable",
+                f"callgate serve: attempt {attempt}: {error.code.value}: {error.message}; "
+                f"retrying in {wait_s:g}s",
+                attempt=attempt,
+                code=error.code.value,
+                bootstrap_servers=bootstrap,
+                retry_in_s=wait_s,
+            )
+            stop.wait(wait_s)
+    return None
+
+
+def worker_env(
+    settings: Settings, log_format: LogFormat = "text", verbosity: int = 0
+) -> dict[str, str]:
     env = dict(os.environ)
+    env[LOG_FORMAT_ENV] = log_format
+    env[VERBOSE_ENV] = str(verbosity)
     env["CALLGATE_STATE_DIR"] = str(settings.state_dir.resolve())
     env["CALLGATE_BACKEND"] = "kafka"
     env["CALLGATE_BOOTSTRAP_SERVERS"] = settings.bootstrap_servers or ""
@@ -57,16 +104,23 @@ def worker_env(settings: Settings) -> dict[str, str]:
 class Supervisor:
     """Starts one child per process and restarts any that exits while not stopping."""
 
-    def __init__(self, app: App, names: Sequence[str], extra_args: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        app: App,
+        names: Sequence[str],
+        extra_args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.app = app
         self.names = list(names)
         self.extra_args = list(extra_args)
+        self.env = env if env is not None else worker_env(app.settings)
         self.children: dict[str, subprocess.Popen[bytes]] = {}
         self.restarts = 0
 
     def spawn(self, name: str) -> subprocess.Popen[bytes]:
         cmd = [sys.executable, "-m", "callgate.adapters.kafka.worker", name, *self.extra_args]
-        child = subprocess.Popen(cmd, env=worker_env(self.app.settings))
+        child = subprocess.Popen(cmd, env=self.env)
         self.children[name] = child
         return child
 
@@ -93,18 +147,44 @@ class Supervisor:
                 child.wait()
 
 
-def serve_kafka(app: App, stop: threading.Event, only: Sequence[str], out: Renderer | Any) -> int:
-    created = create_topics(app)
+def serve_kafka(
+    app: App,
+    stop: threading.Event,
+    only: Sequence[str],
+    log_format: LogFormat = "text",
+    verbosity: int = 0,
+) -> int:
+    """Create the topics (retrying until a broker answers), then supervise one child per
+    process until ``stop``; prints a line when it starts and when it stops."""
+    bootstrap = app.settings.bootstrap_servers
+    created = create_topics_when_reachable(app, stop, log_format)
+    if created is None:
+        serve_line(log_format, "stopped", "callgate serve stopped (no broker was reached)")
+        return 0
     names = list(only) or [p.name for p in app.processes()]
-    sup = Supervisor(app, names)
+    env = worker_env(app.settings, log_format, verbosity)
+    sup = Supervisor(app, names, ["--report-settled"], env=env)
     sup.start()
-    out.err.print(
-        f"[green]callgate serve[/] on Kafka {app.settings.bootstrap_servers} "
-        f"({len(names)} processes: {', '.join(names)}; {len(created)} topics created)"
+    serve_line(
+        log_format,
+        "started",
+        f"callgate serve (pid {os.getpid()}) on Kafka {bootstrap} "
+        f"({len(names)} processes: {', '.join(names)}; {len(created)} topics created)",
+        backend="kafka",
+        bootstrap_servers=bootstrap,
+        processes=names,
+        topics_created=len(created),
+        pid=os.getpid(),
     )
     try:
         while not stop.wait(0.5):
             sup.check()
     finally:
         sup.stop()
+        serve_line(
+            log_format,
+            "stopped",
+            f"callgate serve stopped ({sup.restarts} restarts)",
+            restarts=sup.restarts,
+        )
     return 0

@@ -42,7 +42,13 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteBufferManager
 
-from callgate.adapters.kafka.client import fetched, headers_of, position
+from callgate.adapters.kafka.client import (
+    LIBRDKAFKA_LOG,
+    client_config,
+    fetched,
+    headers_of,
+    position,
+)
 from callgate.adapters.kafka.topics import Topics
 
 HEADER_TXN = "cg-txn"
@@ -226,6 +232,7 @@ class ChangelogReader:
         self._consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
+                "logger": LIBRDKAFKA_LOG,
                 "group.id": "callgate.restore",  # assign() only: never joined or committed
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
@@ -341,7 +348,7 @@ def read_committed_changelog(
 ) -> CommittedChangelog:
     """Rebuild a process's committed state from its changelog (tests, ``replay``)."""
     changelog = topics.changelog(process)
-    group = Consumer({"bootstrap.servers": bootstrap, "group.id": topics.group(process)})
+    group = Consumer(client_config(bootstrap, **{"group.id": topics.group(process)}))
     reader = ChangelogReader(bootstrap, timeout_s)
     try:
         meta = group.list_topics(changelog, timeout=timeout_s).topics[changelog]

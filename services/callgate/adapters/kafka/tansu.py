@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import logging
 import os
 import socket
 import subprocess
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
 STORAGE = "memory://tansu/"
+_QUIET = logging.getLogger("callgate.librdkafka.tansu-probe")
 
 
 class BrokerUnavailable(RuntimeError):
@@ -99,7 +102,13 @@ class TansuBroker:
     def _wait_ready(self) -> bool:
         assert self._proc is not None
         deadline = time.monotonic() + self._start_timeout_s
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        # Quiet while the broker starts: refused connections are expected here.
+        config: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap,
+            "log_level": 0,
+            "logger": _QUIET,
+        }
+        admin = AdminClient(config)
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 return False  # exited: most likely the port was taken

@@ -12,7 +12,6 @@ restarted child away for about half a minute.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import signal
 import threading
@@ -22,8 +21,16 @@ from callgate.adapters.avro_codec import AvroCodec
 from callgate.adapters.kafka.runner import KafkaRunner, ProducerFenced
 from callgate.adapters.kafka.topics import Topics
 from callgate.bootstrap import Settings, bootstrap
+from callgate.surfaces import logs
+from callgate.surfaces.serve_log import SettledLog
 
 CONSUMER_ENV = "CALLGATE_KAFKA_CONSUMER"
+LOG_FORMAT_ENV = "CALLGATE_LOG_FORMAT"
+VERBOSE_ENV = "CALLGATE_VERBOSE"
+# The process whose committed view records show each decision settling: with
+# ``--report-settled`` (given by ``callgate serve``) its worker prints serve's line per
+# settled decision.
+SETTLED_REPORTER = "status-projection"
 
 
 def kafka_state_dir(settings: Settings) -> Path:
@@ -42,9 +49,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--instance-id", default="0")
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--batch-timeout-ms", type=int, default=20)
+    parser.add_argument(
+        "--report-settled", action="store_true", help="a line per settled decision on stderr"
+    )
     parser.add_argument("-X", dest="consumer", action="append", default=[], metavar="KEY=VALUE")
     ns = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    # serve hands its -v and --log-format down (CALLGATE_VERBOSE, CALLGATE_LOG_FORMAT).
+    log_format: logs.LogFormat = "json" if os.environ.get(LOG_FORMAT_ENV) == "json" else "text"
+    verbosity = os.environ.get(VERBOSE_ENV, "0")
+    logs.configure(int(verbosity) if verbosity.isdigit() else 0, log_format)
     settings = Settings.from_env()
     if not settings.bootstrap_servers:
         parser.error("CALLGATE_BOOTSTRAP_SERVERS is not set")
@@ -66,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
         batch_size=ns.batch_size,
         batch_timeout_ms=ns.batch_timeout_ms,
         consumer_overrides=consumer_overrides(ns.consumer),
+        on_views=(
+            SettledLog(log_format) if ns.report_settled and ns.process == SETTLED_REPORTER else None
+        ),
     )
     try:
         runner.run(stop)

@@ -51,15 +51,17 @@ def serve(ctx: Context) -> int:
     if app.settings.backend == "kafka":
         from callgate.adapters.kafka.serve import serve_kafka
 
-        return serve_kafka(app, stop, only=ctx.ns.only, out=ctx.out)
+        return serve_kafka(app, stop, ctx.ns.only, ctx.ns.log_format, ctx.ns.verbose)
     from callgate.adapters.avro_codec import AvroCodec
     from callgate.adapters.embedded.runner import EmbeddedRunner
     from callgate.adapters.embedded.store import EmbeddedStore
     from callgate.domain.codes import Code, Rejection
+    from callgate.surfaces.serve_log import SettledLog, serve_line
 
     codec = AvroCodec.default()
     store = EmbeddedStore(app.settings.state_dir, codec)
-    runner = EmbeddedRunner(store, app.processes(), codec, app.clock)
+    settled = SettledLog(ctx.ns.log_format)
+    runner = EmbeddedRunner(store, app.processes(), codec, app.clock, on_views=settled)
     if not runner.acquire(timeout=5.0):
         store.close()
         lock = app.settings.state_dir / "runner.lock"
@@ -70,4 +72,10 @@ def serve(ctx: Context) -> int:
     finally:
         runner.release()
         store.close()
+        serve_line(
+            ctx.ns.log_format,
+            "stopped",
+            f"callgate serve stopped ({settled.count} decisions settled)",
+            settled=settled.count,
+        )
     return EXIT_OK

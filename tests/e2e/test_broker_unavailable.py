@@ -1,0 +1,159 @@
+"""Failing well on Kafka (docs/contract.md, "Command line"): with no broker answering, every
+command ends within ``--timeout`` with the coded error ``broker_unavailable`` naming the
+bootstrap servers (exit 1), and librdkafka's own log lines never reach stderr unless
+``-v`` asks for them. ``serve`` retries with one line per attempt and stops on SIGTERM.
+
+Two ways a broker is missing: nothing ever listened on the port, and a real broker
+(tansu) that answered and then stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.helpers import EXIT_FAILED, callgate_argv, cli_env, run, session
+
+pytestmark = pytest.mark.e2e
+
+TIMEOUT_S = 3
+# Python start-up and the command's own work on a loaded 2-core machine, beyond --timeout.
+SLACK_S = 6.0
+LIBRDKAFKA_MARKS = ("%3|", "%4|", "%6|", "%7|", "rdkafka", "librdkafka")
+
+
+def no_librdkafka_lines(stderr: str) -> None:
+    found = [line for line in stderr.splitlines() if any(m in line for m in LIBRDKAFKA_MARKS)]
+    assert not found, f"librdkafka lines reached stderr: {found[:5]}"
+
+
+def kafka_args(bootstrap: str) -> list[str]:
+    return ["--backend", "kafka", "--bootstrap-servers", bootstrap, "--timeout", str(TIMEOUT_S)]
+
+
+@pytest.fixture
+def nothing_listening() -> str:
+    """A loopback port that nothing listens on."""
+    from callgate.adapters.kafka.tansu import free_port
+
+    return f"127.0.0.1:{free_port()}"
+
+
+@pytest.fixture
+def stopped_broker() -> Iterator[str]:
+    """The address of a tansu broker that answered metadata, then was stopped."""
+    from callgate.adapters.kafka.client import probe
+    from callgate.adapters.kafka.tansu import BrokerUnavailable, TansuBroker, find_tansu
+
+    try:
+        find_tansu()
+    except BrokerUnavailable as exc:
+        reason = f"kafka tests skipped: {exc}"
+        print(reason, file=sys.stderr)
+        pytest.skip(reason)
+    broker = TansuBroker().start()
+    bootstrap = broker.bootstrap
+    probe(bootstrap, 10)  # it did answer
+    broker.stop()
+    yield bootstrap
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["propose", "--tool", "tickets.read", "--args", '{"ticket_id": "T-1"}'],
+        ["pending"],
+        ["status", "some-invocation"],
+        ["audit", "verify"],
+        ["replay"],
+    ],
+    ids=lambda c: c[0] if c[0] != "audit" else "audit-verify",
+)
+def test_no_broker_at_all_is_broker_unavailable_within_the_timeout(
+    tmp_path: Path, nothing_listening: str, command: list[str]
+) -> None:
+    state = tmp_path / "state"
+    token = session(state, "alice", "acme", "support")
+    argv = [*command, "--session", token] if command[0] == "propose" else command
+    started = time.monotonic()
+    result = run(state, *kafka_args(nothing_listening), *argv, rc=EXIT_FAILED)
+    elapsed = time.monotonic() - started
+    assert elapsed < TIMEOUT_S + SLACK_S, f"took {elapsed:.1f}s: {result}"
+    error = result.value["error"]
+    assert error["code"] == "broker_unavailable", result
+    assert nothing_listening in error["message"]
+    no_librdkafka_lines(result.stderr)
+    assert result.stderr == ""
+
+
+@pytest.mark.kafka
+def test_a_stopped_broker_is_broker_unavailable_and_quiet(
+    tmp_path: Path, stopped_broker: str
+) -> None:
+    """The broker answered, then stopped: ``propose`` ends within its timeout with the coded
+    error naming the servers, in JSON and in human form, and no librdkafka line."""
+    state = tmp_path / "state"
+    token = session(state, "alice", "acme", "support")
+    argv = ["propose", "--session", token, "--tool", "tickets.read", "--args", "{}"]
+    started = time.monotonic()
+    coded = run(state, *kafka_args(stopped_broker), *argv, rc=EXIT_FAILED)
+    assert time.monotonic() - started < TIMEOUT_S + SLACK_S, coded
+    assert coded.value["error"]["code"] == "broker_unavailable", coded
+    assert stopped_broker in coded.value["error"]["message"]
+    no_librdkafka_lines(coded.stderr)
+
+    human = run(state, *kafka_args(stopped_broker), *argv, rc=EXIT_FAILED, json_mode=False)
+    assert human.stdout == ""
+    [line] = human.stderr.splitlines()
+    assert line.startswith("callgate: broker_unavailable: ") and stopped_broker in line
+
+
+def test_verbose_shows_librdkafka_lines_through_python_logging(
+    tmp_path: Path, nothing_listening: str
+) -> None:
+    """``-v``: librdkafka's lines are shown, as log records of ``callgate.librdkafka``."""
+    state = tmp_path / "state"
+    result = run(state, "-v", *kafka_args(nothing_listening), "pending", rc=EXIT_FAILED)
+    assert result.value["error"]["code"] == "broker_unavailable"
+    lines = result.stderr.splitlines()
+    assert lines and all("callgate.librdkafka" in line for line in lines), lines[:5]
+
+
+def test_serve_retries_with_one_line_per_attempt_then_stops(
+    tmp_path: Path, nothing_listening: str
+) -> None:
+    """``serve`` with no broker: one JSON line per attempt naming the servers, no
+    librdkafka line, and on SIGTERM a line that it stopped and exit 0."""
+    argv = [
+        *callgate_argv(), "--state-dir", str(tmp_path / "state"), "--log-format", "json",
+        "--backend", "kafka", "--bootstrap-servers", nothing_listening, "--timeout", "1",
+        "serve",
+    ]  # fmt: skip
+    log = tmp_path / "serve.err"
+    with log.open("w") as err:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, env=cli_env())
+        try:
+            deadline = time.monotonic() + 30
+            while log.read_text().count("\n") < 2:
+                assert proc.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.1)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=30)
+    assert code == 0, log.read_text()
+    assert proc.stdout is not None and proc.stdout.read() == b""
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    attempts = [line for line in lines if line["event"] == "broker_unavailable"]
+    assert [a["attempt"] for a in attempts] == list(range(1, len(attempts) + 1))
+    assert len(attempts) >= 2
+    assert all(nothing_listening in a["message"] for a in attempts)
+    assert lines[-1]["event"] == "stopped"
+    no_librdkafka_lines(log.read_text())
