@@ -91,7 +91,7 @@ def _global_options() -> argparse.ArgumentParser:
         default=keep,
         metavar="HOSTS",
         help="Kafka brokers, host:port[,host:port] (env CALLGATE_BOOTSTRAP_SERVERS; "
-        "required with --backend kafka)",
+        "default: none, required with --backend kafka)",
     )
     add(
         "--profile",
