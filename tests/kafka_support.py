@@ -65,6 +65,16 @@ def run_with_own_broker(
     )
 
 
+# What librdkafka's own log lines look like when they reach stderr (``%3|1700000000.123|FAIL|``
+# from its default logger, or a Python log record naming it).
+LIBRDKAFKA_MARKS = ("%3|", "%4|", "%5|", "%6|", "%7|", "rdkafka")
+
+
+def librdkafka_lines(stderr: str) -> list[str]:
+    """The lines of ``stderr`` that come from librdkafka (none may, unless ``-v``)."""
+    return [line for line in stderr.splitlines() if any(m in line for m in LIBRDKAFKA_MARKS)]
+
+
 def unique_prefix(label: str) -> str:
     """A topic prefix no other test uses (topics, groups and transactional ids hang off it)."""
     return f"t-{label}-{uuid.uuid4().hex[:8]}"

@@ -20,17 +20,17 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.helpers import EXIT_FAILED, callgate_argv, cli_env, run, session
+from tests.kafka_support import librdkafka_lines
 
 pytestmark = pytest.mark.e2e
 
 TIMEOUT_S = 3
 # Python start-up and the command's own work on a loaded 2-core machine, beyond --timeout.
 SLACK_S = 6.0
-LIBRDKAFKA_MARKS = ("%3|", "%4|", "%6|", "%7|", "rdkafka", "librdkafka")
 
 
 def no_librdkafka_lines(stderr: str) -> None:
-    found = [line for line in stderr.splitlines() if any(m in line for m in LIBRDKAFKA_MARKS)]
+    found = librdkafka_lines(stderr)
     assert not found, f"librdkafka lines reached stderr: {found[:5]}"
 
 

@@ -16,6 +16,7 @@ views from the broker) must reach the decider; each command takes 1-2 s here.
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -32,6 +33,7 @@ from tests.kafka_support import (
     cli,
     cli_propose,
     cli_session,
+    librdkafka_lines,
     pending_ids,
     unique_prefix,
     wait_for,
@@ -61,12 +63,16 @@ def short_ttl_profile(folder: Path, tool: str, ttl_seconds: int) -> Path:
     return path
 
 
+SERVE_LOGS: dict[str, Path] = {}  # topic prefix -> the module's serve log (its stderr)
+
+
 @pytest.fixture(scope="module")
 def dep(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     root = tmp_path_factory.mktemp("cli-kafka")
     profile = short_ttl_profile(root / "profile", "deploys.trigger", DEPLOY_TTL_S)
     deployment = Deployment(kafka_bootstrap, unique_prefix("cli"), root / "state", profile)
     server = KafkaServe(deployment, root / "serve.log", flags=True)
+    SERVE_LOGS[deployment.prefix] = server.log
     try:
         server.wait_ready()
         yield deployment
@@ -191,3 +197,18 @@ def test_an_expired_approval_fails_closed(dep: Deployment) -> None:
     assert not {"ExecutionRequested", "ExecutionStarted"} & set(
         dep.event_types(late["invocation_id"])
     )
+
+
+def test_serve_prints_a_line_per_settled_decision(dep: Deployment) -> None:
+    """On Kafka the status projection's worker prints serve's line per settled decision
+    (time, invocation, tool, outcome) on serve's stderr; no librdkafka line gets there."""
+    alice = cli_session(dep, "alice", "acme", "support")
+    answer = cli_propose(dep, alice, "tickets.read", {"ticket_id": "T-77"})
+    assert answer["outcome"] == "executed"
+    log = SERVE_LOGS[dep.prefix]
+    inv = answer["invocation_id"]
+    wait_for(lambda: inv in log.read_text(), 30, "serve's line for the settled call")
+    [line] = [x for x in log.read_text().splitlines() if inv in x]
+    assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ", line), line
+    assert line.split()[1:] == [inv, "tickets.read", "executed"], line
+    assert not librdkafka_lines(log.read_text())

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.kafka_support import run_with_own_broker
+from tests.kafka_support import librdkafka_lines, run_with_own_broker
 
 # Each section and the start of the measure of one row it must report.
 SECTIONS = {
@@ -32,6 +32,7 @@ SECTIONS = {
 def test_quick_bench_reports_every_section_and_no_failure(tmp_path: Path) -> None:
     run = run_with_own_broker(tmp_path, "bench", "--quick", timeout=170)
     assert run.returncode == 0, run.stderr[-3000:]
+    assert not librdkafka_lines(run.stderr), librdkafka_lines(run.stderr)[:5]  # no client spam
     report = json.loads(run.stdout)  # exactly one JSON value on stdout
     assert report["machine"]["quick"] is True
     assert report["machine"]["cores"] and report["machine"]["python"]

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.kafka_support import run_with_own_broker
+from tests.kafka_support import librdkafka_lines, run_with_own_broker
 
 from callgate.bootstrap import Settings, bootstrap
 from callgate.domain import events as ev
@@ -38,6 +38,7 @@ def test_short_chaos_run_holds_every_check(tmp_path: Path) -> None:
     report = json.loads(run.stdout)  # exactly one JSON value
     figures = report["figures"]
     assert run.returncode == 0, (report["violations"][:20], run.stderr[-3000:])
+    assert not librdkafka_lines(run.stderr), librdkafka_lines(run.stderr)[:5]  # no client spam
     assert report["ok"] is True and report["violations"] == []
     assert figures["proposals"] == 300
     assert figures["lost"] == 0
