@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from callgate import logs
 from callgate.domain.codes import Code, Rejection
-from callgate.surfaces import logs
 from callgate.surfaces.commands import MODULES
 from callgate.surfaces.commands.context import (
     EXIT_FAILED,

@@ -20,9 +20,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from callgate.domain.codes import Code
+from callgate.logs import LogFormat, iso_utc, serve_line
 from callgate.surfaces.commands.context import report_error
-from callgate.surfaces.logs import LogFormat, iso_utc
-from callgate.surfaces.serve_log import serve_line
 
 _OUTCOME_STYLE = {
     "executed": "green",

@@ -6,7 +6,7 @@ Every producer uses the ``murmur2_random`` partitioner (the Java client's) and k
 
 Every client is made here (``client_config``) and gets ``LIBRDKAFKA_LOG`` as its ``logger``:
 librdkafka then hands its log lines to Python logging instead of writing them to stderr,
-and the command line shows them only with ``-v`` (``callgate.surfaces.logs``). A broker
+and the command line shows them only with ``-v`` (``callgate.logs``). A broker
 that does not answer is reported once, by ``probe``, as ``broker_unavailable``.
 """
 
@@ -27,7 +27,7 @@ from callgate.domain.events import Event
 
 Config = dict[str, Any]
 
-# Where librdkafka's own log lines go (the name is ``callgate.surfaces.logs.LIBRDKAFKA_LOGGER``).
+# Where librdkafka's own log lines go (the name is ``callgate.logs.LIBRDKAFKA_LOGGER``).
 LIBRDKAFKA_LOG = logging.getLogger("callgate.librdkafka")
 
 

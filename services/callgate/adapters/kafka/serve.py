@@ -23,10 +23,10 @@ from callgate.adapters.kafka.topics import Topics, ensure_topics
 from callgate.adapters.kafka.worker import LOG_FORMAT_ENV, VERBOSE_ENV
 from callgate.bootstrap import App, Settings
 from callgate.domain.codes import Code, Rejection
-from callgate.surfaces.serve_log import serve_line
+from callgate.logs import serve_line
 
 if TYPE_CHECKING:
-    from callgate.surfaces.logs import LogFormat
+    from callgate.logs import LogFormat
 
 RETRY_MAX_S = 30.0  # the longest wait between two attempts to reach the broker
 

@@ -17,12 +17,12 @@ import signal
 import threading
 from pathlib import Path
 
+from callgate import logs
 from callgate.adapters.avro_codec import AvroCodec
 from callgate.adapters.kafka.runner import KafkaRunner, ProducerFenced
 from callgate.adapters.kafka.topics import Topics
 from callgate.bootstrap import Settings, bootstrap
-from callgate.surfaces import logs
-from callgate.surfaces.serve_log import SettledLog
+from callgate.logs import SettledLog
 
 CONSUMER_ENV = "CALLGATE_KAFKA_CONSUMER"
 LOG_FORMAT_ENV = "CALLGATE_LOG_FORMAT"

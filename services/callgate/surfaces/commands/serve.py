@@ -56,7 +56,7 @@ def serve(ctx: Context) -> int:
     from callgate.adapters.embedded.runner import EmbeddedRunner
     from callgate.adapters.embedded.store import EmbeddedStore
     from callgate.domain.codes import Code, Rejection
-    from callgate.surfaces.serve_log import SettledLog, serve_line
+    from callgate.logs import SettledLog, serve_line
 
     codec = AvroCodec.default()
     store = EmbeddedStore(app.settings.state_dir, codec)
