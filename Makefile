@@ -31,8 +31,10 @@ lock: $(UV)
 upgrade: $(UV)
 	$(UV) lock --upgrade --python $(PYTHON)
 
-## The main job: callgate serve on the embedded backend with the default profile.
+## The main job: callgate serve on the embedded backend with the default profile; state in
+## ./.callgate, which every callgate command run below this directory then finds.
 run: $(STAMP)
+	mkdir -p .callgate
 	$(BIN)/callgate serve
 
 ## The service with the HTTP API and the approval console on http://127.0.0.1:8787/.
