@@ -79,8 +79,10 @@ def run(
     json_mode: bool = True,
     profile: Path | None = None,
     timeout: float = 60.0,
+    env: dict[str, str] | None = None,
 ) -> Run:
-    """``callgate [--json] [--state-dir D] [--profile P] ARGS``; asserts ``rc`` when given."""
+    """``callgate [--json] [--state-dir D] [--profile P] ARGS``; asserts ``rc`` when given.
+    ``env`` adds variables to the clean environment (``cli_env``)."""
     argv = callgate_argv()
     if json_mode:
         argv.append("--json")
@@ -90,7 +92,12 @@ def run(
         argv += ["--profile", str(profile)]
     argv += list(args)
     proc = subprocess.run(
-        argv, capture_output=True, text=True, env=cli_env(), timeout=timeout, check=False
+        argv,
+        capture_output=True,
+        text=True,
+        env={**cli_env(), **(env or {})},
+        timeout=timeout,
+        check=False,
     )
     result = Run(argv, proc.returncode, proc.stdout, proc.stderr)
     assert "Traceback" not in result.stderr, f"a traceback escaped: {result}"

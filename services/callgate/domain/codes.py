@@ -34,9 +34,10 @@ class Code(StrEnum):
     APPROVER_FORBIDDEN = "approver_forbidden"
     # the invocation asked about (approve/deny/status) does not exist or is not pending.
     NOT_PENDING = "not_pending"
-    # Errors of a request or command (the command line, the HTTP API, the SDK), never the
-    # outcome of a call:
-    # the invocation (or route) asked about does not exist, or belongs to another tenant.
+    # what the request or command asked for does not exist: an invocation (or an HTTP
+    # route), one of another tenant, or (Kafka) the deployment's topics, which
+    # `callgate serve` creates.
+    NOT_FOUND = "not_found"
     NOT_FOUND = "not_found"
     # the HTTP request is malformed: not JSON, a missing or mistyped field, a bad parameter.
     INVALID_REQUEST = "invalid_request"

@@ -50,10 +50,11 @@ def broker_unavailable(bootstrap: str, timeout_s: float, detail: str = "") -> Re
     )
 
 
-def probe(bootstrap: str, timeout_s: float) -> None:
-    """Raise ``broker_unavailable`` unless a broker at ``bootstrap`` answers a metadata
-    request within ``timeout_s``. Commands call this first: librdkafka itself would retry
-    for minutes (``message.timeout.ms`` is 5 minutes) before giving up on a record."""
+def probe(bootstrap: str, timeout_s: float) -> set[str]:
+    """The broker's topic names; raise ``broker_unavailable`` unless a broker at
+    ``bootstrap`` answers a metadata request within ``timeout_s``. Commands call this
+    first: librdkafka itself would retry for minutes (``message.timeout.ms`` is 5 minutes)
+    before giving up on a record."""
     admin = make_admin(bootstrap, **{"socket.connection.setup.timeout.ms": _ms(timeout_s)})
     try:
         metadata = admin.list_topics(timeout=timeout_s)
@@ -63,6 +64,17 @@ def probe(bootstrap: str, timeout_s: float) -> None:
         admin.poll(0)  # hands librdkafka's queued log lines to ``LIBRDKAFKA_LOG`` (``-v``)
     if not metadata.brokers:
         raise broker_unavailable(bootstrap, timeout_s, "metadata named no broker")
+    return set(metadata.topics)
+
+
+def not_deployed(bootstrap: str, topic: str) -> Rejection:
+    """The coded error of a client whose deployment's topics are not on the broker."""
+    return Rejection(
+        Code.NOT_FOUND,
+        f"no topic {topic} at {bootstrap}: `callgate serve` creates a deployment's topics "
+        "(check CALLGATE_TOPIC_PREFIX and that serve has run against these servers)",
+        {"topic": topic},
+    )
 
 
 def _ms(seconds: float) -> int:

@@ -21,6 +21,7 @@ from callgate.adapters.kafka.client import (
     PublishFailed,
     broker_unavailable,
     make_producer,
+    not_deployed,
     position,
     probe,
     publish,
@@ -42,8 +43,10 @@ class KafkaBackend:
         self.timeout_s = settings.timeout_s
         # Fail fast and coded (``broker_unavailable``) when no broker answers, instead of
         # librdkafka retrying a record for minutes.
-        probe(self.bootstrap, self.timeout_s)
+        existing = probe(self.bootstrap, self.timeout_s)
         self.topics = Topics(settings.topic_prefix, settings.partitions)
+        if (requests := self.topics.physical("requests")) not in existing:
+            raise not_deployed(self.bootstrap, requests)
         self.codec = AvroCodec.default()
         timeouts: dict[str, Any] = {"message.timeout.ms": max(1000, int(self.timeout_s * 1000))}
         self._producer = make_producer(self.bootstrap, None, **timeouts)
@@ -85,9 +88,8 @@ class KafkaBackend:
         for topic in self._by_topic:
             info = meta.topics.get(topic)
             if info is None or info.error is not None:
-                raise RuntimeError(
-                    f"view topic {topic} does not exist: is `callgate serve` running?"
-                )
+                consumer.close()
+                raise not_deployed(self.bootstrap, topic)
             assignment += [TopicPartition(topic, p, 0) for p in sorted(info.partitions)]
         consumer.assign(assignment)
         self._consumer = consumer
