@@ -38,7 +38,6 @@ class Code(StrEnum):
     # route), one of another tenant, or (Kafka) the deployment's topics, which
     # `callgate serve` creates.
     NOT_FOUND = "not_found"
-    NOT_FOUND = "not_found"
     # the HTTP request is malformed: not JSON, a missing or mistyped field, a bad parameter.
     INVALID_REQUEST = "invalid_request"
     # the request body exceeds the server's limit.

@@ -38,6 +38,7 @@ environment (the flag wins over the variable):
   CALLGATE_TOPIC_PREFIX   prefix of every Kafka topic (default: callgate)
   CALLGATE_PARTITIONS     partitions of every Kafka topic (default: 6)
   CALLGATE_FAULTS         fault injection of the simulated providers (JSON object)
+  CALLGATE_DEV            1: development mode of the HTTP surface (default: 0)
 
 state directory, when neither --state-dir nor CALLGATE_STATE_DIR names one: the nearest
 directory named .callgate in the current directory or above it, else

@@ -54,6 +54,11 @@ STATUS: Mapping[Code, int] = MappingProxyType(
         Code.OUTCOME_UNCERTAIN: 502,
         Code.INTERNAL_ERROR: 500,
         Code.TIMEOUT: 504,
+        # Command errors of the command line; a server meets only broker_unavailable (its
+        # Kafka brokers stopped answering), but every code has its status.
+        Code.USAGE: 400,
+        Code.BUSY: 503,
+        Code.BROKER_UNAVAILABLE: 503,
     }
 )
 

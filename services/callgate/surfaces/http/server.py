@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from callgate.bootstrap import App, bootstrap
 from callgate.domain.codes import Code
+from callgate.logs import SettledLog, serve_line
 from callgate.surfaces.http.context import HttpOptions, ServerContext, ServiceStats
 from callgate.surfaces.http.feed import PendingFeed
 from callgate.surfaces.http.metrics import ApiMetrics
@@ -84,9 +85,8 @@ def serve_http(
 
 
 def _announce(out: Renderer, options: HttpOptions, where: str) -> None:
-    out.err.print(
-        f"[green]callgate serve[/] HTTP on http://{options.host}:{options.port}/ ({where})"
-    )
+    url = f"http://{options.host}:{options.port}/"
+    serve_line(out.log_format, "started", f"callgate serve HTTP on {url} ({where})", url=url)
 
 
 def _serve_embedded(
@@ -100,7 +100,8 @@ def _serve_embedded(
 
     codec = AvroCodec.default()
     store = EmbeddedStore(app.settings.state_dir, codec)
-    runner = EmbeddedRunner(store, app.processes(), codec, app.clock)
+    settled = SettledLog(out.log_format)
+    runner = EmbeddedRunner(store, app.processes(), codec, app.clock, on_views=settled)
     if not runner.acquire(timeout=5.0):
         out.error(
             Code.BUSY, f"another callgate serve holds {app.settings.state_dir / 'runner.lock'}"
@@ -133,6 +134,12 @@ def _serve_embedded(
         runner.release()
         backend.close()
         store.close()
+        serve_line(
+            out.log_format,
+            "stopped",
+            f"callgate serve stopped ({settled.count} decisions settled)",
+            settled=settled.count,
+        )
     return 1 if failure else 0
 
 
@@ -145,11 +152,18 @@ def _serve_kafka(
     only: Sequence[str],
 ) -> int:
     from callgate.adapters.kafka.live import KafkaStats, LiveKafkaBackend
-    from callgate.adapters.kafka.serve import Supervisor, create_topics
+    from callgate.adapters.kafka.serve import (
+        Supervisor,
+        create_topics_when_reachable,
+        worker_env,
+    )
 
-    create_topics(app)
+    if create_topics_when_reachable(app, stop, out.log_format) is None:
+        serve_line(out.log_format, "stopped", "callgate serve stopped (no broker was reached)")
+        return 0
     names = list(only) or [p.name for p in app.processes()]
-    sup = Supervisor(app, names)
+    env = worker_env(app.settings, out.log_format)
+    sup = Supervisor(app, names, ["--report-settled"], env=env)
     sup.start()
 
     def supervise() -> None:
@@ -176,6 +190,12 @@ def _serve_kafka(
         feed.stop()
         sup.stop()
         backend.close()
+        serve_line(
+            out.log_format,
+            "stopped",
+            f"callgate serve stopped ({sup.restarts} restarts)",
+            restarts=sup.restarts,
+        )
     return 0
 
 
