@@ -30,7 +30,7 @@ from confluent_kafka import KafkaException
 
 from callgate.domain import events as ev
 from callgate.domain.canonical import canonical_json, derive_id
-from callgate.domain.codes import Code, Rejection
+from callgate.domain.codes import Code, Rejection, Unanswerable
 
 # Infrastructure failures: the same input can succeed once the infrastructure is back.
 TRANSIENT_TYPES: tuple[type[BaseException], ...] = (
@@ -60,11 +60,6 @@ class Deterministic:
     code: Code
     reason: str
     answer: bool = True
-
-
-class Unanswerable(Rejection):
-    """A request whose identifiers it may not use (an invocation id not bound to its session):
-    dead-lettered, and never answered under those ids, which belong to someone else."""
 
 
 def classify(exc: BaseException) -> Transient | Deterministic:

@@ -10,7 +10,6 @@ profile, malformed JSON arguments). Never a traceback.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -22,6 +21,7 @@ from typing import Any, NoReturn
 from callgate.bootstrap import App, Settings, bootstrap
 from callgate.domain.catalog import ProfileError
 from callgate.domain.codes import Rejection
+from callgate.domain.limits import parse_args
 from callgate.surfaces.render import Renderer
 
 EXIT_OK, EXIT_FAILED, EXIT_MISUSE = 0, 1, 2
@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--timeout", type=float, default=30.0)
 
     pe = sub.add_parser("pending", parents=[common], help="pending approvals")
-    pe.add_argument("--session")
+    pe.add_argument("--session", required=True, help="reads show only the session's tenant")
 
     ap = sub.add_parser("approve", parents=[common], help="approve a pending call")
     ap.add_argument("invocation_id")
@@ -95,10 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     st = sub.add_parser("status", parents=[common], help="status of one invocation")
     st.add_argument("invocation_id")
+    st.add_argument("--session", required=True, help="reads show only the session's tenant")
 
     au = sub.add_parser("audit", parents=[common], help="the audit trail; `audit verify` checks it")
     au.add_argument("action", nargs="?", choices=["verify"])
     au.add_argument("--invocation")
+    au.add_argument("--session", help="required to list records: only the session's tenant")
 
     sub.add_parser("replay", parents=[common], help="rebuild projections from the log and compare")
     sub.add_parser("effects", parents=[common], help="side effects of the simulated providers")
@@ -202,12 +204,13 @@ def _dispatch(ns: argparse.Namespace, app: App, out: Renderer) -> int:
     gate = connect(app.settings, app)
     try:
         if cmd == "propose":
-            try:
-                args = json.loads(ns.args)
-            except json.JSONDecodeError as e:
-                raise Misuse(f"--args is not valid JSON: {e}") from None
-            if not isinstance(args, dict):
-                raise Misuse("--args must be a JSON object")
+            limits = app.profile.limits
+            try:  # the limits of every entry, before any parser (domain/limits.py)
+                parse_args(ns.args, limits.max_args_bytes, limits.max_depth)
+            except Rejection as e:
+                if e.details.get("limit") in ("syntax", "type"):
+                    raise Misuse(f"--args must be a JSON object: {e.message}") from None
+                raise
             answer = gate.propose(
                 ns.session,
                 ns.tool,
@@ -235,7 +238,7 @@ def _dispatch(ns: argparse.Namespace, app: App, out: Renderer) -> int:
             out.value(result, human=lambda c: c.print_json(data=result))
             return EXIT_OK
         if cmd == "status":
-            status = gate.status(ns.invocation_id)
+            status = gate.status(ns.invocation_id, ns.session)
             if status is None:
                 out.error("not_found", f"no invocation {ns.invocation_id}")
                 return EXIT_FAILED
@@ -259,7 +262,9 @@ def _dispatch(ns: argparse.Namespace, app: App, out: Renderer) -> int:
                     ),
                 )
                 return EXIT_OK if v.ok else EXIT_FAILED
-            out.audit(gate.audit(ns.invocation))
+            if ns.session is None:
+                raise Misuse("audit needs --session (records are shown for its tenant only)")
+            out.audit(gate.audit(ns.invocation, session=ns.session))
             return EXIT_OK
         if cmd == "effects":
             out.effects(gate.effects())
