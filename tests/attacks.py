@@ -34,9 +34,9 @@ from callgate.bootstrap import App
 from callgate.domain import events as ev
 from callgate.domain.canonical import args_hash, partition_key
 from callgate.domain.codes import Code, Rejection
-from callgate.domain.scope import OPERATOR_ROLE, bound_id
 from callgate.domain.identity import AUDIENCE, DEV_ISSUER, SessionIssuer
 from callgate.domain.keys import KeyRing
+from callgate.domain.scope import OPERATOR_ROLE, bound_id
 from callgate.surfaces.sdk import Gateway
 from callgate.surfaces.sdk import _route as sdk_route
 
