@@ -26,6 +26,7 @@ AUDIENCE = "callgate"
 # so that tokens from a platform issuer that omits them still verify.
 REQUIRED_CLAIMS = ("sub", "tenant", "roles", "iat", "exp", "iss", "aud")
 MAX_ARGS_DEPTH = 64  # deeper arguments are refused rather than walked
+MAX_NUMERIC_DATE = 253_402_300_799  # 9999-12-31T23:59:59Z: later (or earlier) dates are refused
 
 
 class SessionIssuer:
@@ -143,6 +144,9 @@ class SessionVerifier:
         sid = claims.get("sid", "")
         if not isinstance(sid, str):
             raise _unauthenticated("claim 'sid' must be a string")
+        for text in (user, tenant, sid, *roles):
+            if not _valid_text(text):
+                raise _unauthenticated("a claim is not valid Unicode or is too long")
         # One normalization of identity (docs/contract.md): the principal carries the
         # normalized forms, so that every comparison downstream (C6 spoof checks, actor vs
         # approver, approver roles, tenant matching, key scoping) compares like with like.
@@ -155,6 +159,20 @@ class SessionVerifier:
         )
 
 
+MAX_CLAIM_CHARS = 256  # user, tenant, role and session names longer than this are refused
+
+
+def _valid_text(value: str) -> bool:
+    """Names that every record can carry: valid Unicode (no lone surrogate), bounded."""
+    if len(value) > MAX_CLAIM_CHARS:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _unauthenticated(reason: str) -> Rejection:
     return Rejection(Code.UNAUTHENTICATED, f"invalid session token: {reason}", {"reason": reason})
 
@@ -163,6 +181,9 @@ def _numeric_date_ms(claims: Mapping[str, Any], name: str, rounding: Callable[[f
     value = claims[name]
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise _unauthenticated(f"claim {name!r} must be a number")
+    # A signed but strange date (1e308, 10**400) must be refused, not overflow the decider.
+    if abs(value) > MAX_NUMERIC_DATE:
+        raise _unauthenticated(f"claim {name!r} is out of range")
     return int(rounding(value * 1000))
 
 
