@@ -89,7 +89,8 @@ class Campaign:
         self.figures = Figures()
         self.ops = self.issue("fuzz-operator", "ops", (OPERATOR_ROLE,))
         self.legit: set[str] = set()  # invocations that may have effects
-        self.genuine_invocations: list[tuple[str, dict[str, Any]]] = []  # (id, status)
+        # (id, its status's identity, the token it was bound to)
+        self.genuine_invocations: list[tuple[str, dict[str, Any], str]] = []
         self._n = 0
 
     # -- tokens -------------------------------------------------------------------------
@@ -233,9 +234,12 @@ class Campaign:
                     self.genuine("gina" if case.token.kind == "alice" else "alice"), nonce
                 )
             case "collide" if self.genuine_invocations:
-                self.figures.collisions_tried += 1
-                index = int(nonce[:8], 16) % len(self.genuine_invocations)
-                return self.genuine_invocations[index][0]
+                # another session's invocation (two tokens issued in one second for one
+                # user are one session: reusing one's own id only confuses oneself)
+                others = [i for i, _, t in self.genuine_invocations if t != token]
+                if others:
+                    self.figures.collisions_tried += 1
+                    return others[int(nonce[:8], 16) % len(others)]
             case "strange":
                 return ("", ".", "x" * 300, "\u0000", "inv.", f"{nonce}.")[int(nonce[0], 16) % 6]
         return f"inv-{nonce}"
@@ -271,10 +275,10 @@ class Campaign:
         if case.token.kind in GENUINE and len(self.genuine_invocations) < 200:
             status = self.gate.status(inv, self.ops)
             if status is not None and status.get("tenant"):
-                self.genuine_invocations.append((inv, _identity(status)))
+                self.genuine_invocations.append((inv, _identity(status), token))
 
     def _victim_before(self, inv: str) -> tuple[str, dict[str, Any]] | None:
-        for known, identity in self.genuine_invocations:
+        for known, identity, _ in self.genuine_invocations:
             if known == inv:
                 return known, identity
         return None
