@@ -9,7 +9,7 @@ UV     := $(TOOLS)/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast lint demo bench bench-quick chaos chaos-quick chaos-stress up down clean
+.PHONY: install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast lint demo bench bench-quick chaos chaos-quick chaos-stress fuzz fuzz-atheris up down clean
 
 $(UV): requirements/uv.txt
 	$(PYTHON) -m venv $(TOOLS)
@@ -83,6 +83,22 @@ chaos-quick: $(STAMP)
 chaos-stress: $(STAMP)
 	$(BIN)/callgate chaos --proposals 1500 --kills 40 --seed 23
 
+## The long fuzzing campaign (bounded: 9 minutes embedded, 1 minute on a tansu broker);
+## prints inputs tried, stalls, unauthorized effects, overwrites and the codes seen.
+FUZZ_SECONDS ?= 540
+FUZZ_KAFKA_SECONDS ?= 60
+fuzz: $(STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" $(PY) -m tests.fuzz.run --seconds $(FUZZ_SECONDS) --kafka-seconds $(FUZZ_KAFKA_SECONDS)
+
+## Coverage-guided fuzzing (atheris) of the decoders: Avro records, tokens, arguments.
+ATHERIS_SECONDS ?= 60
+fuzz-atheris: $(STAMP)
+	rm -rf .fuzz-corpus && $(PY) -m tests.fuzz.atheris_targets seeds .fuzz-corpus
+	for target in avro token args; do \
+		$(PY) -m tests.fuzz.atheris_targets $$target -max_total_time=$(ATHERIS_SECONDS) \
+			-print_final_stats=1 .fuzz-corpus/$$target || exit 1; \
+	done
+
 ## Apache Kafka (KRaft) and the callgate services (needs a Docker engine).
 up:
 	docker compose up -d --build
@@ -91,4 +107,4 @@ down:
 	docker compose down -v
 
 clean:
-	rm -rf $(VENV) $(TOOLS) .callgate .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(TOOLS) .callgate .mypy_cache .ruff_cache .pytest_cache .fuzz-corpus

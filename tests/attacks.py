@@ -33,9 +33,10 @@ from callgate.adapters.avro_codec import MARKER, AvroCodec
 from callgate.bootstrap import App
 from callgate.domain import events as ev
 from callgate.domain.canonical import args_hash, partition_key
-from callgate.domain.codes import Code
+from callgate.domain.codes import Code, Rejection
 from callgate.domain.identity import AUDIENCE, DEV_ISSUER, SessionIssuer
 from callgate.domain.keys import KeyRing
+from callgate.domain.scope import OPERATOR_ROLE, bound_id
 from callgate.surfaces.sdk import Gateway
 from callgate.surfaces.sdk import _route as sdk_route
 
@@ -107,9 +108,16 @@ class Surface(ABC):
         sdk = self.sdk()
         if sdk is None:
             return self.submit(build_proposal(token, tool, args, self.now_ms, key, approval_id))
-        answer = sdk.propose(token, tool, args, key, approval_id, timeout_s=SETTLE_S)
+        try:
+            answer = sdk.propose(token, tool, args, key, approval_id, timeout_s=SETTLE_S)
+        except Rejection as r:  # refused at the entry (domain/limits.py): nothing published
+            return Verdict("", r.code.value, r.message, r.details)
         inv = str(answer["invocation_id"])
-        return verdict_from_status(inv, sdk.status(inv))
+        return verdict_from_status(inv, sdk.status(inv, self.operator()))
+
+    def operator(self) -> str:
+        """A session that may read every tenant (``callgate-operator``)."""
+        return self.session("operator", "ops", (OPERATOR_ROLE,))
 
     @abstractmethod
     def submit(self, proposal: ev.ToolCallProposed, times: int = 1) -> Verdict:
@@ -154,7 +162,7 @@ def build_proposal(
     Every backend's surface builds its requests here or in the SDK itself, so a
     disagreement between the SDK's routing and the decider's shows up as a failure.
     """
-    inv = invocation_id or f"inv-{uuid.uuid4()}"
+    inv = invocation_id or bound_id(token, f"inv-{uuid.uuid4()}")  # as the SDK binds it
     return ev.ToolCallProposed(
         event_id=f"evt-{inv}",
         invocation_id=inv,

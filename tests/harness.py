@@ -22,6 +22,7 @@ from callgate.domain import events as ev
 from callgate.domain.approvals import peek_partition_key
 from callgate.domain.canonical import partition_key
 from callgate.domain.catalog import default_profile_path
+from callgate.domain.scope import bound_id
 from callgate.executor.process import Executor
 from callgate.providers.base import DryRunResult, ExecutionResult, Lookup, Provider
 from callgate.providers.registry import ProviderRegistry
@@ -79,7 +80,8 @@ class Gate:
         tenant: str | None = None,
         invocation_id: str | None = None,
     ) -> ev.ToolCallProposed:
-        inv = invocation_id or f"inv-{next(self._ids)}"
+        # Bound to the session as the SDK binds it (domain/scope.py), unless a test names one.
+        inv = invocation_id or bound_id(token, f"inv-{next(self._ids)}")
         if key is not None:
             pk = partition_key(tenant or token_tenant(token), key, inv)
         elif approval_id is not None:
@@ -112,7 +114,7 @@ class Gate:
         known = self.events_of(invocation_id)
         pk = known[0].partition_key if known else ""
         return ev.ApprovalDecisionSubmitted(
-            event_id=f"dec-{next(self._ids)}",
+            event_id=bound_id(token, f"dec-{next(self._ids)}"),
             invocation_id=invocation_id,
             partition_key=pk,
             occurred_at=self.runner.now_ms,

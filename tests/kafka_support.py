@@ -36,6 +36,7 @@ from callgate.adapters.kafka.client import Record, read_partitions_to_end
 from callgate.adapters.kafka.topics import Topics
 from callgate.bootstrap import Settings
 from callgate.domain import events as ev
+from callgate.domain.scope import OPERATOR_ROLE
 from callgate.surfaces.sdk import Gateway, connect
 from tests.e2e.helpers import REPO, Run, callgate_argv, checked_answer, cli_env, propose_argv
 
@@ -201,7 +202,7 @@ class KafkaServe:
             assert answer["outcome"] == "approval_required", (answer, self.log.read_text())
             inv = answer["invocation_id"]
             gate.backend.wait(lambda: gate.backend.view("pending", inv) is not None, 30)
-            gate.backend.wait(lambda: bool(gate.audit(inv)), 30)
+            gate.backend.wait(lambda: bool(gate.audit(inv, session=operator(gate))), 30)
             gate.deny(inv, token, "readiness probe", timeout_s=30)
             assert gate.backend.wait(lambda: gate.backend.view("pending", inv) is None, 30)
         finally:
@@ -292,6 +293,16 @@ def cg(dep: Deployment, *args: str, rc: int = 0) -> Any:
     return cli(dep, *args, rc=rc).value
 
 
+_CLI_OPERATORS: dict[str, str] = {}
+
+
+def cli_ops(dep: Deployment) -> str:
+    """A ``callgate-operator`` session of this deployment (reads every tenant), issued once."""
+    if dep.prefix not in _CLI_OPERATORS:
+        _CLI_OPERATORS[dep.prefix] = cli_session(dep, "operator", "ops", OPERATOR_ROLE)
+    return _CLI_OPERATORS[dep.prefix]
+
+
 def cli_session(dep: Deployment, user: str, tenant: str, roles: str) -> str:
     token = cg(dep, "session", "issue", "--user", user, "--tenant", tenant, "--roles", roles)
     assert isinstance(token["token"], str) and token["token"]
@@ -326,6 +337,11 @@ def token(gate: Gateway, user: str, tenant: str, *roles: str) -> str:
     return gate.app.session_issuer.issue(user, tenant, list(roles), gate.app.clock())
 
 
+def operator(gate: Gateway) -> str:
+    """A session that reads every tenant (``callgate-operator``, domain/scope.py)."""
+    return token(gate, "operator", "ops", OPERATOR_ROLE)
+
+
 def lifecycle_scenario(dep: Deployment, gate: Gateway) -> None:
     """C2: a read executes after the ACL alone. C5/C11: a refund stops at
     ``approval_required`` with its dry-run; the pending view (a compacted topic) lists it;
@@ -345,7 +361,9 @@ def lifecycle_scenario(dep: Deployment, gate: Gateway) -> None:
     assert "result" not in first and "approval_id" not in first
     assert len(gate.effects()) == before  # C5: a dry-run changes nothing
 
-    assert gate.backend.wait(lambda: inv in {p["invocation_id"] for p in gate.pending()}, 30)
+    assert gate.backend.wait(
+        lambda: inv in {p["invocation_id"] for p in gate.pending(operator(gate))}, 30
+    )
     [pending] = [p for p in gate.pending(alice) if p["invocation_id"] == inv]
     assert pending["tool"] == "refunds.issue" and pending["actor"] == "alice"
     assert pending["confirmation"] == "owner" and pending["dry_run"] == first["dry_run"]
@@ -370,7 +388,7 @@ def lifecycle_scenario(dep: Deployment, gate: Gateway) -> None:
     mine = [e for e in gate.effects() if e["invocation_id"] == done["invocation_id"]]
     assert len(mine) == 1 and mine[0]["tool"] == "refunds.issue", mine
     assert not [e for e in gate.effects() if e["invocation_id"] == again["invocation_id"]]
-    [record] = gate.audit(done["invocation_id"])
+    [record] = gate.audit(done["invocation_id"], session=operator(gate))
     assert record["proposed_by"] == "model" and record["outcome"] == "executed"
     auth = record["authorized_by"]
     assert auth["decision"] == "permit" and auth["principal"]["user"] == "alice"

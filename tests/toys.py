@@ -61,8 +61,8 @@ class Toy(Generic[S]):
 class Counting(Toy[int]):
     """Counts proposals per key; one ``ExecutionStarted`` (attempt = running count) each.
 
-    ``fail_once_on``: event ids whose first ``handle`` raises, as a transient fault would
-    (the runner aborts the batch and redoes it).
+    ``fail_once_on``: event ids whose first ``handle`` raises a transient fault (an OSError,
+    ``adapters/failures.py``): the runner aborts the batch and redoes it.
     """
 
     name = "counter"
@@ -77,7 +77,7 @@ class Counting(Toy[int]):
     def handle(self, state: int, event: Event, now_ms: int) -> tuple[int, Sequence[Output]]:
         if event.event_id in self._fail_once_on:
             self._fail_once_on.discard(event.event_id)
-            raise RuntimeError(f"injected failure on {event.event_id}")
+            raise ConnectionError(f"injected failure on {event.event_id}")  # transient
         n = state + 1
         out = ExecutionStarted(
             event_id=f"out-{event.event_id}",

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from callgate.domain.scope import OPERATOR_ROLE, bound_id
+
 if TYPE_CHECKING:
     from callgate.domain.events import ToolCallProposed
 
@@ -109,6 +111,16 @@ def run(
 def cg(state_dir: Path, *args: str, rc: int = EXIT_OK, profile: Path | None = None) -> Any:
     """Run a reporting command with ``--json``; its one JSON value."""
     return run(state_dir, *args, rc=rc, profile=profile).value
+
+
+_OPERATORS: dict[Path, str] = {}
+
+
+def ops(state_dir: Path) -> str:
+    """A ``callgate-operator`` session of this state dir (reads every tenant), issued once."""
+    if state_dir not in _OPERATORS:
+        _OPERATORS[state_dir] = session(state_dir, "operator", "ops", OPERATOR_ROLE)
+    return _OPERATORS[state_dir]
 
 
 def session(state_dir: Path, user: str, tenant: str, roles: str) -> str:
@@ -272,7 +284,8 @@ def make_plan(
     def add(
         tenant: str, token: str, tool: str, args: dict[str, Any], key: str | None, expect: str
     ) -> Planned:
-        item = Planned(str(uuid.uuid4()), tenant, token, tool, args, key, expect)
+        # bound to the session as the SDK binds it (domain/scope.py)
+        item = Planned(bound_id(token, uuid.uuid4().hex), tenant, token, tool, args, key, expect)
         plan.append(item)
         return item
 

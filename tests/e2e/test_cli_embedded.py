@@ -23,6 +23,7 @@ from tests.e2e.helpers import (
     Serve,
     cg,
     logged_event_types,
+    ops,
     propose,
     propose_argv,
     run,
@@ -58,7 +59,7 @@ def test_v1_model_supplied_requester_is_identity_spoof(state: Path) -> None:
     assert "result" not in answer
     assert cg(state, "effects") == []
     assert not PROVIDER_EVENTS & set(logged_event_types(state, answer["invocation_id"]))
-    [record] = cg(state, "audit", "--invocation", answer["invocation_id"])
+    [record] = cg(state, "audit", "--session", ops(state), "--invocation", answer["invocation_id"])
     assert record["proposed_by"] == "model" and record["outcome"] == "identity_spoof"  # C9
 
 
@@ -77,7 +78,9 @@ def test_v2_confirm_swap_arguments_then_replay_exactly_one_effect(state: Path) -
     assert "result" not in first and "approval_id" not in first
     assert cg(state, "effects") == []  # C5: a dry-run changes nothing
 
-    [pending] = [p for p in cg(state, "pending") if p["invocation_id"] == inv]
+    [pending] = [
+        p for p in cg(state, "pending", "--session", ops(state)) if p["invocation_id"] == inv
+    ]
     assert pending["tool"] == "refunds.issue" and pending["tenant"] == "acme"
     assert pending["actor"] == "alice" and pending["confirmation"] == "owner"
     assert pending["args"] == REFUND and pending["dry_run"] == first["dry_run"]
@@ -89,7 +92,7 @@ def test_v2_confirm_swap_arguments_then_replay_exactly_one_effect(state: Path) -
     assert approval["invocation_id"] == inv and approval["expires_at"] > now_ms()
     approval_id = approval["approval_id"]
     assert isinstance(approval_id, str) and approval_id
-    assert inv not in {p["invocation_id"] for p in cg(state, "pending")}
+    assert inv not in {p["invocation_id"] for p in cg(state, "pending", "--session", ops(state))}
 
     swapped = propose(
         state, alice, "refunds.issue", {**REFUND, "amount_cents": 6000}, key, approval_id
@@ -111,7 +114,7 @@ def test_v2_confirm_swap_arguments_then_replay_exactly_one_effect(state: Path) -
     assert effects[0]["tool"] == "refunds.issue"
     assert effects[0]["invocation_id"] == done["invocation_id"]
 
-    records = cg(state, "audit", "--invocation", done["invocation_id"])
+    records = cg(state, "audit", "--session", ops(state), "--invocation", done["invocation_id"])
     assert records and all(r["proposed_by"] == "model" for r in records)
     auth = records[-1]["authorized_by"]
     assert records[-1]["outcome"] == "executed"
@@ -119,12 +122,14 @@ def test_v2_confirm_swap_arguments_then_replay_exactly_one_effect(state: Path) -
     assert auth["approval"]["approved_invocation_id"] == inv
     assert auth["approval"]["approver"] == "alice"
 
-    everything = cg(state, "audit")
+    everything = cg(state, "audit", "--session", ops(state))
     verified = cg(state, "audit", "verify")
     assert verified["ok"] is True and verified["records"] == len(everything) >= 4
     replayed = cg(state, "replay")
     assert replayed["equal"] is True and replayed["events"] > 0
-    assert cg(state, "status", done["invocation_id"])["outcome"] == "executed"
+    assert (
+        cg(state, "status", done["invocation_id"], "--session", ops(state))["outcome"] == "executed"
+    )
 
 
 def test_denied_calls_never_reach_a_provider(state: Path) -> None:
@@ -143,21 +148,27 @@ def test_denied_calls_never_reach_a_provider(state: Path) -> None:
     assert denied["outcome"] == "tool_forbidden" and denied["error"]["code"] == "tool_forbidden"
     assert cg(state, "effects") == before
     assert not PROVIDER_EVENTS & set(logged_event_types(state, denied["invocation_id"]))
-    [record] = cg(state, "audit", "--invocation", denied["invocation_id"])
+    [record] = cg(state, "audit", "--session", ops(state), "--invocation", denied["invocation_id"])
     assert record["authorized_by"]["decision"] == "deny"
 
     big = propose(state, alice, "refunds.issue", BIG_REFUND, key="refund-ORD-77")
     assert big["outcome"] == "approval_required"
     inv = big["invocation_id"]
-    [pending] = [p for p in cg(state, "pending") if p["invocation_id"] == inv]
+    [pending] = [
+        p for p in cg(state, "pending", "--session", ops(state)) if p["invocation_id"] == inv
+    ]
     assert pending["confirmation"] == "approver"
 
-    for who in (alice, gabe):  # the actor themself; an approver of another tenant
+    # the actor themself; an approver of another tenant, for whom the invocation does not
+    # exist (tenant-scoped identifiers, docs/contract.md)
+    for who, code in ((alice, "approver_forbidden"), (gabe, "not_pending")):
         refused = run(state, "approve", inv, "--session", who, rc=EXIT_FAILED).value
-        assert refused["error"]["code"] == "approver_forbidden", refused
+        assert refused["error"]["code"] == code, refused
         assert refused["error"]["message"]
         assert "approval_id" not in refused
-    assert inv in {p["invocation_id"] for p in cg(state, "pending")}  # still waiting
+    assert inv in {
+        p["invocation_id"] for p in cg(state, "pending", "--session", ops(state))
+    }  # still waiting
 
     granted = cg(state, "approve", inv, "--session", bob)  # the right approver may
     assert granted["invocation_id"] == inv and granted["approval_id"]
@@ -235,7 +246,7 @@ def test_malformed_args_json_is_misuse_and_publishes_nothing(
     result = run(state, *propose_argv(alice, "tickets.read", args), rc=EXIT_MISUSE)
     assert result.value["error"]["code"] == "usage"
     assert message in result.value["error"]["message"]
-    assert cg(state, "audit") == []
+    assert cg(state, "audit", "--session", ops(state)) == []
 
 
 @pytest.mark.parametrize("bad_profile", ["missing.yaml", "."])
@@ -253,7 +264,7 @@ def test_unreadable_profile_on_propose_publishes_nothing(
     # A later, correct call runs the deciders over whatever the log holds.
     assert propose(state, alice, "tickets.read", {"ticket_id": "T-1"})["outcome"] == "executed"
     assert cg(state, "effects") == []
-    assert [r["tool"] for r in cg(state, "audit")] == ["tickets.read"]
+    assert [r["tool"] for r in cg(state, "audit", "--session", ops(state))] == ["tickets.read"]
 
 
 def test_demo_walks_the_contract(tmp_path: Path) -> None:
@@ -292,7 +303,9 @@ def test_clients_only_append_and_poll_while_serve_holds_the_lock(
         assert stuck.value["settled"] is False and stuck.value["outcome"] in VOCABULARY
         inv = stuck.value["invocation_id"]
         deadline = time.monotonic() + 20
-        while not (status := run(state, "status", inv, rc=None).value).get("settled"):
+        while not (status := run(state, "status", inv, "--session", ops(state), rc=None).value).get(
+            "settled"
+        ):
             assert time.monotonic() < deadline, f"serve never settled the call: {status}"
             time.sleep(0.2)  # not_found (exit 1) until the thawed server has decided
         assert status["outcome"] == "executed"

@@ -31,6 +31,7 @@ from tests.kafka_support import (
     KafkaServe,
     cg,
     cli,
+    cli_ops,
     cli_propose,
     cli_session,
     librdkafka_lines,
@@ -91,7 +92,7 @@ def test_v1_model_supplied_requester_is_identity_spoof(dep: Deployment) -> None:
     assert answer["outcome"] == "identity_spoof" and "result" not in answer
     assert cg(dep, "effects") == before
     assert not PROVIDER_EVENTS & set(dep.event_types(answer["invocation_id"]))
-    [record] = cg(dep, "audit", "--invocation", answer["invocation_id"])
+    [record] = cg(dep, "audit", "--session", cli_ops(dep), "--invocation", answer["invocation_id"])
     assert record["proposed_by"] == "model" and record["outcome"] == "identity_spoof"  # C9
 
 
@@ -121,7 +122,7 @@ def test_v2_confirm_swap_arguments_then_replay_exactly_one_effect(dep: Deploymen
 
     effects = [e for e in cg(dep, "effects") if e["target"] == "ORD-42"]
     assert len(effects) == 1 and effects[0]["invocation_id"] == done["invocation_id"], effects
-    [record] = cg(dep, "audit", "--invocation", done["invocation_id"])
+    [record] = cg(dep, "audit", "--session", cli_ops(dep), "--invocation", done["invocation_id"])
     assert record["authorized_by"]["approval"]["approved_invocation_id"] == first["invocation_id"]
     verified = cg(dep, "audit", "verify")
     assert verified["ok"] is True and verified["records"] >= 4
@@ -143,7 +144,7 @@ def test_denied_call_never_reaches_a_provider(dep: Deployment) -> None:
     types = dep.event_types(denied["invocation_id"])
     assert "PolicyDecided" in types and not PROVIDER_EVENTS & set(types), types
     assert cg(dep, "effects") == before
-    [record] = cg(dep, "audit", "--invocation", denied["invocation_id"])
+    [record] = cg(dep, "audit", "--session", cli_ops(dep), "--invocation", denied["invocation_id"])
     assert record["authorized_by"]["decision"] == "deny"
 
 
@@ -159,7 +160,11 @@ def test_pending_approval_is_listed_then_gone_once_approved(dep: Deployment) -> 
     assert big["outcome"] == "approval_required", big
     inv = big["invocation_id"]
 
-    wait_for(lambda: inv in pending_ids(cg(dep, "pending")), 20, "the pending view")
+    wait_for(
+        lambda: inv in pending_ids(cg(dep, "pending", "--session", cli_ops(dep))),
+        20,
+        "the pending view",
+    )
     [row] = [p for p in cg(dep, "pending", "--session", alice) if p["invocation_id"] == inv]
     assert row["tool"] == "refunds.issue" and row["tenant"] == "acme" and row["actor"] == "alice"
     assert row["args"] == BIG_REFUND and row["dry_run"] == big["dry_run"]
@@ -168,11 +173,15 @@ def test_pending_approval_is_listed_then_gone_once_approved(dep: Deployment) -> 
 
     refused = cli(dep, "approve", inv, "--session", alice, rc=EXIT_FAILED).value
     assert refused["error"]["code"] == "approver_forbidden", refused
-    assert inv in pending_ids(cg(dep, "pending"))  # still waiting
+    assert inv in pending_ids(cg(dep, "pending", "--session", cli_ops(dep)))  # still waiting
 
     granted = cg(dep, "approve", inv, "--session", bob)
     assert granted["invocation_id"] == inv and granted["approval_id"]
-    wait_for(lambda: inv not in pending_ids(cg(dep, "pending")), 20, "the tombstone")
+    wait_for(
+        lambda: inv not in pending_ids(cg(dep, "pending", "--session", cli_ops(dep))),
+        20,
+        "the tombstone",
+    )
     assert cg(dep, "effects") == before  # an approval alone executes nothing
 
 

@@ -23,6 +23,7 @@ from tests.e2e.helpers import (
     Serve,
     cg,
     make_plan,
+    ops,
     runner_lock_held,
     session,
     start_publisher,
@@ -115,7 +116,7 @@ def test_sigkill_serve_mid_stream_settles_everything_exactly_once(tmp_path: Path
     assert not twice, twice
 
     # C9: exactly one audit record per invocation, with its outcome.
-    audit = cg(state, "audit")
+    audit = cg(state, "audit", "--session", ops(state))
     per_invocation = Counter(r["invocation_id"] for r in audit)
     assert set(per_invocation) == ids and set(per_invocation.values()) == {1}
     assert all(r["outcome"] == by_id[r["invocation_id"]].expect for r in audit)
@@ -148,7 +149,7 @@ def test_sigkill_serve_mid_stream_settles_everything_exactly_once(tmp_path: Path
 
     # The approval UI sees every refund once; audit chain and projections still agree.
     refunds = {p.invocation_id for p in plan if p.expect == "approval_required"}
-    pending = [r["invocation_id"] for r in cg(state, "pending")]
+    pending = [r["invocation_id"] for r in cg(state, "pending", "--session", ops(state))]
     assert sorted(pending) == sorted(refunds)
     verified = cg(state, "audit", "verify")
     assert verified["ok"] is True and verified["records"] == len(audit)

@@ -343,11 +343,13 @@ def test_two_lookups_of_one_attempt_retry_it_once(tmp_path: Path) -> None:
     per attempt, the second answer does nothing; a lookup of the retry's own started attempt
     (the executor died again) still retries."""
     from callgate.domain.canonical import partition_key
+    from callgate.domain.scope import bound_id
 
     app = bootstrap(Settings(state_dir=tmp_path))
     decider = app.decider()
     token = app.session_issuer.issue("alice", "acme", ["support"], 1_000, ttl_seconds=3600)
-    pk = partition_key("acme", "K", "p1")
+    P1, P2 = bound_id(token, "p1"), bound_id(token, "p2")  # as the SDK binds ids
+    pk = partition_key("acme", "K", P1)
     args = json.dumps({"title": "t", "requester_id": "alice"})
     n = iter(range(100))
 
@@ -369,25 +371,25 @@ def test_two_lookups_of_one_attempt_retry_it_once(tmp_path: Path) -> None:
     def answer(cls: type[ev.Event], inv: str, **fields: Any) -> ev.Event:
         return cls(event_id=f"x{next(n)}", invocation_id=inv, partition_key=pk, **fields)
 
-    state, out = feed(decider.initial_state(), proposal("p1"))
+    state, out = feed(decider.initial_state(), proposal(P1))
     (request,) = [e for e in out if isinstance(e, ev.ExecutionRequested)]
     xt = request.execution_token
-    state, _ = feed(state, answer(ev.ExecutionStarted, "p1", execution_token=xt, attempt=1))
-    state, _ = feed(state, answer(ev.ExecutionUncertain, "p1", execution_token=xt, reason="t"))
-    state, out = feed(state, proposal("p2"))  # the agent retries: reconcile first
+    state, _ = feed(state, answer(ev.ExecutionStarted, P1, execution_token=xt, attempt=1))
+    state, _ = feed(state, answer(ev.ExecutionUncertain, P1, execution_token=xt, reason="t"))
+    state, out = feed(state, proposal(P2))  # the agent retries: reconcile first
     assert [type(e) for e in out] == [ev.PolicyDecided, ev.ReconciliationRequested]
-    nothing = {"execution_token": xt, "found": False, "original_invocation_id": "p1"}
-    state, out = feed(state, answer(ev.ExecutionReconciled, "p1", **nothing))  # recover
+    nothing = {"execution_token": xt, "found": False, "original_invocation_id": P1}
+    state, out = feed(state, answer(ev.ExecutionReconciled, P1, **nothing))  # recover
     retries = [e for e in out if isinstance(e, ev.ExecutionRequested)]
-    assert [(e.invocation_id, e.attempt) for e in retries] == [("p2", 2)]
-    state, out = feed(state, answer(ev.ExecutionReconciled, "p2", **nothing))  # the lookup
+    assert [(e.invocation_id, e.attempt) for e in retries] == [(P2, 2)]
+    state, out = feed(state, answer(ev.ExecutionReconciled, P2, **nothing))  # the lookup
     assert out == []
     # attempt 2 started, then the executor died: its recovery's lookup retries attempt 2
-    state, _ = feed(state, answer(ev.ExecutionStarted, "p2", execution_token=xt, attempt=2))
-    again = {**nothing, "original_invocation_id": "p2"}
-    state, out = feed(state, answer(ev.ExecutionReconciled, "p2", **again))
+    state, _ = feed(state, answer(ev.ExecutionStarted, P2, execution_token=xt, attempt=2))
+    again = {**nothing, "original_invocation_id": P2}
+    state, out = feed(state, answer(ev.ExecutionReconciled, P2, **again))
     assert [(e.invocation_id, e.attempt) for e in out if isinstance(e, ev.ExecutionRequested)] == [
-        ("p2", 3)
+        (P2, 3)
     ]
 
 

@@ -37,6 +37,7 @@ from callgate.domain.events import (
     EventDeadLettered,
     ExecutionStarted,
     ExecutionUncertain,
+    ProposalRejected,
 )
 from callgate.domain.process import Output, Process, ViewRecord
 
@@ -235,8 +236,12 @@ def test_an_event_the_handler_cannot_handle_is_dead_lettered_and_the_stream_goes
     assert len(dead) == 1
     assert "decider bug" in dead[0].reason and dead[0].source_offset == 8
     assert runner.store.position("counter") == 10
-    counted = [e for e in decoded(runner.store, "events")]
-    assert len(counted) == 9  # in-7 produced nothing
+    assert dead[0].code == "malformed_event" and dead[0].invocation_id == "inv-7"
+    counted = [e for e in decoded(runner.store, "events") if not isinstance(e, ProposalRejected)]
+    assert len(counted) == 9  # in-7 counted nothing
+    # the caller of the dropped request gets a coded outcome (adapters/failures.py)
+    (answer,) = [e for e in decoded(runner.store, "events") if isinstance(e, ProposalRejected)]
+    assert (answer.invocation_id, answer.code) == ("inv-7", "malformed_event")
     assert dict(runner.store.view_items("counts")) == {"k0": "5", "k1": "4"}
 
 

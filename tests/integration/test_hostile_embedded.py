@@ -70,9 +70,11 @@ class EmbeddedSurface(Surface):
         for _ in range(times):  # separate appends: the log holds the proposal twice
             self.backend.publish([proposal])
         inv = proposal.invocation_id
-        self.backend.wait(lambda: bool((self.gateway.status(inv) or {}).get("settled")), SETTLE_S)
+        ops = self.operator()
+        settled = lambda: bool((self.gateway.status(inv, ops) or {}).get("settled"))  # noqa: E731
+        self.backend.wait(settled, SETTLE_S)
         self.run_until_idle()  # deliver the duplicate too before anyone looks
-        return verdict_from_status(inv, self.gateway.status(inv))
+        return verdict_from_status(inv, self.gateway.status(inv, ops))
 
     def decide(self, token: str, invocation_id: str, decision: str = "grant") -> Verdict:
         try:

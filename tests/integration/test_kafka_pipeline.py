@@ -36,6 +36,7 @@ from tests.kafka_support import (
     Deployment,
     KafkaServe,
     lifecycle_scenario,
+    operator,
     token,
     unique_prefix,
     v1_scenario,
@@ -47,6 +48,7 @@ from callgate.adapters.kafka.client import make_producer, publish
 from callgate.adapters.kafka.state import HEADER_TXN, read_committed_changelog
 from callgate.domain import events as ev
 from callgate.domain.canonical import partition_key
+from callgate.domain.scope import bound_id
 from callgate.ops.replay import replay
 from callgate.surfaces.sdk import Gateway
 from callgate_projections.audit import verify_chain
@@ -139,7 +141,7 @@ def test_poison_is_dead_lettered_and_later_proposals_are_decided(
     alice = token(gate, "alice", "acme", "support")
     later: dict[str, int] = {}
     while len(set(later.values())) < PARTITIONS and len(later) < 60:
-        inv = str(uuid.uuid4())
+        inv = bound_id(alice, uuid.uuid4().hex)  # as the SDK binds it (domain/scope.py)
         proposal = ev.ToolCallProposed(
             event_id=f"evt-{inv}", invocation_id=inv, partition_key=partition_key("", None, inv),
             occurred_at=gate.app.clock(), producer="test", session_token=alice,
@@ -148,7 +150,7 @@ def test_poison_is_dead_lettered_and_later_proposals_are_decided(
         [(_, partition, _)] = publish(producer, CODEC, dep.topics, [proposal])
         later[inv] = partition
     assert set(later.values()) == set(range(PARTITIONS))
-    settled = lambda: all((gate.status(inv) or {}).get("settled") for inv in later)  # noqa: E731
+    settled = lambda: all((gate.status(inv, operator(gate)) or {}).get("settled") for inv in later)  # noqa: E731
     assert gate.backend.wait(settled, 60), "proposals behind the poison were not decided"
     assert {gate.answer(inv)["outcome"] for inv in later} == {"executed"}
 
@@ -164,7 +166,7 @@ def test_poison_is_dead_lettered_and_later_proposals_are_decided(
         else:
             assert "ExecutionRequested does not belong on topic requests" in letter.reason
     assert gate.effects() == before  # the forged execution never reached a provider
-    assert gate.status(forged.invocation_id) is None
+    assert gate.status(forged.invocation_id, operator(gate)) is None
 
 
 # --- kill -9 of the decider mid-stream ---------------------------------------------------------
@@ -249,12 +251,12 @@ def test_sigkill_the_decider_mid_stream_settles_everything_exactly_once(
 
     # Every proposal: one settled status, with the outcome it would have had anyway.
     for p in plan:
-        status = gate.status(p.invocation_id)
+        status = gate.status(p.invocation_id, operator(gate))
         assert status is not None and status["settled"] is True, (p, status)
         assert status["outcome"] == p.expect, (p, status)
 
     # C9: exactly one audit record per invocation, with its outcome.
-    audit = [r for r in gate.audit() if r["invocation_id"] in ids]
+    audit = [r for r in gate.audit(session=operator(gate)) if r["invocation_id"] in ids]
     per_invocation = Counter(r["invocation_id"] for r in audit)
     assert set(per_invocation) == ids and set(per_invocation.values()) == {1}
     assert all(r["outcome"] == by_id[r["invocation_id"]].expect for r in audit)
@@ -277,15 +279,17 @@ def test_sigkill_the_decider_mid_stream_settles_everything_exactly_once(
 
     # Replays serve the original result (C8); the approval UI sees every refund once.
     first_result = {
-        (p.tenant, p.key): (gate.status(p.invocation_id) or {})["result"]
+        (p.tenant, p.key): (gate.status(p.invocation_id, operator(gate)) or {})["result"]
         for p in plan
         if p.invocation_id in executed
     }
     for p in plan:
         if p.expect == "replayed":
-            assert (gate.status(p.invocation_id) or {})["result"] == first_result[(p.tenant, p.key)]
+            assert (gate.status(p.invocation_id, operator(gate)) or {})["result"] == first_result[
+                (p.tenant, p.key)
+            ]
     refunds = {p.invocation_id for p in plan if p.expect == "approval_required"}
-    assert refunds <= {r["invocation_id"] for r in gate.pending()}
+    assert refunds <= {r["invocation_id"] for r in gate.pending(operator(gate))}
     assert gate.verify_audit().ok
 
 
@@ -358,10 +362,14 @@ def test_audit_chain_detects_a_changed_or_dropped_record(gate: Gateway) -> None:
     done = gate.propose(alice, "refunds.issue", {**REFUND, "order_id": "ORD-9"}, key,
                         approval["approval_id"])  # fmt: skip
     assert done["outcome"] == "executed", done
-    chain_key = str((gate.status(done["invocation_id"]) or {})["partition_key"])
-    wait_for(lambda: bool(gate.audit(done["invocation_id"])), 30, "the executed call's record")
+    chain_key = str((gate.status(done["invocation_id"], operator(gate)) or {})["partition_key"])
+    wait_for(
+        lambda: bool(gate.audit(done["invocation_id"], session=operator(gate))),
+        30,
+        "the executed call's record",
+    )
 
-    records = gate.audit()
+    records = gate.audit(session=operator(gate))
     heads = [value for _, value in gate.backend.view_items("audit_head")]
     assert verify_chain(records, heads=heads).ok
 

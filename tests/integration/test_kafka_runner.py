@@ -66,7 +66,13 @@ from callgate.adapters.kafka.state import (
     select_committed,
 )
 from callgate.adapters.kafka.topics import Topics, ensure_topics
-from callgate.domain.events import ApprovalGranted, Event, EventDeadLettered, ExecutionStarted
+from callgate.domain.events import (
+    ApprovalGranted,
+    Event,
+    EventDeadLettered,
+    ExecutionStarted,
+    ProposalRejected,
+)
 from callgate.domain.process import Output, Process
 
 CODEC = AvroCodec.default()
@@ -352,6 +358,52 @@ def test_poison_goes_to_the_dead_letter_topic_and_the_partition_keeps_moving(
     assert "ApprovalGranted does not belong on topic requests" in by_offset[2].reason
     assert "partition_key" in by_offset[3].reason
     assert_counted_exactly_once(dep, "counter", ["a", "a"])
+
+
+class Failing(Counting):
+    """Raises on one event id every time, as a handler meeting an input it cannot process
+    would (a deterministic failure: re-running cannot change it)."""
+
+    def __init__(self, poison_id: str, fail_once_on: frozenset[str] = frozenset()) -> None:
+        super().__init__(fail_once_on)
+        self.poison_id = poison_id
+
+    def handle(self, state: int, event: Event, now_ms: int) -> tuple[int, Sequence[Output]]:
+        if event.event_id == self.poison_id:
+            raise OverflowError("a number the canonical form cannot represent")
+        return super().handle(state, event, now_ms)
+
+
+def test_a_deterministic_failure_is_dead_lettered_with_a_code_and_never_stalls(
+    kafka_bootstrap: str, tmp_path: Path, running: Callable[[KafkaRunner], Running]
+) -> None:
+    """``adapters/failures.py`` on Kafka: a handler that always fails on one record does not
+    make the runner abort and retry it forever (the partition would stall for every
+    tenant). The record is dead-lettered with the reason, the caller gets a coded outcome
+    (``ProposalRejected``, ``malformed_event``), the key's state is as before the record,
+    and the records after it, on the same partition, are counted exactly once. A transient
+    failure (an OSError) on another record is retried, not dropped."""
+    process = Failing("in-2", fail_once_on=frozenset({"in-4"}))
+    dep = Deployment.fresh(kafka_bootstrap, process)
+    keys = ["a"] * 6
+    dep.publish([proposal(i, k) for i, k in enumerate(keys)])
+    run = running(dep.runner(process, tmp_path, wall_clock))
+    wait_for(lambda: dep.committed_inputs("counter") == 6, 60, "the partition to move past")
+    run.stop()
+    assert "in-4" not in process._fail_once_on  # the transient failure did happen
+
+    dead = [CODEC.decode(r.value or b"") for r in dep.read("dead-letter")]
+    letters = {e.event_id: e for e in dead if isinstance(e, EventDeadLettered)}
+    assert len(letters) == 1
+    (letter,) = letters.values()
+    assert (letter.code, letter.invocation_id) == ("malformed_event", "inv-2")
+    assert "OverflowError" in letter.reason and letter.original == CODEC.encode(proposal(2, "a"))
+    answers = [CODEC.decode(r.value or b"") for r in dep.read("events")]
+    rejected = {e.event_id: e for e in answers if isinstance(e, ProposalRejected)}
+    assert [(e.invocation_id, e.code) for e in rejected.values()] == [("inv-2", "malformed_event")]
+    # counted: every record but in-2, in order, state untouched by the failed one
+    changelog = read_committed_changelog(dep.bootstrap, dep.topics, "counter")
+    assert {k: int(v) for k, v in changelog.states.items()} == {"a": 5}
 
 
 # --- timers ----------------------------------------------------------------------------------

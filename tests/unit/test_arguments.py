@@ -134,7 +134,7 @@ def test_c7_pathological_nesting_is_rejected_not_crashing() -> None:
         ('{"order_id":"ORD-1","amount_cents":5,"currency":"euro"}', "currency", "does not match"),
         ('{"order_id":"ORD-1","amount_cents":5,"currency":"EUR","tenant":"globex"}', "tenant",
          "Additional properties"),
-        ('{"order_id":"\\ud800","amount_cents":5,"currency":"EUR"}', "", "surrogate"),
+        ('{"order_id":"\\ud800","amount_cents":5,"currency":"EUR"}', "order_id", "surrogate"),
     ],
 )  # fmt: skip
 def test_c7_invalid_arguments_are_rejected_with_the_field(

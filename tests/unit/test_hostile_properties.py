@@ -38,6 +38,7 @@ from callgate.domain import events as ev
 from callgate.domain.catalog import Confirmation
 from callgate.domain.codes import Code
 from callgate.domain.identity import normalize_identity
+from callgate.domain.scope import bound_id
 
 VOCABULARY = frozenset(c.value for c in Code)
 
@@ -225,14 +226,15 @@ def to_event(
     elif approval == TAMPERED:
         header = jwt.utils.base64url_encode(b'{"alg":"EdDSA","typ":"callgate-approval+jwt"}')
         approval = header.decode() + ".eyJqdGkiOiJ4In0.c2ln"
+    token = token_for(app, h.token, now_ms)
     p = build_proposal(
-        token_for(app, h.token, now_ms),
+        token,
         h.tool,
         h.args_json,
         now_ms,
         key=h.key,
         approval_id=approval,
-        invocation_id=invocation_id,
+        invocation_id=bound_id(token, invocation_id),  # as the SDK binds it (domain/scope.py)
     )
     if h.misroute is not None:
         p = replace(p, partition_key=h.misroute)
@@ -326,7 +328,7 @@ def test_the_decider_answers_every_approval_decision(
     refused with one vocabulary code; none grants anything."""
     decider = deployment.app.decider()
     submitted = ev.ApprovalDecisionSubmitted(
-        event_id="d-1",
+        event_id=bound_id(token, "d-1"),
         invocation_id=inv,
         partition_key="i-" + inv,
         session_token=token,
@@ -347,7 +349,7 @@ def test_identity_spellings_are_the_session_user_or_a_spoof(
     decider = deployment.app.decider()
     alice = deployment.app.session_issuer.issue("alice", "acme", ["support"], T0)
     args = json.dumps({"title": "t", "requester_id": requester})
-    p = build_proposal(alice, "tickets.create", args, T0, invocation_id="inv-id")
+    p = build_proposal(alice, "tickets.create", args, T0)
     _, outs = decider.handle(decider.initial_state(), p, T0)
     runs = [o for o in outs if isinstance(o, ev.ExecutionRequested)]
     codes = [o.code for o in outs if isinstance(o, ev.ProposalRejected)]

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from callgate.adapters.failures import Transient, answers, classify, dead_letter
 from callgate.domain.events import Event
 from callgate.domain.process import Output, Process, ViewRecord
 
@@ -183,7 +184,26 @@ class MemoryRunner:
         state = self._state.get(key)
         # Round-trip stored state through bytes, as durable runners do.
         state = proc.initial_state() if state is None else proc.load_state(proc.dump_state(state))
-        state, outs = proc.handle(state, event, self.now_ms)
+        try:
+            state, outs = proc.handle(state, event, self.now_ms)
+        except Exception as exc:  # the rule both durable runners apply (adapters/failures.py)
+            failure = classify(exc)
+            if isinstance(failure, Transient):
+                raise
+            seq = len(self.log.events)
+            source = (event.TOPIC, 0, seq)
+            dead = dead_letter(
+                f"dead-letter-{event.TOPIC}-{seq}",
+                event.invocation_id,
+                event.partition_key,
+                proc.name,
+                self.now_ms,
+                failure,
+                source,
+                b"",
+            )
+            self._route([dead, *answers(event, failure, proc.name, self.now_ms)])
+            return
         self._state[key] = state
         self._route(outs)
         self._follow(proc, event.partition_key, outs)

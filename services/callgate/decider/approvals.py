@@ -29,7 +29,8 @@ from callgate.domain.approvals import (
     check_approver,
     require_match,
 )
-from callgate.domain.codes import Code, Rejection
+from callgate.domain.codes import Code, Rejection, Unanswerable
+from callgate.domain.scope import is_bound
 
 _REPLAYABLE = frozenset({Code.EXECUTED.value, Code.EXECUTION_FAILED.value})
 
@@ -103,6 +104,13 @@ def check_approval(
 def on_approval_decision(
     deps: DeciderDeps, state: DeciderState, d: ev.ApprovalDecisionSubmitted, out: Emitter
 ) -> None:
+    if not is_bound(d.event_id, d.session_token):
+        # The decision's id keys its answer (the decisions view): only ids bound to the
+        # deciding session are answered (docs/contract.md, "Tenant scope of identifiers").
+        raise Unanswerable(
+            Code.MALFORMED_EVENT,
+            "the decision's event id is not bound to the session token (domain/scope.py)",
+        )
     if d.event_id in state.decisions_seen:
         return  # the same decision delivered twice: already answered
     state.decisions_seen.append(d.event_id)

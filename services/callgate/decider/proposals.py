@@ -20,13 +20,21 @@ from callgate.domain import events as ev
 from callgate.domain.approvals import peek_claim, peek_partition_key
 from callgate.domain.arguments import normalize_args, target_of
 from callgate.domain.canonical import args_hash, canonical_json, partition_key, request_fingerprint
-from callgate.domain.codes import Code, Rejection
+from callgate.domain.codes import Code, Rejection, Unanswerable
 from callgate.domain.identity import check_identity
+from callgate.domain.scope import is_bound
 
 
 def on_proposed(
     deps: DeciderDeps, state: DeciderState, p: ev.ToolCallProposed, out: Emitter
 ) -> None:
+    if not is_bound(p.invocation_id, p.session_token):
+        # Before anything else: an id another session formed is never answered or decided
+        # here (docs/contract.md, "Tenant scope of identifiers"); the runner dead-letters it.
+        raise Unanswerable(
+            Code.MALFORMED_EVENT,
+            "the invocation id is not bound to the session token (domain/scope.py)",
+        )
     if p.invocation_id in state.invocations:
         return  # the same proposal delivered twice: already decided
     try:

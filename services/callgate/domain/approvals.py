@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.keys import ALGORITHM, SignatureError, decode_signed
-from callgate.domain.principal import Principal
+from callgate.domain.principal import Principal, same_identity
 
 APPROVAL_TYP = "callgate-approval+jwt"
 CONFIRMATIONS = ("owner", "approver")
@@ -157,7 +157,16 @@ def compare_binding(
     unknown = set(fields) - set(BINDING_FIELDS)
     if unknown:
         raise ValueError(f"unknown binding fields: {sorted(unknown)}")
-    return [f for f in fields if getattr(expected, f) != getattr(presented, f)]
+    return [f for f in fields if not _same_binding(f, getattr(expected, f), getattr(presented, f))]
+
+
+def _same_binding(name: str, expected: str, presented: str) -> bool:
+    if name in _IDENTITY_BINDINGS:
+        return same_identity(expected, presented)
+    return expected == presented
+
+
+_IDENTITY_BINDINGS = frozenset({"tenant", "actor"})
 
 
 def require_match(
@@ -189,15 +198,17 @@ def check_approver(
     ``approver``: someone holding one of ``approver_roles``; by default not the actor
     themself (C4 high impact always uses this kind). Always the same tenant.
     """
-    if approver.tenant != tenant:
+    # Identities compare normalized (docs/contract.md, "Identity normalization"): the actor
+    # under another spelling (case, full width, padding) is still the actor.
+    if not same_identity(approver.tenant, tenant):
         raise _forbidden("approver belongs to another tenant")
     if confirmation == "owner":
-        if approver.user != actor:
+        if not same_identity(approver.user, actor):
             raise _forbidden("only the session owner may confirm this call")
     elif confirmation == "approver":
         if not approver.has_any_role(approver_roles):
             raise _forbidden(f"approver needs one of the roles: {', '.join(approver_roles)}")
-        if approver.user == actor and not allow_self_approval:
+        if same_identity(approver.user, actor) and not allow_self_approval:
             raise _forbidden("the actor may not approve their own call")
     else:
         raise _forbidden(f"call does not take confirmation {confirmation!r}")

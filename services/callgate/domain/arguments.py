@@ -19,27 +19,11 @@ from jsonschema.exceptions import ValidationError, best_match
 
 from callgate.domain.catalog import Limits, ToolSpec
 from callgate.domain.codes import Code, Rejection
+from callgate.domain.limits import parse_args
 
 
 def _reject(message: str, field: str = "") -> Rejection:
     return Rejection(Code.INVALID_ARGUMENTS, message, {"field": field} if field else {})
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    # Duplicate keys would let two parsers read different values from one text.
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key '{key}'")
-        out[key] = value
-    return out
-
-
-_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_no_constant)
 
 
 @lru_cache(maxsize=256)
@@ -48,30 +32,17 @@ def _validator(schema_json: str) -> Draft202012Validator:
     return Draft202012Validator(json.loads(schema_json))
 
 
-def _check_strings(text: str) -> None:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise _reject("arguments contain an unpaired surrogate (not valid Unicode)") from exc
-
-
-def _walk(value: Any, depth: int, limit: int) -> Any:
-    """Check depth and Unicode; turn integral floats into ints (as canonical JSON does)."""
+def _integral(value: Any) -> Any:
+    """Integral floats become ints (as canonical JSON writes them). Depth is bounded by
+    ``parse_args`` already, so this walk cannot recurse without end."""
     if isinstance(value, dict):
-        if depth > limit:
-            raise _reject(f"arguments nest deeper than {limit} levels (limits.max_depth)")
         for key in value:
-            _check_strings(key)
-            value[key] = _walk(value[key], depth + 1, limit)
+            value[key] = _integral(value[key])
         return value
     if isinstance(value, list):
-        if depth > limit:
-            raise _reject(f"arguments nest deeper than {limit} levels (limits.max_depth)")
-        return [_walk(v, depth + 1, limit) for v in value]
+        return [_integral(v) for v in value]
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    if isinstance(value, str):
-        _check_strings(value)
     return value
 
 
@@ -104,25 +75,12 @@ def _apply_defaults(schema: Mapping[str, Any], value: dict[str, Any]) -> None:
 def normalize_args(spec: ToolSpec, limits: Limits, args_json: str) -> dict[str, Any]:
     """Parse, bound, validate and normalize proposed arguments (C7, C8, C11).
 
-    Order: size limit on the raw text, strict JSON parse (no NaN, no duplicate keys),
-    must be an object, depth limit, JSON Schema (Draft 2020-12), then schema defaults.
+    Order: the limits of every entry (``callgate.domain.limits.parse_args``: size, Unicode,
+    depth, numbers, strict parse), then JSON Schema (Draft 2020-12), then schema defaults.
     Raises ``Rejection(Code.INVALID_ARGUMENTS)`` naming the field or limit.
     """
-    size = len(args_json.encode("utf-8", "surrogatepass"))
-    if size > limits.max_args_bytes:
-        raise _reject(
-            f"arguments are {size} bytes; the limit is {limits.max_args_bytes} "
-            "(limits.max_args_bytes)"
-        )
-    try:
-        parsed = _DECODER.decode(args_json)
-    except RecursionError as exc:
-        raise _reject("arguments nest too deeply to parse (limits.max_depth)") from exc
-    except ValueError as exc:
-        raise _reject(f"arguments are not valid JSON: {exc}") from exc
-    if not isinstance(parsed, dict):
-        raise _reject(f"arguments must be a JSON object, got {type(parsed).__name__}")
-    args: dict[str, Any] = _walk(parsed, 1, limits.max_depth)
+    parsed = parse_args(args_json, limits.max_args_bytes, limits.max_depth)
+    args: dict[str, Any] = _integral(parsed)
 
     validator = _validator(spec.args_schema_key)
     # ``is_valid`` stops at the first error; ranking every error is only worth it to explain.

@@ -139,7 +139,9 @@ def canonical_json_reference(value: object) -> str:
 
 def sha256_hex(data: str | bytes) -> str:
     """SHA-256 of ``data`` (strings are hashed as UTF-8), as 64 lowercase hex digits."""
-    raw = data.encode("utf-8") if isinstance(data, str) else data
+    # surrogatepass: a hash of hostile text (a lone surrogate in an unverified claim used
+    # for routing) is a hash like any other, not an exception; valid text is plain UTF-8.
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     return hashlib.sha256(raw).hexdigest()
 
 

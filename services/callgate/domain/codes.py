@@ -104,3 +104,9 @@ class Rejection(Exception):
         self.code = code
         self.message = message
         self.details = details or {}
+
+
+class Unanswerable(Rejection):
+    """A request that may not be answered under its own ids (an invocation id not bound to
+    its session: docs/contract.md, "Tenant scope of identifiers"). Runners dead-letter it
+    (``callgate.adapters.failures``) and give no answer under ids that may be another's."""

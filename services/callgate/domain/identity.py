@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import unicodedata
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -19,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.keys import ALGORITHM, SignatureError, decode_signed
-from callgate.domain.principal import Principal
+from callgate.domain.principal import Principal, normalize_identity, same_identity
 
 DEV_ISSUER = "callgate-dev"
 AUDIENCE = "callgate"
@@ -27,6 +26,7 @@ AUDIENCE = "callgate"
 # so that tokens from a platform issuer that omits them still verify.
 REQUIRED_CLAIMS = ("sub", "tenant", "roles", "iat", "exp", "iss", "aud")
 MAX_ARGS_DEPTH = 64  # deeper arguments are refused rather than walked
+MAX_NUMERIC_DATE = 253_402_300_799  # 9999-12-31T23:59:59Z: later (or earlier) dates are refused
 
 
 class SessionIssuer:
@@ -135,18 +135,42 @@ class SessionVerifier:
         if now_ms + self._leeway_ms < iat_ms:
             raise _unauthenticated("token issued in the future (iat)")
         user, tenant, roles = claims["sub"], claims["tenant"], claims["roles"]
-        if not isinstance(user, str) or not user:
+        if not isinstance(user, str) or not normalize_identity(user):
             raise _unauthenticated("claim 'sub' must be a non-empty string")
-        if not isinstance(tenant, str) or not tenant:
+        if not isinstance(tenant, str) or not normalize_identity(tenant):
             raise _unauthenticated("claim 'tenant' must be a non-empty string")
         if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
             raise _unauthenticated("claim 'roles' must be a list of strings")
         sid = claims.get("sid", "")
         if not isinstance(sid, str):
             raise _unauthenticated("claim 'sid' must be a string")
+        for text in (user, tenant, sid, *roles):
+            if not _valid_text(text):
+                raise _unauthenticated("a claim is not valid Unicode or is too long")
+        # One normalization of identity (docs/contract.md): the principal carries the
+        # normalized forms, so that every comparison downstream (C6 spoof checks, actor vs
+        # approver, approver roles, tenant matching, key scoping) compares like with like.
         return Principal(
-            user=user, tenant=tenant, roles=tuple(roles), session_id=sid, expires_at=exp_ms
+            user=normalize_identity(user),
+            tenant=normalize_identity(tenant),
+            roles=tuple(dict.fromkeys(normalize_identity(r) for r in roles if r.strip())),
+            session_id=sid,
+            expires_at=exp_ms,
         )
+
+
+MAX_CLAIM_CHARS = 256  # user, tenant, role and session names longer than this are refused
+
+
+def _valid_text(value: str) -> bool:
+    """Names that every record can carry: valid Unicode (no lone surrogate), bounded."""
+    if len(value) > MAX_CLAIM_CHARS:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _unauthenticated(reason: str) -> Rejection:
@@ -157,19 +181,13 @@ def _numeric_date_ms(claims: Mapping[str, Any], name: str, rounding: Callable[[f
     value = claims[name]
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise _unauthenticated(f"claim {name!r} must be a number")
+    # A signed but strange date (1e308, 10**400) must be refused, not overflow the decider.
+    if abs(value) > MAX_NUMERIC_DATE:
+        raise _unauthenticated(f"claim {name!r} is out of range")
     return int(rounding(value * 1000))
 
 
 # --- C6: identity fields in arguments ----------------------------------------------------
-
-
-def normalize_identity(value: str) -> str:
-    """The form two identity spellings are compared in: NFKC, casefolded, stripped.
-
-    Full-width, upper-case and padded variants of "alice" equal "alice"; look-alikes
-    from other scripts (a Cyrillic "a", U+0430) stay different, so they are reported as a spoof.
-    """
-    return unicodedata.normalize("NFKC", value).casefold().strip()
 
 
 def check_identity(
@@ -217,10 +235,23 @@ def check_identity(
 
 
 def _expect(value: Any, session_value: str, kind: str, path: str) -> str:
-    if not isinstance(value, str) or normalize_identity(value) != normalize_identity(session_value):
+    if not isinstance(value, str) or not same_identity(value, session_value):
         raise Rejection(
             Code.IDENTITY_SPOOF,
             f"argument {path!r} names a {kind} other than the session's",
             {"field": path},
         )
     return session_value
+
+
+__all__ = [
+    "AUDIENCE",
+    "DEV_ISSUER",
+    "MAX_ARGS_DEPTH",
+    "REQUIRED_CLAIMS",
+    "SessionIssuer",
+    "SessionVerifier",
+    "check_identity",
+    "normalize_identity",
+    "same_identity",
+]

@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 ALGORITHM = "EdDSA"  # the only signature algorithm callgate accepts
+MAX_TOKEN_CHARS = 16_384  # longer tokens are refused before any parsing
 
 SESSION_KEY_FILE = "session-issuer.pem"
 APPROVAL_KEY_FILE = "approval-signer.pem"
@@ -187,6 +188,10 @@ def decode_signed(
     """
     if not isinstance(token, str) or not token:
         raise SignatureError("no token")
+    if not token.isascii() or len(token) > MAX_TOKEN_CHARS:
+        # A compact JWS is base64url and dots: anything else (a lone surrogate, which would
+        # make the JWT library raise UnicodeEncodeError) is malformed, refused here.
+        raise SignatureError("malformed token")
     try:
         header = jwt.get_unverified_header(token)
     except jwt.PyJWTError:

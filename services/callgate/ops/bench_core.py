@@ -23,6 +23,7 @@ from typing import Any
 from callgate.bootstrap import App, Settings, bootstrap
 from callgate.domain import events as ev
 from callgate.domain.canonical import partition_key
+from callgate.domain.scope import bound_id
 
 
 @dataclass
@@ -46,7 +47,7 @@ def mixed_proposals(
     )
     out: list[ev.ToolCallProposed] = []
     for i in range(n):
-        inv = str(uuid.UUID(int=rng.getrandbits(128)))
+        inv = bound_id(token, str(uuid.UUID(int=rng.getrandbits(128))))  # domain/scope.py
         r = rng.random()
         key: str | None = None
         args: dict[str, object]

@@ -51,6 +51,7 @@ from callgate.domain import events as ev
 from callgate.domain.canonical import partition_key
 from callgate.domain.catalog import Profile
 from callgate.domain.codes import TERMINAL, Code
+from callgate.domain.scope import OPERATOR_ROLE, bound_id
 from callgate.ops.replay import replay
 from callgate.surfaces.render import Renderer
 from callgate.surfaces.sdk import Gateway
@@ -338,7 +339,7 @@ class Workload:
         key: str | None = None,
         approval_id: str | None = None,
     ) -> Step:
-        inv = self._id()
+        inv = bound_id(who.token, self._id())  # bound to the session (domain/scope.py)
         self.calls[inv] = Call(flow, tool, who.tenant, key, frozenset(expect))
         self.counts.proposals += 1
         self.send(
@@ -392,7 +393,7 @@ class Workload:
         inv = str(status["invocation_id"])
         for attempt in range(3):
             submit = ev.ApprovalDecisionSubmitted(
-                event_id=f"chaos-decision-{self._id()}",
+                event_id=bound_id(who.token, f"chaos-decision-{self._id()}"),
                 invocation_id=inv,
                 partition_key=str(status["partition_key"]),
                 correlation_id=inv,
@@ -646,7 +647,11 @@ def _run(
             calls=work.calls,
             statuses=settled,
             effects=effects,
-            audit=gate.audit(),
+            audit=gate.audit(
+                session=gate.app.session_issuer.issue(
+                    "chaos-operator", "chaos", [OPERATOR_ROLE], gate.app.clock()
+                )
+            ),
             events=list(gate.backend.read_events()),
             flow_failures=work.failures,
         )

@@ -9,6 +9,7 @@ from typing import Any
 
 from callgate.bootstrap import Settings
 from callgate.domain.codes import Rejection
+from callgate.domain.scope import OPERATOR_ROLE
 from callgate.surfaces.render import Renderer, outcome_style
 from callgate.surfaces.sdk import Gateway, connect
 
@@ -19,7 +20,10 @@ def run_demo(settings: Settings, out: Renderer, keep: bool = False) -> int:
     steps: list[dict[str, Any]] = []
     try:
         _walk(gate, out, steps)
-        trail = gate.audit()
+        operator = gate.app.session_issuer.issue(
+            "demo-operator", "demo", [OPERATOR_ROLE], gate.app.clock()
+        )
+        trail = gate.audit(session=operator)
         verified = gate.verify_audit()
         ok = verified.ok and all(s["ok"] for s in steps)
         if out.json_mode:

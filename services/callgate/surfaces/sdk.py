@@ -24,6 +24,9 @@ from callgate.domain import events as ev
 from callgate.domain.approvals import peek_partition_key
 from callgate.domain.canonical import partition_key
 from callgate.domain.codes import Code, Rejection
+from callgate.domain.limits import check_text_field, check_value, parse_args
+from callgate.domain.principal import Principal
+from callgate.domain.scope import bound_id, may_read
 from callgate_projections.audit import VerifyResult, verify_chain
 
 
@@ -67,9 +70,28 @@ class Gateway:
         approval_id: str | None = None,
         timeout_s: float = 30.0,
     ) -> dict[str, Any]:
-        """Publish a proposal and wait until it settles (DESIGN "callgate propose")."""
-        invocation_id = str(uuid.uuid4())
-        args_json = args if isinstance(args, str) else json.dumps(dict(args))
+        """Publish a proposal and wait until it settles (DESIGN "callgate propose").
+
+        The limits of every entry (``callgate.domain.limits``) run first: arguments that
+        break them, or text that cannot be encoded, raise ``Rejection(invalid_arguments)``
+        and nothing is published. The invocation id is bound to ``session``
+        (``callgate.domain.scope``), so no other session can address it.
+        """
+        limits = self.app.profile.limits
+        if isinstance(args, str):
+            parse_args(args, limits.max_args_bytes, limits.max_depth)
+            args_json = args
+        else:
+            args_json = check_value(args, limits.max_args_bytes, limits.max_depth)
+        for name, value in (
+            ("session", session),
+            ("tool", tool),
+            ("idempotency_key", idempotency_key),
+            ("approval_id", approval_id),
+        ):
+            if value is not None:
+                check_text_field(name, value)
+        invocation_id = bound_id(session, uuid.uuid4().hex)
         proposal = ev.ToolCallProposed(
             event_id=str(uuid.uuid4()),
             invocation_id=invocation_id,
@@ -88,8 +110,9 @@ class Gateway:
         return self.answer(invocation_id)
 
     def answer(self, invocation_id: str) -> dict[str, Any]:
-        """The ``propose`` answer shape for an invocation, from its status."""
-        status = self.status(invocation_id)
+        """The ``propose`` answer shape for an invocation this client proposed, from its
+        status (the id is bound to the proposing session: only its holder knows it)."""
+        status = self._status(invocation_id)
         if status is None:
             return {"invocation_id": invocation_id, "outcome": Code.ALLOWED.value, "settled": False}
         out: dict[str, Any] = {
@@ -111,17 +134,17 @@ class Gateway:
         return out
 
     def _settled(self, invocation_id: str) -> bool:
-        status = self.status(invocation_id)
+        status = self._status(invocation_id)
         return bool(status and status.get("settled"))
 
     # -- approval UIs -------------------------------------------------------------------
 
-    def pending(self, session: str | None = None) -> list[dict[str, Any]]:
-        """Pending approvals; only the session's tenant when a session is given."""
-        rows = [value for _, value in self.backend.view_items("pending")]
-        if session is not None:
-            tenant = self.app.session_verifier.verify(session, self.app.clock()).tenant
-            rows = [r for r in rows if r.get("tenant") == tenant]
+    def pending(self, session: str) -> list[dict[str, Any]]:
+        """Pending approvals of the session's tenant (every tenant for an operator)."""
+        reader = self._reader(session)
+        rows = [
+            v for _, v in self.backend.view_items("pending") if may_read(reader, v.get("tenant"))
+        ]
         return sorted(rows, key=lambda r: (r.get("requested_at", 0), r["invocation_id"]))
 
     def approve(self, invocation_id: str, session: str, timeout_s: float = 30.0) -> dict[str, Any]:
@@ -135,11 +158,11 @@ class Gateway:
     def _decide(
         self, invocation_id: str, session: str, decision: str, reason: str, timeout_s: float
     ) -> dict[str, Any]:
-        status = self.status(invocation_id)
-        if status is None:
+        status = self._status(invocation_id)
+        if status is None or not may_read(self._reader(session), status.get("tenant")):
             raise Rejection(Code.NOT_PENDING, f"no invocation {invocation_id}")
         submit = ev.ApprovalDecisionSubmitted(
-            event_id=str(uuid.uuid4()),
+            event_id=bound_id(session, uuid.uuid4().hex),
             invocation_id=invocation_id,
             partition_key=status["partition_key"],
             correlation_id=invocation_id,
@@ -164,22 +187,26 @@ class Gateway:
 
     # -- everyone -----------------------------------------------------------------------
 
-    def status(self, invocation_id: str) -> dict[str, Any] | None:
+    def _reader(self, session: str) -> Principal:
+        """The verified reader (``unauthenticated`` otherwise): reads are tenant-scoped."""
+        return self.app.session_verifier.verify(session, self.app.clock())
+
+    def _status(self, invocation_id: str) -> dict[str, Any] | None:
         return self.backend.view("status", invocation_id)
 
-    def audit(
-        self, invocation_id: str | None = None, tenant: str | None = None
-    ) -> list[dict[str, Any]]:
-        """Audit records in chain order; of one invocation and/or one tenant when given.
+    def status(self, invocation_id: str, session: str) -> dict[str, Any] | None:
+        """An invocation's status, if it belongs to the session's tenant (any tenant for a
+        session with the operator role, ``callgate.domain.scope.OPERATOR_ROLE``)."""
+        reader = self._reader(session)
+        status = self._status(invocation_id)
+        return status if status is not None and may_read(reader, status.get("tenant")) else None
 
-        A record's tenant is that of the session principal its decision was made on; a
-        proposal rejected before authentication belongs to no tenant.
-        """
-        rows = [value for _, value in self.backend.view_items("audit")]
+    def audit(self, invocation_id: str | None = None, *, session: str) -> list[dict[str, Any]]:
+        """Audit records of the session's tenant (every tenant for an operator)."""
+        reader = self._reader(session)
+        rows = [v for _, v in self.backend.view_items("audit") if may_read(reader, _tenant_of(v))]
         if invocation_id is not None:
             rows = [r for r in rows if r.get("invocation_id") == invocation_id]
-        if tenant is not None:
-            rows = [r for r in rows if _record_tenant(r) == tenant]
         return sorted(rows, key=lambda r: (r.get("partition_key", ""), r.get("seq", 0)))
 
     def verify_audit(self, tenant: str | None = None) -> VerifyResult:
@@ -189,9 +216,12 @@ class Gateway:
         hashes the tenant, so those chains hold no other tenant's records).
         """
         heads = [value for _, value in self.backend.view_items("audit_head")]
-        records = self.audit()
+        records = sorted(
+            (value for _, value in self.backend.view_items("audit")),
+            key=lambda r: (r.get("partition_key", ""), r.get("seq", 0)),
+        )
         if tenant is not None:
-            mine = {r.get("partition_key") for r in records if _record_tenant(r) == tenant}
+            mine = {r.get("partition_key") for r in records if _tenant_of(r) == tenant}
             records = [r for r in records if r.get("partition_key") in mine]
             heads = [h for h in heads if h.get("partition_key") in mine]
         return verify_chain(records, heads=heads)
@@ -203,10 +233,10 @@ class Gateway:
         self.backend.close()
 
 
-def _record_tenant(record: Mapping[str, Any]) -> str | None:
+def _tenant_of(record: Mapping[str, Any]) -> object:
+    """The tenant an audit record belongs to (its verified principal's), or None."""
     principal = (record.get("authorized_by") or {}).get("principal") or {}
-    tenant = principal.get("tenant")
-    return tenant if isinstance(tenant, str) else None
+    return principal.get("tenant") if isinstance(principal, Mapping) else None
 
 
 def _route(session: str, key: str | None, approval_id: str | None, invocation_id: str) -> str:

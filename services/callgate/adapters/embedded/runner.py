@@ -36,6 +36,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from itertools import islice
 from typing import Any
 
@@ -48,8 +49,9 @@ from callgate.adapters.embedded.store import (
     StoreTx,
     event_row,
 )
+from callgate.adapters.failures import Deterministic, Transient, answers, classify, dead_letter
 from callgate.domain.codes import Code
-from callgate.domain.events import Event, EventDeadLettered
+from callgate.domain.events import Event
 from callgate.domain.process import Output, Process, ViewRecord, reacts_to
 from callgate_projections import Projection
 
@@ -184,12 +186,18 @@ class _Batch:
         self.stored[key] = blob
 
     def apply(self, key: str, state: Any, outputs: Sequence[Output], codec: EventCodec) -> None:
+        """Keep ``outputs`` and the new state. Every event is encoded before anything is
+        kept, so an output that cannot be encoded leaves the batch as it was (and the
+        caller's failure handling sees the error)."""
+        rows = [
+            event_row(out, codec.encode(out)) for out in outputs if not isinstance(out, ViewRecord)
+        ]
         self.states[key] = state
+        self.rows += rows
         for out in outputs:
             if isinstance(out, ViewRecord):
                 self.views.append(out)
             else:
-                self.rows.append(event_row(out, codec.encode(out)))
                 self.committed.setdefault(key, []).append(out)
 
     def changes(self, initial_blob: bytes) -> list[_Change]:
@@ -397,7 +405,12 @@ class EmbeddedRunner:
            decode, or whose event type does not belong on its topic, is dead-lettered
            (``malformed_event``, with reason and original bytes, once per row however many
            processes read it) and skipped: poison input never stops the stream;
-        3. load the states of the batch's keys, fold ``handle`` over the events in log order;
+        3. load the states of the batch's keys, fold ``handle`` over the events in log order.
+           An exception out of ``handle`` (or out of encoding its outputs) is classified by
+           ``callgate.adapters.failures.classify``: a transient one rolls the round back (it
+           is retried); a deterministic one undoes that event's effect on the key's state,
+           dead-letters the row with the reason and, for a client request, appends the
+           caller's coded outcome (``failures.answers``);
         4. append output events to the log (topic = the event class's ``TOPIC``), upsert or
            delete view records, write changed states with their ``next_due``;
         5. set the position to the last consumed ``seq``; the caller COMMITs.
@@ -425,7 +438,14 @@ class EmbeddedRunner:
             key = event.partition_key
             try:
                 state, outputs = handle(states[key], event, now)
-            except Exception as exc:  # a poison event must not stop the stream
+                if outputs:
+                    batch.apply(key, state, outputs, codec)
+                else:
+                    states[key] = state
+            except Exception as exc:  # classified: a poison input must not stop the stream
+                failure = classify(exc)
+                if isinstance(failure, Transient):
+                    raise  # the transaction rolls back; the round is retried
                 failed.add(i)
                 earlier = [
                     ev
@@ -434,13 +454,7 @@ class EmbeddedRunner:
                 ]
                 batch.reset(key, earlier, now)
                 if tx.claim_dead_letter(row[1], row[0]):
-                    reason = f"{process.name} could not handle {event.event_type}: {exc!r}"
-                    self._dead_letter(row, reason, process, now, batch)
-                continue
-            if outputs:
-                batch.apply(key, state, outputs, codec)
-            else:
-                states[key] = state
+                    self._drop(row, event, failure, process, now, batch)
         batch.write(tx, batch.changes(self._initial_blobs[process.name]))
         tx.set_position(process.name, rows[-1][0])
         return len(rows)
@@ -469,21 +483,52 @@ class EmbeddedRunner:
     def _dead_letter(
         self, row: InputRow, reason: str, process: Process[Any], now: int, batch: _Batch
     ) -> None:
+        """A row that does not decode (or is on the wrong topic): ``malformed_event``."""
+        self._append_dead_letter(
+            row, Deterministic(Code.MALFORMED_EVENT, reason), process, now, batch, raw_reason=reason
+        )
+
+    def _drop(
+        self,
+        row: InputRow,
+        event: Event,
+        failure: Deterministic,
+        process: Process[Any],
+        now: int,
+        batch: _Batch,
+    ) -> None:
+        """An input ``handle`` cannot process (``callgate.adapters.failures``): dead-letter it
+        and give a client request its coded outcome, in the same transaction."""
+        self._append_dead_letter(row, failure, process, now, batch)
+        for answer in answers(event, failure, process.name, now):
+            try:
+                batch.rows.append(event_row(answer, self._codec.encode(answer)))
+            except MalformedEvent:
+                continue  # ids that cannot be encoded: the dead-letter above records the input
+
+    def _append_dead_letter(
+        self,
+        row: InputRow,
+        failure: Deterministic,
+        process: Process[Any],
+        now: int,
+        batch: _Batch,
+        raw_reason: str | None = None,
+    ) -> None:
         seq, topic, partition_key, invocation_id, payload = row
         # Deterministic id: a rebuilt log (replay) names the same dead-letter the same way.
-        dead = EventDeadLettered(
-            event_id=f"dead-letter-{topic}-{seq}",
-            invocation_id=invocation_id or "",
-            partition_key=partition_key,
-            occurred_at=now,
-            producer=process.name,
-            code=Code.MALFORMED_EVENT.value,
-            reason=reason,
-            source_topic=topic,
-            source_partition=0,
-            source_offset=seq,
-            original=payload,
+        dead = dead_letter(
+            f"dead-letter-{topic}-{seq}",
+            invocation_id or "",
+            partition_key,
+            process.name,
+            now,
+            failure,
+            (topic, 0, seq),
+            payload,
         )
+        if raw_reason is not None:
+            dead = replace(dead, reason=raw_reason)
         batch.rows.append(event_row(dead, self._codec.encode(dead)))
 
     def _committed(self, batches: Sequence[_Batch]) -> None:

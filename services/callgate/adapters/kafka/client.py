@@ -24,6 +24,7 @@ from confluent_kafka.admin import AdminClient
 from callgate.adapters.kafka.topics import Topics
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.events import Event
+from callgate.domain.limits import check_record_size
 
 Config = dict[str, Any]
 
@@ -165,7 +166,9 @@ def publish(
     """Publish events (clients: CLI, SDK) keyed by ``partition_key``; wait for the acks.
 
     Returns ``(topic, partition, offset)`` per event, in order. Raises ``PublishFailed``
-    (also when the acks did not all come within ``timeout_s``, if given).
+    (also when the acks did not all come within ``timeout_s``, if given), or
+    ``Rejection(invalid_arguments)`` for a record over ``limits.MAX_RECORD_BYTES`` (checked
+    before anything is produced, so the client library never refuses it with a raw error).
     """
     results: list[tuple[str, int, int] | KafkaError | None] = []
 
@@ -175,9 +178,11 @@ def publish(
 
         return callback
 
-    for event in events:
+    encoded = [(event, codec.encode(event)) for event in events]
+    for _, value in encoded:  # a coded refusal, not the client library's raw exception
+        check_record_size(len(value))
+    for event, value in encoded:
         results.append(None)
-        value = codec.encode(event)
         topic = topics.physical(event.TOPIC)
         _produce(
             producer, topic, event.partition_key.encode(), value, on_delivery(len(results) - 1)

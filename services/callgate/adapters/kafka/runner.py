@@ -15,7 +15,12 @@ The commit sequence (Quix-style; this is exactly what ``poll_once`` does):
    original bytes) and the partition keeps moving. Otherwise load the key's state (batch
    overlay, else rocksdict, else ``initial_state``), call ``handle``, and produce its outputs
    inside the open transaction: events to their topic keyed by ``partition_key``,
-   ``ViewRecord`` to ``<prefix>.view.<view>`` keyed by view key (None value: tombstone);
+   ``ViewRecord`` to ``<prefix>.view.<view>`` keyed by view key (None value: tombstone).
+   An exception out of ``handle`` or out of encoding its outputs is classified by
+   ``callgate.adapters.failures.classify`` (shared with the embedded runner): a transient
+   one aborts the transaction (see below); a deterministic one restores the key's state,
+   dead-letters the record with the reason and, for a client request, produces the
+   caller's coded outcome (``failures.answers``): the partition keeps moving;
 3. fire due timers (``due`` for keys whose ``next_due <= now``, from an in-memory index of
    the owned partitions);
 4. produce each changed state to the changelog, to the partition number of its input;
@@ -30,10 +35,10 @@ The commit sequence (Quix-style; this is exactly what ``poll_once`` does):
    outputs and state committed by steps 4-7 in a further transaction, repeated while a
    round emits events.
 
-On any error: abort the transaction, re-read the committed positions and changelog bounds
-from the broker, restore state to them, re-seek the inputs, and retry -- never skip. A
-fenced producer (a newer instance with the same ``transactional.id``) raises
-``ProducerFenced``: the runner must exit, not continue.
+On any other error (transient: broker, disk): abort the transaction, re-read the committed
+positions and changelog bounds from the broker, restore state to them, re-seek the inputs,
+and retry -- never skip. A fenced producer (a newer instance with the same
+``transactional.id``) raises ``ProducerFenced``: the runner must exit, not continue.
 
 Inputs are read ``read_committed``; on tansu that does not hide records of aborted upstream
 transactions (DESIGN "Known tansu gaps"), so there a process can see an upstream event
@@ -71,6 +76,7 @@ from confluent_kafka import (
 )
 
 from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
+from callgate.adapters.failures import Deterministic, Transient, answers, classify, dead_letter
 from callgate.adapters.kafka.client import EventCodec, make_consumer, make_producer, position
 from callgate.adapters.kafka.state import (
     HEADER_PREV,
@@ -107,6 +113,7 @@ class _Txn:
     __slots__ = (
         "dumped",
         "emitted",
+        "handled",
         "positions",
         "started",
         "states",
@@ -122,6 +129,7 @@ class _Txn:
         self.stored: dict[Key, bytes | None] = {}
         self.dumped: dict[Key, bytes] = {}  # each key's state as committed (set by _commit)
         self.emitted: dict[Key, list[Event]] = {}
+        self.handled: dict[Key, list[Event]] = {}  # inputs handled per key (``_reset``)
         self.positions: dict[tuple[str, int], int] = {}
         self.views: list[ViewRecord] = []  # kept only for an ``on_views`` observer
 
@@ -293,8 +301,54 @@ class KafkaRunner:
         if self._reacts_to is not None and type(event) not in self._reacts_to:
             return  # consumed and committed; ``handle`` would change nothing (reacts_to)
         key = (partition, event.partition_key)
-        state, outputs = self.process.handle(self._load(txn, key), event, now)
-        self._emit(txn, key, state, outputs)
+        try:
+            state, outputs = self.process.handle(self._load(txn, key), event, now)
+            self._emit(txn, key, state, outputs)
+        except Exception as exc:  # classified: a poison input must not stall the partition
+            failure = classify(exc)
+            if isinstance(failure, Transient):
+                raise  # abort, rewind, retry (``_after_failure``)
+            self._reset(txn, key, now)
+            self._drop(txn, msg, logical, event, failure, now)
+            return
+        txn.handled.setdefault(key, []).append(event)
+
+    def _reset(self, txn: _Txn, key: Key, now: int) -> None:
+        """Undo a failed ``handle`` (it may have changed the state in place before raising):
+        back to the committed state, then re-apply the events of the key this transaction
+        handled before. ``handle`` is deterministic, so their outputs (already produced) are
+        not produced again."""
+        blob = txn.stored.get(key)
+        process = self.process
+        state = process.load_state(blob) if blob is not None else process.initial_state()
+        for event in txn.handled.get(key, []):
+            state, _ = process.handle(state, event, now)
+        txn.states[key] = state
+
+    def _drop(
+        self, txn: _Txn, msg: Message, logical: str, event: Event, failure: Deterministic, now: int
+    ) -> None:
+        """An input ``handle`` cannot process (``callgate.adapters.failures``): dead-letter it
+        and give a client request its coded outcome, in the same transaction."""
+        _, partition, offset = position(msg)
+        dead = dead_letter(
+            f"dead-letter-{logical}-{partition}-{offset}",
+            event.invocation_id,
+            event.partition_key,
+            self.process.name,
+            now,
+            failure,
+            (logical, partition, offset),
+            msg.value() or b"",
+        )
+        self._produce(txn, self._topics.physical(dead.TOPIC), msg.key(), self._codec.encode(dead))
+        for answer in answers(event, failure, self.process.name, now):
+            try:
+                value = self._codec.encode(answer)
+            except MalformedEvent:
+                continue  # ids that cannot be encoded: the dead-letter above records the input
+            topic = self._topics.physical(answer.TOPIC)
+            self._produce(txn, topic, answer.partition_key.encode(), value)
 
     def _dead_letter(self, txn: _Txn, msg: Message, logical: str, reason: str, now: int) -> None:
         raw_key = msg.key()
@@ -342,17 +396,24 @@ class KafkaRunner:
         txn.stored[key] = self.process.dump_state(state) if blob is None else blob
 
     def _emit(self, txn: _Txn, key: Key, state: Any, outputs: Sequence[Output]) -> None:
-        txn.states[key] = state
+        """Produce ``outputs`` and keep the new state. Every record is encoded before the
+        first is produced: an output that cannot be encoded raises with nothing of this
+        event in the transaction, so the failure can be classified and the event dropped."""
+        records: list[tuple[str, bytes, bytes | None, Event | None]] = []
         for out in outputs:
             if isinstance(out, ViewRecord):
                 value = None if out.value_json is None else out.value_json.encode()
-                self._produce(txn, self._topics.view(out.view), out.key.encode(), value)
+                records.append((self._topics.view(out.view), out.key.encode(), value, None))
                 if self._on_views is not None:
                     txn.views.append(out)
             else:
                 topic = self._topics.physical(out.TOPIC)
-                self._produce(txn, topic, out.partition_key.encode(), self._codec.encode(out))
-                txn.emitted.setdefault(key, []).append(out)
+                records.append((topic, out.partition_key.encode(), self._codec.encode(out), out))
+        txn.states[key] = state
+        for topic, record_key, value, event in records:
+            self._produce(txn, topic, record_key, value)
+            if event is not None:
+                txn.emitted.setdefault(key, []).append(event)
 
     def _produce(
         self,

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from callgate.surfaces.commands import Subcommands, add_command
 from callgate.surfaces.commands.context import EXIT_FAILED, EXIT_OK, Context, Misuse
@@ -21,7 +20,9 @@ def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type
     pr.add_argument("--approval-id", help="the approval that confirms this call (C4, C11)")
 
     pe = add_command(sub, common, "pending", "pending approvals", pending)
-    pe.add_argument("--session", help="only this session's tenant (default: every tenant)")
+    pe.add_argument(
+        "--session", required=True, help="reads show only the session's tenant (an operator: all)"
+    )
 
     ap = add_command(sub, common, "approve", "approve a pending call", approve)
     ap.add_argument("invocation_id")
@@ -34,16 +35,23 @@ def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type
 
     st = add_command(sub, common, "status", "status of one invocation", status)
     st.add_argument("invocation_id")
+    st.add_argument(
+        "--session", required=True, help="reads show only the session's tenant (an operator: all)"
+    )
 
 
 def propose(ctx: Context) -> int:
+    from callgate.domain.codes import Rejection
+    from callgate.domain.limits import parse_args
+
     ns = ctx.ns
-    try:
-        args = json.loads(ns.args)
-    except json.JSONDecodeError as e:
-        raise Misuse(f"--args is not valid JSON: {e}") from None
-    if not isinstance(args, dict):
-        raise Misuse("--args must be a JSON object")
+    limits = ctx.app.profile.limits
+    try:  # the limits of every entry, before any parser (domain/limits.py)
+        parse_args(ns.args, limits.max_args_bytes, limits.max_depth)
+    except Rejection as e:
+        if e.details.get("limit") in ("syntax", "type"):
+            raise Misuse(f"--args must be a JSON object: {e.message}") from None
+        raise
     answer = ctx.gateway().propose(
         ns.session,
         ns.tool,
@@ -79,7 +87,7 @@ def deny(ctx: Context) -> int:
 def status(ctx: Context) -> int:
     from callgate.domain.codes import Code, Rejection
 
-    found = ctx.gateway().status(ctx.ns.invocation_id)
+    found = ctx.gateway().status(ctx.ns.invocation_id, ctx.ns.session)
     if found is None:
         raise Rejection(Code.NOT_FOUND, f"no invocation {ctx.ns.invocation_id}")
     ctx.out.status(found)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from callgate.surfaces.commands import Subcommands, add_command
-from callgate.surfaces.commands.context import EXIT_FAILED, EXIT_OK, Context
+from callgate.surfaces.commands.context import EXIT_FAILED, EXIT_OK, Context, Misuse
 
 
 def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
@@ -14,6 +14,9 @@ def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type
     )
     au.add_argument("action", nargs="?", choices=["verify"])
     au.add_argument("--invocation", help="only this invocation's records")
+    au.add_argument(
+        "--session", help="required to list records: only the session's tenant (an operator: all)"
+    )
     add_command(sub, common, "replay", "rebuild every projection from the log and compare", replay)
     add_command(sub, common, "effects", "side effects of the simulated providers", effects)
 
@@ -21,7 +24,9 @@ def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type
 def audit(ctx: Context) -> int:
     gate = ctx.gateway()
     if ctx.ns.action != "verify":
-        ctx.out.audit(gate.audit(ctx.ns.invocation))
+        if ctx.ns.session is None:
+            raise Misuse("audit needs --session (records are shown for its tenant only)")
+        ctx.out.audit(gate.audit(ctx.ns.invocation, session=ctx.ns.session))
         return EXIT_OK
     v = gate.verify_audit()
     ctx.out.verification(

@@ -24,7 +24,7 @@ def list_audit(
     ctx: ContextDep,
     invocation: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
 ) -> Any:
-    return ctx.gateway.audit(invocation, tenant=sess.tenant)
+    return ctx.gateway.audit(invocation, session=sess.token)
 
 
 @router.get(

@@ -27,7 +27,7 @@ def visible_status(ctx: ServerContext, invocation_id: str, sess: Session) -> dic
     An invocation this server answered ``202`` and the decider has not reached yet is
     in progress (``allowed``, not settled), as the SDK's answer says, not missing.
     """
-    status = ctx.gateway.status(invocation_id)
+    status = ctx.gateway.status(invocation_id, sess.token)
     if status is None and ctx.published_by(invocation_id) == sess.tenant:
         return {"invocation_id": invocation_id, "outcome": Code.ALLOWED.value, "settled": False}
     if status is None or status.get("tenant") != sess.tenant:

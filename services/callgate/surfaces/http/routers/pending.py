@@ -35,7 +35,7 @@ POLL_S = 0.1
     responses=errors(*COMMON),
 )
 def list_pending(sess: SessionDep, ctx: ContextDep) -> Any:
-    return [r for r in ctx.gateway.pending() if r.get("tenant") == sess.tenant]
+    return [r for r in ctx.gateway.pending(sess.token) if r.get("tenant") == sess.tenant]
 
 
 @router.get(

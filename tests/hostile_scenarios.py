@@ -1,0 +1,209 @@
+"""The four classes of hostile-input defect (issue "hostile input never stalls a partition"),
+as scenarios run through the SDK on every backend (embedded and Kafka).
+
+1. ``poison_scenario``: a value the decider cannot represent (a number canonical JSON
+   cannot hold, an escaped lone surrogate), sent as a raw record on ``requests``, gets a
+   coded outcome and the partition keeps moving (a later call under the same key, hence
+   the same partition, is decided).
+2. ``cross_tenant_scenario``: another tenant reusing an invocation id, and an
+   unauthenticated sender doing the same, neither overwrite its status nor block its
+   approval; reads of status, pending and audit show only the reader's tenant.
+3. ``self_approval_scenario``: the actor approving their own high-impact call under
+   another spelling of their user id (case, full width, padding) is refused.
+4. ``limits_scenario``: arguments over the limits (deep, huge, too precise, not valid
+   Unicode, oversized) get ``invalid_arguments`` from the SDK before anything is published.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+from callgate.domain import events as ev
+from callgate.domain.canonical import partition_key
+from callgate.domain.codes import Code, Rejection
+from callgate.domain.scope import OPERATOR_ROLE, bound_id
+from callgate.surfaces.sdk import Gateway
+
+SETTLE_S = 60.0
+REFUND = {"order_id": "ORD-77", "amount_cents": 700, "currency": "EUR"}
+DEPLOY = {"service": "billing", "version": "9.9.9", "environment": "production"}
+DeadLetters = Callable[[], Sequence[ev.EventDeadLettered]]
+
+
+def session(gate: Gateway, user: str, tenant: str, *roles: str) -> str:
+    return gate.app.session_issuer.issue(user, tenant, list(roles), gate.app.clock())
+
+
+def operator(gate: Gateway) -> str:
+    return session(gate, "operator", "ops", OPERATOR_ROLE)
+
+
+def raw_proposal(
+    token: str,
+    tool: str,
+    args_json: str,
+    tenant: str,
+    key: str | None = None,
+    invocation_id: str | None = None,
+) -> ev.ToolCallProposed:
+    """A request as a hand-written client puts it on ``requests`` (no SDK checks)."""
+    inv = invocation_id or bound_id(token, uuid.uuid4().hex)
+    return ev.ToolCallProposed(
+        event_id=str(uuid.uuid4()),
+        invocation_id=inv,
+        partition_key=partition_key(tenant if key is not None else "", key, inv),
+        session_token=token,
+        tool=tool,
+        args_json=args_json,
+        idempotency_key=key,
+    )
+
+
+def settle(gate: Gateway, invocation_id: str, timeout_s: float = SETTLE_S) -> dict[str, Any]:
+    ops = operator(gate)
+    done = gate.backend.wait(
+        lambda: bool((gate.status(invocation_id, ops) or {}).get("settled")), timeout_s
+    )
+    status = gate.status(invocation_id, ops)
+    assert done and status is not None, f"{invocation_id} did not settle: {status}"
+    return status
+
+
+# --- 1. deterministic failures never stall a partition -----------------------------------------
+
+POISON_ARGS = {
+    "number-not-representable": '{"record_id": "REC-1", "fields": {"x": 1e400}}',
+    "negative-infinity": '{"record_id": "REC-1", "fields": {"x": -1e999}}',
+    "escaped-lone-surrogate": '{"record_id": "REC-1", "fields": {"x": "\\ud800"}}',
+    "integer-beyond-ijson": '{"record_id": "REC-1", "fields": {"x": 123456789012345678901}}',
+}
+
+
+def poison_scenario(gate: Gateway, dead_letters: DeadLetters) -> None:
+    """Each poison value on ``requests`` under one idempotency key (so one partition): a
+    coded ``invalid_arguments`` that status reports, never ``allowed``; then a legitimate
+    call under the same key, on the same partition, is still decided."""
+    alice = session(gate, "alice", "acme", "support")
+    key = f"poison-{uuid.uuid4().hex[:8]}"
+    for name, args_json in POISON_ARGS.items():
+        p = raw_proposal(alice, "records.update", args_json, "acme", key)
+        gate.backend.publish([p])
+        status = settle(gate, p.invocation_id)
+        assert status["outcome"] == Code.INVALID_ARGUMENTS.value, (name, status)
+        assert status["error"]["code"] == Code.INVALID_ARGUMENTS.value, (name, status)
+    after = gate.propose(alice, "tickets.read", {"ticket_id": "T-1"}, key, timeout_s=SETTLE_S)
+    assert after["outcome"] == Code.EXECUTED.value, after
+    assert not [d for d in dead_letters() if d.partition_key.startswith("k-")], dead_letters()
+
+
+# --- 2. identifiers a client chooses stay in its tenant ---------------------------------------
+
+
+def cross_tenant_scenario(gate: Gateway, dead_letters: DeadLetters) -> None:
+    alice = session(gate, "alice", "acme", "support")
+    gina = session(gate, "gina", "globex", "support")
+    key = f"xt-{uuid.uuid4().hex[:8]}"
+    first = gate.propose(alice, "refunds.issue", REFUND, key, timeout_s=SETTLE_S)
+    assert first["outcome"] == Code.APPROVAL_REQUIRED.value, first
+    inv = first["invocation_id"]
+    before = gate.status(inv, alice)
+    assert before is not None and before["tenant"] == "acme"
+
+    # gina reuses alice's invocation id under her own key; a junk token does the same
+    gina_key = f"g-{uuid.uuid4().hex[:8]}"
+    squat = raw_proposal(gina, "tickets.read", '{"ticket_id": "GT-1"}', "globex", gina_key, inv)
+    junk = raw_proposal("junk", "tickets.read", '{"ticket_id": "T-1"}', "acme", "j", inv)
+    gate.backend.publish([squat, junk])
+    # behind them on the same partitions: when these settle, the squatters were processed
+    for token, tenant, k in ((gina, "globex", gina_key), ("junk", "acme", "j")):
+        later = raw_proposal(token, "tickets.read", '{"ticket_id": "T-2"}', tenant, k)
+        gate.backend.publish([later])
+        settle(gate, later.invocation_id)
+    letters = [d for d in dead_letters() if d.invocation_id == inv]
+    assert len(letters) >= 2 and {d.code for d in letters} == {Code.MALFORMED_EVENT.value}
+    assert all("not bound" in d.reason for d in letters), letters
+
+    now = gate.status(inv, alice)
+    assert now is not None
+    assert (now["tenant"], now["actor"], now["outcome"], now["partition_key"]) == (
+        "acme",
+        "alice",
+        Code.APPROVAL_REQUIRED.value,
+        before["partition_key"],
+    )
+    # reads are tenant-scoped: gina sees nothing of alice's invocation
+    assert gate.status(inv, gina) is None
+    assert inv not in {r["invocation_id"] for r in gate.pending(gina)}
+    assert inv in {r["invocation_id"] for r in gate.pending(alice)}
+    assert not [r for r in gate.audit(session=gina) if r["invocation_id"] == inv]
+    with pytest.raises(Rejection) as refused:
+        gate.approve(inv, gina, timeout_s=SETTLE_S)
+    assert refused.value.code == Code.NOT_PENDING
+    # and alice's approval is not blocked
+    approval = gate.approve(inv, alice, timeout_s=SETTLE_S)
+    assert approval["approval_id"]
+    done = gate.propose(alice, "refunds.issue", REFUND, key, approval["approval_id"], SETTLE_S)
+    assert done["outcome"] == Code.EXECUTED.value, done
+
+
+# --- 3. one normalization of identity -------------------------------------------------------
+
+
+SPELLINGS = ("RITA", " rita ", "\uff52\uff49\uff54\uff41")  # upper, padded, full width
+
+
+def self_approval_scenario(gate: Gateway) -> None:
+    rita = session(gate, "rita", "acme", "release", "release-manager")
+    first = gate.propose(rita, "deploys.trigger", DEPLOY, f"d-{uuid.uuid4().hex[:8]}", None, 60)
+    assert first["outcome"] == Code.APPROVAL_REQUIRED.value, first
+    inv = first["invocation_id"]
+    for spelling in SPELLINGS:
+        other_rita = session(gate, spelling, "ACME", "Release-Manager")
+        with pytest.raises(Rejection) as refused:
+            gate.approve(inv, other_rita, timeout_s=SETTLE_S)
+        assert refused.value.code == Code.APPROVER_FORBIDDEN, spelling
+        assert "own call" in refused.value.message
+    status = gate.status(inv, rita)
+    assert status is not None and status["approval"]["state"] == "pending", status
+
+
+# --- 4. limits at every entry ---------------------------------------------------------------
+
+
+def _deep(levels: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(levels):
+        value = {"n": value}
+    return {"record_id": "REC-1", "fields": value}
+
+
+def limits_scenario(gate: Gateway) -> None:
+    """The SDK refuses, with ``invalid_arguments`` and before publishing, what no entry may
+    pass: deep nesting, numbers canonical JSON cannot represent, lone surrogates, huge
+    text (2 MB, over a broker's record size too)."""
+    alice = session(gate, "alice", "acme", "support")
+    hostile: dict[str, dict[str, Any] | str] = {
+        "deep-dict": _deep(10_000),
+        "deep-text": '{"record_id": "REC-1", "fields": ' + "[" * 5000 + "]" * 5000 + "}",
+        "infinite": {"record_id": "REC-1", "fields": {"x": float("inf")}},
+        "nan": {"record_id": "REC-1", "fields": {"x": float("nan")}},
+        "huge-int": {"record_id": "REC-1", "fields": {"x": 10**30}},
+        "5000-digits": '{"record_id": "REC-1", "fields": {"x": ' + "9" * 5000 + "}}",
+        "lone-surrogate": {"record_id": "REC-1", "fields": {"x": "\ud800"}},
+        "oversized": {"record_id": "REC-1", "fields": {"x": "A" * 2_000_000}},
+    }
+    before = len(gate.effects())
+    for name, args in hostile.items():
+        with pytest.raises(Rejection) as refused:
+            gate.propose(alice, "records.update", args, timeout_s=5)
+        assert refused.value.code == Code.INVALID_ARGUMENTS, name
+    with pytest.raises(Rejection) as bad_tool:
+        gate.propose(alice, "tickets.re\udcffad", {"ticket_id": "T-1"}, timeout_s=5)
+    assert bad_tool.value.code == Code.INVALID_ARGUMENTS
+    assert len(gate.effects()) == before
+    ok = gate.propose(alice, "tickets.read", {"ticket_id": "T-1"}, timeout_s=SETTLE_S)
+    assert ok["outcome"] == Code.EXECUTED.value, ok
