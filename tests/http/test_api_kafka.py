@@ -20,6 +20,7 @@ from callgate.adapters.kafka.live import LiveKafkaBackend
 from callgate.bootstrap import Settings, bootstrap
 from callgate.domain import events as ev
 from callgate.domain.canonical import partition_key
+from callgate.domain.scope import bound_id
 from tests.http_support import REFUND_BIG, HttpServe, bearer, wait_until
 from tests.kafka_support import Deployment, unique_prefix
 
@@ -164,7 +165,7 @@ def test_the_live_backend_follows_requests_in_memory(server: HttpServe) -> None:
     try:
         wait_until(lambda: live.caught_up, 60, "the tail to catch up")
         alice = server.token("alice", "acme", "support")
-        inv = str(uuid.uuid4())
+        inv = bound_id(alice, uuid.uuid4().hex)  # request ids are bound to the session
         request = ev.ToolCallProposed(
             event_id=str(uuid.uuid4()),
             invocation_id=inv,
