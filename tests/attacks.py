@@ -4,7 +4,7 @@ Each ``AttackCase`` says what an attacker tries, how to build the hostile reques
 against a ``Surface`` (the in-memory ``Gate`` or the SDK over the embedded store), and
 the code the contract promises. ``run_case`` proves, for any backend:
 
-1. the attack gets its documented code (DESIGN "Outcome and error vocabulary", and the
+1. the attack gets its documented code (docs/contract.md "Vocabulary", and the
    reason or binding it names);
 2. nothing executes: the provider ledger is unchanged and the attacking invocation has
    no ``ExecutionRequested`` (C1, C12);
@@ -462,7 +462,7 @@ def _decided_on_its_own(s: Surface, ctx: Ctx, v: Verdict) -> None:
     assert decided.partition_key != original.partition_key  # other tenant, other partition
 
 
-# -- routing and delivery (DESIGN "Shape") --
+# -- routing and delivery (docs/contract.md "Shape") --
 
 
 def _globex_ticket(s: Surface) -> Ctx:

@@ -11,7 +11,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> Iterator[str]:
-    """``host:port`` of a tansu broker started for this test session (DESIGN "Backends").
+    """``host:port`` of a tansu broker started for this test session (docs/contract.md "Backends").
 
     Skips, printing the reason, only when no tansu binary is installed.
     """

@@ -9,7 +9,7 @@ the installed command against a deployment; ``lifecycle_scenario``, ``v1_scenari
 ``v2_scenario`` are run on tansu and on Apache Kafka alike. ``run_with_own_broker`` runs the
 commands that start a broker of their own (``bench``, ``chaos``).
 
-Group settings: tansu's consumer-group joins take about ``session.timeout.ms`` (DESIGN
+Group settings: tansu's consumer-group joins take about ``session.timeout.ms`` (docs/contract.md
 "Known tansu gaps"), so serve hands its children ``session.timeout.ms=6000`` and a 500 ms
 heartbeat through ``CALLGATE_KAFKA_CONSUMER``; with librdkafka's default a (re)started
 child would be away for about half a minute.
@@ -136,7 +136,7 @@ class Deployment:
 
     def records(self, logical: str) -> list[Record]:
         """Every record of a logical topic, ``read_committed`` (on tansu that still shows
-        records of aborted transactions: DESIGN "Known tansu gaps")."""
+        records of aborted transactions: docs/contract.md "Known tansu gaps")."""
         return read_partitions_to_end(self.bootstrap, self.topics.physical(logical), timeout_s=60)
 
     def events(self, logical: str = "events") -> list[tuple[Record, ev.Event]]:

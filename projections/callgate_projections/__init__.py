@@ -1,4 +1,4 @@
-"""Projections: pure folds of the ``events`` topic into keyed views (DESIGN "Shape").
+"""Projections: pure folds of the ``events`` topic into keyed views (docs/contract.md "Shape").
 
 Three projections, one module each: ``status`` (invocation status), ``pending`` (the
 pending-approval view an approval UI consumes, C5) and ``audit`` (the hash-chained audit

@@ -1,3 +1,3 @@
-"""callgate: a tool-call authorization gateway for AI agents (see DESIGN contract C1-C12)."""
+"""callgate: a tool-call authorization gateway for AI agents (the contract: docs/contract.md)."""
 
 __version__ = "0.1.0"

@@ -1,4 +1,4 @@
-"""Run the installed ``callgate`` command as a subprocess (DESIGN "Command line").
+"""Run the installed ``callgate`` command as a subprocess (docs/contract.md "Command line").
 
 Every helper asserts the command-line contract on the way: with ``--json`` stdout holds
 exactly one JSON value, the exit code is the expected one, and stderr never carries a
@@ -252,7 +252,7 @@ class Planned:
 
     def proposal(self, now: int, producer: str) -> ToolCallProposed:
         """The event as the SDK builds it: partition key from tenant, key and invocation
-        (DESIGN "Shape"), ids derived from the invocation id."""
+        (docs/contract.md "Shape"), ids derived from the invocation id."""
         from callgate.domain import events as ev
         from callgate.domain.canonical import partition_key
 
@@ -342,7 +342,7 @@ def publish_plan(plan_file: Path) -> None:
     """Append every planned ``ToolCallProposed`` in order, one at a time, never waiting.
 
     Events are built the way the SDK builds them (partition key from tenant, key and
-    invocation, DESIGN "Shape") and go through the SDK's embedded backend ``publish``.
+    invocation, docs/contract.md "Shape") and go through the SDK's embedded backend ``publish``.
     """
     from callgate.bootstrap import Settings
     from callgate.surfaces.sdk import connect

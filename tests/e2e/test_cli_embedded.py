@@ -1,4 +1,5 @@
-"""The installed ``callgate`` command on the embedded backend, end to end (DESIGN "Command line").
+"""The installed ``callgate`` command on the embedded backend, end to end (docs/contract.md
+"Command line").
 
 Every test runs the real command as a subprocess against a fresh ``--state-dir``; the
 helpers assert that stdout is exactly one JSON value and that no traceback escapes.
@@ -134,7 +135,7 @@ def test_v2_confirm_swap_arguments_then_replay_exactly_one_effect(state: Path) -
 
 def test_denied_calls_never_reach_a_provider(state: Path) -> None:
     """C1, C12: policy denial is ``tool_forbidden`` with no dry-run and no execution;
-    DESIGN "Confirmation": the actor may not approve their own high-impact (C4) refund,
+    docs/contract.md "Confirmation": the actor may not approve their own high-impact (C4) refund,
     which ``approve`` reports as a coded JSON error and exit 1."""
     alice = session(state, "alice", "acme", "support,finance-approver")
     bob = session(state, "bob", "acme", "finance-approver")
@@ -279,7 +280,7 @@ def test_demo_walks_the_contract(tmp_path: Path) -> None:
 def test_clients_only_append_and_poll_while_serve_holds_the_lock(
     state: Path, tmp_path: Path
 ) -> None:
-    """DESIGN "Command line" (``callgate serve``): with a server running, ``propose`` only
+    """docs/contract.md "Command line" (``callgate serve``): with a server running, ``propose`` only
     publishes and polls (it cannot take the runner lock), and the server settles the call;
     SIGTERM stops the server cleanly."""
     alice = session(state, "alice", "acme", "support")
@@ -318,7 +319,7 @@ def test_clients_only_append_and_poll_while_serve_holds_the_lock(
 
 
 def test_answers_use_the_vocabulary(state: Path) -> None:
-    """DESIGN "Outcome and error vocabulary": ``outcome`` is always one code; errors carry it."""
+    """docs/contract.md "Vocabulary": ``outcome`` is always one code; errors carry it."""
     alice = session(state, "alice", "acme", "support")
     answers: list[dict[str, Any]] = [
         propose(state, alice, "nope.tool", {}),

@@ -1,4 +1,5 @@
-"""The installed ``callgate`` command on the Kafka backend, end to end (DESIGN "Command line").
+"""The installed ``callgate`` command on the Kafka backend, end to end (docs/contract.md "Command
+line").
 
 One ``callgate --backend kafka --bootstrap-servers B serve`` runs for this module on the
 suite's tansu broker, under a topic prefix of its own (``CALLGATE_TOPIC_PREFIX``) with
@@ -149,7 +150,7 @@ def test_denied_call_never_reaches_a_provider(dep: Deployment) -> None:
 
 
 def test_pending_approval_is_listed_then_gone_once_approved(dep: Deployment) -> None:
-    """C4, DESIGN "Confirmation": a high-impact refund waits for an approver; ``pending``
+    """C4, docs/contract.md "Confirmation": a high-impact refund waits for an approver; ``pending``
     lists it (only for its tenant); the actor may not approve it (coded error, exit 1);
     the approver's grant takes it off the list and executes nothing by itself."""
     alice = cli_session(dep, "alice", "acme", "support")

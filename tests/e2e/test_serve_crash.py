@@ -35,7 +35,7 @@ pytestmark = pytest.mark.e2e
 PROPOSALS = 360
 KILLS = 4  # at least; more while the publisher is still going
 VOCABULARY = {c.value for c in Code}
-# Provider latency (DESIGN "Providers": the simulations inject delay) stretches the time
+# Provider latency (docs/contract.md "Providers": the simulations inject delay) stretches the time
 # between a ticket's effect and the commit of its outcome, where a kill hurts most.
 SLOW_TICKETS = {"CALLGATE_FAULTS": '{"tickets": {"latency_ms": 4}}'}
 # Events that happen at most once per invocation, however often serve restarts.
@@ -60,7 +60,7 @@ def counts(store: EmbeddedStore, ids: set[str]) -> tuple[int, int]:
 
 def test_sigkill_serve_mid_stream_settles_everything_exactly_once(tmp_path: Path) -> None:
     """C12 (no second side effect after a crash), C8 (replays, conflicts), C9 (audit chain),
-    DESIGN "Shape" (projections rebuilt from the log equal the live ones)."""
+    docs/contract.md "Shape" (projections rebuilt from the log equal the live ones)."""
     rng = random.Random(20240607)
     state = tmp_path / "state"
     alice = session(state, "alice", "acme", "support")

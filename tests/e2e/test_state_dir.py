@@ -8,7 +8,10 @@ message that says so.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -63,12 +66,32 @@ def test_the_nearest_dot_callgate_upward_is_the_state_from_any_subdirectory(
     assert not (tmp_path / "xdg").exists() and not (deep / ".callgate").exists()
 
 
-def test_without_a_project_directory_the_per_user_state_is_used(tmp_path: Path) -> None:
+@pytest.fixture
+def outside_any_project(tmp_path: Path) -> Iterator[Path]:
+    """A fresh directory with no ``.callgate`` at or above it: ``tmp_path`` if that holds
+    (a ``/tmp/.callgate`` left by someone would not), else one under ``/var/tmp`` or
+    ``/dev/shm``."""
+    if nearest_project_dir(tmp_path) is None:
+        yield tmp_path
+        return
+    for base in (Path("/var/tmp"), Path("/dev/shm")):
+        if base.is_dir() and nearest_project_dir(base) is None:
+            folder = Path(tempfile.mkdtemp(prefix="callgate-test-", dir=base))
+            try:
+                yield folder
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+            return
+    pytest.skip(f"every temporary directory has a .callgate above it ({tmp_path})")
+
+
+def test_without_a_project_directory_the_per_user_state_is_used(
+    outside_any_project: Path,
+) -> None:
+    tmp_path = outside_any_project
     somewhere, elsewhere = tmp_path / "a", tmp_path / "b" / "c"
     somewhere.mkdir()
     elsewhere.mkdir(parents=True)
-    if (found := nearest_project_dir(tmp_path)) is not None:
-        pytest.skip(f"a .callgate directory above the test's temporary directory: {found}")
     xdg = {"HOME": str(tmp_path / "home"), "XDG_STATE_HOME": str(tmp_path / "xdg")}
     token = call(somewhere, *ISSUE, env=xdg).value["token"]
     assert (tmp_path / "xdg" / "callgate" / "keys").is_dir()

@@ -1,7 +1,7 @@
 """The same service scenarios against Apache Kafka (KRaft) in Docker, via testcontainers.
 
 tansu stands in for Kafka everywhere else; this module checks that nothing depends on its
-quirks (DESIGN "Backends"): ``callgate serve`` on a real Apache Kafka broker runs the
+quirks (docs/contract.md "Backends"): ``callgate serve`` on a real Apache Kafka broker runs the
 lifecycle, V1 and V2 scenarios of ``tests.kafka_support``. Where no Docker engine answers,
 the module is skipped and the reason printed.
 

@@ -249,7 +249,8 @@ def test_an_event_the_handler_cannot_handle_is_dead_lettered_and_the_stream_goes
 
 
 def test_poison_is_dead_lettered_once_and_the_stream_goes_on(tmp_path: Path) -> None:
-    """``malformed_event`` (first in DESIGN's order of checks): kept with reason and bytes."""
+    """``malformed_event`` (first in the order of checks (docs/contract.md)): kept with reason and
+    bytes."""
     runner = open_runner(tmp_path, Counting(), FollowingUp())  # two readers of "requests"
     store = runner.store
     store.append([proposal(0, "a")])

@@ -260,7 +260,7 @@ def test_a_timer_and_new_input_of_one_key_in_one_round(tmp_path: Path) -> None:
 def test_rounds_and_caches_give_the_bytes_of_a_plain_fold(tmp_path: Path, cache_keys: int) -> None:
     """The real processes over the benchmark mix, many small rounds, a tiny cache that
     evicts all the time or none: the decider's events and every process's stored state and
-    views are exactly what folding the log event by event gives (DESIGN "Shape")."""
+    views are exactly what folding the log event by event gives (docs/contract.md "Shape")."""
     app = bootstrap(Settings(state_dir=tmp_path), clock=lambda: NOW)
     store = EmbeddedStore(tmp_path, CODEC)
     store.append(mixed_proposals(app, 120))

@@ -2,7 +2,7 @@
 ``callgate serve`` on the suite's tansu broker, the SDK as an agent platform uses it, and
 raw records on ``requests`` as a hand-written client would put them there.
 
-Tansu gap met here (DESIGN "Known tansu gaps"): group joins take about
+Tansu gap met here (docs/contract.md "Known tansu gaps"): group joins take about
 ``session.timeout.ms``, so serve's children get 6 s and the module pays about 10 s at start.
 """
 

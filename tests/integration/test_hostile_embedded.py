@@ -4,7 +4,8 @@ Same cases as ``tests/unit/test_attack_corpus.py`` (``tests/attacks.py``), but e
 request goes through ``callgate.surfaces.sdk.connect(Settings(state_dir=...))`` into the SQLite
 event store, and the deciders run in-process on the embedded runner. Bytes that are not
 a valid request are appended as they came (``EmbeddedStore.append_raw``) and must be
-dead-lettered (``malformed_event``, first in DESIGN's order of checks) with their reason
+dead-lettered (``malformed_event``, first in the order of checks (docs/contract.md)) with their
+reason
 and original bytes, while the stream goes on.
 """
 

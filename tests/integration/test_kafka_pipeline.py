@@ -5,7 +5,7 @@ on the suite's tansu broker under a topic prefix of its own (``tests.kafka_suppo
 SDK publishes to ``requests`` and reads the compacted view topics, exactly as an agent
 platform and an approval UI would. Nothing Kafka is mocked.
 
-Tansu gaps met here (DESIGN "Known tansu gaps") and how the tests handle them:
+Tansu gaps met here (docs/contract.md "Known tansu gaps") and how the tests handle them:
 - group joins take about ``session.timeout.ms``: serve's children get 6 s (so the module
   pays about 10 s at start and about 8 s per restarted child);
 - ``read_committed`` does not hide records of aborted transactions: after a SIGKILL the
@@ -335,7 +335,7 @@ def assert_no_second_decision(dep: Deployment, ids: set[str]) -> int:
 
 
 def test_replay_rebuilds_identical_projections(gate: Gateway) -> None:
-    """DESIGN "Shape": folding the ``events`` log from offset 0 through the projections
+    """docs/contract.md "Shape": folding the ``events`` log from offset 0 through the projections
     gives, byte for byte, the live compacted views (after the kills above, too)."""
     alice = token(gate, "alice", "acme", "support")
     assert gate.propose(alice, "tickets.read", {"ticket_id": "T-77"})["outcome"] == "executed"

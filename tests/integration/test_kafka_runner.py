@@ -5,7 +5,7 @@ commit sequence (outputs + changelog state + input offsets in one Kafka transact
 abort-and-rewind, restore from the changelog, dead-lettering (``malformed_event``) and timers.
 
 How "no duplicates" is proven on tansu, whose ``read_committed`` does NOT hide records of
-aborted transactions (DESIGN "Known tansu gaps"): a reader of the output topic sees the
+aborted transactions (docs/contract.md "Known tansu gaps"): a reader of the output topic sees the
 committed outputs *and* leftovers of aborted transactions. Every record the runner writes
 carries its transaction's token (header ``cg-txn``). Which tokens committed is read from the
 broker alone: the changelog's committed bound is a consumer-group offset, committed

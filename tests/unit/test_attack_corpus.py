@@ -3,7 +3,7 @@
 Every named attack runs against the real decider, executor, projections and simulated
 providers (``tests.harness.Gate``) and must get its documented code, execute nothing
 (provider ledger unchanged, no ``ExecutionRequested`` for the attacking invocation) and
-leave the decider deciding (DESIGN "Outcome and error vocabulary", C1-C12).
+leave the decider deciding (docs/contract.md "Vocabulary", C1-C12).
 
 The in-memory runner carries Python objects, not bytes: its byte boundary is the Avro
 codec that both durable runners decode with, so ``wire`` cases here prove the codec

@@ -1,6 +1,6 @@
 """AvroCodec: single-object encoding of every event, and fail-closed decoding.
 
-Any undecodable input must surface as ``MalformedEvent`` (DESIGN "order of checks": the
+Any undecodable input must surface as ``MalformedEvent`` (docs/contract.md "Order of checks": the
 first outcome is ``malformed_event``, dead-lettered with its reason), never as another
 exception that could crash a consumer or be skipped.
 """

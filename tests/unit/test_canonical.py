@@ -1,4 +1,4 @@
-"""Canonical JSON and derived keys (C8, C11, DESIGN "Shape")."""
+"""Canonical JSON and derived keys (C8, C11, docs/contract.md "Shape")."""
 
 from __future__ import annotations
 

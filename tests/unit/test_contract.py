@@ -1,4 +1,4 @@
-"""The contract, clause by clause (DESIGN.md C1-C12) and the seed scenarios V1, V2.
+"""The contract, clause by clause (docs/contract.md C1-C12) and the seed scenarios V1, V2.
 
 Every test runs the real decider, executor, projections and simulated providers on the
 in-memory runner (``tests.harness.Gate``) and reads as given / when / then. The effect
@@ -223,7 +223,8 @@ def test_c4_high_impact_needs_an_eligible_approver_bound_to_the_call(
 
 
 def test_c4_refund_below_the_threshold_is_confirmed_by_the_session_owner(g: Gate) -> None:
-    """C4 (DESIGN profile): refunds < 10000 are owner-confirmed; the actor approves
+    """C4 (docs/contract.md default profile): refunds < 10000 are owner-confirmed; the actor
+    approves
     their own dry-run, and an approver-role holder may not confirm it for them."""
     alice = g.session("alice", roles=("support",))
     bob = g.session("bob", roles=("finance-approver",))

@@ -2,7 +2,7 @@
 
 Arbitrary JSON-ish arguments, arbitrary strings as session tokens, approval ids, tool
 names, idempotency keys and partition keys never raise out of the decider; every
-proposal gets exactly one first decision carrying one vocabulary code (DESIGN "Outcome
+proposal gets exactly one first decision carrying one vocabulary code (docs/contract.md "Outcome
 and error vocabulary"), and nothing is sent to a provider unless the call is
 legitimately authorized: a genuine session, a catalog tool, a policy permit on that
 session's principal and no confirmation needed (C1, C3, C4, C6, C12).

@@ -140,7 +140,7 @@ program = st.lists(
 
 
 def eligible(request: ev.ApprovalRequested) -> str:
-    """Someone who may confirm ``request`` (DESIGN "Confirmation")."""
+    """Someone who may confirm ``request`` (docs/contract.md "Confirmation")."""
     if request.confirmation == "owner":
         return request.actor
     for user, (tenant, roles) in sorted(ACTORS.items()):

@@ -1,4 +1,4 @@
-"""DESIGN "Confirmation and the order of checks": the first failing check is the outcome.
+"""docs/contract.md "Order of checks": the first failing check is the outcome.
 
 malformed_event → unauthenticated → unknown_tool → invalid_arguments → identity_spoof →
 tool_forbidden → approval checks (approval_expired, approval_mismatch, approval_denied,
@@ -76,7 +76,7 @@ def misrouted(p: ev.ToolCallProposed) -> ev.ToolCallProposed:
 
 Make = Callable[[World], ev.ToolCallProposed]
 
-# (failing checks in DESIGN order, the proposal); the first check is the expected outcome.
+# (failing checks in the contract's order, the proposal); the first check is the expected outcome.
 TABLE: list[tuple[tuple[str, ...], Make]] = [
     (
         ("malformed_event", "unauthenticated", "unknown_tool"),
@@ -197,7 +197,8 @@ def _code(check: str) -> str:
 def test_the_first_failing_check_is_the_outcome(
     world: World, failing: tuple[str, ...], make: Make
 ) -> None:
-    """DESIGN order of checks: a proposal failing several checks gets the first one's code,
+    """docs/contract.md order of checks: a proposal failing several checks gets the first one's
+    code,
     and none of the later stages (dry-run, execution) runs."""
     g = world.g
     p = make(world)
@@ -211,7 +212,7 @@ def test_the_first_failing_check_is_the_outcome(
 
 
 def test_fixing_each_failure_reveals_the_next_check(world: World) -> None:
-    """DESIGN order of checks, as a ladder: one proposal starts out failing every check;
+    """docs/contract.md order of checks, as a ladder: one proposal starts out failing every check;
     fixing the first failure each time yields the next code, down to execution."""
     w, g = world, world.g
     bad = {"order_id": "GORD-1", "amount_cents": "lots", "currency": "USD", "issued_by": "bob"}

@@ -1,4 +1,4 @@
-"""Providers (DESIGN "Providers", C12): simulated providers, effect ledger, faults, HTTP.
+"""Providers (docs/contract.md "Providers", C12): simulated providers, effect ledger, faults, HTTP.
 
 The simulations never deduplicate by token, so every "exactly one effect" assertion
 elsewhere in the suite is a claim about callgate, not about the sims; these tests pin

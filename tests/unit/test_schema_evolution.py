@@ -1,6 +1,7 @@
 """The ``.avsc`` files are the source of truth, and they evolve only compatibly.
 
-DESIGN "Shape": events are Avro, versioned, and evolve only in compatible ways. Two guards:
+docs/contract.md "Shape": events are Avro, versioned, and evolve only in compatible ways. Two
+guards:
 
 - each current schema matches its class in ``callgate.domain.events`` field for field, so the
   Python classes cannot drift from the schemas;

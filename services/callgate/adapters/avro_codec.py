@@ -4,14 +4,14 @@ Wire format (Avro spec, "Single object encoding"; see docs/adr/0004):
 ``C3 01`` marker, then the 8-byte little-endian CRC-64-AVRO fingerprint of the writer
 schema's parsing canonical form, then the schemaless Avro body. The fingerprint names the
 writer schema, so every released version stays decodable and is resolved to the current
-(reader) schema; events evolve only in compatible ways (DESIGN "Shape").
+(reader) schema; events evolve only in compatible ways (docs/contract.md "Shape").
 
 Schema directory layout: ``<dir>/<EventType>.avsc`` holds the current schema of each event
 type (the source of truth; tests keep ``callgate.domain.events`` in line with it), and
 ``<dir>/released/<version>/<EventType>.avsc`` every schema version that was ever released.
 
 Any undecodable input raises ``MalformedEvent``; the caller dead-letters it with code
-``malformed_event`` (the first check in DESIGN "order of checks") instead of skipping it.
+``malformed_event`` (the first check in docs/contract.md "Order of checks") instead of skipping it.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ TRANSIENT_TYPES: tuple[type[BaseException], ...] = (
     BufferError,  # a full producer queue
     MemoryError,
 )
-# Codes a dropped request may carry (DESIGN vocabulary); anything else becomes malformed_event.
+# Codes a dropped request may carry (docs/contract.md vocabulary); anything else is malformed_event.
 ANSWER_CODES = frozenset({Code.INVALID_ARGUMENTS, Code.UNAUTHENTICATED, Code.MALFORMED_EVENT})
 _REASON_CHARS = 500
 

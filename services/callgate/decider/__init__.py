@@ -1,7 +1,7 @@
 """The invocation decider (C1-C12), one pure process split by the rule each module holds.
 
 Only ``Decider`` and ``DeciderDeps`` are the package's interface; its state lives in
-``callgate.decider.state``. Where each clause of the contract (DESIGN.md) is enforced:
+``callgate.decider.state``. Where each clause of the contract (docs/contract.md) is enforced:
 
 - C1 proposal is not permission (a policy decision for every call): ``proposals``
 - C2 reads after the ACL alone; C3 mutations after session authorization:

@@ -3,7 +3,8 @@
 An approval binds actor, tool, target, policy version, normalized arguments and the
 dry-run snapshot hash (C4, C11), so swapping an argument cannot reuse it (V2:
 ``approval_mismatch`` naming the differing bindings). A presented approval is checked
-after policy and before idempotency, in DESIGN's order: ``approval_expired``,
+after policy and before idempotency, in the contract's order (docs/contract.md):
+``approval_expired``,
 ``approval_mismatch``, ``approval_denied``, ``approval_consumed``; a replay of the very
 call it authorized gets the stored result.
 """

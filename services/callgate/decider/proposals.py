@@ -2,7 +2,7 @@
 
 Proposal is not permission (C1): every call gets a policy decision on the session
 identity (C6), after schema validation (C7), from the catalog (C10). The order of
-checks is DESIGN's, and the first failure is the outcome: malformed_event →
+checks is the contract's (docs/contract.md), and the first failure is the outcome: malformed_event →
 unauthenticated → unknown_tool → invalid_arguments → identity_spoof (V1) →
 tool_forbidden (C12: never reaches a provider) → approval checks (C4, C11) →
 idempotency (C8) → dry-run / approval_required → execution.
@@ -63,7 +63,7 @@ def _decide_proposal(
     try:
         principal = deps.sessions.verify(p.session_token, now)  # C6: identity from the session
     except Rejection:
-        # malformed_event precedes unauthenticated (DESIGN order of checks). Routing by
+        # malformed_event precedes unauthenticated (docs/contract.md order of checks). Routing by
         # key needs the tenant: take the token's unverified claim, for routing only.
         claimed = peek_claim(p.session_token, "tenant")
         if claimed is not None or p.idempotency_key is None:
@@ -144,7 +144,7 @@ def _decide_proposal(
 
 
 def _check_routing(p: ev.ToolCallProposed, tenant: str) -> None:
-    """Partition-local checks need the right partition (DESIGN "Shape").
+    """Partition-local checks need the right partition (docs/contract.md "Shape").
 
     With an approval but no key, the call belongs on the approved invocation's
     partition; the (unverified) claim only routes, the signature is checked later.

@@ -1,6 +1,6 @@
 """The decider's per-partition-key state, folded from the events it emitted and consumed.
 
-Everything here is derived from the log (DESIGN "Shape"): the runner stores it next to
+Everything here is derived from the log (docs/contract.md "Shape"): the runner stores it next to
 the consumed position (embedded) or in a changelog inside the same transaction (Kafka),
 so it can always be rebuilt. Serialization is canonical JSON so that equal states are
 equal bytes.

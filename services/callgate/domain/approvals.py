@@ -192,7 +192,7 @@ def check_approver(
     approver_roles: tuple[str, ...],
     allow_self_approval: bool,
 ) -> None:
-    """Who may confirm (DESIGN "Confirmation"): raise ``APPROVER_FORBIDDEN`` otherwise.
+    """Who may confirm (docs/contract.md "Confirmation"): raise ``APPROVER_FORBIDDEN`` otherwise.
 
     ``owner``: the human owning the session confirms, so the approver is the actor.
     ``approver``: someone holding one of ``approver_roles``; by default not the actor

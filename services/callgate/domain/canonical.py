@@ -1,4 +1,4 @@
-"""Canonical JSON, hashes and deterministic keys (C8, C11; DESIGN "Shape").
+"""Canonical JSON, hashes and deterministic keys (C8, C11; docs/contract.md "Shape").
 
 Everything that is hashed or bound (normalized arguments, request fingerprints,
 approval bindings, partition keys, event ids) goes through ``canonical_json`` so
@@ -156,7 +156,7 @@ def request_fingerprint(tool: str, target: str, normalized_args: Mapping[str, An
 
 
 def partition_key(tenant: str, idempotency_key: str | None, invocation_id: str) -> str:
-    """The partition key of an invocation (DESIGN "Shape", C8).
+    """The partition key of an invocation (docs/contract.md "Shape", C8).
 
     Every attempt with one idempotency key in one tenant lands on one partition, so
     the replay/conflict check is partition-local. The tenant is part of the hash, so

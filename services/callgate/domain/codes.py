@@ -29,7 +29,7 @@ class Code(StrEnum):
     EXECUTION_FAILED = "execution_failed"
     OUTCOME_UNCERTAIN = "outcome_uncertain"
     MALFORMED_EVENT = "malformed_event"
-    # Added codes (DESIGN allows additions where users need them):
+    # Added codes (docs/contract.md allows additions where users need them):
     # an approver who may not decide on this invocation (role missing, or the actor themself).
     APPROVER_FORBIDDEN = "approver_forbidden"
     # the invocation asked about (approve/deny/status) does not exist or is not pending.

@@ -16,7 +16,7 @@ second execution.
 
 A request for a run that already finished is answered again with its recorded outcome
 (the same event, byte for byte), never run again. On tansu a killed decider's
-uncommitted ``ExecutionRequested`` becomes visible (DESIGN "Known tansu gaps"): this
+uncommitted ``ExecutionRequested`` becomes visible (docs/contract.md "Known tansu gaps"): this
 executor runs it, and the restarted decider, whose state predates that request, drops
 the outcome as premature and requests the run again. Without the answer it would wait
 forever (found by the chaos run).

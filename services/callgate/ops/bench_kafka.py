@@ -69,7 +69,8 @@ from callgate.ops.bench_core import Row, mixed_proposals
 
 BATCH_SIZE = 500  # ``callgate.adapters.kafka.worker`` defaults, passed explicitly to both
 BATCH_TIMEOUT_MS = 20
-# Tansu workarounds (DESIGN "Known tansu gaps"), for pipeline and ceiling alike: group joins
+# Tansu workarounds (docs/contract.md "Known tansu gaps"), for pipeline and ceiling alike: group
+# joins
 # take about session.timeout.ms; and tansu holds a fetch for its whole fetch.wait.max.ms even
 # when records arrive meanwhile (Apache Kafka answers at once), so the default 500 ms adds
 # about 200 ms per hop. Measured through one runner hop: 10 ms -> 9 ms, 100 ms -> 32 ms.
@@ -464,7 +465,7 @@ def _padded(make: Callable[[str], ev.Event], size: int, codec: AvroCodec) -> int
 
 def single_hop(bootstrap: str, work: Path, partitions: int, n: int, codec: AvroCodec) -> Row:
     """Records/s through one transactional passthrough hop without state, 400-byte records:
-    the broker's reference (DESIGN "Known tansu gaps": 60,000-85,000/s measured there)."""
+    the broker's reference (docs/contract.md "Known tansu gaps": 60,000-85,000/s measured there)."""
 
     def proposal(i: int, pad: str) -> ev.Event:
         return ev.ToolCallProposed(

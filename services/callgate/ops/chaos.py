@@ -70,7 +70,8 @@ WINDOW = 200  # flows in flight at once: enough to keep every worker busy
 STEP_TIMEOUT_S = 240.0  # one step (a proposal settling, a decision answered)
 MAX_RETRIES = 8  # resubmissions of one call that stays outcome_uncertain
 MIN_KILL_GAP_S = 2.0
-# Extra group settings for tansu (DESIGN "Known tansu gaps"): joins take session.timeout.ms.
+# Extra group settings for tansu (docs/contract.md "Known tansu gaps"): joins take
+# session.timeout.ms.
 WORKER_ARGS = ("-X", "session.timeout.ms=6000", "-X", "heartbeat.interval.ms=500")
 KINDS: tuple[tuple[str, float], ...] = (
     ("read", 0.28),
@@ -384,7 +385,7 @@ class Workload:
     def decide(self, flow: int, who: Who, status: Mapping[str, Any], decision: str) -> Step:
         """Submit a decision; wait for its answer.
 
-        Tansu gap (DESIGN "Known tansu gaps"): a SIGKILLed decider's uncommitted
+        Tansu gap (docs/contract.md "Known tansu gaps"): a SIGKILLed decider's uncommitted
         ``ApprovalRequested`` becomes visible, so a UI can answer an approval the restarted
         decider has not requested again yet, and gets ``not_pending``. As a UI would, resubmit
         (at most twice) while the status still shows the approval pending. On Apache Kafka a

@@ -1,4 +1,5 @@
-"""``callgate replay``: rebuild every projection from the log and compare (DESIGN "Shape").
+"""``callgate replay``: rebuild every projection from the log and compare (docs/contract.md
+"Shape").
 
 Compliance replays the authoritative ``events`` log from the start through the same
 pure projections and checks that the result equals, byte for byte, the live views.

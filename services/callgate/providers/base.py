@@ -1,4 +1,4 @@
-"""The one interface every tool provider implements (DESIGN "Providers", C12).
+"""The one interface every tool provider implements (docs/contract.md "Providers", C12).
 
 The executor talks to providers only through this protocol: ``dry_run`` (read-only, what
 a human confirms, C5), ``execute`` (with callgate's idempotency token passed through) and

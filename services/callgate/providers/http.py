@@ -1,4 +1,4 @@
-"""A provider reached over HTTP with JSON (stdlib ``urllib``; DESIGN "Providers", C12).
+"""A provider reached over HTTP with JSON (stdlib ``urllib``; docs/contract.md "Providers", C12).
 
 Wire protocol (all bodies JSON objects):
 

@@ -1,4 +1,4 @@
-"""The durable effect ledger of the bundled simulated providers (C12, DESIGN "Providers").
+"""The durable effect ledger of the bundled simulated providers (C12, docs/contract.md "Providers").
 
 One SQLite file (``<state_dir>/effects.sqlite``) holds two tables:
 

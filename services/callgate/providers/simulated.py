@@ -1,4 +1,4 @@
-"""The bundled simulated providers and their fault injection (DESIGN "Providers", C12).
+"""The bundled simulated providers and their fault injection (docs/contract.md "Providers", C12).
 
 Five simulations (tickets, records, refunds, deploys, users) keep their world state and
 every applied effect in the durable ``EffectLedger``. Two deliberate properties:

@@ -70,7 +70,7 @@ class Gateway:
         approval_id: str | None = None,
         timeout_s: float = 30.0,
     ) -> dict[str, Any]:
-        """Publish a proposal and wait until it settles (DESIGN "callgate propose").
+        """Publish a proposal and wait until it settles (docs/contract.md "Command line").
 
         The limits of every entry (``callgate.domain.limits``) run first: arguments that
         break them, or text that cannot be encoded, raise ``Rejection(invalid_arguments)``

@@ -1,7 +1,7 @@
 """The SDK backend over the embedded store.
 
 With no ``callgate serve`` running, the client itself takes the runner lock and runs
-the deciders in-process until its call settles (DESIGN "Command line"); with a
+the deciders in-process until its call settles (docs/contract.md "Command line"); with a
 server running, it only appends requests and polls the views.
 """
 

@@ -1,6 +1,7 @@
 """The embedded runner: executes ``callgate.domain.process.Process`` implementations over the store.
 
-One set of processes, two runners (DESIGN "Backends"): this one reads the SQLite log instead
+One set of processes, two runners (docs/contract.md "Backends"): this one reads the SQLite log
+instead
 of Kafka topics and commits to the same database. Exactly-once per process comes from
 storage, as in the ``eventsourcing`` library: the input position is written in the same
 transaction as everything the inputs caused, so a crash (even ``kill -9``) either loses the

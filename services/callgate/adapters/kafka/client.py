@@ -88,7 +88,7 @@ def _reason(exc: KafkaException) -> str:
 
 
 # Group settings for tests on tansu, whose group joins take about ``session.timeout.ms``
-# (DESIGN "Known tansu gaps"). Production keeps the Kafka defaults.
+# (docs/contract.md "Known tansu gaps"). Production keeps the Kafka defaults.
 FAST_GROUP_SETTINGS: Config = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
 
 

@@ -1,6 +1,6 @@
 """The Kafka runner: executes one ``callgate.domain.process.Process`` exactly once per input record.
 
-One set of processes, two runners (DESIGN "Backends"): this one reads Kafka topics and
+One set of processes, two runners (docs/contract.md "Backends"): this one reads Kafka topics and
 commits with Kafka transactions; ``callgate.adapters.embedded`` does the same over SQLite.
 Why it is hand-written on confluent-kafka + rocksdict rather than Quix Streams: ADR 0007.
 
@@ -41,7 +41,7 @@ and retry -- never skip. A fenced producer (a newer instance with the same
 ``transactional.id``) raises ``ProducerFenced``: the runner must exit, not continue.
 
 Inputs are read ``read_committed``; on tansu that does not hide records of aborted upstream
-transactions (DESIGN "Known tansu gaps"), so there a process can see an upstream event
+transactions (docs/contract.md "Known tansu gaps"), so there a process can see an upstream event
 twice. Processes are idempotent per ``event_id`` for that reason too (at-least-once delivery
 plus idempotent effects); on Apache Kafka it does not happen.
 

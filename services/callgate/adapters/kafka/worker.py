@@ -5,7 +5,7 @@ process exactly as the embedded backend does); the process is chosen by name.
 ``CALLGATE_KAFKA_CONSUMER`` (``key=value,key=value``) adds consumer settings, like ``-X``,
 so that ``callgate serve`` can hand them to every child: tests on tansu set
 ``session.timeout.ms=6000,heartbeat.interval.ms=500`` there, because tansu's group joins
-take about ``session.timeout.ms`` (DESIGN "Known tansu gaps") and the default would keep a
+take about ``session.timeout.ms`` (docs/contract.md "Known tansu gaps") and the default would keep a
 restarted child away for about half a minute.
 """
 

@@ -1,6 +1,6 @@
 """Request and response bodies, as the OpenAPI document describes them.
 
-Response shapes are the CLI's ``--json`` shapes (DESIGN "Command line"): the routes
+Response shapes are the CLI's ``--json`` shapes (docs/contract.md "Command line"): the routes
 return the SDK's answers as they are, and these models only describe them.
 """
 
