@@ -81,7 +81,13 @@ def mixed_proposals(
 
 
 def bench_policy(n: int) -> list[Row]:
-    """CPU time of the policy evaluation alone (C1), per decision."""
+    """CPU time of the policy evaluation alone (C1), per decision.
+
+    The targets cycle over 1,000 resources, as an agent's session works on a set of them:
+    the engine's parsed entities for (session, resource) are then reused and Cedar still
+    evaluates every call. A third row times resources seen for the first time (the
+    resource's entity is parsed and added to the session's).
+    """
     from callgate.domain.principal import Principal
 
     with tempfile.TemporaryDirectory() as d:
@@ -99,16 +105,24 @@ def bench_policy(n: int) -> list[Row]:
             t0 = time.thread_time_ns()
             engine.decide(who, spec, target, args)
             samples.append(time.thread_time_ns() - t0)
+        first: list[int] = []
+        for i in range(n):
+            target = f"ORD-new-{i}"
+            t0 = time.thread_time_ns()
+            engine.decide(who, spec, target, args)
+            first.append(time.thread_time_ns() - t0)
     samples.sort()
     median_us = statistics.median(samples) / 1000
     p99_us = samples[int(len(samples) * 0.99) - 1] / 1000
+    first_us = statistics.median(first) / 1000
     return [
         Row(
             "policy evaluation, median CPU per decision",
             f"{median_us:.1f} µs",
-            "≤ 100 µs",
-            median_us <= 100,
-            "reusable cedarpy PolicySet, one is_authorized per call",
+            "≤ 30 µs",
+            median_us <= 30,
+            "policy set and (session, resource) entities parsed once per policy version, "
+            "one Cedar is_authorized per call; 1,000 targets cycled",
         ),
         Row(
             "policy evaluation, p99 CPU per decision",
@@ -116,6 +130,13 @@ def bench_policy(n: int) -> list[Row]:
             "",
             None,
             f"{n} decisions",
+        ),
+        Row(
+            "policy evaluation, median CPU, first call on a resource",
+            f"{first_us:.1f} µs",
+            "",
+            None,
+            f"{n} distinct targets: the resource's entity is parsed and added",
         ),
     ]
 
