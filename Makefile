@@ -18,7 +18,7 @@ $(UV): requirements/uv.txt
 
 ## Installs exactly the locked versions (uv.lock, hashes checked) into .venv.
 $(STAMP): $(UV) pyproject.toml uv.lock
-	$(UV) sync --locked --extra dev --python $(PYTHON)
+	$(UV) sync --locked --extra dev --python $(PYTHON) --compile-bytecode
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from rich.table import Table
@@ -36,8 +37,14 @@ QUICK = {"policy": 300, "embedded": 200, "memory": 2_000, "kafka": 150, "latency
 
 
 def run_bench(
-    settings: Settings, out: Renderer, quick: bool = False, only: list[str] | None = None
+    settings: Settings,
+    out: Renderer,
+    quick: bool = False,
+    only: list[str] | None = None,
+    plot: Path | None = None,
 ) -> int:
+    """Run the sections in ``only`` (default all); ``plot``: where the Kafka section writes
+    its latency plot (default ``<state_dir>/latency.png``; docs/latency.png for the docs)."""
     counts = QUICK if quick else FULL
     wanted = set(only or ["kafka", "policy", "embedded", "replay", "memory"])
     rows: list[Row] = []
@@ -52,7 +59,7 @@ def run_bench(
         except Exception as e:  # a failed section is reported, never hidden
             rows.append(Row(f"{name}: FAILED", f"{type(e).__name__}: {e}", ok=False))
 
-    section("kafka", lambda: _kafka(settings, counts))
+    section("kafka", lambda: _kafka(settings, counts, plot))
     section("policy", lambda: bench_policy(int(counts["policy"])))
     embedded_state = None
 
@@ -92,7 +99,7 @@ def run_bench(
     return 0
 
 
-def _kafka(settings: Settings, counts: dict[str, float]) -> list[Row]:
+def _kafka(settings: Settings, counts: dict[str, float], plot: Path | None) -> list[Row]:
     from callgate.ops.bench_kafka import bench_kafka
 
-    return bench_kafka(settings, int(counts["kafka"]), float(counts["latency_s"]))
+    return bench_kafka(settings, int(counts["kafka"]), float(counts["latency_s"]), plot)

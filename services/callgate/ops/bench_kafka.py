@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import marshal
 import os
 import resource
@@ -83,7 +84,8 @@ TARGET_P99_MS = 25.0
 PLOT_FRACTIONS = (0.05, 0.15, 0.3, 0.5, 0.7, 0.9)  # of the measured pipeline throughput
 HOP_RECORD_BYTES = 400
 SETTLED = b'"settled":true'
-STALL_S = 120.0  # no final decision for this long: the run failed
+STALL_S = 60.0  # no final decision for this long: the rest did not settle
+BROKER = "tansu"  # named in the rows and the plot
 
 # A recorded output: ("e", avro bytes) or ("v", view, key, value json or None).
 Step = tuple[bytes | None, list[tuple[Any, ...]]]  # (state after, None: unchanged; outputs)
@@ -269,6 +271,46 @@ def replay_worker(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+# --- client logs ------------------------------------------------------------------------------
+
+
+class ClientLog(logging.Handler):
+    """Keeps the log lines of the bench's own Kafka clients off stderr: librdkafka writes
+    there unless it is given a logger (e.g. "Connect ... failed" from a client whose broker
+    the bench has just stopped). They are counted, and the last few kept for the report."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.count = 0
+        self.last: deque[str] = deque(maxlen=3)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
+        self.last.append(record.getMessage()[:160])
+
+
+CLIENT_LOGGER = "callgate.ops.bench.kafka_clients"
+
+
+def client_logger() -> logging.Logger:
+    """The logger handed to every Kafka client the bench creates (``"logger"`` setting)."""
+    return logging.getLogger(CLIENT_LOGGER)
+
+
+@contextmanager
+def captured_client_logs() -> Iterator[ClientLog]:
+    """Route the bench's client logs to a ``ClientLog`` for the duration of the section."""
+    logger = client_logger()
+    handler = ClientLog()
+    logger.addHandler(handler)
+    logger.propagate = False  # not to the root logger (nor to ``logging.lastResort``)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+
+
 # --- publishing and reading final decisions -------------------------------------------------
 
 
@@ -292,6 +334,7 @@ def _reader(bootstrap: str) -> Consumer:
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             "fetch.wait.max.ms": CONSUMER["fetch.wait.max.ms"],
+            "logger": client_logger(),
         }
     )
 
@@ -306,17 +349,48 @@ def outbound(codec: AvroCodec, proposals: Sequence[ev.Event]) -> list[Outbound]:
 @dataclass(frozen=True, slots=True)
 class Result:
     seconds: float  # first (scheduled) publish to the last final decision
-    latencies_ms: list[float]  # sorted
+    latencies_ms: list[float]  # sorted, of the proposals that settled
+    # invocation id -> why it did not settle (its last status record, or none): a proposal
+    # that never settles is a defect, reported instead of failing the whole section.
+    unsettled: dict[str, str] = field(default_factory=dict)
 
     def rate(self) -> float:
-        return len(self.latencies_ms) / self.seconds
+        return len(self.latencies_ms) / self.seconds if self.seconds > 0 else 0.0
 
     def pct(self, q: float) -> float:
         xs = self.latencies_ms
+        if not xs:
+            return float("nan")
         return xs[min(len(xs) - 1, max(0, round(q * len(xs)) - 1))]
 
     def pcts(self) -> str:
         return " / ".join(f"{self.pct(q):.1f}" for q in (0.5, 0.95, 0.99)) + " ms"
+
+    def settled_note(self) -> str:
+        """``all settled``, or how many did not and their last status records."""
+        if not self.unsettled:
+            return "all settled"
+        total = len(self.latencies_ms) + len(self.unsettled)
+        return (
+            f"{len(self.unsettled):,} of {total:,} did not settle within {STALL_S:g} s of "
+            f"the last decision ({unsettled_reasons(self.unsettled)})"
+        )
+
+
+def unsettled_reasons(unsettled: Mapping[str, str]) -> str:
+    """The reasons of unsettled proposals, counted, most frequent first."""
+    return ", ".join(f"{n} x {why}" for why, n in Counter(unsettled.values()).most_common())
+
+
+def _stuck_at(status: bytes | None) -> str:
+    """Where a proposal stopped, from its last status record (``callgate_projections.status``)."""
+    if status is None:
+        return "no status record: not past the decider's transaction"
+    try:
+        value = json.loads(status)
+    except ValueError:
+        return "unreadable status record"
+    return f"last status {value.get('outcome')!r}, settled={value.get('settled')}"
 
 
 class Load:
@@ -326,6 +400,7 @@ class Load:
         self.bootstrap, self.topics, self.names = bootstrap, topics, names
         self.requests = topics.physical("requests")
         no_linger: dict[str, Any] = {"linger.ms": 0}  # a platform sends each call at once
+        no_linger["logger"] = client_logger()
         self.producer: Producer = make_producer(bootstrap, None, **no_linger)
         self.reader = _reader(bootstrap)
         status = topics.view("status")
@@ -341,6 +416,7 @@ class Load:
         n, sent = len(items), 0
         scheduled: dict[bytes, float] = {}
         latencies: list[float] = []
+        seen: dict[bytes, bytes] = {}  # the last unsettled status record per invocation
         t0 = last = time.perf_counter()
         while len(latencies) < n:
             now = time.perf_counter()
@@ -353,15 +429,20 @@ class Load:
             for msg in fetched(self.reader, max(0.0, min(wait, 0.05))):
                 if msg.error() is not None:
                     raise KafkaException(msg.error())
-                value = msg.value() or b""
-                if SETTLED not in value or (msg.key() or b"") not in scheduled:
+                value, key = msg.value() or b"", msg.key() or b""
+                if key not in scheduled:
                     continue
-                if json.loads(value)["settled"] is True:
+                if SETTLED in value and json.loads(value)["settled"] is True:
                     last = time.perf_counter()
-                    latencies.append((last - scheduled.pop(msg.key() or b"")) * 1000)
+                    latencies.append((last - scheduled.pop(key)) * 1000)
+                    seen.pop(key, None)
+                else:
+                    seen[key] = value
             if time.perf_counter() - max(last, t0 + sent / (rate or 1e9)) > STALL_S:
-                raise TimeoutError(f"{n - len(latencies)} of {n} proposals never settled")
-        return Result(last - t0, sorted(latencies))
+                break  # the rest did not settle: reported with where each one stopped
+        unsettled = {k.decode(): _stuck_at(seen.get(k)) for k in scheduled}
+        unsettled.update({i.invocation_id.decode(): "never published" for i in items[sent:]})
+        return Result(last - t0, sorted(latencies), unsettled)
 
     def _produce(self, item: Outbound) -> None:
         while True:
@@ -389,7 +470,12 @@ def wait_idle(
     do not gate the final decision."""
     inputs = [topics.physical(t) for t in ("requests", "events")]
     want = [TopicPartition(t, p) for t in inputs for p in range(topics.partitions)]
-    groups = [Consumer(client_config(bootstrap, **{"group.id": topics.group(n)})) for n in names]
+    groups = [
+        Consumer(
+            client_config(bootstrap, **{"group.id": topics.group(n), "logger": client_logger()})
+        )
+        for n in names
+    ]
     try:
         start = since = time.monotonic()
         last: list[list[int]] = []
@@ -501,15 +587,16 @@ def single_hop(bootstrap: str, work: Path, partitions: int, n: int, codec: AvroC
         "follow": {},
     }
     (work / "passthrough.replay").write_bytes(marshal.dumps(data))
-    admin = make_admin(bootstrap)
+    admin = make_admin(bootstrap, logger=client_logger())
     ensure_topics(admin, topics.specs([Replay({**data, "handled": {}}, codec)]))
-    producer = make_producer(bootstrap)
+    producer = make_producer(bootstrap, logger=client_logger())
     for i in range(n):
         producer.produce(
             requests, key=f"hop-{i:08d}".encode(), value=codec.encode(proposal(i, in_pad))
         )
         producer.poll(0)
     producer.flush(60)
+    del producer, admin  # destroyed now, not after the broker stopped
     # The backlog is published before the runner starts, and the clock runs from its first
     # committed transaction to its last: start-up and the group join are not timed.
     reader = _reader(bootstrap)
@@ -549,19 +636,26 @@ def single_hop(bootstrap: str, work: Path, partitions: int, n: int, codec: AvroC
 # --- the section ------------------------------------------------------------------------------
 
 
-def bench_kafka(settings: Settings, proposals: int, latency_s: float) -> list[Row]:
+def bench_kafka(
+    settings: Settings, proposals: int, latency_s: float, plot: Path | None = None
+) -> list[Row]:
     """Ceiling, pipeline throughput and latency on own tansu brokers (module docstring).
 
     ``settings`` gives the partition count and profile; brokers, topics and state are the
-    bench's own (a temporary directory). The latency plot goes to ``<state_dir>/latency.png``.
+    bench's own (a temporary directory). The latency plot goes to ``plot`` (default
+    ``<state_dir>/latency.png``). The bench's own Kafka clients log to a ``ClientLog``,
+    never to stderr; the last row counts their lines.
     """
     before = _cpu_seconds()
     work = Path(tempfile.mkdtemp(prefix="callgate-bench-kafka-"))
-    try:
-        rows = _run(settings, work, proposals, latency_s)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return [*rows, _noise(before, _cpu_seconds())]
+    with captured_client_logs() as client_log:
+        try:
+            rows = _run(
+                settings, work, proposals, latency_s, plot or settings.state_dir / "latency.png"
+            )
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return [*rows, _noise(before, _cpu_seconds(), client_log)]
 
 
 def _cpu_seconds() -> tuple[float, float, float]:
@@ -576,18 +670,23 @@ def _cpu_seconds() -> tuple[float, float, float]:
     return time.monotonic(), busy, mine
 
 
-def _noise(before: tuple[float, float, float], after: tuple[float, float, float]) -> Row:
+def _noise(
+    before: tuple[float, float, float], after: tuple[float, float, float], client_log: ClientLog
+) -> Row:
     """How much CPU other processes took while the section ran (its children are reaped
     when it ends, so their CPU is in RUSAGE_CHILDREN)."""
     wall = after[0] - before[0]
     others = max(0.0, (after[1] - before[1]) - (after[2] - before[2])) / wall
+    logs = f"; the bench's Kafka clients logged {client_log.count} line(s), kept off stderr"
+    if client_log.last:
+        logs += " (last: " + " | ".join(client_log.last) + ")"
     return Row(
         "kafka: CPU used by other processes during the section",
         f"{others:.2f} of {os.cpu_count()} cores",
         "",
         None,
         f"machine busy time minus this bench's processes, averaged over {wall:,.0f} s: "
-        "figures shrink as it grows",
+        "figures shrink as it grows" + logs,
     )
 
 
@@ -604,7 +703,7 @@ class _Figures:
     published: int = 0
 
 
-def _run(settings: Settings, work: Path, n: int, latency_s: float) -> list[Row]:
+def _run(settings: Settings, work: Path, n: int, latency_s: float, plot: Path) -> list[Row]:
     codec = AvroCodec.default()
     owner = bootstrap(Settings(state_dir=work / "owner", profile=settings.profile))  # the keys
     probe = mixed_proposals(owner, 10, seed=2)
@@ -640,7 +739,7 @@ def _run(settings: Settings, work: Path, n: int, latency_s: float) -> list[Row]:
             fig.ceiling_latency[rate] = load.run(outbound(codec, batch), rate)
         with phase(None) as load:
             fig.latency[rate] = load.run(outbound(codec, batch), rate)
-    return rows + _rows(fig, n, latency_s, settings.state_dir / "latency.png")
+    return rows + _rows(fig, n, latency_s, plot)
 
 
 @contextmanager
@@ -710,7 +809,7 @@ def _per(counts: Mapping[str, int], proposals: int) -> str:
 
 def _rows(fig: _Figures, n: int, latency_s: float, plot: Path) -> list[Row]:
     assert fig.ceiling and fig.pipeline
-    ratio = fig.pipeline.rate() / fig.ceiling.rate()
+    ratio = fig.pipeline.rate() / fig.ceiling.rate() if fig.ceiling.rate() else float("nan")
     target = fig.latency[TARGET_RATE]
     changelog = fig.written["changelog"]
     state = f"{changelog / fig.recorded:.2f} x {fig.written['changelog bytes'] / changelog:,.0f} B"
@@ -729,16 +828,17 @@ def _rows(fig: _Figures, n: int, latency_s: float, plot: Path) -> list[Row]:
             f"{fig.ceiling.rate():,.0f} proposals/s",
             "",
             None,
-            f"{n:,} proposals; 6 OS processes replay the real processes' recorded "
-            f"outputs and state under the same KafkaRunner; {same}",
+            f"{n:,} proposals, {fig.ceiling.settled_note()}; 6 OS processes replay the real "
+            f"processes' recorded outputs and state under the same KafkaRunner; {same}",
         ),
         Row(
             "kafka pipeline: proposals/s to final decision",
             f"{fig.pipeline.rate():,.0f} proposals/s",
             "",
             None,
-            f"{n:,} proposals: 70% reads, 20% low-impact, 10% high-impact mutations "
-            f"(→ approval_required); `callgate serve`'s 6 OS processes; {same}",
+            f"{n:,} proposals, {fig.pipeline.settled_note()}: 70% reads, 20% low-impact, "
+            f"10% high-impact mutations (→ approval_required); `callgate serve`'s 6 OS "
+            f"processes; {same}",
         ),
         Row(
             "kafka pipeline / ceiling",
@@ -752,22 +852,24 @@ def _rows(fig: _Figures, n: int, latency_s: float, plot: Path) -> list[Row]:
             target.pcts(),
             f"p99 ≤ {TARGET_P99_MS:g} ms",
             target.pct(0.99) <= TARGET_P99_MS,
-            f"{len(target.latencies_ms):,} proposals over {latency_s:g} s, all settled; "
-            "scheduled publish → status settled",
+            f"{len(target.latencies_ms) + len(target.unsettled):,} proposals over "
+            f"{latency_s:g} s, {target.settled_note()}; scheduled publish → status settled",
         ),
         Row(
             f"kafka ceiling latency at {TARGET_RATE}/s offered: p50 / p95 / p99",
             fig.ceiling_latency[TARGET_RATE].pcts(),
             "",
             None,
-            "the same proposals through the replay processes: the topology's own latency",
+            "the same proposals through the replay processes: the topology's own latency; "
+            + fig.ceiling_latency[TARGET_RATE].settled_note(),
         ),
         Row(
             "kafka latency vs offered load",
             _plot(fig, plot),
             "",
             None,
-            "p50 / p99 ms, pipeline (ceiling): "
+            _unsettled_points(fig)
+            + "p50 / p99 ms, pipeline (ceiling): "
             + "; ".join(
                 f"{rate}/s {r.pct(0.5):,.0f} / {r.pct(0.99):,.0f} "
                 f"({fig.ceiling_latency[rate].pct(0.5):,.0f} / "
@@ -784,6 +886,29 @@ def _rows(fig: _Figures, n: int, latency_s: float, plot: Path) -> list[Row]:
             "writes the first row's figures",
         ),
     ]
+
+
+def _unsettled_points(fig: _Figures) -> str:
+    """Offered loads at which some proposals did not settle (their latencies are left out)."""
+    points = [
+        f"{rate}/s {which}: {result.settled_note()}"
+        for rate in sorted(fig.latency)
+        for which, result in (
+            ("pipeline", fig.latency[rate]),
+            ("ceiling", fig.ceiling_latency[rate]),
+        )
+        if result.unsettled
+    ]
+    return "".join(f"{p}; " for p in points)
+
+
+def shown(path: Path) -> str:
+    """``path`` as printed: relative to the working directory, else its name only (no
+    machine paths in a report that is pasted into the docs)."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return f"{path.name} (in the state directory, or where --plot says)"
 
 
 def _plot(fig: _Figures, path: Path) -> str:
@@ -816,7 +941,8 @@ def _plot(fig: _Figures, path: Path) -> str:
         xlabel="offered load (proposals/s)",
         ylabel="publish → final decision (ms)",
         yscale="log",
-        title="callgate on Kafka (tansu, loopback, 6 OS processes, 2 cores)",
+        title=f"callgate on Kafka ({BROKER} broker, loopback, 6 OS processes, "
+        f"{os.cpu_count()} cores)",
     )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small")
@@ -824,7 +950,7 @@ def _plot(fig: _Figures, path: Path) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
     plt.close(figure)
-    return str(path)
+    return shown(path)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from callgate.surfaces.commands import Subcommands, add_command
 from callgate.surfaces.commands.context import Context
@@ -19,6 +20,12 @@ def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type
         action="append",
         default=[],
         help="only these sections: kafka, policy, embedded, replay, memory (default: all)",
+    )
+    be.add_argument(
+        "--plot",
+        type=Path,
+        metavar="FILE",
+        help="where the Kafka section writes its latency plot (default: <state-dir>/latency.png)",
     )
 
     ch = add_command(
@@ -38,7 +45,9 @@ def demo(ctx: Context) -> int:
 def bench(ctx: Context) -> int:
     from callgate.ops.bench import run_bench
 
-    return run_bench(ctx.app.settings, ctx.out, quick=ctx.ns.quick, only=ctx.ns.only)
+    return run_bench(
+        ctx.app.settings, ctx.out, quick=ctx.ns.quick, only=ctx.ns.only, plot=ctx.ns.plot
+    )
 
 
 def chaos(ctx: Context) -> int:

@@ -1,0 +1,58 @@
+"""How the bench's Kafka section reports proposals that did not settle, and its plot path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from callgate.ops.bench_kafka import (
+    Result,
+    _stuck_at,
+    captured_client_logs,
+    client_logger,
+    shown,
+)
+
+
+def test_unsettled_proposals_are_counted_with_where_they_stopped() -> None:
+    result = Result(
+        2.0,
+        [5.0, 7.0],
+        {
+            "a": _stuck_at(b'{"outcome":"executing","settled":false}'),
+            "b": _stuck_at(b'{"outcome":"executing","settled":false}'),
+            "c": _stuck_at(None),
+        },
+    )
+    note = result.settled_note()
+    assert note.startswith("3 of 5 did not settle")
+    assert "2 x last status 'executing', settled=False" in note
+    assert "1 x no status record" in note
+    assert result.rate() == 1.0  # settled ones only
+
+
+def test_all_settled_and_no_latency_at_all_do_not_raise() -> None:
+    assert Result(1.0, [1.0]).settled_note() == "all settled"
+    empty = Result(0.0, [], {"a": _stuck_at(None)})
+    assert empty.rate() == 0.0
+    assert empty.pcts() == "nan / nan / nan ms"
+
+
+def test_the_plot_path_is_printed_relative_or_by_name_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert shown(tmp_path / "docs" / "latency.png") == "docs/latency.png"
+    elsewhere = shown(tmp_path.parent / "latency.png")
+    assert elsewhere.startswith("latency.png") and str(tmp_path.parent) not in elsewhere
+
+
+def test_client_log_lines_go_to_the_capture_not_to_stderr(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with captured_client_logs() as captured:
+        client_logger().error("FAIL|rdkafka#producer-1| Connect failed")
+    assert captured.count == 1 and "Connect failed" in captured.last[0]
+    assert capsys.readouterr().err == ""
+    assert client_logger().propagate is False
