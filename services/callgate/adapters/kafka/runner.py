@@ -100,6 +100,19 @@ STATE_CACHE_KEYS = 2048
 # next transaction, when the runner is idle, or after this long (``_commit``).
 NOOP_COMMIT_DELAY_S = 0.5
 _FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+# Latency settings: a caller waits on every hop of the critical path (docs/benchmarks.md,
+# "Latency settings"). The producer sends what ``handle`` produces within a millisecond,
+# so the transaction's records are mostly on the broker when the commit sequence flushes
+# (flush itself never waits for linger); Nagle's algorithm is off on every socket, so a
+# small request never waits for the ack of the one before it. The consumer's fetch is
+# answered as soon as one byte is there (``fetch.min.bytes``), and an empty one returns
+# after ``fetch.wait.max.ms``; ``consumer_overrides`` win (tansu needs 10 ms there).
+PRODUCER_LATENCY: dict[str, Any] = {"linger.ms": 1, "socket.nagle.disable": True}
+CONSUMER_LATENCY: dict[str, Any] = {
+    "fetch.min.bytes": 1,
+    "fetch.wait.max.ms": 100,
+    "socket.nagle.disable": True,
+}
 
 
 class ProducerFenced(RuntimeError):
@@ -172,11 +185,12 @@ class KafkaRunner:
         self._inputs = {topics.physical(t): t for t in sorted(process.inputs)}
         self._changelog = topics.changelog(process.name)
         self._producer = make_producer(
-            bootstrap, topics.transactional_id(process.name, instance_id)
+            bootstrap, topics.transactional_id(process.name, instance_id), **PRODUCER_LATENCY
         )
         # Static membership: a restarted instance takes its partitions back without waiting
         # for its dead self to time out of the group.
-        overrides = {"group.instance.id": f"{process.name}.{instance_id}"}
+        overrides: dict[str, Any] = {"group.instance.id": f"{process.name}.{instance_id}"}
+        overrides.update(CONSUMER_LATENCY)
         overrides.update(consumer_overrides or {})
         self._consumer: Consumer = make_consumer(bootstrap, topics.group(process.name), **overrides)
         self._reader = ChangelogReader(bootstrap)
