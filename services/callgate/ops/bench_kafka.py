@@ -50,7 +50,6 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
 from callgate.adapters.kafka.client import (
     FAST_GROUP_SETTINGS,
-    LIBRDKAFKA_LOG,
     client_config,
     fetched,
     headers_of,
@@ -336,7 +335,6 @@ def _reader(bootstrap: str) -> Consumer:
     return Consumer(
         {
             "bootstrap.servers": bootstrap,
-            "logger": LIBRDKAFKA_LOG,
             "group.id": "callgate.ops.bench",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
