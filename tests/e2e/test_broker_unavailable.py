@@ -84,7 +84,8 @@ def test_no_broker_at_all_is_broker_unavailable_within_the_timeout(
 ) -> None:
     state = tmp_path / "state"
     token = session(state, "alice", "acme", "support")
-    argv = [*command, "--session", token] if command[0] == "propose" else command
+    reads = ("propose", "pending", "status")  # these take the caller's session
+    argv = [*command, "--session", token] if command[0] in reads else command
     started = time.monotonic()
     result = run(state, *kafka_args(nothing_listening), *argv, rc=EXIT_FAILED)
     elapsed = time.monotonic() - started
@@ -123,7 +124,8 @@ def test_verbose_shows_librdkafka_lines_through_python_logging(
 ) -> None:
     """``-v``: librdkafka's lines are shown, as log records of ``callgate.librdkafka``."""
     state = tmp_path / "state"
-    result = run(state, "-v", *kafka_args(nothing_listening), "pending", rc=EXIT_FAILED)
+    argv = ["pending", "--session", "a-token"]
+    result = run(state, "-v", *kafka_args(nothing_listening), *argv, rc=EXIT_FAILED)
     assert result.value["error"]["code"] == "broker_unavailable"
     lines = result.stderr.splitlines()
     assert lines and all("callgate.librdkafka" in line for line in lines), lines[:5]

@@ -54,9 +54,10 @@ def call(
 
 
 def fits_80(line: str) -> bool:
-    """At most 80 columns, except that a signed token (an approval id, unbreakable, for
-    copy and paste) is printed whole: the rest of its line must fit."""
-    tokens = [w for w in line.split() if len(w) > 60 and w.count(".") == 2]
+    """At most 80 columns, except that an unbreakable identifier (a signed approval id,
+    a session-bound invocation id: for copy and paste) is printed whole: the rest of its
+    line must fit."""
+    tokens = [w for w in line.split() if len(w) > 40 and "." in w]
     rest = line
     for token in tokens:
         rest = rest.replace(token, "")
@@ -137,8 +138,9 @@ def test_with_json_every_error_is_one_json_value(tmp_path: Path) -> None:
     """A failed command (exit 1) and misuse (exit 2) alike: ``{"error": {"code",
     "message"}}`` on stdout, nothing on stderr."""
     state = str(tmp_path / "state")
+    alice = session(tmp_path / "state", "alice", "acme", "support")
     for argv, rc, code in [
-        (["status", "no-such-invocation"], EXIT_FAILED, "not_found"),
+        (["status", "no-such-invocation", "--session", alice], EXIT_FAILED, "not_found"),
         (["approve", "no-such-invocation", "--session", "x"], EXIT_FAILED, "not_pending"),
         (["frobnicate"], EXIT_MISUSE, "usage"),
         (["propose", "--session", "x", "--tool", "t", "--args", "[]"], EXIT_MISUSE, "usage"),
@@ -165,10 +167,10 @@ def test_human_output_fits_80_columns_with_iso_times_and_whole_tool_names(
     outputs: dict[str, str] = {}
     for name, argv in [
         ("catalog", ["catalog"]),
-        ("pending", ["pending"]),
+        ("pending", ["pending", "--session", bob]),
         ("approve", ["approve", first["invocation_id"], "--session", bob]),
-        ("status", ["status", first["invocation_id"]]),
-        ("audit", ["audit"]),
+        ("status", ["status", first["invocation_id"], "--session", alice]),
+        ("audit", ["audit", "--session", alice]),
         ("effects", ["effects"]),
     ]:
         result = call("--state-dir", str(state), *argv, columns=80)

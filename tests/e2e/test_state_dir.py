@@ -61,7 +61,7 @@ def test_the_nearest_dot_callgate_upward_is_the_state_from_any_subdirectory(
     token = call(deep, *ISSUE, env=home).value["token"]
     assert (project / ".callgate" / "keys").is_dir()
     assert read_ticket(project, token, env=home)["outcome"] == "executed"  # same keys
-    [record] = call(deep / "..", "audit", env=home).value
+    [record] = call(deep / "..", "audit", "--session", token, env=home).value
     assert record["tool"] == "tickets.read"
     assert not (tmp_path / "xdg").exists() and not (deep / ".callgate").exists()
 

@@ -78,7 +78,7 @@ class Renderer:
         self.value(
             value,
             human=lambda c: c.print(
-                f"[green]approved[/]  invocation {value['invocation_id']}\n"
+                f"[green]approved[/]\n  invocation {value['invocation_id']}\n"
                 f"  approval_id: {value['approval_id']}\n"
                 f"  expires_at:  {iso_utc(value['expires_at'] / 1000)}",
                 soft_wrap=True,
@@ -89,7 +89,9 @@ class Renderer:
         reason = f": {escape(value['reason'])}" if value.get("reason") else ""
         self.value(
             value,
-            human=lambda c: c.print(f"[red]denied[/]  invocation {value['invocation_id']}{reason}"),
+            human=lambda c: c.print(
+                f"[red]denied[/]{reason}\n  invocation {value['invocation_id']}"
+            ),
         )
 
     def status(self, value: dict[str, Any]) -> None:
@@ -108,7 +110,8 @@ class Renderer:
     def answer(self, answer: dict[str, Any]) -> None:
         def human(c: Console) -> None:
             code = answer["outcome"]
-            c.print(f"[{outcome_style(code)}]{code}[/]  invocation {answer['invocation_id']}")
+            # Invocation ids are long (bound to the session): on a line of their own.
+            c.print(f"[{outcome_style(code)}]{code}[/]\n  invocation {answer['invocation_id']}")
             if "error" in answer:
                 c.print(f"  {answer['error']['message']}")
             for field in ("dry_run", "result"):
@@ -169,10 +172,10 @@ class Renderer:
             c.print(f"[bold]pending approvals ({len(rows)})[/]")
             for r in rows:
                 expires = iso_utc(r["expires_at"] / 1000) if r.get("expires_at") else "-"
+                c.print(r["invocation_id"], soft_wrap=True)
                 c.print(
-                    f"{r['invocation_id']}  [bold]{escape(str(r['tool']))}[/]  "
-                    f"{escape(str(r['actor']))}@{escape(str(r['tenant']))}",
-                    soft_wrap=True,
+                    f"  [bold]{escape(str(r['tool']))}[/] for "
+                    f"{escape(str(r['actor']))}@{escape(str(r['tenant']))}"
                 )
                 c.print(f"  confirmation: {r['confirmation']}, expires {expires}")
                 c.print(f"  args:    {escape(json.dumps(r['args'], sort_keys=True))}")
