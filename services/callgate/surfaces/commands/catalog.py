@@ -12,9 +12,7 @@ from callgate.surfaces.commands.context import EXIT_OK, Context, Misuse
 
 def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
     c = add_command(sub, common, "catalog", "the tools with their flags and argument schemas", show)
-    c.add_argument(
-        "action", nargs="?", choices=["draft"], help="draft: entries from an MCP server"
-    )
+    c.add_argument("action", nargs="?", choices=["draft"], help="draft: entries from an MCP server")
     c.add_argument("--mcp", metavar="COMMAND_OR_URL", help="draft: the upstream MCP server")
     c.add_argument("--provider", help="draft: provider name of the entries (default: upstream)")
     c.add_argument("--output", type=Path, metavar="FILE", help="draft: also write the YAML here")
