@@ -145,7 +145,7 @@ def write_profile(
     folder: Path,
     ledger: Path,
     url: str | None = None,
-    timeout_s: float = 2.0,
+    timeout_s: float = 3.0,
     with_defaults: bool = False,
 ) -> Path:
     """The profile above; ``with_defaults`` adds the shipped profile's tools and resources

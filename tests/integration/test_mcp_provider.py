@@ -24,7 +24,8 @@ NOTE = {"note_id": "N-1", "text": "hello", "author": "alice"}
 
 @pytest.fixture
 def app(tmp_path: Path) -> Iterator[App]:
-    profile = write_profile(tmp_path / "profile", tmp_path / "notes.jsonl", timeout_s=1.0)
+    # 3 s: only the injected fault may time out, even on a loaded machine
+    profile = write_profile(tmp_path / "profile", tmp_path / "notes.jsonl", timeout_s=3.0)
     app = bootstrap(Settings(state_dir=tmp_path / "state", profile=profile))
     try:
         yield app
