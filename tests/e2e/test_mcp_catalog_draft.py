@@ -73,4 +73,6 @@ def test_a_broken_provider_declaration_is_misuse(tmp_path: Path) -> None:
         )
     )
     done = run(tmp_path / "state", "mcp", "--session", "t", profile=profile, rc=EXIT_MISUSE)
-    assert "provider 'notes'" in done.stderr and "exactly one of" in done.stderr
+    error = done.value["error"]
+    assert error["code"] == "usage", done
+    assert "provider 'notes'" in error["message"] and "exactly one of" in error["message"]

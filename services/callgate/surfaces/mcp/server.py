@@ -104,13 +104,15 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
         try:
             approval_id = _meta_text(meta, META_APPROVAL_ID)
             key = _meta_text(meta, META_IDEMPOTENCY_KEY)
-            args = params.arguments or {}
-            json.dumps(args)  # what the SDK parsed must encode again (depth, cycles)
-        except (ValueError, RecursionError) as exc:
+        except ValueError as exc:
             return _error_result(Code.INVALID_ARGUMENTS.value, str(exc) or "unreadable", None)
-        answer = await bridge.propose(
-            session_of(ctx), params.name, args, key, approval_id, options.timeout_s
-        )
+        args = params.arguments or {}
+        try:
+            answer = await bridge.propose(
+                session_of(ctx), params.name, args, key, approval_id, options.timeout_s
+            )
+        except Rejection as r:  # the SDK's entry limits: refused before anything is published
+            return _error_result(r.code.value, r.message, None)
         outcome = str(answer["outcome"])
         invocation_id = str(answer["invocation_id"])
         if outcome in SUCCESS:
