@@ -9,7 +9,7 @@ UV     := $(TOOLS)/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast lint demo bench bench-quick chaos chaos-quick chaos-stress fuzz fuzz-atheris up down clean
+.PHONY: install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress fuzz fuzz-atheris up down clean
 
 $(UV): requirements/uv.txt
 	$(PYTHON) -m venv $(TOOLS)
@@ -61,12 +61,17 @@ test-fast: $(STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider tests/unit
 
 lint: $(STAMP)
-	$(BIN)/ruff check services projections tests
-	$(BIN)/ruff format --check services projections tests
+	$(BIN)/ruff check services projections tests examples
+	$(BIN)/ruff format --check services projections tests examples
 	$(BIN)/mypy
+	$(BIN)/mypy examples
 
 demo: $(STAMP)
 	$(BIN)/callgate demo
+
+## The OpenAI Agents SDK agent using callgate mcp, with a scripted model (offline).
+example-agents: $(STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python examples/openai_agents_mcp.py
 
 bench: $(STAMP)
 	$(BIN)/callgate bench

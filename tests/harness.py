@@ -224,9 +224,9 @@ class _Recording:
         self._note(("execute", token))
         return self._inner.execute(tool, target, args, tenant, token, invocation_id)
 
-    def lookup(self, token: str) -> Lookup:
+    def lookup(self, token: str, tool: str = "") -> Lookup:
         self._note(("lookup", token))
-        return self._inner.lookup(token)
+        return self._inner.lookup(token, tool)
 
 
 def token_tenant(token: str) -> str:

@@ -173,7 +173,7 @@ class App:
     def providers(self) -> ProviderRegistry:
         from callgate.providers.registry import ProviderRegistry
 
-        return ProviderRegistry.simulated(self.ledger, self.settings.faults)
+        return ProviderRegistry.from_profile(self.profile, self.ledger, self.settings.faults)
 
     def decider(self) -> Decider:
         from callgate.decider import Decider, DeciderDeps

@@ -256,3 +256,74 @@ def test_c10_catalog_view_lists_every_tool_with_flags_and_schema(profile: Profil
     assert refunds["confirmation"] == "owner"
     assert refunds["high_impact_when"] == {"arg": "amount_cents", "gte": 10000}
     assert refunds["args_schema"]["properties"]["currency"]["pattern"] == "^[A-Z]{3}$"
+
+
+# -- providers: and the fields of MCP upstream tools (docs/adr/0019-mcp-gateway.md) ------------
+
+
+def _mcp_tool(**fields: Any) -> dict[str, Any]:
+    return {
+        "provider": "notes",
+        "target_arg": "id",
+        "approvers": ["boss"],
+        "args_schema": {"type": "object", "required": ["id"], "properties": {"id": {}}},
+        **fields,
+    }
+
+
+def test_mcp_provider_tools_name_their_upstream_tools(tmp_path: Path) -> None:
+    def edit(data: dict[str, Any]) -> None:
+        data["providers"] = {"notes": {"kind": "mcp", "command": ["notes-server"]}}
+        data["tools"]["notes.write"] = _mcp_tool(dry_run_tool="preview", lookup_tool="find")
+        data["tools"]["notes.delete"] = _mcp_tool(upstream_tool="remove")
+
+    profile = load_profile(write_profile(tmp_path, edit))
+    write, delete = profile.tools["notes.write"], profile.tools["notes.delete"]
+    assert write.upstream_name == "write" and delete.upstream_name == "remove"
+    assert profile.provider_kind("notes") == "mcp" and profile.provider_kind("refunds") == (
+        "simulated"
+    )
+    assert profile.dry_run_missing(write) is None
+    missing = profile.dry_run_missing(delete)  # require_dry_run defaults to true
+    assert missing is not None and "dry_run_tool" in missing
+    assert profile.dry_run_missing(profile.tools["refunds.issue"]) is None  # simulated
+
+
+def test_declared_providers_are_part_of_the_policy_version(tmp_path: Path) -> None:
+    def declare(url: str) -> Any:
+        def edit(data: dict[str, Any]) -> None:
+            data["providers"] = {"notes": {"kind": "mcp", "url": url}}
+
+        return edit
+
+    for sub in "abc":
+        (tmp_path / sub).mkdir()
+    a = load_profile(write_profile(tmp_path / "a", declare("http://127.0.0.1:1/mcp")))
+    b = load_profile(write_profile(tmp_path / "b", declare("http://127.0.0.1:2/mcp")))
+    plain = load_profile(write_profile(tmp_path / "c", lambda data: None))
+    assert len({a.digest, b.digest, plain.digest}) == 3
+
+
+@pytest.mark.parametrize(
+    ("providers", "tool", "message"),
+    [
+        ({"notes": {"kind": "ftp"}}, None, "provider 'notes': field 'kind'"),
+        ({"notes": "mcp"}, None, "field 'providers.notes': Input should be a valid dictionary"),
+        ({}, {"upstream_tool": "write"}, "field 'upstream_tool': only for tools of an mcp"),
+        (
+            {"notes": {"kind": "http", "url": "http://x"}},
+            {"lookup_tool": "find"},
+            "field 'lookup_tool': only for tools of an mcp provider, not http",
+        ),
+    ],
+)
+def test_provider_declarations_are_checked(
+    tmp_path: Path, providers: dict[str, Any], tool: dict[str, Any] | None, message: str
+) -> None:
+    def edit(data: dict[str, Any]) -> None:
+        data["providers"] = providers
+        if tool is not None:
+            data["tools"]["notes.write"] = _mcp_tool(**tool)
+
+    with pytest.raises(ProfileError, match=message.replace("(", r"\(")):
+        load_profile(write_profile(tmp_path, edit))

@@ -140,6 +140,8 @@ def _decide_proposal(
     if rec is not None:
         on_known_key(deps, state, inv, rec, claims, out)
         return
+    if (missing := deps.profile.dry_run_missing(spec)) is not None:
+        raise Rejection(Code.DRY_RUN_UNAVAILABLE, missing)  # C5: no dry-run, no call
     authorize(state, inv, spec, claims, out)
 
 

@@ -35,6 +35,12 @@ from callgate.domain.canonical import canonical_json, sha256_hex
 # Names end up inside generated Cedar policy text: keep them to a quote-free alphabet.
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.:-]*$", max_length=128)]
 Glob = Annotated[str, StringConstraints(min_length=1)]
+# A tool name on an upstream MCP server (the MCP tool-name alphabet; never placed in Cedar).
+UpstreamName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-/]{1,128}$")]
+
+# Provider kinds a profile may declare under ``providers:``; a provider a tool names but the
+# profile does not declare is one of the bundled simulations.
+PROVIDER_KINDS = ("simulated", "http", "mcp")
 
 
 class ProfileError(Exception):
@@ -89,6 +95,19 @@ class ToolSpec(_Frozen):
     approval_ttl_seconds: int = Field(default=900, gt=0)
     allow_self_approval: bool = False
     args_schema: dict[str, Any]
+    # Tools of an ``mcp`` provider (docs/adr/0019-mcp-gateway.md): the upstream's tool that
+    # applies the effect (default: the name without its ``<provider>.`` prefix), its
+    # read-only preview (needed when ``require_dry_run``) and its reconciliation lookup (C12).
+    upstream_tool: UpstreamName | None = None
+    dry_run_tool: UpstreamName | None = None
+    lookup_tool: UpstreamName | None = None
+
+    @property
+    def upstream_name(self) -> str:
+        """The upstream tool that ``execute`` calls."""
+        if self.upstream_tool is not None:
+            return self.upstream_tool
+        return self.name.removeprefix(f"{self.provider}.")
 
     def is_high_impact(self, args: Mapping[str, Any]) -> bool:
         """C4: high impact by catalog, or by threshold; a missing/non-numeric value is high."""
@@ -122,12 +141,33 @@ class Profile(_Frozen):
     limits: Limits
     tenant_fields: tuple[Name, ...]
     resources: dict[Name, tuple[str, ...]]
+    providers: dict[Name, dict[str, Any]] = {}
     policy_text: str
     source: Path
     digest: str
 
     def tool(self, name: str) -> ToolSpec | None:
         return self.tools.get(name)
+
+    def provider_kind(self, name: str) -> str:
+        """The declared kind of provider ``name``; undeclared ones are bundled simulations."""
+        body = self.providers.get(name)
+        return "simulated" if body is None else str(body["kind"])
+
+    def dry_run_missing(self, spec: ToolSpec) -> str | None:
+        """Why ``spec`` cannot have the dry-run it requires, or None (C5, fail closed).
+
+        Simulated and HTTP providers answer dry-runs themselves; an MCP upstream has only
+        the tools it lists, so its catalog entry must name the preview tool.
+        """
+        if not spec.require_dry_run or self.provider_kind(spec.provider) != "mcp":
+            return None
+        if spec.dry_run_tool is not None:
+            return None
+        return (
+            f"{spec.name} requires a dry-run and its catalog entry names no dry_run_tool "
+            f"of the upstream {spec.provider!r}"
+        )
 
     @cached_property
     def resource_patterns(self) -> tuple[tuple[str, re.Pattern[str]], ...]:
@@ -159,6 +199,7 @@ class _ProfileFile(_Frozen):
     limits: Limits = Limits()
     tenant_fields: tuple[Name, ...] = ("tenant", "tenant_id", "org_id")
     resources: dict[Name, tuple[Glob, ...]] = {}
+    providers: dict[Name, dict[str, Any]] = {}
     tools: dict[Name, dict[str, Any]]
 
 
@@ -225,6 +266,13 @@ def load_profile(path: Path) -> Profile:
     except ValidationError as exc:
         raise ProfileError(f"{where}: {_describe(exc)}") from exc
 
+    for name, body in top.providers.items():
+        kind = body.get("kind") if isinstance(body, dict) else None
+        if kind not in PROVIDER_KINDS:
+            raise ProfileError(
+                f"{where}: provider '{name}': field 'kind': must be one of "
+                f"{', '.join(PROVIDER_KINDS)}"
+            )
     tools: dict[str, ToolSpec] = {}
     for name, body in top.tools.items():
         here = f"{where}: tool '{name}'"
@@ -237,6 +285,10 @@ def load_profile(path: Path) -> Profile:
         except ValidationError as exc:
             raise ProfileError(f"{here}: {_describe(exc)}") from exc
         problems = _tool_problems(spec)
+        mcp_fields = [f for f in ("upstream_tool", "dry_run_tool", "lookup_tool") if body.get(f)]
+        kind = top.providers.get(spec.provider, {}).get("kind", "simulated")
+        if mcp_fields and kind != "mcp":
+            problems.append((mcp_fields[0], f"only for tools of an mcp provider, not {kind}"))
         if problems:
             field, message = problems[0]
             raise ProfileError(f"{here}: field '{field}': {message}")
@@ -249,6 +301,8 @@ def load_profile(path: Path) -> Profile:
         "limits": top.limits.model_dump(mode="json"),
         "tenant_fields": list(top.tenant_fields),
         "resources": {k: list(v) for k, v in top.resources.items()},
+        # Only when declared, so that a profile without providers keeps its digest.
+        **({"providers": top.providers} if top.providers else {}),
         "tools": {k: v.model_dump(mode="json") for k, v in tools.items()},
     }
     return Profile(
@@ -257,6 +311,7 @@ def load_profile(path: Path) -> Profile:
         limits=top.limits,
         tenant_fields=top.tenant_fields,
         resources=top.resources,
+        providers=top.providers,
         policy_text=policy_text,
         source=path,
         digest=sha256_hex(canonical_json({"catalog": catalog, "policy": policy_text})),

@@ -34,6 +34,9 @@ class Code(StrEnum):
     APPROVER_FORBIDDEN = "approver_forbidden"
     # the invocation asked about (approve/deny/status) does not exist or is not pending.
     NOT_PENDING = "not_pending"
+    # the tool requires a dry-run (C5) and its provider has none to offer (an MCP upstream
+    # whose catalog entry names no dry_run_tool): refused before anything runs.
+    DRY_RUN_UNAVAILABLE = "dry_run_unavailable"
     # what the request or command asked for does not exist: an invocation (or an HTTP
     # route), one of another tenant, or (Kafka) the deployment's topics, which
     # `callgate serve` creates.
@@ -76,6 +79,7 @@ TERMINAL: frozenset[Code] = frozenset(
         Code.EXECUTION_FAILED,
         Code.OUTCOME_UNCERTAIN,
         Code.MALFORMED_EVENT,
+        Code.DRY_RUN_UNAVAILABLE,
     }
 )
 

@@ -236,7 +236,7 @@ class Executor:
         self, cause: ev.Event, token: str, original_invocation_id: str, tool: str, now_ms: int
     ) -> ev.Event:
         try:
-            found = self._provider(tool).lookup(token)
+            found = self._provider(tool).lookup(token, tool)
         except (ProviderError, ProviderTimeout) as err:
             # Still unknown: stay uncertain rather than guess (fail closed).
             return _follow(

@@ -65,6 +65,10 @@ class Provider(Protocol):
         """Apply the effect; ``token`` is callgate's idempotency token, passed through."""
         ...
 
-    def lookup(self, token: str) -> Lookup:
-        """Was an effect applied with ``token``? Used before any retry (C12)."""
+    def lookup(self, token: str, tool: str = "") -> Lookup:
+        """Was an effect applied with ``token``? Used before any retry (C12).
+
+        ``tool`` is the catalog tool the token was executed for: a provider fronting many
+        tools (an MCP upstream) reconciles through that tool's declared lookup.
+        """
         ...

@@ -85,7 +85,7 @@ class HttpProvider:
         body = self._call("POST", "/execute", payload, {"Idempotency-Key": token}, effectful=True)
         return ExecutionResult(_object(body.get("result"), "result", effectful=True))
 
-    def lookup(self, token: str) -> Lookup:
+    def lookup(self, token: str, tool: str = "") -> Lookup:
         path = "/lookup/" + urllib.parse.quote(token, safe="")
         body = self._call("GET", path, None, {}, effectful=False)
         found = body.get("found")

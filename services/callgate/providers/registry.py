@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from callgate.providers.base import Provider
 from callgate.providers.ledger import EffectLedger
 from callgate.providers.simulated import SIMULATED, FaultPlan
+
+if TYPE_CHECKING:
+    from callgate.domain.catalog import Profile
 
 
 class ProviderRegistry:
@@ -44,6 +47,51 @@ class ProviderRegistry:
             )
             for sim in SIMULATED
         )
+
+    @classmethod
+    def from_profile(
+        cls,
+        profile: Profile,
+        ledger: EffectLedger,
+        faults: FaultPlan | Mapping[str, Any] | None = None,
+    ) -> ProviderRegistry:
+        """The bundled simulations plus the providers the profile declares (``providers:``).
+
+        A declared provider replaces a simulation of the same name. Kinds: ``simulated``
+        (the bundled one of that name), ``http`` (``url``, ``timeout_s``) and ``mcp`` (an
+        upstream MCP server, ``command`` or ``url``; see ``callgate.providers.mcp``).
+        Upstream sessions open lazily, on the first call.
+        """
+        registry = cls.simulated(ledger, faults)
+        for name, body in profile.providers.items():
+            kind = body["kind"]
+            if kind == "simulated":
+                if name not in registry:
+                    raise ValueError(f"provider '{name}': no bundled simulation of that name")
+                continue
+            if kind == "http":
+                from callgate.providers.http import HttpProvider
+
+                url = body.get("url")
+                if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+                    raise ValueError(f"provider '{name}': field 'url': an http(s) URL is required")
+                registry = registry.with_provider(
+                    HttpProvider(name, url, float(body.get("timeout_s", 10.0)))
+                )
+                continue
+            from callgate.providers.mcp import McpProvider, McpUpstream, McpUpstreamConfig
+
+            upstream = McpUpstream(name, McpUpstreamConfig.parse(name, body))
+            tools = {t: spec for t, spec in profile.tools.items() if spec.provider == name}
+            registry = registry.with_provider(McpProvider(name, upstream, tools))
+        return registry
+
+    def close(self) -> None:
+        """Close what providers hold open (upstream sessions); safe to call twice."""
+        for provider in self._providers.values():
+            close = getattr(provider, "close", None)
+            if callable(close):
+                close()
 
     def get(self, name: str) -> Provider:
         """The provider called ``name``; ``KeyError`` when there is none."""

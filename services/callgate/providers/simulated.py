@@ -234,7 +234,7 @@ class SimulatedProvider(ABC):
             raise ProviderTimeout(f"injected timeout after apply ({self.name})")
         return ExecutionResult(result)
 
-    def lookup(self, token: str) -> Lookup:
+    def lookup(self, token: str, tool: str = "") -> Lookup:
         self.faults.delay()
         row = self.ledger.find(token, provider=self.name)
         return Lookup(found=False, result=None) if row is None else Lookup(True, row["result"])

@@ -32,6 +32,9 @@ def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type
 def serve(ctx: Context) -> int:
     ctx.needs_kafka_servers()
     app = ctx.app
+    from callgate.surfaces.commands.mcp import check_providers
+
+    check_providers(app)
     stop = threading.Event()
 
     def _stop(signum: int, frame: Any) -> None:

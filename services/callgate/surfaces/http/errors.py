@@ -48,6 +48,7 @@ STATUS: Mapping[Code, int] = MappingProxyType(
         Code.APPROVAL_DENIED: 409,
         Code.APPROVAL_CONSUMED: 409,
         Code.IDEMPOTENCY_CONFLICT: 409,
+        Code.DRY_RUN_UNAVAILABLE: 409,
         Code.PAYLOAD_TOO_LARGE: 413,
         Code.RATE_LIMITED: 429,
         Code.EXECUTION_FAILED: 502,

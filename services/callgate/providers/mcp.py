@@ -1,0 +1,347 @@
+"""A provider that is an upstream MCP server (docs/adr/0019-mcp-gateway.md, C5, C12).
+
+The executor is synchronous; the MCP SDK is async. ``McpUpstream`` keeps one client
+session to the upstream (a stdio subprocess or a streamable-HTTP URL) open on an event
+loop of its own thread, and ``McpProvider`` maps the provider interface onto tool calls:
+
+- ``dry_run`` calls the catalog entry's ``dry_run_tool`` with the proposed arguments; its
+  result (content and structured content) is the snapshot the human confirms (C5). A tool
+  without one never gets here: the decider refuses it as ``dry_run_unavailable``.
+- ``execute`` calls ``upstream_tool`` with the arguments, callgate's idempotency token and
+  the invocation id in the request's ``_meta`` (``callgate/idempotency_key``,
+  ``callgate/invocation_id``, ``callgate/tenant``).
+- ``lookup`` calls the entry's ``lookup_tool`` with ``{"idempotency_key": token}``; it
+  answers with structured content ``{"found": bool, "result": {...}}``. Without a lookup
+  tool the provider cannot say, so the outcome stays ``outcome_uncertain`` (never a blind
+  retry).
+
+Failures split by what is known about the effect, failing closed: a read timeout or a
+lost connection during ``execute`` is ``ProviderTimeout`` (the upstream may have applied
+it); an error response, or a result with ``isError``, is ``ProviderError`` (the upstream
+answered that it failed); a connection that cannot be opened is ``ProviderError`` because
+nothing was sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import os
+import threading
+from collections.abc import Coroutine, Mapping
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from callgate.providers.base import (
+    DryRunResult,
+    ExecutionResult,
+    Lookup,
+    ProviderError,
+    ProviderTimeout,
+)
+
+if TYPE_CHECKING:
+    import mcp
+
+    from callgate.domain.catalog import ToolSpec
+
+T = TypeVar("T")
+
+META_IDEMPOTENCY_KEY = "callgate/idempotency_key"
+META_INVOCATION_ID = "callgate/invocation_id"
+META_TENANT = "callgate/tenant"
+
+
+class McpUpstreamConfig(BaseModel):
+    """``providers: {<name>: {kind: mcp, command: [...]}}`` or ``{kind: mcp, url: ...}``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["mcp"]
+    command: tuple[str, ...] | None = Field(default=None, min_length=1)
+    url: str | None = Field(default=None, pattern=r"^https?://")
+    env: dict[str, str] = {}  # added to the SDK's safe default environment of a command
+    cwd: str | None = None
+    timeout_s: float = Field(default=10.0, gt=0)  # per tool call; then "outcome unknown"
+    connect_timeout_s: float = Field(default=20.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpUpstreamConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give exactly one of 'command' (stdio) or 'url' (streamable HTTP)")
+        return self
+
+    @classmethod
+    def parse(cls, name: str, body: Mapping[str, Any]) -> McpUpstreamConfig:
+        try:
+            return cls.model_validate(dict(body))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            loc = ".".join(str(p) for p in first["loc"]) or "(provider)"
+            raise ValueError(f"provider '{name}': field '{loc}': {first['msg']}") from None
+
+    @classmethod
+    def from_target(cls, target: str, timeout_s: float = 10.0) -> McpUpstreamConfig:
+        """An ad-hoc upstream from a command line (``catalog draft --mcp``): URL or command."""
+        if target.startswith(("http://", "https://")):
+            return cls(kind="mcp", url=target, timeout_s=timeout_s)
+        import shlex
+
+        return cls(kind="mcp", command=tuple(shlex.split(target)), timeout_s=timeout_s)
+
+
+class UpstreamUnavailable(Exception):
+    """The session to the upstream could not be opened (nothing was sent)."""
+
+
+class McpUpstream:
+    """One client session to an upstream MCP server, callable from synchronous code.
+
+    The session lives in one task on a private asyncio loop running in its own thread,
+    because the SDK's transports must be entered and left by the same task; calls are
+    further tasks on that loop. A broken session is reopened on next use.
+    """
+
+    def __init__(self, name: str, config: McpUpstreamConfig) -> None:
+        self.name = name
+        self.config = config
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._client: mcp.Client | None = None
+        self._stop: asyncio.Event | None = None
+        self._owner: concurrent.futures.Future[None] | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def _connected(self) -> tuple[asyncio.AbstractEventLoop, mcp.Client]:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(
+                    target=loop.run_forever, name=f"mcp-upstream-{self.name}", daemon=True
+                )
+                thread.start()
+                self._loop, self._thread = loop, thread
+            if self._client is None:
+                self._open(self._loop)
+            assert self._client is not None
+            return self._loop, self._client
+
+    def _open(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the task that owns the session; wait until it is open or has failed."""
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        async def own() -> None:
+            try:
+                async with self._make_client() as client:
+                    self._stop = asyncio.Event()
+                    self._client = client
+                    ready.set()
+                    await self._stop.wait()
+            except Exception as exc:
+                failure.append(exc)
+            finally:
+                self._client = None
+                ready.set()
+
+        self._owner = asyncio.run_coroutine_threadsafe(own(), loop)
+        if not ready.wait(self.config.connect_timeout_s):
+            raise UpstreamUnavailable(
+                f"{self.name}: no session within {self.config.connect_timeout_s}s"
+            )
+        if failure or self._client is None:
+            why = repr(failure[0]) if failure else "closed while opening"
+            raise UpstreamUnavailable(f"{self.name}: cannot connect: {why}")
+
+    def _make_client(self) -> mcp.Client:
+        import mcp
+        from mcp.client.stdio import get_default_environment
+
+        cfg = self.config
+        if cfg.url is not None:
+            return mcp.Client(cfg.url, cache=None)
+        assert cfg.command is not None
+        params = mcp.StdioServerParameters(
+            command=cfg.command[0],
+            args=list(cfg.command[1:]),
+            env={**get_default_environment(), **cfg.env},
+            cwd=cfg.cwd or os.getcwd(),
+        )
+        return mcp.Client(params, cache=None)
+
+    def _close_session(self) -> None:
+        """Ask the owner task to leave the session and wait for it (lock held)."""
+        loop, stop, owner = self._loop, self._stop, self._owner
+        if loop is not None and stop is not None and owner is not None and not owner.done():
+            loop.call_soon_threadsafe(stop.set)
+            with contextlib.suppress(Exception):
+                owner.result(timeout=10)
+        self._client = self._stop = self._owner = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_session()
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                if self._thread is not None:
+                    self._thread.join(timeout=10)
+                self._loop.close()
+            self._loop = self._thread = None
+
+    def drop(self) -> None:
+        """Forget a session that failed mid-call; the next call reopens it."""
+        with self._lock:
+            self._close_session()
+
+    # -- calls -----------------------------------------------------------------------------
+
+    def _run(self, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+    def list_tools(self) -> list[mcp.types.Tool]:
+        loop, client = self._connected()
+
+        async def go() -> list[mcp.types.Tool]:
+            tools: list[mcp.types.Tool] = []
+            cursor: str | None = None
+            while True:
+                page = await client.list_tools(cursor=cursor)
+                tools.extend(page.tools)
+                cursor = page.next_cursor
+                if not cursor:
+                    return tools
+
+        return self._run(loop, go())
+
+    def call_tool(
+        self, tool: str, arguments: Mapping[str, Any], meta: Mapping[str, Any]
+    ) -> mcp.types.CallToolResult:
+        """One ``tools/call``; raises ``mcp.MCPError`` or a transport error as the SDK does."""
+        loop, client = self._connected()
+        return self._run(
+            loop,
+            client.call_tool(
+                tool,
+                dict(arguments),
+                read_timeout_seconds=self.config.timeout_s,
+                meta=cast("mcp.types.RequestParamsMeta", dict(meta)),
+            ),
+        )
+
+
+class McpProvider:
+    """The provider interface over one upstream; ``tools`` are its catalog entries."""
+
+    def __init__(self, name: str, upstream: McpUpstream, tools: Mapping[str, ToolSpec]) -> None:
+        self.name = name
+        self.upstream = upstream
+        self.tools = dict(tools)
+
+    def close(self) -> None:
+        self.upstream.close()
+
+    def _spec(self, tool: str) -> ToolSpec:
+        spec = self.tools.get(tool)
+        if spec is None:
+            raise ProviderError(f"{self.name}: {tool!r} is not one of this upstream's tools")
+        return spec
+
+    def dry_run(self, tool: str, target: str, args: Mapping[str, Any], tenant: str) -> DryRunResult:
+        spec = self._spec(tool)
+        if spec.dry_run_tool is None:
+            raise ProviderError(f"{tool} names no dry_run_tool")
+        result = self._call(spec.dry_run_tool, args, {META_TENANT: tenant}, effectful=False)
+        return DryRunResult(result)
+
+    def execute(
+        self,
+        tool: str,
+        target: str,
+        args: Mapping[str, Any],
+        tenant: str,
+        token: str,
+        invocation_id: str,
+    ) -> ExecutionResult:
+        spec = self._spec(tool)
+        meta = {META_IDEMPOTENCY_KEY: token, META_INVOCATION_ID: invocation_id, META_TENANT: tenant}
+        return ExecutionResult(self._call(spec.upstream_name, args, meta, effectful=True))
+
+    def lookup(self, token: str, tool: str = "") -> Lookup:
+        spec = self._spec(tool)
+        if spec.lookup_tool is None:
+            raise ProviderError(
+                f"{tool} names no lookup_tool: the outcome cannot be reconciled and stays uncertain"
+            )
+        body = self._call(
+            spec.lookup_tool,
+            {"idempotency_key": token},
+            {META_IDEMPOTENCY_KEY: token},
+            effectful=False,
+        )
+        answer = body.get("structuredContent")
+        if not isinstance(answer, dict) or not isinstance(answer.get("found"), bool):
+            raise ProviderError(f"{spec.lookup_tool}: answer has no boolean 'found'")
+        if not answer["found"]:
+            return Lookup(found=False, result=None)
+        result = answer.get("result")
+        found = result if isinstance(result, dict) else {}
+        # Shaped like an execute result, so a reconciled call answers like an executed one.
+        text = json.dumps(found, sort_keys=True)
+        return Lookup(
+            found=True,
+            result={"content": [{"type": "text", "text": text}], "structuredContent": found},
+        )
+
+    def _call(
+        self,
+        upstream_tool: str,
+        args: Mapping[str, Any],
+        meta: Mapping[str, Any],
+        *,
+        effectful: bool,
+    ) -> dict[str, Any]:
+        """One upstream call as a JSON object; ``effectful`` marks execute (doubt: unknown)."""
+        import mcp
+        from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+        where = f"{self.name} {upstream_tool}"
+        try:
+            result = self.upstream.call_tool(upstream_tool, args, meta)
+        except UpstreamUnavailable as exc:
+            raise ProviderError(str(exc)) from exc
+        except mcp.MCPError as exc:
+            if exc.code in (REQUEST_TIMEOUT, CONNECTION_CLOSED):
+                if exc.code == CONNECTION_CLOSED:
+                    self.upstream.drop()  # a timed-out session stays usable
+                if effectful:
+                    raise ProviderTimeout(f"{where}: {exc.message}, outcome unknown") from exc
+                raise ProviderError(f"{where}: {exc.message}") from exc
+            raise ProviderError(f"{where}: error {exc.code}: {exc.message}") from exc
+        except Exception as exc:  # transport broke mid-call, or an unreadable result
+            self.upstream.drop()
+            if effectful:
+                raise ProviderTimeout(f"{where}: {exc!r}, outcome unknown") from exc
+            raise ProviderError(f"{where}: {exc!r}") from exc
+        body = tool_result_json(result)
+        if result.is_error:
+            raise ProviderError(f"{where}: the upstream reported an error: {_text(body)}")
+        return body
+
+
+def tool_result_json(result: mcp.types.CallToolResult) -> dict[str, Any]:
+    """The parts of a tool result callgate records: content blocks and structured content."""
+    dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+    out: dict[str, Any] = {"content": dumped.get("content", [])}
+    if "structuredContent" in dumped:
+        out["structuredContent"] = dumped["structuredContent"]
+    return out
+
+
+def _text(body: Mapping[str, Any]) -> str:
+    parts = [b.get("text", "") for b in body.get("content", []) if isinstance(b, dict)]
+    return " ".join(p for p in parts if p)[:500] or "(no message)"

@@ -1,0 +1,246 @@
+"""The MCP server: ``tools/list`` and ``tools/call`` translated to the SDK Gateway.
+
+A translation, not a second decision path (STYLE "Surfaces"):
+
+- ``tools/list`` shows the catalog tools whose ``callers`` include one of the session's
+  roles: the only tools its principal could be permitted to call (the generated
+  ``callers:<tool>`` permit is the only permit; the profile's policies can only narrow
+  it). Argument schemas are the catalog's, which the decider validates against.
+- ``tools/call`` is ``Gateway.propose``: the session is the bearer token of the HTTP
+  request (``Authorization: Bearer``) or the one configured for stdio, never an argument;
+  ``callgate/approval_id`` and ``callgate/idempotency_key`` come from the request's
+  ``_meta``. ``executed`` and ``replayed`` return the upstream's result; every other
+  outcome is a tool error result (``isError``) whose structured content carries the
+  ``outcome``, the ``error`` code and message and the ``invocation_id``.
+- ``approval_required`` also carries the dry-run and where to approve; when the client
+  supports URL-mode elicitation and a console URL is configured, the server asks the user
+  to open it. The approval happens there, with the approver's own session.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import mcp.types as types
+from mcp.server import Server, ServerRequestContext
+from mcp.shared.exceptions import MCPError
+
+from callgate.domain.codes import Code, Rejection
+from callgate.domain.principal import Principal
+from callgate.surfaces.mcp.bridge import GatewayBridge
+
+META_APPROVAL_ID = "callgate/approval_id"
+META_IDEMPOTENCY_KEY = "callgate/idempotency_key"
+META_INVOCATION_ID = "callgate/invocation_id"
+META_OUTCOME = "callgate/outcome"
+SUCCESS = frozenset({Code.EXECUTED.value, Code.REPLAYED.value})
+_EXPLAINED = {
+    Code.OUTCOME_UNCERTAIN.value: (
+        "the provider did not say whether the effect was applied; call again with the same "
+        f"arguments and {META_IDEMPOTENCY_KEY} to reconcile it (it never runs twice)"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class McpOptions:
+    """How ``callgate mcp`` serves (CLI flags)."""
+
+    session: str | None = None  # stdio: the configured session token
+    console_url: str | None = None  # the approval console (``callgate serve --http``)
+    timeout_s: float = 30.0  # how long a tools/call waits for its proposal to settle
+
+
+def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
+    app = bridge.app
+
+    def session_of(ctx: ServerRequestContext[Any, Any]) -> str:
+        """C6: the HTTP request's bearer token, else the configured session; never args."""
+        request = ctx.request
+        headers = getattr(request, "headers", None)
+        if headers is not None:
+            auth = str(headers.get("authorization", ""))
+            scheme, _, token = auth.partition(" ")
+            return token.strip() if scheme.lower() == "bearer" else ""
+        return options.session or ""
+
+    def principal_of(ctx: ServerRequestContext[Any, Any]) -> Principal:
+        try:
+            return app.session_verifier.verify(session_of(ctx), app.clock())
+        except Rejection as r:
+            raise MCPError(types.INVALID_REQUEST, f"{r.code.value}: {r.message}") from None
+
+    def input_schema(name: str) -> dict[str, Any] | None:
+        spec = app.profile.tool(name)
+        return None if spec is None else spec.args_schema
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        principal = principal_of(ctx)
+        tools = [
+            types.Tool(
+                name=spec.name,
+                description=spec.description or None,
+                input_schema=spec.args_schema,
+                annotations=types.ToolAnnotations(
+                    read_only_hint=not spec.mutation,
+                    destructive_hint=spec.mutation,
+                    idempotent_hint=not spec.mutation,
+                ),
+            )
+            for spec in app.profile.tools.values()
+            if principal.has_any_role(spec.callers)
+        ]
+        return types.ListToolsResult(tools=tools)
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        meta: Mapping[str, Any] = params.meta or {}
+        try:
+            approval_id = _meta_text(meta, META_APPROVAL_ID)
+            key = _meta_text(meta, META_IDEMPOTENCY_KEY)
+        except ValueError as exc:
+            return _error_result(Code.INVALID_ARGUMENTS.value, str(exc) or "unreadable", None)
+        args = params.arguments or {}
+        try:
+            answer = await bridge.propose(
+                session_of(ctx), params.name, args, key, approval_id, options.timeout_s
+            )
+        except Rejection as r:  # the SDK's entry limits: refused before anything is published
+            return _error_result(r.code.value, r.message, None)
+        outcome = str(answer["outcome"])
+        invocation_id = str(answer["invocation_id"])
+        if outcome in SUCCESS:
+            return _success(answer)
+        if not answer.get("settled", True):
+            return _error_result(
+                Code.TIMEOUT.value,
+                f"the call has not settled within {options.timeout_s}s; "
+                f"ask `callgate status {invocation_id}`",
+                answer,
+            )
+        if outcome == Code.APPROVAL_REQUIRED.value:
+            return await _approval_required(ctx, answer, options)
+        err = answer.get("error") or {"code": outcome, "message": _EXPLAINED.get(outcome, outcome)}
+        return _error_result(str(err["code"]), str(err["message"]), answer)
+
+    return Server(
+        "callgate",
+        version=_version(),
+        instructions=(
+            "Tool calls go through callgate: identity comes from your session, some calls "
+            "need a human's approval. On approval_required, wait for the approval and call "
+            "again with the same arguments and _meta {'callgate/approval_id': ID}."
+        ),
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        # The transport checks Mcp-Param headers against a tool's schema; give it the
+        # catalog's directly rather than a session-dependent tools/list.
+        get_tool_input_schema=input_schema,
+    )
+
+
+def _meta_text(meta: Mapping[str, Any], key: str) -> str | None:
+    value = meta.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > 4096:
+        raise ValueError(f"_meta {key!r} must be a non-empty string of at most 4096 characters")
+    return value
+
+
+def _success(answer: Mapping[str, Any]) -> types.CallToolResult:
+    """The upstream's own result (content and structured content), as it was recorded."""
+    result = answer.get("result") or {}
+    content = result.get("content") if isinstance(result, dict) else None
+    meta = {META_INVOCATION_ID: answer["invocation_id"], META_OUTCOME: answer["outcome"]}
+    if isinstance(content, list):  # an MCP upstream's result
+        return types.CallToolResult.model_validate(
+            {
+                "content": content,
+                "structuredContent": result.get("structuredContent"),
+                "_meta": meta,
+            }
+        )
+    # A simulated or HTTP provider's result: a JSON object.
+    return types.CallToolResult(
+        content=[types.TextContent(text=json.dumps(result, sort_keys=True))],
+        structured_content=result,
+        _meta=meta,
+    )
+
+
+def _error_result(
+    code: str, message: str, answer: Mapping[str, Any] | None, **extra: Any
+) -> types.CallToolResult:
+    body: dict[str, Any] = {"outcome": code, "error": {"code": code, "message": message}}
+    if answer is not None:
+        body["outcome"] = answer["outcome"]
+        body["invocation_id"] = answer["invocation_id"]
+    body.update(extra)
+    text = f"{code}: {message}"
+    if extra:
+        text += "\n" + json.dumps(extra, sort_keys=True)
+    meta = {META_OUTCOME: body["outcome"]}
+    if answer is not None:
+        meta[META_INVOCATION_ID] = answer["invocation_id"]
+    return types.CallToolResult(
+        content=[types.TextContent(text=text)],
+        structured_content=body,
+        is_error=True,
+        _meta=meta,
+    )
+
+
+async def _approval_required(
+    ctx: ServerRequestContext[Any, Any], answer: Mapping[str, Any], options: McpOptions
+) -> types.CallToolResult:
+    invocation_id = str(answer["invocation_id"])
+    approve_at = (
+        f"{options.console_url.rstrip('/')}/#invocation={invocation_id}"
+        if options.console_url
+        else f"callgate approve {invocation_id} --session TOKEN"
+    )
+    message = (
+        f"this call needs a human's confirmation, given with their own session at "
+        f"{approve_at}. "
+        f"Then call again with the same arguments and _meta "
+        f'{{"{META_APPROVAL_ID}": <approval id>}}'
+    )
+    elicited = None
+    if options.console_url and _supports_url_elicitation(ctx):
+        result = await ctx.session.elicit_url(
+            message=f"Approve {answer.get('invocation_id')} in the callgate console",
+            url=approve_at,
+            elicitation_id=invocation_id,
+            related_request_id=ctx.request_id,
+        )
+        elicited = result.action
+    extra: dict[str, Any] = {"dry_run": answer.get("dry_run"), "approve_at": approve_at}
+    if elicited is not None:
+        extra["elicitation"] = elicited
+    return _error_result(Code.APPROVAL_REQUIRED.value, message, answer, **extra)
+
+
+def _supports_url_elicitation(ctx: ServerRequestContext[Any, Any]) -> bool:
+    caps = ctx.session.client_capabilities
+    return bool(
+        caps is not None
+        and caps.elicitation is not None
+        and caps.elicitation.url is not None
+        and ctx.session.can_send_request
+    )
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("callgate")
+    except PackageNotFoundError:
+        return "0"

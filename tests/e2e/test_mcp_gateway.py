@@ -1,0 +1,408 @@
+"""``callgate mcp`` in front of a real upstream MCP server, driven by the SDK's client.
+
+The upstream is ``tests/mcp_upstream.py`` (the SDK's ``MCPServer``), started by callgate
+itself from the profile (``providers: notes: {kind: mcp, command: [...]}``) and keeping its
+effect ledger in a file. The agent side is the SDK's ``Client`` (a ``ClientSession``)
+connected to the installed ``callgate mcp`` over stdio (a subprocess it spawns) and over
+streamable HTTP (a ``callgate mcp --http`` subprocess), on the embedded backend. Every
+test runs on both transports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import httpx
+import mcp
+import mcp_types as types
+import pytest
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from callgate.bootstrap import Settings, bootstrap
+from tests.e2e.helpers import CALLGATE, cg, cli_env
+from tests.mcp_support import effects, inject, upstream_command, write_profile
+
+pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
+CONSOLE = "http://console.example/cg"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@dataclass
+class Gate:
+    """One callgate deployment: state dir, profile, upstream ledger, a way to connect."""
+
+    state_dir: Path
+    profile: Path
+    ledger: Path
+    transport: str
+    url: str | None = None
+
+    def token(self, user: str, roles: list[str], tenant: str = "acme") -> str:
+        app = bootstrap(Settings(state_dir=self.state_dir, profile=self.profile))
+        return app.session_issuer.issue(user, tenant, roles, app.clock())
+
+    @contextlib.asynccontextmanager
+    async def client(self, token: str, **kw: Any) -> AsyncIterator[mcp.Client]:
+        if self.transport == "stdio":
+            params = mcp.StdioServerParameters(
+                command=str(CALLGATE),
+                args=[
+                    "--state-dir",
+                    str(self.state_dir),
+                    "--profile",
+                    str(self.profile),
+                    "mcp",
+                    "--session",
+                    token,
+                    "--console-url",
+                    CONSOLE,
+                ],
+                env=cli_env(),
+            )
+            async with mcp.Client(params, cache=None, **kw) as client:
+                yield client
+        else:
+            assert self.url is not None
+            http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+            async with (
+                http,
+                mcp.Client(
+                    streamable_http_client(self.url, http_client=http), cache=None, **kw
+                ) as client,
+            ):
+                yield client
+
+    def approve(self, invocation_id: str) -> str:
+        approver = self.token("bob", ["notes-approver"])
+        answer = cg(self.state_dir, "approve", invocation_id, "--session", approver)
+        return str(answer["approval_id"])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(params=["stdio", "http"])
+def gate(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Gate]:
+    ledger = tmp_path / "notes.jsonl"
+    g = Gate(tmp_path / "state", write_profile(tmp_path / "profile", ledger), ledger, request.param)
+    g.state_dir.mkdir()
+    if request.param == "stdio":
+        yield g
+        return
+    port = _free_port()
+    log = (tmp_path / "mcp-http.log").open("w")
+    proc = subprocess.Popen(
+        [
+            str(CALLGATE),
+            "--state-dir",
+            str(g.state_dir),
+            "--profile",
+            str(g.profile),
+            "mcp",
+            "--http",
+            f"127.0.0.1:{port}",
+            "--console-url",
+            CONSOLE,
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=cli_env(),
+    )
+    g.url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+                break
+            assert proc.poll() is None, (tmp_path / "mcp-http.log").read_text()
+            assert time.monotonic() < deadline, "callgate mcp --http did not listen"
+            time.sleep(0.1)
+        yield g
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        log.close()
+        logged = (tmp_path / "mcp-http.log").read_text()
+        assert "Traceback" not in logged
+        assert "warning" not in logged  # the start-up check: the catalog fits the upstream
+
+
+def body(result: types.CallToolResult) -> dict[str, Any]:
+    assert isinstance(result.structured_content, dict), result
+    return result.structured_content
+
+
+def outcome(result: types.CallToolResult) -> str:
+    return str(body(result).get("outcome", "executed" if not result.is_error else "?"))
+
+
+def meta(key: str | None = None, approval_id: str | None = None) -> types.RequestParamsMeta:
+    """The ``_meta`` of a confirming or keyed call (the SDK types it as a TypedDict)."""
+    m: dict[str, Any] = {}
+    if key is not None:
+        m["callgate/idempotency_key"] = key
+    if approval_id is not None:
+        m["callgate/approval_id"] = approval_id
+    return cast(types.RequestParamsMeta, m)
+
+
+ALICE_ROLES = ["support"]
+
+
+async def test_tools_list_shows_only_what_the_principal_could_call(gate: Gate) -> None:
+    async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
+        names = {t.name for t in (await c.list_tools()).tools}
+    assert names == {"notes.read", "notes.write", "notes.quick_write", "notes.send", "notes.delete"}
+    async with gate.client(gate.token("carol", ["auditor"])) as c:
+        listed = (await c.list_tools()).tools
+    assert {t.name for t in listed} == {"notes.read", "notes.audit"}
+    read = next(t for t in listed if t.name == "notes.read")
+    assert read.input_schema["required"] == ["note_id"]  # the catalog's argument schema
+    assert read.annotations is not None and read.annotations.read_only_hint is True
+
+
+async def test_read_executes_and_returns_the_upstream_result(gate: Gate) -> None:
+    async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
+        wrote = await c.call_tool(
+            "notes.quick_write", {"note_id": "N-1", "text": "hello", "author": "alice"}
+        )
+        assert not wrote.is_error, wrote
+        read = await c.call_tool("notes.read", {"note_id": "N-1"})
+    assert not read.is_error, read
+    assert read.structured_content == {"note_id": "N-1", "text": "hello", "author": None}
+    assert read.meta is not None and read.meta["callgate/outcome"] == "executed"
+    assert [e["note_id"] for e in effects(gate.ledger)] == ["N-1"]
+    # the upstream got callgate's idempotency token and the session's tenant in _meta
+    (effect,) = effects(gate.ledger)
+    assert effect["token"] and effect["tenant"] == "acme"
+    assert wrote.meta is not None
+    assert effect["invocation_id"] == wrote.meta["callgate/invocation_id"]
+
+
+async def test_v1_identity_spoof_through_mcp(gate: Gate) -> None:
+    async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
+        r = await c.call_tool(
+            "notes.quick_write", {"note_id": "N-9", "text": "x", "author": "mallory"}
+        )
+    assert r.is_error and outcome(r) == "identity_spoof"
+    assert body(r)["error"]["code"] == "identity_spoof" and body(r)["invocation_id"]
+    assert effects(gate.ledger) == []
+
+
+async def test_v2_confirmed_dry_run_swapped_arguments_and_replay(gate: Gate) -> None:
+    args = {"note_id": "N-2", "text": "approved text", "author": "alice"}
+    async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
+        first = await c.call_tool("notes.write", args, meta=meta("k-v2"))
+        assert first.is_error and outcome(first) == "approval_required"
+        pending = body(first)
+        # the dry-run is the upstream's preview_note result, and where to approve is named
+        assert pending["dry_run"]["structuredContent"] == {
+            "note_id": "N-2",
+            "before": None,
+            "after": "approved text",
+        }
+        assert pending["approve_at"] == f"{CONSOLE}/#invocation={pending['invocation_id']}"
+        assert effects(gate.ledger) == []
+
+        approval_id = gate.approve(pending["invocation_id"])
+        swapped = await c.call_tool(
+            "notes.write",
+            {**args, "text": "swapped text"},
+            meta=meta("k-v2", approval_id),
+        )
+        assert swapped.is_error and outcome(swapped) == "approval_mismatch", swapped
+        assert "args_hash" in json.dumps(body(swapped)["error"])  # names what differs
+        done = await c.call_tool("notes.write", args, meta=meta("k-v2", approval_id))
+        assert not done.is_error, done
+        assert done.structured_content == {
+            "note_id": "N-2",
+            "text": "approved text",
+            "author": "alice",
+        }
+        again = await c.call_tool("notes.write", args, meta=meta("k-v2"))
+        assert not again.is_error, again
+        assert again.meta is not None and again.meta["callgate/outcome"] == "replayed"
+    assert len(effects(gate.ledger, "write_note")) == 1
+
+
+async def test_timeout_after_the_effect_is_reconciled_once(gate: Gate) -> None:
+    args = {"note_id": "N-3", "text": "slow", "author": "alice"}
+    inject(gate.ledger, "write_note", "timeout_after_apply")
+    inject(gate.ledger, "send_note", "timeout_after_apply")
+    async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
+        first = await c.call_tool("notes.quick_write", args, meta=meta("k-slow"))
+        assert first.is_error and outcome(first) == "outcome_uncertain", first
+        retry = await c.call_tool("notes.quick_write", args, meta=meta("k-slow"))
+        assert not retry.is_error, retry  # found by find_note: the first call's result
+        assert retry.structured_content == args, retry  # what find_note found
+        # no lookup tool: the outcome stays uncertain and is never retried blindly
+        send = {"note_id": "N-3", "to": "x@example.com"}
+        sent = await c.call_tool("notes.send", send, meta=meta("k-send"))
+        assert outcome(sent) == "outcome_uncertain", sent
+        resent = await c.call_tool("notes.send", send, meta=meta("k-send"))
+        assert outcome(resent) == "outcome_uncertain", resent
+    assert len(effects(gate.ledger, "write_note")) == 1
+    assert len(effects(gate.ledger, "send_note")) == 1
+
+
+async def test_refusals_are_coded_tool_errors(gate: Gate) -> None:
+    async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
+        cases: dict[str, tuple[str, dict[str, Any]]] = {
+            "dry_run_unavailable": ("notes.delete", {"note_id": "N-1"}),
+            "unknown_tool": ("purge_all", {}),
+            "tool_forbidden": ("notes.read", {"note_id": "GN-1"}),  # another tenant's note
+            "invalid_arguments": ("notes.read", {"note_id": "N-1", "extra": 1}),
+        }
+        for code, (tool, args) in cases.items():
+            r = await c.call_tool(tool, args)
+            assert r.is_error and outcome(r) == code, (code, r)
+            assert body(r)["error"]["code"] == code
+            assert r.content and isinstance(r.content[0], types.TextContent)
+            assert r.content[0].text.startswith(f"{code}: ")
+        # the role check is the decider's too: a tool the session may not call
+        denied = await c.call_tool("notes.audit", {"note_id": "N-1"})
+        assert outcome(denied) == "tool_forbidden"
+    assert effects(gate.ledger) == []
+
+
+async def test_hostile_inputs_get_coded_errors(gate: Gate) -> None:
+    deep: Any = "x"
+    for _ in range(60):
+        deep = {"d": deep}
+    async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
+        hostile: dict[str, dict[str, Any]] = {
+            "oversized": {"note_id": "N-1", "text": "x" * 20_000, "author": "alice"},
+            "deeply nested": {"note_id": "N-1", "text": deep, "author": "alice"},
+            "non-finite": {"note_id": "N-1", "text": float("nan"), "author": "alice"},
+            "other tenant": {"note_id": "GN-7", "text": "x", "author": "alice"},
+            "other tenant field": {"note_id": "N-1", "text": "x", "tenant": "globex"},
+        }
+        for what, args in hostile.items():
+            r = await c.call_tool("notes.quick_write", args)
+            assert r.is_error, (what, r)
+            assert outcome(r) in {"invalid_arguments", "tool_forbidden", "identity_spoof"}, (
+                what,
+                r,
+            )
+        bad_meta = await c.call_tool(
+            "notes.read",
+            {"note_id": "N-1"},
+            meta=cast(types.RequestParamsMeta, {"callgate/idempotency_key": 7}),
+        )
+        assert outcome(bad_meta) == "invalid_arguments"
+    assert effects(gate.ledger) == []
+
+
+async def test_approval_required_asks_through_url_elicitation(gate: Gate) -> None:
+    asked: list[types.ElicitRequestURLParams] = []
+
+    async def on_elicit(
+        context: Any, params: types.ElicitRequestParams
+    ) -> types.ElicitResult | types.ErrorData:
+        assert isinstance(params, types.ElicitRequestURLParams)
+        asked.append(params)
+        return types.ElicitResult(action="accept")
+
+    token = gate.token("alice", ALICE_ROLES)
+    async with gate.client(token, mode="legacy", elicitation_callback=on_elicit) as c:
+        r = await c.call_tool("notes.write", {"note_id": "N-4", "text": "t", "author": "alice"})
+    assert outcome(r) == "approval_required"
+    (params,) = asked
+    assert params.url == f"{CONSOLE}/#invocation={body(r)['invocation_id']}"
+    assert body(r)["elicitation"] == "accept"
+    assert effects(gate.ledger) == []  # accepting opens the console; it approves nothing
+
+
+@pytest.mark.parametrize("gate", ["http"], indirect=True)
+def test_http_requires_a_bearer_token(gate: Gate) -> None:
+    assert gate.url is not None
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    r = httpx.post(gate.url, json=ping, headers={"Accept": "application/json, text/event-stream"})
+    assert r.status_code == 401 and r.json()["error"]["code"] == "unauthenticated"
+    # a raw NaN literal is not JSON: the MCP server answers a JSON-RPC parse error
+    raw = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call"})[:-1]
+    raw += ', "params": {"name": "notes.read", "arguments": {"note_id": NaN}}}'
+    r = httpx.post(
+        gate.url,
+        content=raw,
+        headers={
+            "Authorization": f"Bearer {gate.token('alice', ALICE_ROLES)}",
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": "2025-11-25",
+        },
+    )
+    assert r.status_code in (400, 200), r.text
+    assert "error" in r.text
+
+
+@pytest.mark.parametrize("gate", ["stdio"], indirect=True)
+async def test_upstream_failure_is_execution_failed(gate: Gate) -> None:
+    inject(gate.ledger, "write_note", "fail")
+    async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
+        r = await c.call_tool("notes.quick_write", {"note_id": "N-5", "text": "t"})
+    assert outcome(r) == "execution_failed", r
+    assert "upstream reported an error" in body(r)["error"]["message"]
+    assert effects(gate.ledger) == []
+
+
+async def test_upstream_over_streamable_http(tmp_path: Path) -> None:
+    """The provider reaches an upstream by URL as well as by command."""
+    ledger = tmp_path / "notes.jsonl"
+    port = _free_port()
+    upstream = subprocess.Popen(
+        [*upstream_command(ledger), "--http", f"127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+                break
+            assert upstream.poll() is None and time.monotonic() < deadline, "upstream not up"
+            time.sleep(0.1)
+        url = f"http://127.0.0.1:{port}/mcp"
+        g = Gate(
+            tmp_path / "state", write_profile(tmp_path / "p", ledger, url=url), ledger, "stdio"
+        )
+        g.state_dir.mkdir()
+        inject(ledger, "write_note", "timeout_after_apply")
+        args = {"note_id": "N-6", "text": "by url", "author": "alice"}
+        async with g.client(g.token("alice", ALICE_ROLES)) as c:
+            first = await c.call_tool("notes.quick_write", args, meta=meta("k-url"))
+            assert outcome(first) == "outcome_uncertain", first
+            retry = await c.call_tool("notes.quick_write", args, meta=meta("k-url"))
+            assert not retry.is_error and retry.structured_content == args, retry
+            read = await c.call_tool("notes.read", {"note_id": "N-6"})
+            assert not read.is_error and body(read)["text"] == "by url"
+        assert len(effects(ledger, "write_note")) == 1
+    finally:
+        upstream.terminate()
+        upstream.wait(timeout=20)
+
+
+@pytest.mark.parametrize("gate", ["http"], indirect=True)
+async def test_an_invalid_bearer_token_is_unauthenticated(gate: Gate) -> None:
+    forged = gate.token("alice", ALICE_ROLES)[:-6] + "AAAAAA"
+    async with gate.client(forged) as c:
+        with pytest.raises(mcp.MCPError, match="unauthenticated"):
+            await c.list_tools()
+        r = await c.call_tool("notes.read", {"note_id": "N-1"})
+    assert outcome(r) == "unauthenticated", r  # decided by the decider, like any proposal

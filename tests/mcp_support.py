@@ -1,0 +1,190 @@
+"""Shared helpers of the MCP gateway tests: the profile in front of ``tests/mcp_upstream.py``.
+
+``write_profile`` writes an adoption profile whose ``notes`` provider is the test upstream
+(over stdio, or over streamable HTTP at a URL) with its effect ledger at ``ledger``:
+
+| tool | upstream | kind | dry-run | lookup | confirmation | callers |
+|---|---|---|---|---|---|---|
+| notes.read | read_note | read | - | - | none | support, auditor |
+| notes.write | write_note | mutation, high impact | preview_note | find_note | approver | support |
+| notes.quick_write | write_note | mutation | - | find_note | none | support |
+| notes.send | send_note | mutation | - | - | none | support |
+| notes.delete | delete_note | mutation (strict defaults) | none declared | - | approver | support |
+| notes.audit | read_note | read | - | - | none | auditor |
+
+``purge_all`` is an upstream tool with no catalog entry. Notes ``N-*`` belong to tenant
+acme, ``GN-*`` to globex. ``notes.write`` names the author as an identity argument.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+UPSTREAM = REPO / "tests" / "mcp_upstream.py"
+DEFAULT_PROFILE = REPO / "services" / "callgate" / "profiles" / "default.yaml"
+DEFAULT_CEDAR = DEFAULT_PROFILE.parent / "default.cedar"
+
+NOTE_SCHEMA = {
+    "type": "object",
+    "required": ["note_id", "text"],
+    "properties": {
+        "note_id": {"type": "string", "minLength": 1, "maxLength": 64},
+        "text": {"type": "string", "maxLength": 2000},
+        "author": {"type": "string", "minLength": 1, "maxLength": 128},
+    },
+    "additionalProperties": False,
+}
+READ_SCHEMA = {
+    "type": "object",
+    "required": ["note_id"],
+    "properties": {"note_id": {"type": "string", "minLength": 1, "maxLength": 64}},
+    "additionalProperties": False,
+}
+SEND_SCHEMA = {
+    "type": "object",
+    "required": ["note_id", "to"],
+    "properties": {"note_id": {"type": "string"}, "to": {"type": "string"}},
+    "additionalProperties": False,
+}
+
+_READ = {
+    "mutation": False,
+    "impact": "low",
+    "require_dry_run": False,
+    "confirmation": "none",
+}
+
+
+def upstream_command(ledger: Path) -> list[str]:
+    """The upstream as a script; ``-P`` keeps ``tests/`` off ``sys.path`` (``tests/http``
+    would shadow the standard library's ``http``)."""
+    return [sys.executable, "-P", str(UPSTREAM), "--ledger", str(ledger)]
+
+
+def tools() -> dict[str, Any]:
+    return {
+        "notes.read": {
+            **_READ,
+            "description": "Read one note.",
+            "provider": "notes",
+            "upstream_tool": "read_note",
+            "target_arg": "note_id",
+            "callers": ["support", "auditor"],
+            "args_schema": READ_SCHEMA,
+        },
+        "notes.write": {
+            "description": "Write a note; an approver confirms the preview.",
+            "provider": "notes",
+            "upstream_tool": "write_note",
+            "dry_run_tool": "preview_note",
+            "lookup_tool": "find_note",
+            "mutation": True,
+            "impact": "high",
+            "require_dry_run": True,
+            "confirmation": "approver",
+            "target_arg": "note_id",
+            "identity_args": ["author"],
+            "callers": ["support"],
+            "approvers": ["notes-approver"],
+            "args_schema": NOTE_SCHEMA,
+        },
+        "notes.quick_write": {
+            "description": "Write a note without confirmation.",
+            "provider": "notes",
+            "upstream_tool": "write_note",
+            "lookup_tool": "find_note",
+            "mutation": True,
+            "impact": "low",
+            "require_dry_run": False,
+            "confirmation": "none",
+            "target_arg": "note_id",
+            "identity_args": ["author"],
+            "callers": ["support"],
+            "args_schema": NOTE_SCHEMA,
+        },
+        "notes.send": {
+            "description": "Send a note by e-mail (no lookup: uncertain stays uncertain).",
+            "provider": "notes",
+            "upstream_tool": "send_note",
+            "mutation": True,
+            "impact": "low",
+            "require_dry_run": False,
+            "confirmation": "none",
+            "target_arg": "note_id",
+            "callers": ["support"],
+            "args_schema": SEND_SCHEMA,
+        },
+        "notes.delete": {
+            "description": "Delete a note (strict defaults; the upstream has no preview).",
+            "provider": "notes",
+            "upstream_tool": "delete_note",
+            "target_arg": "note_id",
+            "callers": ["support"],
+            "approvers": ["notes-approver"],
+            "args_schema": READ_SCHEMA,
+        },
+        "notes.audit": {
+            **_READ,
+            "description": "Auditors read notes.",
+            "provider": "notes",
+            "upstream_tool": "read_note",
+            "target_arg": "note_id",
+            "callers": ["auditor"],
+            "args_schema": READ_SCHEMA,
+        },
+    }
+
+
+def write_profile(
+    folder: Path,
+    ledger: Path,
+    url: str | None = None,
+    timeout_s: float = 3.0,
+    with_defaults: bool = False,
+) -> Path:
+    """The profile above; ``with_defaults`` adds the shipped profile's tools and resources
+    (the Kafka readiness probe proposes ``refunds.issue``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "policy.cedar").write_text(DEFAULT_CEDAR.read_text())
+    notes: dict[str, Any] = {"kind": "mcp", "timeout_s": timeout_s}
+    if url is None:
+        notes["command"] = upstream_command(ledger)
+    else:
+        notes["url"] = url
+    doc: dict[str, Any] = {
+        "version": 1,
+        "policy_file": "policy.cedar",
+        "resources": {"acme": ["N-*"], "globex": ["GN-*"]},
+        "providers": {"notes": notes},
+        "tools": tools(),
+    }
+    if with_defaults:
+        shipped = yaml.safe_load(DEFAULT_PROFILE.read_text())
+        doc["tools"] = {**shipped["tools"], **doc["tools"]}
+        doc["resources"] = {
+            t: [*shipped["resources"].get(t, []), *globs] for t, globs in doc["resources"].items()
+        }
+    path = folder / "profile.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def effects(ledger: Path, tool: str | None = None) -> list[dict[str, Any]]:
+    if not ledger.exists():
+        return []
+    rows = [json.loads(line) for line in ledger.read_text().splitlines() if line]
+    return [r for r in rows if tool is None or r["tool"] == tool]
+
+
+def inject(ledger: Path, tool: str, fault: str) -> None:
+    """The upstream's next call of ``tool`` takes ``fault`` (see tests/mcp_upstream.py)."""
+    path = ledger.with_name(ledger.name + ".faults.json")
+    plan = json.loads(path.read_text()) if path.exists() else []
+    plan.append([tool, fault])
+    path.write_text(json.dumps(plan))

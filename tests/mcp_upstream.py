@@ -1,0 +1,176 @@
+"""A real upstream MCP server for the MCP gateway tests (the SDK's ``MCPServer``).
+
+``python -P tests/mcp_upstream.py --ledger FILE [--http HOST:PORT]`` serves a small notes
+tool set over stdio (default) or streamable HTTP. Every applied effect is one JSON line
+in the ledger file, with the idempotency token callgate passed in ``_meta``; the notes'
+state is folded from that file, so it survives restarts and the tests count effects there.
+
+Faults: ``FILE.faults.json`` holds a list of ``[tool, fault]`` pairs; the first call of
+``tool`` takes the first matching one and removes it. ``timeout_after_apply`` applies the
+effect, then sleeps longer than any test profile's ``timeout_s`` (the C12 case). ``fail``
+answers with a tool error and applies nothing.
+
+The server deliberately does not deduplicate by token: "exactly one effect" must be
+callgate's doing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from pydantic import BaseModel
+
+META_KEY = "callgate/idempotency_key"
+META_INVOCATION = "callgate/invocation_id"
+META_TENANT = "callgate/tenant"
+SLOW_S = 8.0  # longer than any test profile's timeout_s
+
+
+class Note(BaseModel):
+    note_id: str
+    text: str
+    author: str | None = None
+
+
+class Preview(BaseModel):
+    note_id: str
+    before: str | None
+    after: str
+
+
+class Found(BaseModel):
+    found: bool
+    result: dict[str, Any] | None = None
+
+
+class Ledger:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.faults = path.with_name(path.name + ".faults.json")
+
+    def effects(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        lines = self.path.read_text(encoding="utf-8").splitlines()
+        return [json.loads(line) for line in lines if line]
+
+    def append(self, effect: dict[str, Any]) -> None:
+        with self.path.open("a", encoding="utf-8") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            f.write(json.dumps(effect, sort_keys=True) + "\n")
+
+    def notes(self) -> dict[str, dict[str, Any]]:
+        state: dict[str, dict[str, Any]] = {}
+        for e in self.effects():
+            if e["tool"] == "write_note":
+                state[e["note_id"]] = {"note_id": e["note_id"], "text": e["text"]}
+        return state
+
+    def take_fault(self, tool: str) -> str | None:
+        if not self.faults.exists():
+            return None
+        plan = json.loads(self.faults.read_text(encoding="utf-8"))
+        for i, (name, fault) in enumerate(plan):
+            if name == tool:
+                del plan[i]
+                self.faults.write_text(json.dumps(plan), encoding="utf-8")
+                return str(fault)
+        return None
+
+
+def _meta(ctx: Context) -> dict[str, Any]:
+    meta = ctx.request_context.meta
+    return dict(meta) if meta else {}
+
+
+def build(ledger: Ledger) -> MCPServer:
+    server = MCPServer("notes-upstream")
+
+    @server.tool()
+    def read_note(note_id: str) -> Note:
+        """Read one note."""
+        note = ledger.notes().get(note_id)
+        if note is None:
+            raise ValueError(f"no note {note_id}")
+        return Note(**note)
+
+    @server.tool()
+    def preview_note(note_id: str, text: str, author: str | None = None) -> Preview:
+        """What write_note would change (read-only)."""
+        before = ledger.notes().get(note_id, {}).get("text")
+        return Preview(note_id=note_id, before=before, after=text)
+
+    async def _apply(tool: str, ctx: Context, effect: dict[str, Any]) -> dict[str, Any]:
+        fault = ledger.take_fault(tool)
+        if fault == "fail":
+            raise ValueError(f"{tool} failed (injected)")
+        meta = _meta(ctx)
+        record = {
+            "tool": tool,
+            "token": meta.get(META_KEY),
+            "invocation_id": meta.get(META_INVOCATION),
+            "tenant": meta.get(META_TENANT),
+            **effect,
+        }
+        ledger.append(record)
+        if fault == "timeout_after_apply":
+            await anyio.sleep(SLOW_S)
+        return record
+
+    @server.tool()
+    async def write_note(note_id: str, text: str, ctx: Context, author: str | None = None) -> Note:
+        """Create or replace a note."""
+        await _apply("write_note", ctx, {"note_id": note_id, "text": text, "author": author})
+        return Note(note_id=note_id, text=text, author=author)
+
+    @server.tool()
+    def find_note(idempotency_key: str) -> Found:
+        """Reconciliation: was a write applied with this idempotency key?"""
+        for e in ledger.effects():
+            if e.get("token") == idempotency_key:
+                note = {"note_id": e["note_id"], "text": e["text"], "author": e.get("author")}
+                return Found(found=True, result=note)
+        return Found(found=False)
+
+    @server.tool()
+    async def send_note(note_id: str, to: str, ctx: Context) -> dict[str, str]:
+        """Send a note by e-mail (no preview, no lookup: the catalog decides what that means)."""
+        await _apply("send_note", ctx, {"note_id": note_id, "to": to})
+        return {"sent": note_id, "to": to}
+
+    @server.tool()
+    async def delete_note(note_id: str, ctx: Context) -> dict[str, str]:
+        """Delete a note (this upstream offers no preview of it)."""
+        await _apply("delete_note", ctx, {"note_id": note_id})
+        return {"deleted": note_id}
+
+    @server.tool()
+    async def purge_all(ctx: Context) -> dict[str, str]:
+        """Not in callgate's catalog: no session may call it."""
+        await _apply("purge_all", ctx, {})
+        return {"purged": "all"}
+
+    return server
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ledger", type=Path, required=True)
+    parser.add_argument("--http", default=None, help="HOST:PORT for streamable HTTP")
+    ns = parser.parse_args()
+    server = build(Ledger(ns.ledger))
+    if ns.http:
+        host, port = ns.http.rsplit(":", 1)
+        server.run("streamable-http", host=host, port=int(port))
+    else:
+        server.run()
+
+
+if __name__ == "__main__":
+    main()
