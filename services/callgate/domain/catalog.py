@@ -122,6 +122,9 @@ class Profile(_Frozen):
     limits: Limits
     tenant_fields: tuple[Name, ...]
     resources: dict[Name, tuple[str, ...]]
+    # ``providers:`` of the file (name -> settings with a ``kind``), checked per kind by
+    # ``providers.registry``; None when the file has none (the bundled simulations).
+    providers: dict[Name, dict[str, Any]] | None = None
     policy_text: str
     source: Path
     digest: str
@@ -159,6 +162,7 @@ class _ProfileFile(_Frozen):
     limits: Limits = Limits()
     tenant_fields: tuple[Name, ...] = ("tenant", "tenant_id", "org_id")
     resources: dict[Name, tuple[Glob, ...]] = {}
+    providers: dict[Name, dict[str, Any]] | None = None
     tools: dict[Name, dict[str, Any]]
 
 
@@ -237,11 +241,16 @@ def load_profile(path: Path) -> Profile:
         except ValidationError as exc:
             raise ProfileError(f"{here}: {_describe(exc)}") from exc
         problems = _tool_problems(spec)
+        if top.providers is not None and spec.provider not in top.providers:
+            problems.append(("provider", f"no provider named '{spec.provider}' in providers"))
         if problems:
             field, message = problems[0]
             raise ProfileError(f"{here}: field '{field}': {message}")
         tools[name] = spec
 
+    for name, body in (top.providers or {}).items():
+        if not isinstance(body.get("kind"), str):
+            raise ProfileError(f"{where}: providers.{name}.kind: required (the provider kind)")
     policy_path = path.parent / top.policy_file
     policy_text = _read(policy_path, f"{where}: policy_file")
     catalog = {
@@ -257,6 +266,7 @@ def load_profile(path: Path) -> Profile:
         limits=top.limits,
         tenant_fields=top.tenant_fields,
         resources=top.resources,
+        providers=top.providers,
         policy_text=policy_text,
         source=path,
         digest=sha256_hex(canonical_json({"catalog": catalog, "policy": policy_text})),

@@ -22,6 +22,7 @@ from typing import Any, Final
 import cedarpy
 import orjson
 
+from callgate.domain.canonical import canonical_json
 from callgate.domain.catalog import Profile, ProfileError, ToolSpec
 from callgate.domain.principal import Principal
 
@@ -43,6 +44,35 @@ class PolicyDecision:
     determining_policies: tuple[str, ...]
     policy_version: str
     errors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceFacts:
+    """Who owns a target and its attributes, as the ACL evaluates them (C7, ADR 0014).
+
+    ``source`` is ``"profile"`` (a static ``resources`` glob), ``"provider:<name>"`` (the
+    system of record's ``describe``) or ``"new"`` (a call that creates a resource, owned
+    by the session tenant). ``tenant`` None: nobody owns it, and the default policy denies.
+    """
+
+    source: str
+    tenant: str | None
+    attributes: Mapping[str, Any]
+    message: str = ""
+
+    def to_json(self) -> str:
+        """What ``PolicyDecided.resource_json`` records, so replay sees the same facts."""
+        body: dict[str, Any] = {
+            "source": self.source,
+            "tenant": self.tenant,
+            "attributes": dict(self.attributes),
+        }
+        if self.message:
+            body["message"] = self.message
+        return canonical_json(body)
+
+
+NEW_RESOURCE: Final = ResourceFacts(source="new", tenant=None, attributes={})
 
 
 def generated_policies(profile: Profile) -> str:
@@ -107,23 +137,39 @@ class PolicyEngine:
     def policy_version(self) -> str:
         return self._profile.digest
 
-    def _resource(self, principal: Principal, spec: ToolSpec, target: str) -> dict[str, Any]:
+    def _resource(
+        self, principal: Principal, spec: ToolSpec, target: str, facts: ResourceFacts | None
+    ) -> dict[str, Any]:
         if spec.target_arg is None:
             # A new resource is created in the session tenant.
             uid = {"type": "Resource", "id": f"new:{spec.name}"}
             return {"uid": uid, "attrs": {"tenant": principal.tenant}, "parents": []}
-        owner = self._profile.owner_of(target) if target else None
-        attrs = {"tenant": owner} if owner is not None else {}
+        if facts is None:
+            owner = self._profile.owner_of(target) if target else None
+            facts = ResourceFacts("profile", owner, {})
+        # The provider's attributes are entity attributes (``resource.tier``); the owner
+        # is ``resource.tenant`` and no attribute may stand in for it.
+        attrs = {k: v for k, v in _cedar_value(dict(facts.attributes)).items() if k != "tenant"}
+        if facts.tenant is not None:
+            attrs["tenant"] = facts.tenant
         return {"uid": {"type": "Resource", "id": target}, "attrs": attrs, "parents": []}
 
     def decide(
-        self, principal: Principal, spec: ToolSpec, target: str, args: Mapping[str, Any]
+        self,
+        principal: Principal,
+        spec: ToolSpec,
+        target: str,
+        args: Mapping[str, Any],
+        facts: ResourceFacts | None = None,
     ) -> PolicyDecision:
-        """The Cedar decision for the session principal on ``spec`` at ``target`` (C1, C7)."""
+        """The Cedar decision for the session principal on ``spec`` at ``target`` (C1, C7).
+
+        ``facts``: the target's owner and attributes (from the profile or the provider);
+        without them the profile's static ``resources`` are used."""
         version = self._profile.digest
         if not principal.tenant:
             return PolicyDecision(False, (), version, ("principal has no tenant",))
-        resource = self._resource(principal, spec, target)
+        resource = self._resource(principal, spec, target, facts)
         user = {"type": "User", "id": principal.user}
         context = {
             "tool": spec.name,
