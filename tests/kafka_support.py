@@ -192,13 +192,15 @@ class KafkaServe:
             cwd=REPO,
         )
 
-    def wait_ready(self, timeout_s: float = 120.0, probe: str | None = None) -> None:
+    def wait_ready(
+        self, timeout_s: float = 120.0, probe: str | None = None, reader: str | None = None
+    ) -> None:
         """Until every process has joined its group and handles input: a refund reaches
         ``approval_required`` (decider, executor's dry-run, status), shows in the pending
         view and the audit (pending, audit projections), and a denial of it is answered
         (decisions projection). Leaves no pending approval and no side effect behind.
-        ``probe``: the session token of the probing support user (default: a development
-        token, for a deployment in development mode)."""
+        ``probe``, ``reader``: session tokens of the probing support user and of an operator
+        (default: development tokens, for a deployment in development mode)."""
         deadline = time.monotonic() + timeout_s
         while "callgate serve" not in self.log.read_text():
             assert self.proc.poll() is None, f"serve exited early: {self.log.read_text()}"
@@ -215,7 +217,8 @@ class KafkaServe:
             assert answer["outcome"] == "approval_required", (answer, self.log.read_text())
             inv = answer["invocation_id"]
             gate.backend.wait(lambda: gate.backend.view("pending", inv) is not None, 30)
-            gate.backend.wait(lambda: bool(gate.audit(inv, session=operator(gate))), 30)
+            ops = reader or operator(gate)
+            gate.backend.wait(lambda: bool(gate.audit(inv, session=ops)), 30)
             gate.deny(inv, token, "readiness probe", timeout_s=30)
             assert gate.backend.wait(lambda: gate.backend.view("pending", inv) is None, 30)
         finally:

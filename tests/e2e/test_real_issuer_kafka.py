@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from callgate.bootstrap import Settings, bootstrap
+from callgate.domain.scope import OPERATOR_ROLE
 from tests.e2e.helpers import callgate_argv
 from tests.idp import IdentityProvider
 from tests.kafka_support import Deployment, KafkaServe, unique_prefix
@@ -41,7 +42,10 @@ def test_serve_on_kafka_trusts_the_configured_issuer_and_refuses_dev_tokens(
     )
     server = KafkaServe(dep, tmp_path / "serve.log")
     try:
-        server.wait_ready(probe=idp.token("idp-1", "probe", "acme", "support"))
+        server.wait_ready(
+            probe=idp.token("idp-1", "probe", "acme", "support"),
+            reader=idp.token("idp-1", "operator", "ops", OPERATOR_ROLE),
+        )
         assert "development mode" not in server.log.read_text()
         gate = dep.connect()
         try:
