@@ -31,11 +31,12 @@ lock: $(UV)
 upgrade: $(UV)
 	$(UV) lock --upgrade --python $(PYTHON)
 
-## The main job: callgate serve on the embedded backend with the default profile; state in
+## The main job: callgate serve on the embedded backend with the default profile, in
+## development mode (development session tokens are trusted; it says so on start); state in
 ## ./.callgate, which every callgate command run below this directory then finds.
 run: $(STAMP)
 	mkdir -p .callgate
-	$(BIN)/callgate serve
+	$(BIN)/callgate --dev serve
 
 ## The service with the HTTP API and the approval console on http://127.0.0.1:8787/.
 serve-http: $(STAMP)
@@ -67,7 +68,7 @@ lint: $(STAMP)
 	$(BIN)/mypy examples
 
 demo: $(STAMP)
-	$(BIN)/callgate demo
+	$(BIN)/callgate --dev demo
 
 ## The OpenAI Agents SDK agent using callgate mcp, with a scripted model (offline).
 example-agents: $(STAMP)

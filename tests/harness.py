@@ -24,7 +24,15 @@ from callgate.domain.canonical import partition_key
 from callgate.domain.catalog import default_profile_path
 from callgate.domain.scope import bound_id
 from callgate.executor.process import Executor
-from callgate.providers.base import DryRunResult, ExecutionResult, Lookup, Provider
+from callgate.providers.base import (
+    Describes,
+    DryRunResult,
+    ExecutionResult,
+    Lookup,
+    Provider,
+    ProviderError,
+    ResourceDescription,
+)
 from callgate.providers.registry import ProviderRegistry
 
 T0 = 1_800_000_000_000
@@ -40,18 +48,32 @@ class Gate:
         profile: Path | None = None,
         chaos: Chaos | None = None,
         runner: MemoryRunner | None = None,
+        **settings: Any,
     ) -> None:
-        self.settings = Settings(state_dir=state_dir, faults=faults or {}, profile=profile)
+        """``settings``: more ``Settings`` fields (``approvals``, ``sessions``, ``dev``...);
+        development mode is on unless ``dev=False`` is given."""
+        self.settings = Settings(
+            **{"dev": True, **settings},
+            state_dir=state_dir,
+            faults=faults or {},
+            profile=profile,
+        )
         self.runner = runner or MemoryRunner([], now_ms=T0, chaos=chaos)
         self.app: App = bootstrap(self.settings, clock=lambda: self.runner.now_ms)
         self.runner.processes = self.app.processes()
         self._ids = itertools.count(1)
         self.calls: list[tuple[str, str]] = []  # (method, token or tool) when recording
 
-    def redeploy(self, profile: Path) -> Gate:
-        """The same deployment (keys, ledger, log and state) restarted with another profile."""
+    def redeploy(self, profile: Path | None = None, **settings: Any) -> Gate:
+        """The same deployment (keys, ledger, log and state) restarted with another profile
+        and/or other ``Settings`` fields (a new configuration)."""
+        kept = self.settings.model_dump(include={"dev", "sessions", "approvals"})
         gate = Gate(
-            self.settings.state_dir, dict(self.settings.faults), profile, runner=self.runner
+            self.settings.state_dir,
+            dict(self.settings.faults),
+            profile or self.settings.profile,
+            runner=self.runner,
+            **{**kept, **settings},
         )
         gate._ids = self._ids
         self.runner.restart(gate.app.processes())
@@ -227,6 +249,12 @@ class _Recording:
     def lookup(self, token: str, tool: str = "") -> Lookup:
         self._note(("lookup", token))
         return self._inner.lookup(token, tool)
+
+    def describe(self, tool: str, target: str) -> ResourceDescription:
+        self._note(("describe", target))
+        if not isinstance(self._inner, Describes):
+            raise ProviderError(f"provider {self.name!r} does not describe its resources")
+        return self._inner.describe(tool, target)
 
 
 def token_tenant(token: str) -> str:

@@ -68,13 +68,13 @@ class HttpServe:
             argv += ["--profile", str(profile)]
         argv += ["serve", "--http", f"127.0.0.1:{self.port}"]
         self.env = dict(env or {})
-        full_env = {**cli_env(), **self.env}
-        if dev:
-            full_env["CALLGATE_DEV"] = "1"
+        full_env = {**cli_env(dev=dev), **self.env}
         self.proc = subprocess.Popen(
             argv, stdout=subprocess.DEVNULL, stderr=self._stderr, env=full_env, cwd=REPO
         )
-        self._settings = Settings(state_dir=state_dir, profile=profile)
+        # The tests mint development tokens on the state directory whatever the server's
+        # mode: a server not in development mode must refuse them.
+        self._settings = Settings(state_dir=state_dir, profile=profile, dev=True)
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s

@@ -99,6 +99,8 @@ class Deployment:
     prefix: str
     state_dir: Path
     profile: Path | None = None
+    dev: bool = True  # development mode: the tests mint development session tokens
+    config: Path | None = None  # a callgate.toml for serve and every client
 
     @property
     def topics(self) -> Topics:
@@ -113,20 +115,27 @@ class Deployment:
             "CALLGATE_TOPIC_PREFIX": self.prefix,
             "CALLGATE_PARTITIONS": str(PARTITIONS),
             "CALLGATE_KAFKA_CONSUMER": FAST_GROUPS,
+            "CALLGATE_DEV": "1" if self.dev else "0",
         }
         if self.profile is not None:
             env["CALLGATE_PROFILE"] = str(self.profile)
+        if self.config is not None:
+            env["CALLGATE_CONFIG"] = str(self.config)
         return env
 
     def settings(self) -> Settings:
-        return Settings(
-            backend="kafka",
-            bootstrap_servers=self.bootstrap,
-            topic_prefix=self.prefix,
-            partitions=PARTITIONS,
-            state_dir=self.state_dir,
-            profile=self.profile,
-        )
+        fields: dict[str, Any] = {
+            "backend": "kafka",
+            "bootstrap_servers": self.bootstrap,
+            "topic_prefix": self.prefix,
+            "partitions": PARTITIONS,
+            "state_dir": self.state_dir,
+            "profile": self.profile,
+            "dev": self.dev,
+        }
+        if self.config is not None:
+            return Settings.from_env(config_file=self.config, environ={}, **fields)
+        return Settings(**fields)
 
     def connect(self) -> Gateway:
         """The Python SDK on this deployment (its own client: ``close`` it)."""
@@ -183,11 +192,15 @@ class KafkaServe:
             cwd=REPO,
         )
 
-    def wait_ready(self, timeout_s: float = 120.0) -> None:
+    def wait_ready(
+        self, timeout_s: float = 120.0, probe: str | None = None, reader: str | None = None
+    ) -> None:
         """Until every process has joined its group and handles input: a refund reaches
         ``approval_required`` (decider, executor's dry-run, status), shows in the pending
         view and the audit (pending, audit projections), and a denial of it is answered
-        (decisions projection). Leaves no pending approval and no side effect behind."""
+        (decisions projection). Leaves no pending approval and no side effect behind.
+        ``probe``, ``reader``: session tokens of the probing support user and of an operator
+        (default: development tokens, for a deployment in development mode)."""
         deadline = time.monotonic() + timeout_s
         while "callgate serve" not in self.log.read_text():
             assert self.proc.poll() is None, f"serve exited early: {self.log.read_text()}"
@@ -195,14 +208,17 @@ class KafkaServe:
             time.sleep(0.05)
         gate = self.dep.connect()
         try:
-            token = gate.app.session_issuer.issue("probe", "acme", ["support"], gate.app.clock())
+            token = probe or gate.app.session_issuer.issue(
+                "probe", "acme", ["support"], gate.app.clock()
+            )
             refund = {"order_id": "ORD-READY", "amount_cents": 100, "currency": "EUR"}
             left = max(1.0, deadline - time.monotonic())
             answer = gate.propose(token, "refunds.issue", refund, "ready-probe", timeout_s=left)
             assert answer["outcome"] == "approval_required", (answer, self.log.read_text())
             inv = answer["invocation_id"]
             gate.backend.wait(lambda: gate.backend.view("pending", inv) is not None, 30)
-            gate.backend.wait(lambda: bool(gate.audit(inv, session=operator(gate))), 30)
+            ops = reader or operator(gate)
+            gate.backend.wait(lambda: bool(gate.audit(inv, session=ops)), 30)
             gate.deny(inv, token, "readiness probe", timeout_s=30)
             assert gate.backend.wait(lambda: gate.backend.view("pending", inv) is None, 30)
         finally:
@@ -277,6 +293,8 @@ def cli(dep: Deployment, *args: str, rc: int | None = 0, timeout: float = 90.0) 
         **cli_env(),
         "CALLGATE_TOPIC_PREFIX": dep.prefix,
         "CALLGATE_PARTITIONS": str(PARTITIONS),
+        "CALLGATE_DEV": "1" if dep.dev else "0",
+        **({"CALLGATE_CONFIG": str(dep.config)} if dep.config is not None else {}),
     }
     proc = subprocess.run(
         argv, capture_output=True, text=True, env=env, timeout=timeout, check=False

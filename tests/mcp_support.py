@@ -167,6 +167,7 @@ def write_profile(
     if with_defaults:
         shipped = yaml.safe_load(DEFAULT_PROFILE.read_text())
         doc["tools"] = {**shipped["tools"], **doc["tools"]}
+        doc["providers"] = {**shipped["providers"], **doc["providers"]}
         doc["resources"] = {
             t: [*shipped["resources"].get(t, []), *globs] for t, globs in doc["resources"].items()
         }

@@ -52,6 +52,7 @@ from callgate_projections import (
     Projection,
     ViewRecord,
     load_json_object,
+    parse_json_field,
 )
 from callgate_projections.status import outcome_for, subject_of
 
@@ -108,6 +109,8 @@ def _gather(old: Mapping[str, Any], event: Event) -> dict[str, Any]:
             facts["decision"] = event.decision
             facts["policy_version"] = event.policy_version
             facts["determining_policies"] = list(event.determining_policies)
+            if event.resource_json is not None:  # the owner and attributes evaluated (C7)
+                facts["resource"] = parse_json_field(event.resource_json, "resource_json")
             facts.update(tool=event.tool, target=event.target, args_hash=event.args_hash)
         case ProposalRejected() if "decision" not in facts:  # rejected before policy ran
             facts["principal"] = _principal(event.actor, event.tenant, ())
@@ -147,6 +150,7 @@ def _content(invocation_id: str, partition_key: str, facts: Mapping[str, Any]) -
             "principal": facts.get("principal"),
             "policy_version": facts.get("policy_version"),
             "determining_policies": facts.get("determining_policies", []),
+            "resource": facts.get("resource"),
             "approval": facts.get("approval"),
         },
         "approval_request": facts.get("approval_request"),

@@ -58,6 +58,26 @@ VIEW = "status"
 _APPROVAL_STAGES = frozenset({"pending", "granted"})
 
 
+def _forbidden_message(event: PolicyDecided) -> str:
+    """Why the ACL denied; a resource nobody owns says so (C7, fail closed)."""
+    denied = f"policy {event.policy_version} does not permit {event.tool}"
+    if event.resource_json is None:
+        return denied
+    facts = parse_json_field(event.resource_json, "resource_json")
+    if not isinstance(facts, dict) or facts.get("tenant") is not None:
+        return denied
+    source = str(facts.get("source", ""))
+    where = (
+        f"provider {source.removeprefix('provider:')!r} does not know an owner"
+        if source.startswith("provider:")
+        else "the profile names no owner"
+    )
+    reason = f": {facts['message']}" if facts.get("message") else ""
+    return (
+        f"resource {event.target!r} is owned by no tenant ({where}{reason}); denied (fail closed)"
+    )
+
+
 def as_code(value: str) -> Code:
     """A code from the log; an unknown spelling is a corrupt log (fail closed)."""
     try:
@@ -180,7 +200,7 @@ def _evolve(old: Mapping[str, Any], event: Event) -> dict[str, Any]:
             _known(value, tool=event.tool, actor=event.actor, tenant=event.tenant)
             _known(value, target=event.target)
             if outcome is Code.TOOL_FORBIDDEN:
-                message = f"policy {event.policy_version} does not permit {event.tool}"
+                message = _forbidden_message(event)
                 error = _error(outcome, message)
         case ApprovalRequested():
             _known(value, tool=event.tool, actor=event.actor, tenant=event.tenant)

@@ -7,22 +7,29 @@ imported when first wired, so each command loads only what it uses.
 
 from __future__ import annotations
 
-import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from callgate.config import (
+    ApprovalSettings,
+    ConfigError,
+    SessionSettings,
+    load_settings,
+)
 from callgate.state_dir import default_state_dir
 
 if TYPE_CHECKING:
     # Imported where used: a command that needs only the keys (``session issue``) should
     # not pay for the policy engine, JSON Schema and the processes at start-up.
+    from callgate.config import ApprovalKeys
     from callgate.decider import Decider
     from callgate.domain.catalog import Profile
     from callgate.domain.identity import SessionIssuer, SessionVerifier
@@ -34,6 +41,9 @@ if TYPE_CHECKING:
     from callgate.providers.registry import ProviderRegistry
 
 Clock = Callable[[], int]
+# A setting has a value callgate cannot use (the command line reports it as misuse); the
+# message names the file and key, the variable or the option (``callgate.config``).
+SettingsError = ConfigError
 
 
 def system_clock() -> int:
@@ -41,14 +51,16 @@ def system_clock() -> int:
     return time.time_ns() // 1_000_000
 
 
-class SettingsError(ValueError):
-    """A setting has a value callgate cannot use (the command line reports it as misuse)."""
+class Settings(BaseSettings):
+    """Everything configurable, frozen (docs/contract.md "Command line" global options;
+    the configuration file's keys: docs/configuration.md).
 
+    Built at the entry point by ``from_env`` (file, ``CALLGATE_*``, options); a direct
+    ``Settings(...)`` reads nothing from the environment, so tests get exactly what
+    they pass.
+    """
 
-class Settings(BaseModel):
-    """Everything configurable, frozen (docs/contract.md, "Command line" global options)."""
-
-    model_config = ConfigDict(frozen=True)
+    model_config = SettingsConfigDict(frozen=True, extra="forbid", validate_default=False)
 
     # The default is found, not assumed to be the current directory (``callgate.state_dir``).
     state_dir: Path = Field(default_factory=default_state_dir)
@@ -61,67 +73,36 @@ class Settings(BaseModel):
     # How long a command waits for an answer (a settled call, a broker): ``--timeout``.
     timeout_s: float = Field(default=30.0, gt=0)
     instance_id: str = Field(default_factory=lambda: f"{os.uname().nodename}-{os.getpid()}")
+    # Development mode: the development issuer (``callgate session issue``) is trusted and
+    # may issue tokens. Off unless asked for (``--dev``, ``CALLGATE_DEV=1``): anyone who can
+    # read the state directory could otherwise mint any identity (ADR 0013).
     dev: bool = False
+    sessions: SessionSettings = SessionSettings()
+    approvals: ApprovalSettings = ApprovalSettings()
+    config_file: Path | None = None  # the file these settings were read from, if any
 
     @classmethod
-    def from_env(cls, **overrides: Any) -> Settings:
-        """Build from ``CALLGATE_*`` environment variables, then explicit overrides.
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)  # the file and the environment are read by ``from_env`` only
 
-        Raises ``SettingsError`` naming the variable or option for a value that is not
-        usable (``CALLGATE_BACKEND=foo``, ``CALLGATE_PARTITIONS=x``): that is misuse, not
-        an internal error.
-        """
-        env: dict[str, Any] = {}
-        source: dict[str, str] = {}
-        for name, field, parse in _ENV:
-            if v := os.environ.get(name):
-                try:
-                    env[field] = parse(v)
-                except ValueError as e:
-                    raise SettingsError(f"{name}={v!r} is not usable: {e}") from None
-                source[field] = name
-        for field, v in overrides.items():
-            if v is not None:
-                env[field] = v
-                source[field] = _OPTION.get(field, "--" + field.replace("_", "-"))
-        try:
-            return cls(**env)
-        except ValidationError as e:
-            problems = []
-            for err in e.errors():
-                field = str(err["loc"][0]) if err["loc"] else ""
-                where = source.get(field, field)
-                problems.append(f"{where}={env.get(field)!r}: {err['msg']}")
-            raise SettingsError("; ".join(problems)) from None
-
-
-def _flag(text: str) -> bool:
-    if text not in ("0", "1"):
-        raise ValueError("expected 1 or 0")
-    return text == "1"
-
-
-def _json_object(text: str) -> dict[str, Any]:
-    value = json.loads(text)
-    if not isinstance(value, dict):
-        raise ValueError("expected a JSON object")
-    return value
-
-
-_OPTION = {"timeout_s": "--timeout"}  # the command-line option of a field, where it differs
-
-# (environment variable, Settings field, parser); a parser raises ValueError when unusable.
-_ENV: tuple[tuple[str, str, Callable[[str], Any]], ...] = (
-    ("CALLGATE_STATE_DIR", "state_dir", Path),
-    ("CALLGATE_BACKEND", "backend", str),
-    ("CALLGATE_BOOTSTRAP_SERVERS", "bootstrap_servers", str),
-    ("CALLGATE_PROFILE", "profile", Path),
-    ("CALLGATE_TOPIC_PREFIX", "topic_prefix", str),
-    ("CALLGATE_PARTITIONS", "partitions", int),
-    ("CALLGATE_DEV", "dev", _flag),
-    ("CALLGATE_FAULTS", "faults", _json_object),
-    ("CALLGATE_TIMEOUT", "timeout_s", float),
-)
+    @classmethod
+    def from_env(
+        cls,
+        config_file: Path | None = None,
+        environ: Mapping[str, str] | None = None,
+        **overrides: Any,
+    ) -> Settings:
+        """Defaults < ``callgate.toml`` < ``CALLGATE_*`` variables < ``overrides`` (the
+        command line's options; ``None`` means not given). Raises ``SettingsError``
+        (``ConfigError``) naming the source of a value that is not usable."""
+        return load_settings(cls, overrides, environ, config_file)
 
 
 @dataclass
@@ -145,16 +126,40 @@ class App:
 
     @cached_property
     def session_issuer(self) -> SessionIssuer:
-        """The development issuer (production verifies the platform's tokens instead)."""
+        """The development issuer; only in development mode (production verifies the
+        platform's tokens instead). Raises ``Rejection(DEVELOPMENT_MODE_REQUIRED)``."""
+        from callgate.domain.codes import Code, Rejection
         from callgate.domain.identity import SessionIssuer
 
+        if not self.settings.dev:
+            raise Rejection(
+                Code.DEVELOPMENT_MODE_REQUIRED,
+                "development session tokens need development mode (--dev or CALLGATE_DEV=1);"
+                " in production, sessions come from your identity provider",
+            )
         return SessionIssuer(self.keys.session_signing_key, self.keys.session_kid)
 
     @cached_property
     def session_verifier(self) -> SessionVerifier:
+        """The configured issuers, and the development issuer only in development mode
+        (C6, ADR 0013). Raises ``ConfigError`` for an unusable issuer key."""
+        from callgate.config import trusted_issuers
         from callgate.domain.identity import SessionVerifier
 
-        return SessionVerifier(self.keys.session_verification_keys())
+        trusted = trusted_issuers(self.settings)
+        if not self.settings.dev:
+            return SessionVerifier.of_issuers(trusted)
+        try:
+            return SessionVerifier(self.keys.session_verification_keys(), trusted=trusted)
+        except ValueError as exc:
+            raise ConfigError(f"sessions.issuers: {exc}") from None
+
+    @cached_property
+    def approval_keys(self) -> ApprovalKeys:
+        """The active approval-signing key and every verifying key (C11; rotation)."""
+        from callgate.config import approval_keys
+
+        return approval_keys(self.settings, self.keys)
 
     @cached_property
     def policy(self) -> PolicyEngine:
@@ -171,9 +176,11 @@ class App:
 
     @cached_property
     def providers(self) -> ProviderRegistry:
-        from callgate.providers.registry import ProviderRegistry
+        """The profile's ``providers:`` by kind (``ProfileError`` naming the key)."""
+        from callgate.providers.registry import build_registry, default_context
 
-        return ProviderRegistry.from_profile(self.profile, self.ledger, self.settings.faults)
+        context = default_context(lambda: self.ledger, self.settings.faults, self.profile)
+        return build_registry(self.profile, context)
 
     def decider(self) -> Decider:
         from callgate.decider import Decider, DeciderDeps
@@ -185,9 +192,9 @@ class App:
                 policy=self.policy,
                 sessions=self.session_verifier,
                 approval_signer=ApprovalSigner(
-                    self.keys.approval_signing_key, self.keys.approval_kid
+                    self.approval_keys.signing_key, self.approval_keys.signing_kid
                 ),
-                approval_verifier=ApprovalVerifier(self.keys.approval_verification_keys()),
+                approval_verifier=ApprovalVerifier(self.approval_keys.verification_keys),
             )
         )
 

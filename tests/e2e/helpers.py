@@ -40,9 +40,14 @@ DEFAULT_PROFILE = REPO / "services" / "callgate" / "profiles" / "default.yaml"
 EXIT_OK, EXIT_FAILED, EXIT_MISUSE = 0, 1, 2
 
 
-def cli_env() -> dict[str, str]:
-    """The caller's environment without ``CALLGATE_*`` settings that would leak in."""
+def cli_env(dev: bool = True) -> dict[str, str]:
+    """The caller's environment without ``CALLGATE_*`` settings that would leak in.
+
+    ``dev``: development mode (``CALLGATE_DEV=1``), on by default because the tests mint
+    their sessions with ``callgate session issue``; tests of production mode turn it off.
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith("CALLGATE_")}
+    env["CALLGATE_DEV"] = "1" if dev else "0"
     env["COLUMNS"] = "200"  # rich wraps at the terminal width; keep messages on one line
     return env
 
@@ -82,6 +87,7 @@ def run(
     profile: Path | None = None,
     timeout: float = 60.0,
     env: dict[str, str] | None = None,
+    dev: bool = True,
 ) -> Run:
     """``callgate [--json] [--state-dir D] [--profile P] ARGS``; asserts ``rc`` when given.
     ``env`` adds variables to the clean environment (``cli_env``)."""
@@ -97,7 +103,7 @@ def run(
         argv,
         capture_output=True,
         text=True,
-        env={**cli_env(), **(env or {})},
+        env={**cli_env(dev), **(env or {})},
         timeout=timeout,
         check=False,
     )
@@ -348,7 +354,7 @@ def publish_plan(plan_file: Path) -> None:
     from callgate.surfaces.sdk import connect
 
     doc = json.loads(plan_file.read_text())
-    gate = connect(Settings(state_dir=Path(doc["state_dir"])))
+    gate = connect(Settings(state_dir=Path(doc["state_dir"]), dev=True))
     try:
         for item in doc["items"]:
             gate.backend.publish([Planned(**item).proposal(gate.app.clock(), "e2e-publisher")])

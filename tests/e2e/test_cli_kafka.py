@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from tests.e2e.helpers import DEFAULT_PROFILE, EXIT_FAILED
+from tests.e2e.ownership import created_ticket_ownership
 from tests.kafka_support import (
     Deployment,
     KafkaServe,
@@ -222,3 +223,12 @@ def test_serve_prints_a_line_per_settled_decision(dep: Deployment) -> None:
     assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ", line), line
     assert line.split()[1:] == [inv, "tickets.read", "executed"], line
     assert not librdkafka_lines(log.read_text())
+
+
+def test_a_created_ticket_belongs_to_its_tenant(dep: Deployment) -> None:
+    """C7, ADR 0014: ownership from the system of record, through the Kafka pipeline."""
+    created_ticket_ownership(
+        lambda user, tenant, roles: cli_session(dep, user, tenant, roles),
+        lambda token, tool, args, key: cli_propose(dep, token, tool, args, key=key),
+        "own-kafka-1",
+    )

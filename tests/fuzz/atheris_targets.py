@@ -88,7 +88,7 @@ def seeds() -> dict[str, list[bytes]]:
         "alice", "acme", ["support"], NOW_MS
     )
     proposal = build_proposal(issuer_token, "tickets.create", TICKET, NOW_MS, key="K")
-    app = App(Settings(), clock=lambda: NOW_MS)
+    app = App(Settings(dev=True), clock=lambda: NOW_MS)
     object.__setattr__(app, "keys", RING)  # cached_property slot: this ring, no state dir
     return {
         "avro": [CODEC.encode(proposal)],

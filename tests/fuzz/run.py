@@ -57,7 +57,7 @@ def campaign(gate: Gateway, seconds: float, settle_s: float, max_examples: int) 
 
 def embedded(seconds: float, max_examples: int = 1_000_000) -> Figures:
     with tempfile.TemporaryDirectory(prefix="callgate-fuzz-") as tmp:
-        gate = connect(Settings(state_dir=Path(tmp) / "state"))
+        gate = connect(Settings(state_dir=Path(tmp) / "state", dev=True))
         try:
             return campaign(gate, seconds, settle_s=10.0, max_examples=max_examples)
         finally:

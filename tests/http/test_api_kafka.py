@@ -158,6 +158,7 @@ def test_the_live_backend_follows_requests_in_memory(server: HttpServe) -> None:
         bootstrap_servers=env["CALLGATE_BOOTSTRAP_SERVERS"],
         topic_prefix=env["CALLGATE_TOPIC_PREFIX"],
         partitions=int(env["CALLGATE_PARTITIONS"]),
+        dev=True,
     )
     app = bootstrap(settings)
     live = LiveKafkaBackend(app)

@@ -272,7 +272,7 @@ def test_a_repeated_execution_request_gets_the_recorded_answer(
     ``ExecutionRequested`` became visible, ran, and the restarted decider (whose state
     predated it) requested the run again. Given a finished run, when the same request
     arrives again, then the executor re-emits the recorded outcome and runs nothing."""
-    app = bootstrap(Settings(state_dir=tmp_path, faults=faults))
+    app = bootstrap(Settings(state_dir=tmp_path, faults=faults, dev=True))
     executor = app.executor()
     request = ev.ExecutionRequested(
         event_id="req-1",
@@ -345,7 +345,7 @@ def test_two_lookups_of_one_attempt_retry_it_once(tmp_path: Path) -> None:
     from callgate.domain.canonical import partition_key
     from callgate.domain.scope import bound_id
 
-    app = bootstrap(Settings(state_dir=tmp_path))
+    app = bootstrap(Settings(state_dir=tmp_path, dev=True))
     decider = app.decider()
     token = app.session_issuer.issue("alice", "acme", ["support"], 1_000, ttl_seconds=3600)
     P1, P2 = bound_id(token, "p1"), bound_id(token, "p2")  # as the SDK binds ids

@@ -261,7 +261,7 @@ def test_rounds_and_caches_give_the_bytes_of_a_plain_fold(tmp_path: Path, cache_
     """The real processes over the benchmark mix, many small rounds, a tiny cache that
     evicts all the time or none: the decider's events and every process's stored state and
     views are exactly what folding the log event by event gives (docs/contract.md "Shape")."""
-    app = bootstrap(Settings(state_dir=tmp_path), clock=lambda: NOW)
+    app = bootstrap(Settings(state_dir=tmp_path, dev=True), clock=lambda: NOW)
     store = EmbeddedStore(tmp_path, CODEC)
     store.append(mixed_proposals(app, 120))
     runner = EmbeddedRunner(

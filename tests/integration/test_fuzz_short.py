@@ -18,7 +18,7 @@ from callgate.surfaces.sdk import connect
 
 
 def test_short_fuzz_campaign_on_the_embedded_backend(tmp_path: Path) -> None:
-    gate = connect(Settings(state_dir=tmp_path / "state"))
+    gate = connect(Settings(state_dir=tmp_path / "state", dev=True))
     try:
         figures = campaign(gate, seconds=10, settle_s=10.0, max_examples=200)
     finally:

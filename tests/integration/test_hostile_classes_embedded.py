@@ -23,7 +23,7 @@ from callgate.surfaces.sdk import Gateway, connect
 
 @pytest.fixture
 def gate(tmp_path: Path) -> Iterator[Gateway]:
-    gateway = connect(Settings(state_dir=tmp_path / "state"))
+    gateway = connect(Settings(state_dir=tmp_path / "state", dev=True))
     yield gateway
     gateway.close()
 

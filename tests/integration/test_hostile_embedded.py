@@ -57,7 +57,7 @@ class EmbeddedSurface(Surface):
 
     def __init__(self, state_dir: Path) -> None:
         self.clock = Clock(T0)
-        settings = Settings(state_dir=state_dir)
+        settings = Settings(state_dir=state_dir, dev=True)
         self.gateway: Gateway = connect(settings, bootstrap(settings, clock=self.clock))
         backend = self.gateway.backend
         assert isinstance(backend, EmbeddedBackend)

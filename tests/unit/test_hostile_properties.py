@@ -298,6 +298,22 @@ def test_the_decider_answers_every_proposal_with_one_code(
     decider: Decider = deployment.app.decider()
     p = to_event(deployment.app, h, T0, "inv-hostile", deployment.granted)
     state, outs = decider.handle(decider.initial_state(), p, T0)
+    if [type(o) for o in outs] == [ev.ResourceDescriptionRequested]:
+        # C7: no static owner, so the provider is asked first; it knows no owner here.
+        asked = outs[0]
+        assert isinstance(asked, ev.ResourceDescriptionRequested)
+        described = ev.ResourceDescribed(
+            event_id="described",
+            invocation_id=p.invocation_id,
+            partition_key=p.partition_key,
+            tool=asked.tool,
+            target=asked.target,
+            provider=asked.provider,
+            found=False,
+            owner=None,
+            attributes_json="{}",
+        )
+        state, outs = decider.handle(state, described, T0)
 
     rejected = [o for o in outs if isinstance(o, ev.ProposalRejected)]
     decided = [o for o in outs if isinstance(o, ev.PolicyDecided)]

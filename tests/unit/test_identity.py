@@ -20,6 +20,7 @@ from callgate.domain.identity import (
     MAX_ARGS_DEPTH,
     SessionIssuer,
     SessionVerifier,
+    TrustedIssuer,
     check_identity,
 )
 from callgate.domain.keys import KeyRing
@@ -155,10 +156,12 @@ def test_audience_list_containing_ours_is_accepted() -> None:
 
 def test_platform_issuer_tokens_verify_without_nbf_or_sid() -> None:
     platform = Ed25519PrivateKey.generate()
-    ring = RING.trust_session_keys({"platform-1": platform.public_key()})
-    verifier = SessionVerifier(
-        ring.session_verification_keys(include_dev_issuer=False),
-        issuer=("https://platform.example",),
+    verifier = SessionVerifier.of_issuers(
+        [
+            TrustedIssuer(
+                "https://platform.example", "callgate", {"platform-1": platform.public_key()}
+            )
+        ]
     )
     claims = _claims(iss="https://platform.example", nbf=None, sid=None)
     token = jwt.encode(claims, platform, "EdDSA", {"kid": "platform-1"})

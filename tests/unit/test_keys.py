@@ -18,7 +18,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from callgate.domain.keys import (
     APPROVAL_KEY_FILE,
     SESSION_KEY_FILE,
-    TRUSTED_SESSION_DIR,
     KeyRing,
     SignatureError,
     decode_signed,
@@ -62,28 +61,6 @@ def test_load_or_create_writes_0600_pem_files_once_and_reuses_them(tmp_path: Pat
     assert second.approval_kid == first.approval_kid
     token = jwt.encode({"x": 1}, first.session_signing_key, "EdDSA", {"kid": first.session_kid})
     assert decode_signed(token, second.session_verification_keys())[1] == {"x": 1}
-
-
-def test_load_or_create_trusts_platform_issuer_public_keys(tmp_path: Path) -> None:
-    platform = Ed25519PrivateKey.generate()
-    trusted_dir = tmp_path / "keys" / TRUSTED_SESSION_DIR
-    trusted_dir.mkdir(parents=True)
-    (trusted_dir / "platform-2024.pem").write_bytes(
-        platform.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    )
-    ring = KeyRing.load_or_create(tmp_path)
-    token = jwt.encode({"sub": "u"}, platform, "EdDSA", {"kid": "platform-2024"})
-    assert decode_signed(token, ring.session_verification_keys())[1] == {"sub": "u"}
-    # Production can drop the development issuer and keep only the platform's.
-    prod_keys = ring.session_verification_keys(include_dev_issuer=False)
-    assert set(prod_keys) == {"platform-2024"}
-
-
-def test_trusted_session_key_may_not_shadow_an_own_kid() -> None:
-    with pytest.raises(ValueError, match="clashes"):
-        RING.trust_session_keys({RING.approval_kid: Ed25519PrivateKey.generate().public_key()})
 
 
 def test_approval_keys_do_not_verify_sessions_and_vice_versa() -> None:

@@ -568,6 +568,7 @@ AUDIT_CASES: list[tuple[str, list[Event], Event, dict[str, Any]]] = [
                 "principal": {"user": "alice", "tenant": "acme", "roles": []},
                 "policy_version": None,
                 "determining_policies": [],
+                "resource": None,
                 "approval": None,
             },
             "tool": "refunds.issue",

@@ -26,7 +26,7 @@ BIG_REFUND: dict[str, Any] = {"order_id": "ORD-2", "amount_cents": 50_000, "curr
 def log(tmp_path_factory: pytest.TempPathFactory) -> tuple[Gate, list[ev.Event]]:
     """A log with every event type a process reads: grants, denials, expiries, rejected
     decisions, rejections, replays, dry-runs, an uncertain execution and its
-    reconciliation."""
+    reconciliation, a resource description."""
     state = tmp_path_factory.mktemp("reacts") / "state"
     g = Gate(
         state,
@@ -43,6 +43,7 @@ def log(tmp_path_factory: pytest.TempPathFactory) -> tuple[Gate, list[ev.Event]]
     g.propose(alice, "tickets.create", TICKET, key="create")  # reconciles, executes
     g.propose(alice, "tickets.create", TICKET, key="create")  # replayed
     g.propose(alice, "tickets.read", {"ticket_id": "T-1"})
+    g.propose(alice, "tickets.read", {"ticket_id": "TKT-unknown"})  # the provider is asked
     g.propose(alice, "users.delete", {"user_id": "U-1"})  # not a caller: policy denies
     g.propose(alice, "no.such.tool", {})  # rejected before policy
     owner = g.propose(alice, "refunds.issue", REFUND)

@@ -27,7 +27,7 @@ from callgate.decider.outcomes import (
     on_uncertain,
     settle_execution,
 )
-from callgate.decider.proposals import on_proposed
+from callgate.decider.proposals import on_described, on_proposed
 from callgate.decider.state import (
     ApprovalStatus,
     DeciderState,
@@ -53,6 +53,7 @@ class Decider:
     reacts_to: frozenset[type[ev.Event]] = frozenset(
         {
             ev.ToolCallProposed,
+            ev.ResourceDescribed,
             ev.ApprovalDecisionSubmitted,
             ev.DryRunRecorded,
             ev.DryRunFailed,
@@ -95,6 +96,8 @@ class Decider:
         out = Emitter(event, now_ms)
         if isinstance(event, ev.ToolCallProposed):
             on_proposed(self.deps, state, event, out)
+        elif isinstance(event, ev.ResourceDescribed):
+            on_described(self.deps, state, event, out)
         elif isinstance(event, ev.ApprovalDecisionSubmitted):
             on_approval_decision(self.deps, state, event, out)
         elif isinstance(event, ev.DryRunRecorded):

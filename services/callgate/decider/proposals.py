@@ -10,6 +10,10 @@ idempotency (C8) → dry-run / approval_required → execution.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from typing import Any
+
 from callgate.decider.approvals import check_approval, presented_approval
 from callgate.decider.authorization import authorize
 from callgate.decider.deps import DeciderDeps
@@ -20,8 +24,11 @@ from callgate.domain import events as ev
 from callgate.domain.approvals import peek_claim, peek_partition_key
 from callgate.domain.arguments import normalize_args, target_of
 from callgate.domain.canonical import args_hash, canonical_json, partition_key, request_fingerprint
+from callgate.domain.catalog import ToolSpec
 from callgate.domain.codes import Code, Rejection, Unanswerable
 from callgate.domain.identity import check_identity
+from callgate.domain.policy import NEW_RESOURCE, ResourceFacts
+from callgate.domain.principal import Principal
 from callgate.domain.scope import is_bound
 
 
@@ -37,8 +44,54 @@ def on_proposed(
         )
     if p.invocation_id in state.invocations:
         return  # the same proposal delivered twice: already decided
+    _rejecting(state, p, out, lambda: _decide_proposal(deps, state, p, out))
+
+
+def on_described(
+    deps: DeciderDeps, state: DeciderState, e: ev.ResourceDescribed, out: Emitter
+) -> None:
+    """The provider answered who owns the target: decide the proposal that waited (C7)."""
+    inv = state.invocations.get(e.invocation_id)
+    if inv is None or inv.phase != Phase.DESCRIBING:
+        return  # a redelivered description: the proposal was decided on the first one
+    p = ev.ToolCallProposed(
+        event_id=inv.proposal_event_id,
+        invocation_id=inv.invocation_id,
+        partition_key=inv.partition_key,
+        session_token="",
+        tool=inv.tool,
+        args_json=inv.args_json,
+        idempotency_key=inv.idempotency_key,
+        approval_id=inv.approval_id,
+    )
+    principal = Principal(
+        inv.actor, inv.tenant, tuple(inv.roles), inv.session_id, inv.session_expires_at
+    )
+    facts = ResourceFacts(
+        source=f"provider:{e.provider}",
+        tenant=e.owner if e.found else None,
+        attributes=json.loads(e.attributes_json) if e.found else {},
+        message=e.message,
+    )
+
+    def decide() -> None:
+        if out.now_ms >= principal.expires_at:  # the session ran out while we asked
+            raise Rejection(Code.UNAUTHENTICATED, "invalid session token: token expired")
+        spec = deps.profile.tool(inv.tool)
+        if spec is None:
+            raise Rejection(Code.UNKNOWN_TOOL, f"no tool named {inv.tool!r} in the catalog")
+        args = json.loads(inv.args_json)
+        _decide_policy(deps, state, p, principal, spec, args, inv.target, facts, out)
+
+    _rejecting(state, p, out, decide)
+
+
+def _rejecting(
+    state: DeciderState, p: ev.ToolCallProposed, out: Emitter, decide: Callable[[], None]
+) -> None:
+    """Run ``decide``; a ``Rejection`` settles the invocation with its code (first failure)."""
     try:
-        _decide_proposal(deps, state, p, out)
+        decide()
     except Rejection as r:
         out.emit(
             ev.ProposalRejected,
@@ -86,7 +139,64 @@ def _decide_proposal(
     args = normalize_args(spec, deps.profile.limits, p.args_json)  # C7: schema first
     args = check_identity(spec.identity_args, deps.profile.tenant_fields, args, principal)
     target = target_of(spec, args)
-    decision = deps.policy.decide(principal, spec, target, args)  # C1, C2, C3, C7
+    facts = _static_facts(deps, spec, target)
+    if facts is None:
+        # C7: the profile does not say who owns the target; its system of record does.
+        # Ask it through an event (the decider stays pure; replay reads the answer).
+        state.invocations[p.invocation_id] = Invocation(
+            p.invocation_id,
+            Phase.DESCRIBING,
+            "",
+            partition_key=p.partition_key,
+            tool=spec.name,
+            actor=principal.user,
+            tenant=principal.tenant,
+            target=target,
+            args_json=canonical_json(args),
+            idempotency_key=p.idempotency_key,
+            roles=list(principal.roles),
+            session_id=principal.session_id,
+            session_expires_at=principal.expires_at,
+            approval_id=p.approval_id,
+            proposal_event_id=p.event_id,
+        )
+        out.emit(
+            ev.ResourceDescriptionRequested,
+            tenant=principal.tenant,
+            tool=spec.name,
+            target=target,
+            provider=spec.provider,
+        )
+        return
+    _decide_policy(deps, state, p, principal, spec, args, target, facts, out)
+
+
+def _static_facts(deps: DeciderDeps, spec: ToolSpec, target: str) -> ResourceFacts | None:
+    """What the profile says about the target, or None when the provider must be asked.
+
+    A call that creates a resource acts in the session tenant; a target the profile's
+    static ``resources`` globs claim belongs to that tenant (an optional override)."""
+    if spec.target_arg is None:
+        return NEW_RESOURCE
+    owner = deps.profile.owner_of(target) if target else None
+    if owner is not None:
+        return ResourceFacts(source="profile", tenant=owner, attributes={})
+    return None
+
+
+def _decide_policy(
+    deps: DeciderDeps,
+    state: DeciderState,
+    p: ev.ToolCallProposed,
+    principal: Principal,
+    spec: ToolSpec,
+    args: dict[str, Any],
+    target: str,
+    facts: ResourceFacts,
+    out: Emitter,
+) -> None:
+    now = out.now_ms
+    decision = deps.policy.decide(principal, spec, target, args, facts)  # C1, C2, C3, C7
     a_hash = args_hash(args)
     fingerprint = request_fingerprint(spec.name, target, args)
     high = spec.is_high_impact(args)
@@ -130,6 +240,7 @@ def _decide_proposal(
         high_impact=high,
         confirmation=confirmation.value,
         approval_jti=jti,
+        resource_json=None if facts is NEW_RESOURCE else facts.to_json(),
     )
     if not decision.allowed:
         return  # C12: tool_forbidden never reaches a provider
@@ -181,4 +292,4 @@ def _tenant_of(state: DeciderState, p: ev.ToolCallProposed) -> str:
     return inv.tenant if inv else ""
 
 
-__all__ = ["on_proposed"]
+__all__ = ["on_described", "on_proposed"]

@@ -17,6 +17,7 @@ from typing import Any
 class Phase:
     """Where an invocation is in its lifecycle."""
 
+    DESCRIBING = "describing"  # asked the provider who owns the target (C7, ADR 0014)
     AWAITING_DRY_RUN = "awaiting_dry_run"  # dry-run before asking for approval (C5)
     DRY_RUN_THEN_EXECUTE = "dry_run_then_execute"  # mandatory dry-run, no confirmation
     CONFIRMING = "confirming"  # approval presented; re-running the dry-run to compare (C11)
@@ -79,6 +80,12 @@ class Invocation:
     # The last attempt the executor reported started: a lookup that finds nothing retries
     # only the current attempt, once (two lookups of one attempt, one retry; C12).
     started_attempt: int = 0
+    # While DESCRIBING: the verified session and the proposal, to decide once described.
+    roles: list[str] = field(default_factory=list)
+    session_id: str = ""
+    session_expires_at: int = 0
+    approval_id: str | None = None
+    proposal_event_id: str = ""
 
 
 @dataclass(slots=True)

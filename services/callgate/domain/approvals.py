@@ -16,10 +16,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import jwt
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from callgate.domain.codes import Code, Rejection
-from callgate.domain.keys import ALGORITHM, SignatureError, decode_signed
+from callgate.domain.keys import (
+    ALGORITHMS,
+    PrivateKey,
+    PublicKey,
+    SignatureError,
+    algorithm_of,
+    decode_signed,
+)
 from callgate.domain.principal import Principal, same_identity
 
 APPROVAL_TYP = "callgate-approval+jwt"
@@ -57,9 +63,16 @@ class ApprovalClaims:
 
 
 class ApprovalSigner:
-    def __init__(self, key: Ed25519PrivateKey, kid: str) -> None:
+    """Signs with the one active approval key (``approvals.signing_kid``, rotation: ADR 0013)."""
+
+    def __init__(self, key: PrivateKey, kid: str) -> None:
         self._key = key
         self._kid = kid
+        self._alg = algorithm_of(key)
+
+    @property
+    def kid(self) -> str:
+        return self._kid
 
     def sign(self, claims: ApprovalClaims) -> str:
         """The ``approval_id``: self-contained, signed and short-lived (C11)."""
@@ -76,13 +89,21 @@ class ApprovalSigner:
             **dataclasses.asdict(claims.binding),
         }
         return jwt.encode(
-            payload, self._key, algorithm=ALGORITHM, headers={"kid": self._kid, "typ": APPROVAL_TYP}
+            payload, self._key, algorithm=self._alg, headers={"kid": self._kid, "typ": APPROVAL_TYP}
         )
 
 
 class ApprovalVerifier:
-    def __init__(self, keys: Mapping[str, Ed25519PublicKey]) -> None:
+    """Verifies with every configured approval key by kid: the active one and those kept
+    for rotation, so that artifacts signed by any instance sharing the configuration
+    verify everywhere (C11)."""
+
+    def __init__(self, keys: Mapping[str, PublicKey]) -> None:
         self._keys = dict(keys)
+
+    @property
+    def kids(self) -> tuple[str, ...]:
+        return tuple(self._keys)
 
     def verify(self, approval_id: str, now_ms: int) -> ApprovalClaims:
         """Claims of a genuine, unexpired artifact (C11).
@@ -91,7 +112,7 @@ class ApprovalVerifier:
         past ``expires_at`` is ``approval_expired`` (fails closed).
         """
         try:
-            _, raw = decode_signed(approval_id, self._keys, typ=APPROVAL_TYP)
+            _, raw = decode_signed(approval_id, self._keys, typ=APPROVAL_TYP, algorithms=ALGORITHMS)
         except SignatureError as e:
             raise _missing(e.reason) from None
         claims = _parse_claims(raw)

@@ -141,7 +141,9 @@ class Profile(_Frozen):
     limits: Limits
     tenant_fields: tuple[Name, ...]
     resources: dict[Name, tuple[str, ...]]
-    providers: dict[Name, dict[str, Any]] = {}
+    # ``providers:`` of the file (name -> settings with a ``kind``), checked per kind by
+    # ``providers.registry``; None when the file has none (the bundled simulations).
+    providers: dict[Name, dict[str, Any]] | None = None
     policy_text: str
     source: Path
     digest: str
@@ -151,7 +153,7 @@ class Profile(_Frozen):
 
     def provider_kind(self, name: str) -> str:
         """The declared kind of provider ``name``; undeclared ones are bundled simulations."""
-        body = self.providers.get(name)
+        body = (self.providers or {}).get(name)
         return "simulated" if body is None else str(body["kind"])
 
     def dry_run_missing(self, spec: ToolSpec) -> str | None:
@@ -199,7 +201,7 @@ class _ProfileFile(_Frozen):
     limits: Limits = Limits()
     tenant_fields: tuple[Name, ...] = ("tenant", "tenant_id", "org_id")
     resources: dict[Name, tuple[Glob, ...]] = {}
-    providers: dict[Name, dict[str, Any]] = {}
+    providers: dict[Name, dict[str, Any]] | None = None
     tools: dict[Name, dict[str, Any]]
 
 
@@ -266,7 +268,7 @@ def load_profile(path: Path) -> Profile:
     except ValidationError as exc:
         raise ProfileError(f"{where}: {_describe(exc)}") from exc
 
-    for name, body in top.providers.items():
+    for name, body in (top.providers or {}).items():
         kind = body.get("kind") if isinstance(body, dict) else None
         if kind not in PROVIDER_KINDS:
             raise ProfileError(
@@ -286,14 +288,19 @@ def load_profile(path: Path) -> Profile:
             raise ProfileError(f"{here}: {_describe(exc)}") from exc
         problems = _tool_problems(spec)
         mcp_fields = [f for f in ("upstream_tool", "dry_run_tool", "lookup_tool") if body.get(f)]
-        kind = top.providers.get(spec.provider, {}).get("kind", "simulated")
+        kind = (top.providers or {}).get(spec.provider, {}).get("kind", "simulated")
         if mcp_fields and kind != "mcp":
             problems.append((mcp_fields[0], f"only for tools of an mcp provider, not {kind}"))
+        if top.providers is not None and spec.provider not in top.providers:
+            problems.append(("provider", f"no provider named '{spec.provider}' in providers"))
         if problems:
             field, message = problems[0]
             raise ProfileError(f"{here}: field '{field}': {message}")
         tools[name] = spec
 
+    for name, body in (top.providers or {}).items():
+        if not isinstance(body.get("kind"), str):
+            raise ProfileError(f"{where}: providers.{name}.kind: required (the provider kind)")
     policy_path = path.parent / top.policy_file
     policy_text = _read(policy_path, f"{where}: policy_file")
     catalog = {

@@ -57,6 +57,8 @@ class Code(StrEnum):
     USAGE = "usage"
     # an unexpected failure inside callgate; the message names no internals over HTTP.
     INTERNAL_ERROR = "internal_error"
+    # a development-only operation (``session issue``) asked of a process not in development mode.
+    DEVELOPMENT_MODE_REQUIRED = "development_mode_required"
 
 
 # Outcomes after which an invocation will not change by itself.
@@ -94,6 +96,7 @@ COMMAND_ERRORS: frozenset[Code] = frozenset(
         Code.TIMEOUT,
         Code.BUSY,
         Code.BROKER_UNAVAILABLE,
+        Code.DEVELOPMENT_MODE_REQUIRED,
         Code.USAGE,
         Code.INTERNAL_ERROR,
     }

@@ -104,6 +104,37 @@ class PolicyDecided(Event):
     high_impact: bool
     confirmation: str  # "none" | "owner" | "approver"
     approval_jti: str | None = None
+    # The resource facts the ACL evaluated (C7), canonical JSON ``{"source", "tenant",
+    # "attributes"}``; None for a call that creates a resource. Replay reads them from
+    # here, so a decision is reproduced without asking the provider again (ADR 0014).
+    resource_json: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResourceDescriptionRequested(Event):
+    """C7: the target's owner is not in the profile; ask its system of record (ADR 0014)."""
+
+    tenant: str
+    tool: str
+    target: str
+    provider: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResourceDescribed(Event):
+    """What the provider said about the target: owner and attributes (ADR 0014).
+
+    ``found`` false (or no ``owner``) means nobody owns it: the ACL then denies (fail
+    closed). ``message`` says why when the provider could not be asked.
+    """
+
+    tool: str
+    target: str
+    provider: str
+    found: bool
+    owner: str | None
+    attributes_json: str  # canonical JSON object
+    message: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -280,6 +311,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ApprovalDecisionSubmitted,
     ProposalRejected,
     PolicyDecided,
+    ResourceDescriptionRequested,
+    ResourceDescribed,
     ConfirmationAccepted,
     DryRunRequested,
     ApprovalRequested,

@@ -10,14 +10,23 @@ import hashlib
 import json
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import jwt
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from callgate.domain.codes import Code, Rejection
-from callgate.domain.keys import ALGORITHM, SignatureError, decode_signed
+from callgate.domain.keys import (
+    ALGORITHM,
+    ALGORITHMS,
+    PrivateKey,
+    PublicKey,
+    SignatureError,
+    algorithm_of,
+    decode_signed,
+)
 from callgate.domain.principal import Principal, normalize_identity, same_identity
 
 DEV_ISSUER = "callgate-dev"
@@ -34,7 +43,7 @@ class SessionIssuer:
 
     def __init__(
         self,
-        key: Ed25519PrivateKey,
+        key: PrivateKey,
         kid: str,
         issuer: str = DEV_ISSUER,
         audience: str = AUDIENCE,
@@ -69,7 +78,8 @@ class SessionIssuer:
             "aud": self._audience,
         }
         claims["sid"] = session_id or _derived_session_id(claims)
-        return jwt.encode(claims, self._key, algorithm=ALGORITHM, headers={"kid": self._kid})
+        alg = algorithm_of(self._key)
+        return jwt.encode(claims, self._key, algorithm=alg, headers={"kid": self._kid})
 
 
 def _derived_session_id(claims: Mapping[str, Any]) -> str:
@@ -77,62 +87,123 @@ def _derived_session_id(claims: Mapping[str, Any]) -> str:
     return "s-" + hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
+@dataclass(frozen=True)
+class TrustedIssuer:
+    """One identity provider whose session tokens callgate accepts (``callgate.toml``).
+
+    A token is checked against the issuer that owns the ``kid`` in its header: the
+    signature with that issuer's keys and ``algorithms``, then ``iss`` must be
+    ``issuer``, ``aud`` must contain ``audience``, and time claims get ``leeway_ms``
+    (the clock skew allowed between the identity provider and callgate).
+    """
+
+    issuer: str
+    audience: str
+    keys: Mapping[str, PublicKey]
+    algorithms: tuple[str, ...] = (ALGORITHM,)
+    leeway_ms: int = 0
+    frozen_keys: Mapping[str, PublicKey] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "frozen_keys", MappingProxyType(dict(self.keys)))
+
+
 class SessionVerifier:
     """Turns a session token into the ``Principal`` (C6); anything doubtful is refused."""
 
     def __init__(
         self,
-        keys: Mapping[str, Ed25519PublicKey],
+        keys: Mapping[str, PublicKey],
         issuer: str | tuple[str, ...] = DEV_ISSUER,
         audience: str = AUDIENCE,
         leeway_ms: int = 0,
         cache_size: int = 4096,
+        *,
+        trusted: Sequence[TrustedIssuer] = (),
     ) -> None:
-        self._keys = dict(keys)
-        self._issuers = (issuer,) if isinstance(issuer, str) else tuple(issuer)
-        self._audience = audience
-        self._leeway_ms = leeway_ms
+        """``keys`` (with ``issuer``, ``audience``, ``leeway_ms``) is one EdDSA issuer, the
+        development one by default; ``trusted`` adds configured issuers. No kid may
+        belong to two issuers (``ValueError``): the kid picks the issuer."""
+        names = (issuer,) if isinstance(issuer, str) else tuple(issuer)
+        if keys and not names:
+            raise ValueError("keys need an issuer name")
+        # The keys-argument issuer may go by several names (one key set): any of them.
+        self._by_kid: dict[str, tuple[TrustedIssuer, tuple[str, ...]]] = {}
+        if keys:
+            own = TrustedIssuer(names[0], audience, keys, (ALGORITHM,), leeway_ms)
+            self._by_kid.update((kid, (own, names)) for kid in keys)
+        for entry in trusted:
+            for kid in entry.keys:
+                if kid in self._by_kid:
+                    raise ValueError(f"key id {kid!r} belongs to two session issuers")
+                self._by_kid[kid] = (entry, (entry.issuer,))
         # Signature verification is a pure function of (token, keys): an agent session sends
         # many calls with one token, so remember verified claims (never failures, never time
         # checks, which run on every call). Bounded; the oldest entry goes first.
-        self._verified: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._verified: OrderedDict[str, tuple[dict[str, Any], str]] = OrderedDict()
         self._cache_size = cache_size
 
-    def _claims(self, token: str) -> dict[str, Any]:
+    @classmethod
+    def of_issuers(
+        cls, trusted: Sequence[TrustedIssuer], cache_size: int = 4096
+    ) -> SessionVerifier:
+        """A verifier trusting exactly ``trusted`` (none: every token is refused)."""
+        return cls({}, (), cache_size=cache_size, trusted=trusted)
+
+    @property
+    def issuers(self) -> tuple[str, ...]:
+        """The trusted issuer names, each once, in order."""
+        return tuple(dict.fromkeys(n for _, names in self._by_kid.values() for n in names))
+
+    def _claims(self, token: str) -> tuple[dict[str, Any], str]:
+        """Verified claims and the kid that verified them."""
         cached = self._verified.get(token)
         if cached is not None:
             self._verified.move_to_end(token)
             return cached
         try:
-            _, claims = decode_signed(token, self._keys)
+            header = jwt.get_unverified_header(token) if isinstance(token, str) and token else {}
+        except (jwt.PyJWTError, ValueError):  # UnicodeError too: decode_signed names why
+            header = {}
+        kid = header.get("kid")
+        entry = self._by_kid.get(kid) if isinstance(kid, str) else None
+        # An unknown kid gets every algorithm, so that the refusal names the kid.
+        keys, algorithms = (
+            (entry[0].frozen_keys, entry[0].algorithms) if entry else ({}, ALGORITHMS)
+        )
+        try:
+            _, claims = decode_signed(token, keys, algorithms=algorithms)
         except SignatureError as e:
             raise _unauthenticated(e.reason) from None
-        self._verified[token] = claims
+        verified = (claims, str(kid))
+        self._verified[token] = verified
         if len(self._verified) > self._cache_size:
             self._verified.popitem(last=False)
-        return claims
+        return verified
 
     def verify(self, token: str, now_ms: int) -> Principal:
         """Raise ``Rejection(UNAUTHENTICATED, reason)`` unless ``token`` is valid at ``now_ms``."""
-        claims = self._claims(token)
+        claims, kid = self._claims(token)
+        issuer, names = self._by_kid[kid]
         missing = [c for c in REQUIRED_CLAIMS if c not in claims]
         if missing:
             raise _unauthenticated(f"missing claims: {', '.join(missing)}")
-        if claims["iss"] not in self._issuers:
+        if claims["iss"] not in names:
             raise _unauthenticated(f"wrong issuer {claims['iss']!r}")
         aud = claims["aud"]
         audiences = aud if isinstance(aud, list) else [aud]
-        if self._audience not in audiences:
+        if issuer.audience not in audiences:
             raise _unauthenticated(f"wrong audience {aud!r}")
+        leeway = issuer.leeway_ms
         # Floor the end and ceil the starts: rounding never widens the validity window.
         exp_ms = _numeric_date_ms(claims, "exp", math.floor)
         iat_ms = _numeric_date_ms(claims, "iat", math.ceil)
         nbf_ms = _numeric_date_ms(claims, "nbf", math.ceil) if "nbf" in claims else None
-        if now_ms >= exp_ms + self._leeway_ms:
+        if now_ms >= exp_ms + leeway:
             raise _unauthenticated("token expired")
-        if nbf_ms is not None and now_ms + self._leeway_ms < nbf_ms:
+        if nbf_ms is not None and now_ms + leeway < nbf_ms:
             raise _unauthenticated("token not yet valid (nbf)")
-        if now_ms + self._leeway_ms < iat_ms:
+        if now_ms + leeway < iat_ms:
             raise _unauthenticated("token issued in the future (iat)")
         user, tenant, roles = claims["sub"], claims["tenant"], claims["roles"]
         if not isinstance(user, str) or not normalize_identity(user):

@@ -1,13 +1,16 @@
-"""Ed25519 key material for session tokens (C6) and approval artifacts (C11).
+"""Key material for session tokens (C6) and approval artifacts (C11).
 
 Two separate key pairs: one signs development session tokens, one signs approval
 artifacts, so a leaked approval key cannot mint sessions and vice versa. Key ids
-(``kid``) are derived from the public key, so a key reloaded from disk keeps its kid.
+(``kid``) of the development keys are derived from the public key, so a key reloaded
+from disk keeps its kid. Configured keys (``callgate.toml``, ``domain/keysets.py``) may be
+EdDSA (Ed25519), ES256 (P-256) or RS256 (RSA, 2048 bits or more); the algorithm of a
+token must be the one of the key its ``kid`` names.
 
 This module is an adapter: it generates keys (randomness) and reads/writes PEM files.
-``decode_signed`` is the one place where a compact EdDSA JWS is verified; the pure
-modules ``identity`` and ``approvals`` call it and map its reasons to their codes.
-See docs/adr/0003-signed-tokens-eddsa-jwt.md.
+``decode_signed`` is the one place where a compact JWS is verified; the pure modules
+``identity`` and ``approvals`` call it and map its reasons to their codes.
+See docs/adr/0003-signed-tokens-eddsa-jwt.md and docs/adr/0013-configuration-and-dev-mode.md.
 """
 
 from __future__ import annotations
@@ -17,21 +20,47 @@ import json
 import os
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 import jwt
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ec import (
+    SECP256R1,
+    EllipticCurvePrivateKey,
+    EllipticCurvePublicKey,
+)
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey, RSAPublicKey
 
-ALGORITHM = "EdDSA"  # the only signature algorithm callgate accepts
+ALGORITHM = "EdDSA"  # the development keys' algorithm, and the default everywhere
+ALGORITHMS = ("EdDSA", "ES256", "RS256")  # every algorithm a configured key may use
+MIN_RSA_BITS = 2048
+
+PublicKey = Ed25519PublicKey | EllipticCurvePublicKey | RSAPublicKey
+PrivateKey = Ed25519PrivateKey | EllipticCurvePrivateKey | RSAPrivateKey
+
+
+def algorithm_of(key: PublicKey | PrivateKey) -> str:
+    """The one JWS algorithm a key signs or verifies with; ``ValueError`` for any other key."""
+    if isinstance(key, Ed25519PublicKey | Ed25519PrivateKey):
+        return "EdDSA"
+    if isinstance(key, EllipticCurvePublicKey | EllipticCurvePrivateKey):
+        if isinstance(key.curve, SECP256R1):
+            return "ES256"
+        raise ValueError(f"EC curve {key.curve.name} is not accepted (only P-256 for ES256)")
+    if isinstance(key, RSAPublicKey | RSAPrivateKey):
+        if key.key_size < MIN_RSA_BITS:
+            raise ValueError(f"RSA key of {key.key_size} bits (at least {MIN_RSA_BITS})")
+        return "RS256"
+    raise ValueError(f"unsupported key type {type(key).__name__}")
+
+
 MAX_TOKEN_CHARS = 16_384  # longer tokens are refused before any parsing
 
 SESSION_KEY_FILE = "session-issuer.pem"
 APPROVAL_KEY_FILE = "approval-signer.pem"
-TRUSTED_SESSION_DIR = "trusted-session-issuers"  # <kid>.pem public keys of platform issuers
 
 
 class SignatureError(ValueError):
@@ -70,10 +99,6 @@ def private_key_to_pem(key: Ed25519PrivateKey) -> bytes:
     )
 
 
-def _frozen(keys: Mapping[str, Ed25519PublicKey]) -> Mapping[str, Ed25519PublicKey]:
-    return MappingProxyType(dict(keys))
-
-
 @dataclass(frozen=True)
 class KeyRing:
     """Signing keys of this deployment plus the public keys it trusts, by kid."""
@@ -82,10 +107,6 @@ class KeyRing:
     session_kid: str
     approval_signing_key: Ed25519PrivateKey
     approval_kid: str
-    # Public keys of external session issuers (the platform's issuer in production).
-    trusted_session_keys: Mapping[str, Ed25519PublicKey] = field(
-        default_factory=lambda: _frozen({})
-    )
 
     @classmethod
     def from_private_keys(
@@ -118,42 +139,25 @@ class KeyRing:
     def load_or_create(cls, directory: Path, kid_prefix: str = "dev") -> KeyRing:
         """Keys under ``<directory>/keys/``: created (mode 0600) on first run, reused after.
 
-        Public keys in ``<directory>/keys/trusted-session-issuers/<kid>.pem`` are trusted
-        as extra session issuers. Concurrent first runs agree on one key: each writes a
-        temporary file and hard-links it into place, and the loser reads the winner's.
+        These are the development issuer's key and the approval key used when the
+        configuration names none (one instance). Issuers to trust and shared approval
+        keys come from the configuration instead (docs/configuration.md). Concurrent
+        first runs agree on one key: each writes a temporary file and hard-links it
+        into place, and the loser reads the winner's.
         """
         key_dir = directory / "keys"
         key_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        ring = cls.from_pem(
+        return cls.from_pem(
             _load_or_create_private(key_dir / SESSION_KEY_FILE),
             _load_or_create_private(key_dir / APPROVAL_KEY_FILE),
             kid_prefix,
         )
-        trusted_dir = key_dir / TRUSTED_SESSION_DIR
-        if trusted_dir.is_dir():
-            trusted = {
-                p.stem: public_key_from_pem(p.read_bytes()) for p in trusted_dir.glob("*.pem")
-            }
-            ring = ring.trust_session_keys(trusted)
-        return ring
 
-    def trust_session_keys(self, keys: Mapping[str, Ed25519PublicKey]) -> KeyRing:
-        """A copy that also accepts session tokens signed by ``keys`` (kid -> public key)."""
-        clash = set(keys) & {self.session_kid, self.approval_kid}
-        if clash:
-            raise ValueError(f"trusted session kid clashes with an own key: {sorted(clash)}")
-        return replace(self, trusted_session_keys=_frozen({**self.trusted_session_keys, **keys}))
+    def session_verification_keys(self) -> dict[str, PublicKey]:
+        """The development issuer's public key, by kid."""
+        return {self.session_kid: self.session_signing_key.public_key()}
 
-    def session_verification_keys(
-        self, include_dev_issuer: bool = True
-    ) -> dict[str, Ed25519PublicKey]:
-        """Keys a session verifier trusts; production may exclude the development issuer."""
-        keys = dict(self.trusted_session_keys)
-        if include_dev_issuer:
-            keys[self.session_kid] = self.session_signing_key.public_key()
-        return keys
-
-    def approval_verification_keys(self) -> dict[str, Ed25519PublicKey]:
+    def approval_verification_keys(self) -> dict[str, PublicKey]:
         return {self.approval_kid: self.approval_signing_key.public_key()}
 
 
@@ -177,14 +181,18 @@ def _load_or_create_private(path: Path) -> bytes:
 
 
 def decode_signed(
-    token: str, keys: Mapping[str, Ed25519PublicKey], typ: str | None = None
+    token: str,
+    keys: Mapping[str, PublicKey],
+    typ: str | None = None,
+    algorithms: tuple[str, ...] = (ALGORITHM,),
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Verify a compact EdDSA JWS and return ``(header, claims)``. Reads no clock.
+    """Verify a compact JWS and return ``(header, claims)``. Reads no clock.
 
-    Only ``alg: EdDSA`` with a known ``kid`` passes: "none", HS* and other algorithms
-    are refused before any key is used, so an attacker cannot choose the algorithm.
-    When ``typ`` is given the header must carry exactly it. Time claims are left to
-    the caller, which checks them against a ``now_ms`` it was given.
+    Only an ``alg`` among ``algorithms`` with a known ``kid`` passes, and the ``alg`` must
+    be the one of that key: "none", HS* and other algorithms are refused before any key
+    is used, so an attacker cannot choose the algorithm (nor confuse key types). When
+    ``typ`` is given the header must carry exactly it. Time claims are left to the
+    caller, which checks them against a ``now_ms`` it was given.
     """
     if not isinstance(token, str) or not token:
         raise SignatureError("no token")
@@ -197,16 +205,18 @@ def decode_signed(
     except jwt.PyJWTError:
         raise SignatureError("malformed token") from None
     alg = header.get("alg")
-    if alg != ALGORITHM:
-        raise SignatureError(f"algorithm {alg!r} not accepted (only {ALGORITHM})")
+    if alg not in algorithms:
+        raise SignatureError(f"algorithm {alg!r} not accepted (only {', '.join(algorithms)})")
     if typ is not None and header.get("typ") != typ:
         raise SignatureError(f"wrong token type {header.get('typ')!r} (expected {typ!r})")
     kid = header.get("kid")
     if not isinstance(kid, str) or kid not in keys:
         # Typically a token of another deployment or state directory (its own dev keys).
         raise SignatureError(f"signed by a key this state does not trust (unknown key id {kid!r})")
+    if algorithm_of(keys[kid]) != alg:
+        raise SignatureError(f"algorithm {alg!r} does not match key {kid!r}")
     try:
-        decoded = jwt.PyJWS().decode_complete(token, keys[kid], algorithms=[ALGORITHM])
+        decoded = jwt.PyJWS().decode_complete(token, keys[kid], algorithms=[alg])
     except jwt.InvalidSignatureError:
         raise SignatureError(
             "bad signature: not signed by the key this state trusts under that key id"

@@ -27,6 +27,7 @@ import cedarpy
 import orjson
 from cedarpy import _internal as cedar_engine
 
+from callgate.domain.canonical import canonical_json
 from callgate.domain.catalog import Profile, ProfileError, ToolSpec
 from callgate.domain.principal import Principal
 
@@ -51,6 +52,35 @@ class PolicyDecision:
     determining_policies: tuple[str, ...]
     policy_version: str
     errors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceFacts:
+    """Who owns a target and its attributes, as the ACL evaluates them (C7, ADR 0014).
+
+    ``source`` is ``"profile"`` (a static ``resources`` glob), ``"provider:<name>"`` (the
+    system of record's ``describe``) or ``"new"`` (a call that creates a resource, owned
+    by the session tenant). ``tenant`` None: nobody owns it, and the default policy denies.
+    """
+
+    source: str
+    tenant: str | None
+    attributes: Mapping[str, Any]
+    message: str = ""
+
+    def to_json(self) -> str:
+        """What ``PolicyDecided.resource_json`` records, so replay sees the same facts."""
+        body: dict[str, Any] = {
+            "source": self.source,
+            "tenant": self.tenant,
+            "attributes": dict(self.attributes),
+        }
+        if self.message:
+            body["message"] = self.message
+        return canonical_json(body)
+
+
+NEW_RESOURCE: Final = ResourceFacts(source="new", tenant=None, attributes={})
 
 
 def generated_policies(profile: Profile) -> str:
@@ -117,27 +147,35 @@ class PolicyEngine:
     def policy_version(self) -> str:
         return self._profile.digest
 
-    def _resource(self, principal: Principal, spec: ToolSpec, target: str) -> str:
-        """The resource's id: the target, or ``new:<tool>`` for a call that creates one."""
-        return f"new:{spec.name}" if spec.target_arg is None else target
-
-    def _owner(self, principal: Principal, spec: ToolSpec, resource_id: str) -> str | None:
-        """The tenant owning the resource, or None when no tenant owns it (C7)."""
+    def _resource(
+        self, principal: Principal, spec: ToolSpec, target: str, facts: ResourceFacts | None
+    ) -> dict[str, Any]:
         if spec.target_arg is None:
-            return principal.tenant  # a new resource is created in the session tenant
-        return self._profile.owner_of(resource_id) if resource_id else None
+            # A new resource is created in the session tenant.
+            uid = {"type": "Resource", "id": f"new:{spec.name}"}
+            return {"uid": uid, "attrs": {"tenant": principal.tenant}, "parents": []}
+        if facts is None:
+            owner = self._profile.owner_of(target) if target else None
+            facts = ResourceFacts("profile", owner, {})
+        # The provider's attributes are entity attributes (``resource.tier``); the owner
+        # is ``resource.tenant`` and no attribute may stand in for it.
+        attrs = {k: v for k, v in _cedar_value(dict(facts.attributes)).items() if k != "tenant"}
+        if facts.tenant is not None:
+            attrs["tenant"] = facts.tenant
+        return {"uid": {"type": "Resource", "id": target}, "attrs": attrs, "parents": []}
 
-    def _entities(self, principal: Principal, spec: ToolSpec, resource_id: str) -> Any:
+    def _entities(self, principal: Principal, resource: dict[str, Any]) -> Any:
         """The parsed entities of one request: the principal's, plus the resource's.
 
         Parsing is most of a decision's cost (the user entity alone about 6 µs, both
         about 9 µs), so the principal's entity is parsed once per principal and the pair
-        once per (principal, resource): a miss parses only the resource and adds it. The
-        owner is a function of the resource id (and, for a new resource, of the
-        principal's tenant), so it is part of what is cached.
+        once per (principal, resource entity): a miss parses only the resource and adds
+        it. The key is the resource entity's JSON text, owner and attributes included, so
+        a change of what the provider reports is a new entry, never a stale one.
         """
         who = (principal.user, principal.tenant, principal.roles)
-        key = (who, resource_id)
+        resource_json = _to_json([resource])
+        key = (who, resource_json)
         found = self._pairs.get(key)
         if found is not None:
             return found
@@ -150,21 +188,26 @@ class PolicyEngine:
             }
             base = cedar_engine.Entities.from_json_str(_to_json([user]), None)
             _put(self._principals, who, base, _PRINCIPALS_CACHED)
-        owner = self._owner(principal, spec, resource_id)
-        attrs = {"tenant": owner} if owner is not None else {}
-        resource = {"uid": {"type": "Resource", "id": resource_id}, "attrs": attrs, "parents": []}
-        pair = base.with_added_json_str(_to_json([resource]), None)
+        pair = base.with_added_json_str(resource_json, None)
         _put(self._pairs, key, pair, _ENTITIES_CACHED)
         return pair
 
     def decide(
-        self, principal: Principal, spec: ToolSpec, target: str, args: Mapping[str, Any]
+        self,
+        principal: Principal,
+        spec: ToolSpec,
+        target: str,
+        args: Mapping[str, Any],
+        facts: ResourceFacts | None = None,
     ) -> PolicyDecision:
-        """The Cedar decision for the session principal on ``spec`` at ``target`` (C1, C7)."""
+        """The Cedar decision for the session principal on ``spec`` at ``target`` (C1, C7).
+
+        ``facts``: the target's owner and attributes (from the profile or the provider);
+        without them the profile's static ``resources`` are used."""
         version = self._profile.digest
         if not principal.tenant:
             return PolicyDecision(False, (), version, ("principal has no tenant",))
-        resource_id = self._resource(principal, spec, target)
+        resource = self._resource(principal, spec, target, facts)
         context = {
             "tool": spec.name,
             "mutation": spec.mutation,
@@ -177,10 +220,10 @@ class PolicyEngine:
             request = {
                 "principal": {"type": "User", "id": principal.user},
                 "action": {"type": "Action", "id": spec.name},
-                "resource": {"type": "Resource", "id": resource_id},
+                "resource": resource["uid"],
                 "context": _to_json(context),
             }
-            entities = self._entities(principal, spec, resource_id)
+            entities = self._entities(principal, resource)
             # cedarpy's Rust entry point, called as its ``is_authorized`` wrapper does; the
             # wrapper's ``json.loads`` and result objects cost an eighth of a decision.
             # The version is pinned by the lock and test_policy checks every field read.

@@ -28,6 +28,7 @@ crash before commit merely repeats them.
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
@@ -37,10 +38,17 @@ from callgate.domain import events as ev
 from callgate.domain.canonical import canonical_json, derive_id, sha256_hex
 from callgate.domain.catalog import Profile
 from callgate.domain.process import Output
-from callgate.providers.base import Provider, ProviderError, ProviderTimeout
+from callgate.providers.base import (
+    Describes,
+    Provider,
+    ProviderError,
+    ProviderTimeout,
+    ResourceDescription,
+)
 from callgate.providers.registry import ProviderRegistry
 
 PRODUCER = "executor"
+DESCRIPTION_TTL_MS = 30_000  # how long a provider's description of a resource is reused
 
 
 @dataclass(slots=True)
@@ -76,12 +84,25 @@ class Executor:
     recovers = True
     # What ``handle`` acts on (``process.reacts_to``); outcomes come from ``follow_up``.
     reacts_to: frozenset[type[ev.Event]] = frozenset(
-        {ev.ExecutionRequested, ev.DryRunRequested, ev.ReconciliationRequested}
+        {
+            ev.ExecutionRequested,
+            ev.DryRunRequested,
+            ev.ReconciliationRequested,
+            ev.ResourceDescriptionRequested,
+        }
     )
 
-    def __init__(self, profile: Profile, providers: ProviderRegistry) -> None:
+    def __init__(
+        self,
+        profile: Profile,
+        providers: ProviderRegistry,
+        description_ttl_ms: int = DESCRIPTION_TTL_MS,
+    ) -> None:
         self.profile = profile
         self.providers = providers
+        # Descriptions are cached for a bounded time (C7): a cache, not folded state,
+        # because each answer is recorded as an event and replay reads that (ADR 0014).
+        self.descriptions = DescriptionCache(description_ttl_ms)
 
     def initial_state(self) -> ExecutorState:
         return ExecutorState()
@@ -140,6 +161,8 @@ class Executor:
             ]
         if isinstance(event, ev.DryRunRequested):
             return state, [self._dry_run(event, now_ms)]
+        if isinstance(event, ev.ResourceDescriptionRequested):
+            return state, [self._describe(event, now_ms)]
         if isinstance(event, ev.ReconciliationRequested):
             return state, [
                 self._lookup(
@@ -205,6 +228,43 @@ class Executor:
             snapshot_hash=dry_run_hash(snapshot),
         )
 
+    def _describe(self, e: ev.ResourceDescriptionRequested, now_ms: int) -> ev.Event:
+        """Ask the target's system of record who owns it (read-only, like a dry-run).
+
+        A provider that cannot describe, or cannot be reached, yields "nobody owns it",
+        which the ACL denies (fail closed), with the reason in ``message``."""
+        cached = self.descriptions.get(e.provider, e.target, now_ms)
+        message = ""
+        if cached is not None:
+            found = cached
+        else:
+            try:
+                provider = self.providers.get(e.provider)
+            except KeyError:
+                provider = None
+            if not isinstance(provider, Describes):
+                found = ResourceDescription(False, None, {})
+                message = f"provider {e.provider!r} does not describe its resources"
+            else:
+                try:
+                    found = provider.describe(e.tool, e.target)
+                    self.descriptions.put(e.provider, e.target, found, now_ms)
+                except (ProviderError, ProviderTimeout) as err:
+                    found = ResourceDescription(False, None, {})
+                    message = f"provider {e.provider!r} could not describe it: {err}"
+        return _follow(
+            e,
+            now_ms,
+            ev.ResourceDescribed,
+            tool=e.tool,
+            target=e.target,
+            provider=e.provider,
+            found=found.found and found.tenant is not None,
+            owner=found.tenant,
+            attributes_json=canonical_json(found.attributes),
+            message=message,
+        )
+
     def _execute(self, started: ev.ExecutionStarted, run: Started, now_ms: int) -> ev.Event:
         token = started.execution_token
         try:
@@ -224,6 +284,9 @@ class Executor:
             return _follow(
                 started, now_ms, ev.ExecutionFailed, execution_token=token, message=str(err)
             )
+        spec = self.profile.tool(run.tool)
+        if spec is None or spec.mutation:
+            self.descriptions.forget(provider.name)  # an effect may change what it owns
         return _follow(
             started,
             now_ms,
@@ -253,6 +316,32 @@ class Executor:
             else "",
             original_invocation_id=original_invocation_id,
         )
+
+
+class DescriptionCache:
+    """Provider descriptions by (provider, target) for ``ttl_ms``; at most ``size`` kept."""
+
+    def __init__(self, ttl_ms: int, size: int = 10_000) -> None:
+        self._ttl_ms, self._size = ttl_ms, size
+        self._entries: OrderedDict[tuple[str, str], tuple[ResourceDescription, int]] = OrderedDict()
+
+    def get(self, provider: str, target: str, now_ms: int) -> ResourceDescription | None:
+        entry = self._entries.get((provider, target))
+        if entry is None or now_ms >= entry[1]:
+            return None
+        return entry[0]
+
+    def put(self, provider: str, target: str, found: ResourceDescription, now_ms: int) -> None:
+        if self._ttl_ms <= 0:
+            return
+        self._entries[(provider, target)] = (found, now_ms + self._ttl_ms)
+        self._entries.move_to_end((provider, target))
+        while len(self._entries) > self._size:
+            self._entries.popitem(last=False)
+
+    def forget(self, provider: str) -> None:
+        for key in [k for k in self._entries if k[0] == provider]:
+            del self._entries[key]
 
 
 def _answered(state: ExecutorState, run: str, outcome: ev.Event) -> ev.Event:

@@ -91,7 +91,7 @@ def bench_policy(n: int) -> list[Row]:
     from callgate.domain.principal import Principal
 
     with tempfile.TemporaryDirectory() as d:
-        app = bootstrap(Settings(state_dir=Path(d)))
+        app = bootstrap(Settings(state_dir=Path(d), dev=True))
         engine = app.policy
         spec = app.profile.tool("refunds.issue")
         assert spec is not None
@@ -148,7 +148,7 @@ def bench_embedded(n: int) -> tuple[list[Row], Path]:
     from callgate.adapters.embedded.store import EmbeddedStore
 
     state = Path(tempfile.mkdtemp(prefix="callgate-bench-"))
-    app = bootstrap(Settings(state_dir=state))
+    app = bootstrap(Settings(state_dir=state, dev=True))
     codec = AvroCodec.default()
     store = EmbeddedStore(state, codec)
     proposals = mixed_proposals(app, n)
@@ -190,7 +190,7 @@ def bench_replay(state: Path) -> list[Row]:
     from callgate.ops.replay import replay
     from callgate.surfaces.sdk import connect
 
-    gate = connect(Settings(state_dir=state))
+    gate = connect(Settings(state_dir=state, dev=True))
     report = replay(gate)
     gate.close()
     rate = report["events_per_s"] or 0

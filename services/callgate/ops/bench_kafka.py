@@ -744,7 +744,8 @@ class _Figures:
 
 def _run(settings: Settings, work: Path, n: int, latency_s: float, plot: Path) -> list[Row]:
     codec = AvroCodec.default()
-    owner = bootstrap(Settings(state_dir=work / "owner", profile=settings.profile))  # the keys
+    # The owner holds the keys; its development-issuer sessions drive the load.
+    owner = bootstrap(Settings(state_dir=work / "owner", profile=settings.profile, dev=True))
     probe = mixed_proposals(owner, 10, seed=2)
     mix = mixed_proposals(owner, n, seed=1)
     fig = _Figures()
@@ -767,7 +768,7 @@ def _run(settings: Settings, work: Path, n: int, latency_s: float, plot: Path) -
         paced.setdefault(rate, mixed_proposals(owner, int(rate * latency_s / 2), seed=10 + i))
     # The real processes, recorded with their own state dir and effect ledger, same keys.
     shutil.copytree(work / "owner" / "keys", work / "recording" / "keys")
-    rec_app = bootstrap(Settings(state_dir=work / "recording", profile=settings.profile))
+    rec_app = bootstrap(Settings(state_dir=work / "recording", profile=settings.profile, dev=True))
     inputs = [*probe, *mix, *(p for batch in paced.values() for p in batch)]
     t0 = time.perf_counter()
     files, fig.written = record(rec_app.processes(), inputs, codec, rec_app.clock(), work)
@@ -805,6 +806,7 @@ def _phase(
                 bootstrap_servers=broker.bootstrap,
                 partitions=settings.partitions,
                 profile=settings.profile,
+                dev=True,
             )
         )
         names = [p.name for p in app.processes()]

@@ -66,7 +66,7 @@ def decide_into(
 
 def main(keys: int) -> None:
     with tempfile.TemporaryDirectory() as d:
-        app = bootstrap(Settings(state_dir=Path(d)))
+        app = bootstrap(Settings(state_dir=Path(d), dev=True))
         decider = app.decider()
         changelog = "callgate.changelog.decider"
         stores = [

@@ -610,6 +610,7 @@ def run_chaos(
                 "bootstrap_servers": settings.bootstrap_servers or (broker and broker.bootstrap),
                 "topic_prefix": f"chaos-{uuid.uuid4().hex[:8]}",
                 "faults": {**FAULTS, "seed": seed},
+                "dev": True,  # its sessions come from the development issuer
             }
         )
         report = _run(bootstrap(run), out, proposals, kills, seed, started, limit)

@@ -15,8 +15,11 @@ from callgate.surfaces.sdk import Gateway, connect
 
 
 def run_demo(settings: Settings, out: Renderer, keep: bool = False) -> int:
+    """Runs in development mode whatever ``settings`` say: its sessions come from the
+    development issuer, on a throwaway state directory of its own."""
     state_dir = Path(tempfile.mkdtemp(prefix="callgate-demo-"))
-    gate = connect(settings.model_copy(update={"state_dir": state_dir, "backend": "embedded"}))
+    demo = {"state_dir": state_dir, "backend": "embedded", "dev": True}
+    gate = connect(settings.model_copy(update=demo))
     steps: list[dict[str, Any]] = []
     try:
         _walk(gate, out, steps)

@@ -2,7 +2,9 @@
 
 The executor talks to providers only through this protocol: ``dry_run`` (read-only, what
 a human confirms, C5), ``execute`` (with callgate's idempotency token passed through) and
-``lookup`` (reconcile an uncertain outcome before any retry, C12).
+``lookup`` (reconcile an uncertain outcome before any retry, C12). A provider that is the
+system of record of its resources may also ``describe`` one (``Describes``): its owning
+tenant and attributes, which the ACL evaluates (C7, docs/adr/0014).
 
 The two exceptions split failures by what is known about the effect:
 
@@ -71,4 +73,26 @@ class Provider(Protocol):
         ``tool`` is the catalog tool the token was executed for: a provider fronting many
         tools (an MCP upstream) reconciles through that tool's declared lookup.
         """
+        ...
+
+
+@dataclass(frozen=True)
+class ResourceDescription:
+    """What the system of record says about one resource (C7).
+
+    ``tenant`` is the owning tenant (``None``: nobody owns it, or it does not exist);
+    ``attributes`` are plain JSON values the policy may use (``resource.<name>``).
+    """
+
+    found: bool
+    tenant: str | None
+    attributes: dict[str, Any]
+
+
+@runtime_checkable
+class Describes(Protocol):
+    """A provider that can describe a resource (the HTTP provider's ``/describe``)."""
+
+    def describe(self, tool: str, target: str) -> ResourceDescription:
+        """Owner and attributes of ``target``; ``ProviderError`` when unreachable."""
         ...

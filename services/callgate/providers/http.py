@@ -6,6 +6,14 @@ Wire protocol (all bodies JSON objects):
 - ``POST {base}/execute`` ``{tool, target, args, tenant, token, invocation_id}`` with header
   ``Idempotency-Key: <token>`` → ``{"result": {...}}``
 - ``GET {base}/lookup/<token>`` → ``{"found": bool, "result": {...} | null}``
+- ``POST {base}/describe`` ``{tool, target}`` → ``{"found": bool, "tenant": str | null,
+  "attributes": {...}}`` (the resource's owner and attributes, C7)
+
+The whole protocol is ``docs/provider-http.openapi.yaml``. With credentials every request
+carries ``Authorization: Bearer <credential>``. ``retries`` repeats the read-only calls
+(dry-run, lookup, describe) after a transport failure or a 5xx; ``execute`` is never
+repeated here, because a repeat of an effect is the executor's decision after a ``lookup``
+(C12).
 
 Mapping failures to what is known about the effect (C12), failing closed:
 
@@ -35,6 +43,7 @@ from callgate.providers.base import (
     Lookup,
     ProviderError,
     ProviderTimeout,
+    ResourceDescription,
 )
 
 
@@ -52,17 +61,31 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 class HttpProvider:
-    def __init__(self, name: str, base_url: str, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        name: str,
+        base_url: str,
+        timeout_s: float = 10.0,
+        retries: int = 0,
+        credential: str | None = None,
+    ) -> None:
         if timeout_s <= 0:
             raise ValueError("timeout_s must be positive")
+        if retries < 0:
+            raise ValueError("retries must not be negative")
         self.name = name
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
+        self.retries = retries
+        self._auth = {"Authorization": f"Bearer {credential}"} if credential else {}
         self._opener = urllib.request.build_opener(_NoRedirect())
+
+    def __repr__(self) -> str:  # never the credential
+        return f"HttpProvider({self.name!r}, {self.base_url!r})"
 
     def dry_run(self, tool: str, target: str, args: Mapping[str, Any], tenant: str) -> DryRunResult:
         payload = {"tool": tool, "target": target, "args": dict(args), "tenant": tenant}
-        body = self._call("POST", "/dry_run", payload, {}, effectful=False)
+        body = self._read_only("POST", "/dry_run", payload)
         return DryRunResult(_object(body.get("snapshot"), "snapshot", effectful=False))
 
     def execute(
@@ -87,13 +110,37 @@ class HttpProvider:
 
     def lookup(self, token: str, tool: str = "") -> Lookup:
         path = "/lookup/" + urllib.parse.quote(token, safe="")
-        body = self._call("GET", path, None, {}, effectful=False)
+        body = self._read_only("GET", path, None)
         found = body.get("found")
         if not isinstance(found, bool):
             raise ProviderError(f"{self.name}: lookup response has no boolean 'found'")
         if not found:
             return Lookup(found=False, result=None)
         return Lookup(found=True, result=_object(body.get("result"), "result", effectful=False))
+
+    def describe(self, tool: str, target: str) -> ResourceDescription:
+        body = self._read_only("POST", "/describe", {"tool": tool, "target": target})
+        found, tenant = body.get("found"), body.get("tenant")
+        if not isinstance(found, bool):
+            raise ProviderError(f"{self.name}: describe response has no boolean 'found'")
+        if tenant is not None and (not isinstance(tenant, str) or not tenant):
+            raise ProviderError(f"{self.name}: describe 'tenant' must be a non-empty string")
+        attributes = body.get("attributes", {})
+        if not isinstance(attributes, dict):
+            raise ProviderError(f"{self.name}: describe 'attributes' must be an object")
+        return ResourceDescription(found, tenant if found else None, attributes)
+
+    def _read_only(
+        self, method: str, path: str, payload: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        """A call without effect, repeated up to ``retries`` times on doubt."""
+        for attempt in range(self.retries + 1):
+            try:
+                return self._call(method, path, payload, {}, effectful=False)
+            except (ProviderError, ProviderTimeout) as exc:
+                if attempt == self.retries or not _transient(exc):
+                    raise
+        raise AssertionError("unreachable")
 
     def _call(
         self,
@@ -110,7 +157,12 @@ class HttpProvider:
             self.base_url + path,
             data=data,
             method=method,
-            headers={"Content-Type": "application/json", "Accept": "application/json", **headers},
+            headers={
+                "Content-Type": "application/json",
+                "Accept": "application/json",
+                **self._auth,
+                **headers,
+            },
         )
         where = f"{self.name} {method} {path}"
         try:
@@ -139,6 +191,16 @@ class HttpProvider:
                 raise ProviderTimeout(f"{where}: unreadable response, outcome unknown") from exc
             raise ProviderError(f"{where}: unreadable response") from exc
         return _object(body, "response body", effectful=effectful)
+
+
+def _transient(exc: Exception) -> bool:
+    """A failure worth repeating: a timeout, no connection, or a 5xx answer."""
+    if isinstance(exc, ProviderTimeout):
+        return True
+    cause = exc.__cause__
+    if isinstance(cause, urllib.error.HTTPError):
+        return cause.code >= 500
+    return isinstance(cause, urllib.error.URLError | OSError)
 
 
 def _object(value: Any, what: str, *, effectful: bool) -> dict[str, Any]:

@@ -1,22 +1,39 @@
 """Provider name → provider; the executor resolves a tool's provider here.
 
-A tool ``refunds.issue`` belongs to provider ``refunds`` unless the catalog names another
-(``for_tool`` uses the prefix before the first dot). Built once at the composition root
-and passed down; no module-level registry.
+A tool names its provider (``provider: crm``); the profile's ``providers:`` map gives each
+name a ``kind`` and that kind's settings:
+
+```yaml
+providers:
+  tickets: {kind: simulated}
+  crm: {kind: http, base_url: "https://crm.internal", credentials: {env: CRM_TOKEN}}
+```
+
+Each kind is a ``ProviderKind``: a name, a pydantic settings model and a ``build``
+function. ``PROVIDER_KINDS`` lists the kinds callgate ships (``simulated``, ``http``,
+``mcp``); a new
+kind is one more entry. ``build_registry`` validates every entry against its kind's model
+(an unknown kind or a bad setting is a ``ProfileError`` naming the key) and builds the
+providers. A profile without ``providers:`` gets the bundled simulations under their own
+names. Built once at the composition root and passed down; no module-level instances.
 """
 
 from __future__ import annotations
 
+import os
 import random
-from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from callgate.domain.catalog import Profile, ProfileError
 from callgate.providers.base import Provider
+from callgate.providers.http import HttpProvider
 from callgate.providers.ledger import EffectLedger
 from callgate.providers.simulated import SIMULATED, FaultPlan
-
-if TYPE_CHECKING:
-    from callgate.domain.catalog import Profile
 
 
 class ProviderRegistry:
@@ -48,44 +65,6 @@ class ProviderRegistry:
             for sim in SIMULATED
         )
 
-    @classmethod
-    def from_profile(
-        cls,
-        profile: Profile,
-        ledger: EffectLedger,
-        faults: FaultPlan | Mapping[str, Any] | None = None,
-    ) -> ProviderRegistry:
-        """The bundled simulations plus the providers the profile declares (``providers:``).
-
-        A declared provider replaces a simulation of the same name. Kinds: ``simulated``
-        (the bundled one of that name), ``http`` (``url``, ``timeout_s``) and ``mcp`` (an
-        upstream MCP server, ``command`` or ``url``; see ``callgate.providers.mcp``).
-        Upstream sessions open lazily, on the first call.
-        """
-        registry = cls.simulated(ledger, faults)
-        for name, body in profile.providers.items():
-            kind = body["kind"]
-            if kind == "simulated":
-                if name not in registry:
-                    raise ValueError(f"provider '{name}': no bundled simulation of that name")
-                continue
-            if kind == "http":
-                from callgate.providers.http import HttpProvider
-
-                url = body.get("url")
-                if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-                    raise ValueError(f"provider '{name}': field 'url': an http(s) URL is required")
-                registry = registry.with_provider(
-                    HttpProvider(name, url, float(body.get("timeout_s", 10.0)))
-                )
-                continue
-            from callgate.providers.mcp import McpProvider, McpUpstream, McpUpstreamConfig
-
-            upstream = McpUpstream(name, McpUpstreamConfig.parse(name, body))
-            tools = {t: spec for t, spec in profile.tools.items() if spec.provider == name}
-            registry = registry.with_provider(McpProvider(name, upstream, tools))
-        return registry
-
     def close(self) -> None:
         """Close what providers hold open (upstream sessions); safe to call twice."""
         for provider in self._providers.values():
@@ -115,3 +94,187 @@ class ProviderRegistry:
 
     def __iter__(self) -> Iterator[Provider]:
         return iter(self._providers.values())
+
+
+# --- provider kinds -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What building a provider may use; the ledger is opened only when a kind needs it."""
+
+    ledger: Callable[[], EffectLedger]
+    faults: FaultPlan
+    environ: Mapping[str, str]
+    profile_dir: Path
+    profile: Profile | None = None  # the catalog an upstream's tools come from (mcp)
+
+
+class ProviderKind(Protocol):
+    name: str
+    settings: type[BaseModel]
+
+    def build(self, name: str, settings: Any, context: BuildContext) -> Provider: ...
+
+
+class _Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SimulatedSettings(_Settings):
+    kind: Literal["simulated"]
+    simulation: str | None = Field(default=None, description="bundled simulation; the name")
+
+
+class SimulatedKind:
+    """The bundled simulations over the durable effect ledger, with fault injection."""
+
+    name = "simulated"
+    settings: type[BaseModel] = SimulatedSettings
+
+    def build(self, name: str, settings: Any, context: BuildContext) -> Provider:
+        wanted = settings.simulation or name
+        by_name = {sim.name: sim for sim in SIMULATED}
+        if wanted not in by_name:
+            raise ValueError(f"no bundled simulation {wanted!r} (one of {', '.join(by_name)})")
+        plan = context.faults
+        provider = by_name[wanted](
+            context.ledger(), plan.for_provider(name), random.Random(f"{plan.seed}:{name}")
+        )
+        provider.name = name
+        return provider
+
+
+class Credentials(_Settings):
+    """Where the provider's credential is read from: an environment variable or a file."""
+
+    env: str | None = Field(default=None, min_length=1)
+    file: Path | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Credentials:
+        if (self.env is None) == (self.file is None):
+            raise ValueError("give exactly one of 'env' and 'file'")
+        return self
+
+    def read(self, environ: Mapping[str, str], base: Path) -> str:
+        if self.env is not None:
+            value = environ.get(self.env, "")
+            if not value:
+                raise ValueError(f"environment variable {self.env} is not set")
+            return value
+        path = self.file if self.file is None or self.file.is_absolute() else base / self.file
+        assert path is not None
+        try:
+            value = path.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+        if not value:
+            raise ValueError(f"{path} is empty")
+        return value
+
+
+class HttpSettings(_Settings):
+    kind: Literal["http"]
+    base_url: str = Field(pattern=r"^https?://[^\s/]+", description="protocol root URL")
+    credentials: Credentials | None = None
+    timeout_s: float = Field(default=10.0, gt=0, le=300)
+    retries: int = Field(default=0, ge=0, le=10, description="repeats of read-only calls")
+
+
+class HttpKind:
+    """A provider behind HTTP (docs/provider-http.openapi.yaml)."""
+
+    name = "http"
+    settings: type[BaseModel] = HttpSettings
+
+    def build(self, name: str, settings: Any, context: BuildContext) -> Provider:
+        credential = (
+            settings.credentials.read(context.environ, context.profile_dir)
+            if settings.credentials is not None
+            else None
+        )
+        return HttpProvider(
+            name, settings.base_url, settings.timeout_s, settings.retries, credential
+        )
+
+
+class McpSettings(_Settings):
+    """An upstream MCP server (``command`` or ``url``); ``providers.mcp`` checks the rest."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+    kind: Literal["mcp"]
+
+
+class McpKind:
+    """An upstream MCP server whose tools the catalog names (``callgate.providers.mcp``).
+    Its session opens lazily, on the first call."""
+
+    name = "mcp"
+    settings: type[BaseModel] = McpSettings
+
+    def build(self, name: str, settings: Any, context: BuildContext) -> Provider:
+        from callgate.providers.mcp import McpProvider, McpUpstream, McpUpstreamConfig
+
+        upstream = McpUpstream(name, McpUpstreamConfig.parse(name, settings.model_dump()))
+        catalog = context.profile.tools if context.profile is not None else {}
+        tools = {t: spec for t, spec in catalog.items() if spec.provider == name}
+        return McpProvider(name, upstream, tools)
+
+
+PROVIDER_KINDS: tuple[ProviderKind, ...] = (SimulatedKind(), HttpKind(), McpKind())
+
+
+def _implicit() -> dict[str, dict[str, Any]]:
+    """No ``providers:`` in the profile: the bundled simulations under their own names."""
+    return {sim.name: {"kind": "simulated"} for sim in SIMULATED}
+
+
+def provider_settings(
+    profile: Profile, kinds: Iterable[ProviderKind] = PROVIDER_KINDS
+) -> dict[str, tuple[ProviderKind, BaseModel]]:
+    """Every ``providers:`` entry checked against its kind's model (``ProfileError``)."""
+    by_kind = {k.name: k for k in kinds}
+    entries = profile.providers if profile.providers is not None else _implicit()
+    out: dict[str, tuple[ProviderKind, BaseModel]] = {}
+    for name, raw in entries.items():
+        where = f"profile {profile.source}: providers.{name}"
+        kind_name = raw.get("kind")
+        kind = by_kind.get(kind_name) if isinstance(kind_name, str) else None
+        if kind is None:
+            known = ", ".join(sorted(by_kind))
+            raise ProfileError(f"{where}.kind: unknown provider kind {kind_name!r} ({known})")
+        try:
+            out[name] = (kind, kind.settings.model_validate(raw))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            loc = ".".join(str(p) for p in first["loc"])
+            raise ProfileError(f"{where}.{loc}: {first['msg']}") from None
+    return out
+
+
+def build_registry(
+    profile: Profile,
+    context: BuildContext,
+    kinds: Iterable[ProviderKind] = PROVIDER_KINDS,
+) -> ProviderRegistry:
+    """The profile's providers, built (``ProfileError`` naming the key on any problem)."""
+    built = []
+    for name, (kind, settings) in provider_settings(profile, kinds).items():
+        try:
+            built.append(kind.build(name, settings, context))
+        except ValueError as exc:
+            raise ProfileError(f"profile {profile.source}: providers.{name}: {exc}") from None
+    return ProviderRegistry(built)
+
+
+def default_context(
+    ledger: Callable[[], EffectLedger], faults: Mapping[str, Any], profile: Profile
+) -> BuildContext:
+    return BuildContext(
+        ledger=ledger,
+        faults=FaultPlan.from_mapping(faults),
+        environ=os.environ,
+        profile_dir=profile.source.parent,
+        profile=profile,
+    )

@@ -37,6 +37,7 @@ from callgate.providers.base import (
     Lookup,
     ProviderError,
     ProviderTimeout,
+    ResourceDescription,
 )
 from callgate.providers.ledger import EffectLedger, WorldTxn
 
@@ -239,6 +240,18 @@ class SimulatedProvider(ABC):
         row = self.ledger.find(token, provider=self.name)
         return Lookup(found=False, result=None) if row is None else Lookup(True, row["result"])
 
+    def describe(self, tool: str, target: str) -> ResourceDescription:
+        """The owner of a resource this simulation created (C7), and its attributes."""
+        self.faults.delay()
+        owner = self.ledger.world_get(("owners", self.name, target))
+        if not isinstance(owner, str):
+            return ResourceDescription(found=False, tenant=None, attributes={})
+        return ResourceDescription(True, owner, self._attributes(owner, target))
+
+    def _attributes(self, tenant: str, target: str) -> dict[str, Any]:
+        """Attributes of an owned resource the policy may use; none by default."""
+        return {}
+
     @abstractmethod
     def _preview(
         self, tool: str, args: Mapping[str, Any], tenant: str, get: Getter
@@ -280,7 +293,13 @@ class TicketsProvider(SimulatedProvider):
     ) -> dict[str, Any]:
         ticket = self._ticket(args, tenant, ticket_id=derived_id("TKT", token))
         txn.put(("tickets", tenant, ticket["ticket_id"]), ticket)
+        # The creating tenant owns the ticket from now on (C7: ``describe``).
+        txn.put(("owners", self.name, ticket["ticket_id"]), tenant)
         return ticket
+
+    def _attributes(self, tenant: str, target: str) -> dict[str, Any]:
+        ticket = self.ledger.world_get(("tickets", tenant, target)) or {}
+        return {k: ticket[k] for k in ("status", "priority", "requester_id") if k in ticket}
 
     @staticmethod
     def _ticket(args: Mapping[str, Any], tenant: str, ticket_id: str | None) -> dict[str, Any]:

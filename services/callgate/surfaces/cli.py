@@ -38,7 +38,9 @@ environment (the flag wins over the variable):
   CALLGATE_TOPIC_PREFIX   prefix of every Kafka topic (default: callgate)
   CALLGATE_PARTITIONS     partitions of every Kafka topic (default: 6)
   CALLGATE_FAULTS         fault injection of the simulated providers (JSON object)
-  CALLGATE_DEV            1: development mode of the HTTP surface (default: 0)
+  CALLGATE_DEV            1: development mode, trusts `session issue` tokens (default: 0)
+  CALLGATE_CONFIG         the configuration file (see --config); every key of it is
+                          also CALLGATE_<KEY>, nested keys joined by __
 
 state directory, when neither --state-dir nor CALLGATE_STATE_DIR names one: the nearest
 directory named .callgate in the current directory or above it, else
@@ -101,6 +103,21 @@ def _global_options() -> argparse.ArgumentParser:
         metavar="FILE",
         help="the adoption profile, catalog and policy (env CALLGATE_PROFILE; default: "
         "the bundled default profile)",
+    )
+    add(
+        "--config",
+        type=Path,
+        default=keep,
+        metavar="FILE",
+        help="the configuration file (env CALLGATE_CONFIG; default: callgate.toml in the "
+        "state directory when present; docs/configuration.md)",
+    )
+    add(
+        "--dev",
+        action="store_true",
+        default=keep,
+        help="development mode: trust and issue development session tokens (env "
+        "CALLGATE_DEV=1; default: off; never in production)",
     )
     add(
         "--timeout",

@@ -232,7 +232,7 @@ class Renderer:
 
         self.value(rows, human)
 
-    def serving(self, state_dir: Path, pid: int) -> None:
+    def serving(self, state_dir: Path, pid: int, dev: bool = False) -> None:
         """Serve has started; in text form also how to submit a first proposal."""
         serve_line(
             self.log_format,
@@ -244,13 +244,22 @@ class Renderer:
         )
         if self.log_format != "text":
             return
-        prog = f"{_program()} --state-dir {state_dir}"
-        lines = [
-            f"  development keys in {state_dir / 'keys'}; from a second terminal:",
-            f"    TOKEN=$({prog} session issue --user alice --tenant acme --roles support)",
+        prog = f"{_program()}{' --dev' if dev else ''} --state-dir {state_dir}"
+        if dev:
+            lines = [
+                f"  development keys in {state_dir / 'keys'}; from a second terminal:",
+                f"    TOKEN=$({prog} session issue --user alice --tenant acme --roles support)",
+            ]
+        else:
+            lines = [
+                "  sessions: tokens of the issuers in the configuration (callgate config check);"
+                " --dev also trusts `callgate session issue`",
+                "  from a second terminal, with TOKEN from your identity provider:",
+            ]
+        lines.append(
             f'    {prog} propose --session "$TOKEN" --tool tickets.read '
-            '--args \'{"ticket_id": "T-1"}\'',
-        ]
+            '--args \'{"ticket_id": "T-1"}\''
+        )
         for line in lines:
             sys.stderr.write(line + "\n")
         sys.stderr.flush()

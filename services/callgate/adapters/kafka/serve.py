@@ -92,6 +92,9 @@ def worker_env(
     env["CALLGATE_BOOTSTRAP_SERVERS"] = settings.bootstrap_servers or ""
     env["CALLGATE_TOPIC_PREFIX"] = settings.topic_prefix
     env["CALLGATE_PARTITIONS"] = str(settings.partitions)
+    env["CALLGATE_DEV"] = "1" if settings.dev else "0"
+    if settings.config_file is not None:
+        env["CALLGATE_CONFIG"] = str(settings.config_file.resolve())
     if settings.profile is not None:
         env["CALLGATE_PROFILE"] = str(settings.profile.resolve())
     if settings.faults:

@@ -15,7 +15,16 @@ if TYPE_CHECKING:
     from callgate.surfaces.commands.context import Handler
 
 # In the order ``callgate --help`` lists them.
-MODULES: tuple[str, ...] = ("serve", "session", "catalog", "calls", "records", "mcp", "ops")
+MODULES: tuple[str, ...] = (
+    "serve",
+    "session",
+    "catalog",
+    "calls",
+    "records",
+    "config",
+    "mcp",
+    "ops",
+)
 
 Subcommands = argparse._SubParsersAction  # the object ``add_subparsers`` returns
 

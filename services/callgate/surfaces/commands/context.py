@@ -62,6 +62,8 @@ class Context:
         from callgate.bootstrap import Settings
 
         return Settings.from_env(
+            config_file=getattr(self.ns, "config", None),
+            dev=getattr(self.ns, "dev", None),
             state_dir=getattr(self.ns, "state_dir", None),
             backend=getattr(self.ns, "backend", None),
             bootstrap_servers=getattr(self.ns, "bootstrap_servers", None),
@@ -77,6 +79,9 @@ class Context:
 
         app = bootstrap(self.settings)
         app.profile  # noqa: B018
+        # Likewise the key files the configuration names: a broken one fails at start.
+        app.session_verifier  # noqa: B018
+        app.approval_keys  # noqa: B018
         return app
 
     def needs_kafka_servers(self) -> None:

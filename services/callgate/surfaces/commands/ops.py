@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from callgate.surfaces.commands import Subcommands, add_command
@@ -38,6 +39,9 @@ def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type
 
 def demo(ctx: Context) -> int:
     from callgate.ops.demo import run_demo
+    from callgate.surfaces.commands.serve import DEV_MODE_NOTICE
+
+    print(DEV_MODE_NOTICE, file=sys.stderr, flush=True)  # the demo always runs in it
 
     return run_demo(ctx.app.settings, ctx.out, keep=ctx.ns.keep)
 

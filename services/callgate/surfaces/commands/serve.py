@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sys
 import threading
 from typing import Any
 
@@ -29,12 +30,33 @@ def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type
     )
 
 
+DEV_MODE_NOTICE = (
+    "callgate: development mode: development session tokens (callgate session issue) are"
+    " trusted; never use it in production"
+)
+NO_ISSUER_WARNING = (
+    "callgate: warning: no session issuer is configured ([[sessions.issuers]] in"
+    " callgate.toml) and development mode is off: every session token will be refused"
+)
+
+
+def _notice(ctx: Context, text: str) -> None:
+    """One line on stderr for a person; ``--log-format json`` keeps serve's stream to its
+    documented events (started, settled, stopped), so the notice is text only."""
+    if ctx.ns.log_format != "json":
+        print(text, file=sys.stderr, flush=True)
+
+
 def serve(ctx: Context) -> int:
     ctx.needs_kafka_servers()
     app = ctx.app
     from callgate.surfaces.commands.mcp import check_providers
 
     check_providers(app)
+    if app.settings.dev:
+        _notice(ctx, DEV_MODE_NOTICE)
+    elif not app.settings.sessions.issuers:
+        _notice(ctx, NO_ISSUER_WARNING)
     stop = threading.Event()
 
     def _stop(signum: int, frame: Any) -> None:
@@ -69,7 +91,7 @@ def serve(ctx: Context) -> int:
         store.close()
         lock = app.settings.state_dir / "runner.lock"
         raise Rejection(Code.BUSY, f"another callgate serve holds {lock}")
-    ctx.out.serving(app.settings.state_dir.resolve(), pid=os.getpid())
+    ctx.out.serving(app.settings.state_dir.resolve(), pid=os.getpid(), dev=app.settings.dev)
     try:
         runner.serve(stop)
     finally:

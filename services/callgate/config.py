@@ -1,0 +1,353 @@
+"""The configuration file ``callgate.toml`` and ``CALLGATE_*`` variables (docs/configuration.md).
+
+``Settings`` (``bootstrap.py``) is one frozen model; this module fills it from, in
+increasing precedence: its defaults, the configuration file, ``CALLGATE_*`` environment
+variables (nested keys with ``__``: ``CALLGATE_APPROVALS__SIGNING_KID``) and command-line
+options. The file is ``--config FILE`` / ``CALLGATE_CONFIG``, else ``callgate.toml`` in
+the state directory when it exists. Relative paths in the file are relative to the file;
+those in variables and options to the working directory.
+
+Every problem raises ``ConfigError`` naming where the bad value came from (the file and
+the key, the variable, or the option), so a broken configuration fails at start. Key
+files named by the configuration are read here too (``trusted_issuers``,
+``approval_keys``), for the same reason. See docs/adr/0013-configuration-and-dev-mode.md.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import BaseSettings, EnvSettingsSource
+
+if TYPE_CHECKING:
+    from callgate.domain.identity import TrustedIssuer
+    from callgate.domain.keys import KeyRing, PrivateKey, PublicKey
+
+CONFIG_ENV = "CALLGATE_CONFIG"
+CONFIG_FILE_NAME = "callgate.toml"
+# Variables whose name is not CALLGATE_ + the key (``--timeout`` is ``timeout_s``).
+ENV_ALIASES = {"CALLGATE_TIMEOUT": "CALLGATE_TIMEOUT_S"}
+ENV_PREFIX = "CALLGATE_"
+Algorithm = Literal["EdDSA", "ES256", "RS256"]
+REDACTED = "<redacted>"
+_SECRET_WORDS = ("password", "secret", "token", "credential", "key.pem", "private")
+
+S = TypeVar("S", bound=BaseSettings)
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; the message names the file and key (or variable)."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class IssuerSettings(_Section):
+    """An identity provider whose session tokens are trusted (C6)."""
+
+    issuer: str = Field(min_length=1, description="the exact `iss` claim of its tokens")
+    audience: str = Field(default="callgate", min_length=1, description="required in `aud`")
+    jwks_file: Path | None = Field(default=None, description="its public keys (JWKS)")
+    pem_files: dict[str, Path] = Field(
+        default_factory=dict, description="kid -> PEM public key file"
+    )
+    algorithms: tuple[Algorithm, ...] = Field(default=("EdDSA",), min_length=1)
+    clock_skew_s: int = Field(default=30, ge=0, le=600, description="leeway on exp/nbf/iat")
+
+
+class SessionSettings(_Section):
+    issuers: tuple[IssuerSettings, ...] = ()
+
+
+class ApprovalSettings(_Section):
+    """The approval-signing keys (C11). One active signing key; any number of keys that
+    verify (the active one always does), so a rotated-out key keeps verifying the
+    artifacts it signed until they expire. Unset: a key of the state directory."""
+
+    signing_kid: str | None = Field(default=None, min_length=1)
+    signing_key_file: Path | None = Field(default=None, description="PEM private key")
+    jwks_file: Path | None = Field(default=None, description="verification keys (JWKS)")
+    pem_files: dict[str, Path] = Field(
+        default_factory=dict, description="kid -> PEM public key file"
+    )
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.signing_kid or self.signing_key_file or self.jwks_file or self.pem_files)
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+
+def config_file_for(
+    state_dir: Path | None, environ: Mapping[str, str], explicit: Path | None
+) -> Path | None:
+    """``--config``, else ``CALLGATE_CONFIG``, else ``<state dir>/callgate.toml`` if present."""
+    if explicit is not None:
+        return explicit
+    if value := environ.get(CONFIG_ENV):
+        return Path(value)
+    state = state_dir or Path(environ.get(f"{ENV_PREFIX}STATE_DIR") or ".callgate")
+    candidate = state / CONFIG_FILE_NAME
+    return candidate if candidate.is_file() else None
+
+
+def _key_path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _message(err: Mapping[str, Any]) -> str:
+    return "unknown key" if err["type"] == "extra_forbidden" else str(err["msg"])
+
+
+def _depth(raw: Mapping[str, Any], loc: tuple[int | str, ...]) -> int:
+    """How many leading parts of ``loc`` (a validation error's location) ``raw`` holds."""
+    node: Any = raw
+    for depth, part in enumerate(loc):
+        in_mapping = isinstance(node, Mapping) and part in node
+        in_list = isinstance(node, list | tuple) and isinstance(part, int) and part < len(node)
+        if not (in_mapping or in_list):
+            return depth
+        node = node[part]
+    return len(loc)
+
+
+def _variable(loc: tuple[int | str, ...]) -> str:
+    names = []
+    for part in loc:
+        if isinstance(part, int):
+            break
+        names.append(str(part))
+    return ENV_PREFIX + "__".join(names).upper()
+
+
+def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merge(dict(out[key]), value)
+        else:
+            out[key] = value
+    return out
+
+
+def _rebased(value: Any, base: Path) -> Any:
+    """``value`` (a dump of the file's settings) with relative paths made relative to ``base``."""
+    if isinstance(value, Path):
+        return value if value.is_absolute() else base / value
+    if isinstance(value, Mapping):
+        return {k: _rebased(v, base) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_rebased(v, base) for v in value]
+    return value
+
+
+class _Environment(EnvSettingsSource):
+    """``CALLGATE_*`` variables of a given mapping (``os.environ`` by default)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        super().__init__(
+            settings_cls,
+            case_sensitive=False,
+            env_prefix=ENV_PREFIX,
+            env_nested_delimiter="__",
+            env_ignore_empty=True,
+        )
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        values: dict[str, str | None] = {k.lower(): v for k, v in self._environ.items() if v != ""}
+        for old, new in ENV_ALIASES.items():  # names older than the file
+            if old.lower() in values:
+                values.setdefault(new.lower(), values.pop(old.lower()))
+        return values
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"configuration {path}: cannot read: {exc}") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"configuration {path}: invalid TOML: {exc}") from None
+
+
+def load_settings(
+    cls: type[S],
+    overrides: Mapping[str, Any],
+    environ: Mapping[str, str] | None = None,
+    config_file: Path | None = None,
+) -> S:
+    """Defaults < configuration file < ``CALLGATE_*`` < ``overrides`` (options), validated."""
+    environ = os.environ if environ is None else environ
+    given = {k: v for k, v in overrides.items() if v is not None}
+    path = config_file_for(given.get("state_dir"), environ, config_file)
+    file_values: dict[str, Any] = {}
+    if path is not None:
+        path = path.absolute()
+        raw = _read_toml(path)
+        try:
+            parsed = cls.model_validate(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise ConfigError(
+                f"configuration {path}: key '{_key_path(first['loc'])}': {_message(first)}"
+            ) from None
+        file_values = _rebased(parsed.model_dump(exclude_unset=True), path.parent)
+        file_values["config_file"] = path
+    env_values = dict(_Environment(cls, environ)())
+    env_values.pop("config_file", None)  # set from CALLGATE_CONFIG / --config only
+    merged = _merge(_merge(file_values, env_values), given)
+    try:
+        return cls.model_validate(merged)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = first["loc"]
+        key = f"key '{_key_path(loc)}'"
+        option, variable, in_file = (
+            _depth(given, loc),
+            _depth(env_values, loc),
+            _depth(file_values, loc),
+        )
+        if option and option >= max(variable, in_file):
+            where = f"option --{str(loc[0]).replace('_', '-')}"
+        elif variable and variable >= in_file:
+            where = f"environment {_variable(loc)}: {key}"
+        elif path is not None:
+            where = f"configuration {path}: {key}"
+        else:
+            where = f"settings: {key}"
+        raise ConfigError(f"{where}: {_message(first)}") from None
+
+
+# --- key material named by the configuration -----------------------------------------------
+
+
+def _where(settings: Any, key: str) -> str:
+    source = settings.config_file
+    return f"configuration {source}: key '{key}'" if source else f"setting '{key}'"
+
+
+def _public_keys(
+    settings: Any, key: str, jwks_file: Path | None, pem_files: Mapping[str, Path]
+) -> dict[str, PublicKey]:
+    from callgate.domain.keysets import KeyFileError, load_jwks, load_public_key
+
+    keys: dict[str, PublicKey] = {}
+    try:
+        if jwks_file is not None:
+            keys.update(load_jwks(jwks_file))
+        for kid, pem in pem_files.items():
+            if kid in keys:
+                raise KeyFileError(f"kid {kid!r} is in the JWKS file and in pem_files")
+            keys[kid] = load_public_key(pem)
+    except KeyFileError as exc:
+        raise ConfigError(f"{_where(settings, key)}: {exc}") from None
+    return keys
+
+
+def trusted_issuers(settings: Any) -> list[TrustedIssuer]:
+    """The configured session issuers with their keys read (C6)."""
+    from callgate.domain.identity import TrustedIssuer
+    from callgate.domain.keys import algorithm_of
+
+    out: list[TrustedIssuer] = []
+    owner: dict[str, str] = {}
+    for i, entry in enumerate(settings.sessions.issuers):
+        key = f"sessions.issuers[{i}]"
+        keys = _public_keys(settings, key, entry.jwks_file, entry.pem_files)
+        if not keys:
+            raise ConfigError(f"{_where(settings, key)}: names no key (jwks_file or pem_files)")
+        for kid, public in keys.items():
+            if algorithm_of(public) not in entry.algorithms:
+                allowed = ", ".join(entry.algorithms)
+                raise ConfigError(
+                    f"{_where(settings, key + '.algorithms')}: key {kid!r} is "
+                    f"{algorithm_of(public)}, not among the allowed ({allowed})"
+                )
+            if kid in owner:
+                raise ConfigError(
+                    f"{_where(settings, key)}: kid {kid!r} also belongs to issuer {owner[kid]!r}"
+                )
+            owner[kid] = entry.issuer
+        out.append(
+            TrustedIssuer(
+                entry.issuer, entry.audience, keys, entry.algorithms, entry.clock_skew_s * 1000
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class ApprovalKeys:
+    """The active signing key and every verifying key, by kid."""
+
+    signing_kid: str
+    signing_key: PrivateKey
+    verification_keys: Mapping[str, PublicKey]
+
+
+def approval_keys(settings: Any, state_keys: KeyRing) -> ApprovalKeys:
+    """From ``approvals`` when configured (shared by every instance), else the state
+    directory's key (one instance only)."""
+    conf: ApprovalSettings = settings.approvals
+    if not conf.configured:
+        return ApprovalKeys(
+            state_keys.approval_kid,
+            state_keys.approval_signing_key,
+            state_keys.approval_verification_keys(),
+        )
+    from callgate.domain.keysets import KeyFileError, load_private_key
+
+    if not conf.signing_kid or conf.signing_key_file is None:
+        missing = "approvals.signing_kid" if not conf.signing_kid else "approvals.signing_key_file"
+        raise ConfigError(f"{_where(settings, missing)}: missing (the active signing key)")
+    try:
+        private = load_private_key(conf.signing_key_file)
+    except KeyFileError as exc:
+        raise ConfigError(f"{_where(settings, 'approvals.signing_key_file')}: {exc}") from None
+    verifying = _public_keys(settings, "approvals", conf.jwks_file, conf.pem_files)
+    public = private.public_key()
+    listed = verifying.get(conf.signing_kid)
+    if listed is not None and _raw(listed) != _raw(public):
+        raise ConfigError(
+            f"{_where(settings, 'approvals.signing_kid')}: {conf.signing_kid!r} names another"
+            " public key in the verification keys than the signing key file holds"
+        )
+    verifying[conf.signing_kid] = public
+    return ApprovalKeys(conf.signing_kid, private, verifying)
+
+
+def _raw(key: PublicKey) -> bytes:
+    from callgate.domain.keysets import public_pem
+
+    return public_pem(key)
+
+
+# --- `callgate config check` ------------------------------------------------------------------
+
+
+def redacted(value: Any) -> Any:
+    """``value`` (a JSON dump) with the value of every key that names a secret replaced."""
+    if isinstance(value, Mapping):
+        return {
+            k: REDACTED
+            if any(w in str(k).lower() for w in _SECRET_WORDS) and v not in (None, "", {})
+            else redacted(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [redacted(v) for v in value]
+    return value

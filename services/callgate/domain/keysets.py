@@ -1,0 +1,208 @@
+"""Key files of a deployment: PEM key pairs and JWKS documents (``callgate keys generate``).
+
+A configured key is named by its ``kid`` and may be EdDSA (Ed25519), ES256 (P-256) or
+RS256 (RSA, at least 2048 bits); ``keys.algorithm_of`` says which. Private keys are PEM
+(PKCS#8, unencrypted, written mode 0600); public keys are PEM (SubjectPublicKeyInfo) or a
+JWKS document (RFC 7517), the form identity providers publish. Every loader raises
+``KeyFileError`` naming the file and what is wrong with it, so that a broken
+configuration fails at start with a message an operator can act on.
+
+This module is an adapter (file I/O and key generation).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jwt
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
+
+from callgate.domain.keys import ALGORITHMS, PrivateKey, PublicKey, algorithm_of
+
+KINDS = ("session", "approval")
+
+
+class KeyFileError(ValueError):
+    """A key file that cannot be used; the message names the file."""
+
+
+def generate_private_key(alg: str) -> PrivateKey:
+    if alg == "EdDSA":
+        return Ed25519PrivateKey.generate()
+    if alg == "ES256":
+        return ec.generate_private_key(ec.SECP256R1())
+    if alg == "RS256":
+        return rsa.generate_private_key(public_exponent=65537, key_size=3072)
+    raise ValueError(f"unknown algorithm {alg!r} (one of {', '.join(ALGORITHMS)})")
+
+
+def private_pem(key: PrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def public_pem(key: PublicKey) -> bytes:
+    return key.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise KeyFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def _accepted(key: Any, path: Path) -> str:
+    try:
+        return algorithm_of(key)
+    except ValueError as exc:
+        raise KeyFileError(f"{path}: {exc}") from None
+
+
+def load_private_key(path: Path) -> PrivateKey:
+    """A PEM private key of one of the accepted algorithms."""
+    try:
+        key = serialization.load_pem_private_key(_read(path), password=None)
+    except (ValueError, TypeError) as exc:
+        raise KeyFileError(f"{path}: not an unencrypted PEM private key ({exc})") from None
+    if not isinstance(key, Ed25519PrivateKey | ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
+        raise KeyFileError(f"{path}: unsupported key type {type(key).__name__}")
+    _accepted(key, path)
+    return key
+
+
+def load_public_key(path: Path) -> PublicKey:
+    """A PEM public key (or the public half of a PEM private key) of an accepted algorithm."""
+    data = _read(path)
+    try:
+        key: Any = serialization.load_pem_public_key(data)
+    except ValueError:
+        try:
+            key = serialization.load_pem_private_key(data, password=None).public_key()
+        except (ValueError, TypeError) as exc:
+            raise KeyFileError(f"{path}: not a PEM public key ({exc})") from None
+    _accepted(key, path)
+    return key  # type: ignore[no-any-return]
+
+
+def load_jwks(path: Path) -> dict[str, PublicKey]:
+    """The public keys of a JWKS file, by ``kid``; each key needs a unique ``kid``.
+
+    Keys whose ``use`` is not ``sig`` are skipped (an encryption key never verifies a
+    signature); a key whose ``alg`` disagrees with its type is refused.
+    """
+    data = _read(path)
+    try:
+        doc = json.loads(data)
+    except ValueError as exc:
+        raise KeyFileError(f"{path}: not JSON ({exc})") from None
+    entries = doc.get("keys") if isinstance(doc, dict) else None
+    if not isinstance(entries, list):
+        raise KeyFileError(f"{path}: a JWKS document needs a 'keys' array")
+    out: dict[str, PublicKey] = {}
+    for i, entry in enumerate(entries):
+        where = f"{path}: keys[{i}]"
+        if not isinstance(entry, dict):
+            raise KeyFileError(f"{where}: not an object")
+        if entry.get("use", "sig") != "sig":
+            continue
+        kid = entry.get("kid")
+        if not isinstance(kid, str) or not kid:
+            raise KeyFileError(f"{where}: needs a 'kid'")
+        if kid in out:
+            raise KeyFileError(f"{where}: duplicate kid {kid!r}")
+        if "d" in entry or "p" in entry:
+            raise KeyFileError(f"{where}: holds private key material; publish public keys only")
+        try:
+            key: Any = jwt.PyJWK(entry).key
+        except jwt.PyJWTError as exc:
+            raise KeyFileError(f"{where}: unusable key ({exc})") from None
+        alg = _accepted(key, path)
+        if entry.get("alg", alg) != alg:
+            raise KeyFileError(f"{where}: 'alg' {entry['alg']!r} does not match its {alg} key")
+        out[kid] = key
+    return out
+
+
+def jwk(kid: str, key: PublicKey) -> dict[str, Any]:
+    """The public JWK of ``key`` with its ``kid``, ``alg`` and ``use: sig``."""
+    alg = algorithm_of(key)
+    if isinstance(key, Ed25519PublicKey):
+        body = OKPAlgorithm.to_jwk(key, as_dict=True)
+    elif isinstance(key, ec.EllipticCurvePublicKey):
+        body = ECAlgorithm.to_jwk(key, as_dict=True)
+    else:
+        body = RSAAlgorithm.to_jwk(key, as_dict=True)
+    return {**body, "kid": kid, "alg": alg, "use": "sig"}
+
+
+def jwks(keys: Mapping[str, PublicKey]) -> dict[str, Any]:
+    return {"keys": [jwk(kid, key) for kid, key in keys.items()]}
+
+
+@dataclass(frozen=True)
+class GeneratedKey:
+    """What ``keys generate`` wrote."""
+
+    kind: str
+    kid: str
+    alg: str
+    private_key: Path
+    public_key: Path
+    jwks: Path
+    jwks_kids: tuple[str, ...]
+
+
+def jwks_file(out_dir: Path, kind: str) -> Path:
+    return out_dir / f"{kind}-jwks.json"
+
+
+def generate_key_pair(out_dir: Path, kind: str, alg: str, kid: str) -> GeneratedKey:
+    """Write ``<kid>.pem`` (private, 0600), ``<kid>.pub.pem`` and add the public key to
+    ``<kind>-jwks.json`` in ``out_dir`` (other kids there stay: rotation keeps the old
+    key verifying). An existing key file of that kid is never overwritten."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind {kind!r} (one of {', '.join(KINDS)})")
+    if not kid or "/" in kid or kid.startswith("."):
+        raise ValueError(f"kid {kid!r} must be a non-empty file name")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    private_path, public_path = out_dir / f"{kid}.pem", out_dir / f"{kid}.pub.pem"
+    document = jwks_file(out_dir, kind)
+    existing = load_jwks(document) if document.exists() else {}
+    if private_path.exists() or public_path.exists() or kid in existing:
+        raise FileExistsError(f"a key with kid {kid!r} already exists in {out_dir}")
+    key = generate_private_key(alg)
+    _write(private_path, private_pem(key), 0o600)
+    _write(public_path, public_pem(key.public_key()), 0o644)
+    keys = {**existing, kid: key.public_key()}
+    _write(document, (json.dumps(jwks(keys), indent=2) + "\n").encode(), 0o644)
+    return GeneratedKey(kind, kid, alg, private_path, public_path, document, tuple(keys))
+
+
+def _write(path: Path, data: bytes, mode: int) -> None:
+    """Atomically (temporary file, fsync, rename) with ``mode``."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

@@ -1,0 +1,150 @@
+"""The configuration file and ``CALLGATE_*`` variables (docs/configuration.md, ADR 0013).
+
+Precedence (defaults < file < environment < options), relative paths, the older
+variables, discovery of the file, and errors that name the file and the key.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from callgate.bootstrap import Settings, bootstrap
+from callgate.config import REDACTED, ConfigError, redacted
+from callgate.domain.keysets import generate_key_pair
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_direct_settings_read_nothing_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CALLGATE_DEV", "1")
+    monkeypatch.setenv("CALLGATE_PARTITIONS", "9")
+    assert Settings().dev is False and Settings().partitions == 6
+
+
+def test_the_existing_variables_keep_working(tmp_path: Path) -> None:
+    env = {
+        "CALLGATE_STATE_DIR": str(tmp_path / "s"),
+        "CALLGATE_BACKEND": "kafka",
+        "CALLGATE_BOOTSTRAP_SERVERS": "127.0.0.1:9092",
+        "CALLGATE_PROFILE": str(tmp_path / "p.yaml"),
+        "CALLGATE_TOPIC_PREFIX": "pre",
+        "CALLGATE_PARTITIONS": "3",
+        "CALLGATE_FAULTS": '{"refunds": {"latency_ms": 5}}',
+        "CALLGATE_DEV": "1",
+        "CALLGATE_KAFKA_CONSUMER": "session.timeout.ms=6000",  # a worker's, not a setting
+    }
+    s = Settings.from_env(environ=env)
+    assert (s.state_dir, s.backend, s.bootstrap_servers) == (
+        tmp_path / "s",
+        "kafka",
+        "127.0.0.1:9092",
+    )
+    assert (s.profile, s.topic_prefix, s.partitions) == (tmp_path / "p.yaml", "pre", 3)
+    assert s.faults == {"refunds": {"latency_ms": 5}} and s.dev is True
+    assert s.config_file is None
+
+
+def test_file_then_environment_then_options(tmp_path: Path) -> None:
+    conf = write(
+        tmp_path / "conf" / "callgate.toml",
+        'topic_prefix = "from-file"\npartitions = 4\nprofile = "profiles/mine.yaml"\n'
+        '[approvals]\nsigning_kid = "apr-1"\nsigning_key_file = "keys/apr-1.pem"\n',
+    )
+    env = {"CALLGATE_PARTITIONS": "5", "CALLGATE_APPROVALS__SIGNING_KID": "apr-2"}
+    s = Settings.from_env(config_file=conf, environ=env, topic_prefix=None, dev=True)
+    assert s.topic_prefix == "from-file"  # an option left out (None) does not override
+    assert s.partitions == 5  # the environment beats the file
+    assert s.dev is True  # an option beats both
+    assert s.approvals.signing_kid == "apr-2"  # nested keys with "__"
+    # Paths in the file are relative to the file.
+    assert s.profile == conf.parent / "profiles" / "mine.yaml"
+    assert s.approvals.signing_key_file == conf.parent / "keys" / "apr-1.pem"
+    assert s.config_file == conf
+
+
+def test_the_file_is_found_by_variable_or_in_the_state_dir(tmp_path: Path) -> None:
+    write(tmp_path / "state" / "callgate.toml", 'topic_prefix = "in-state-dir"\n')
+    s = Settings.from_env(environ={}, state_dir=tmp_path / "state")
+    assert s.topic_prefix == "in-state-dir"
+    other = write(tmp_path / "other.toml", 'topic_prefix = "by-variable"\n')
+    env = {"CALLGATE_CONFIG": str(other), "CALLGATE_STATE_DIR": str(tmp_path / "state")}
+    assert Settings.from_env(environ=env).topic_prefix == "by-variable"
+    assert Settings.from_env(environ={}, state_dir=tmp_path / "none").config_file is None
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("partitions = 0\n", "key 'partitions': Input should be greater than or equal to 1"),
+        ("colour = 'blue'\n", "key 'colour': unknown key"),
+        ('backend = "mq"\n', "key 'backend': Input should be 'embedded' or 'kafka'"),
+        (
+            '[[sessions.issuers]]\nissuer = "i"\nalgorithms = ["HS256"]\n',
+            "key 'sessions.issuers[0].algorithms[0]': Input should be 'EdDSA', 'ES256' or",
+        ),
+        (
+            '[[sessions.issuers]]\nissuer = "i"\nclock_skew = 5\n',
+            "key 'sessions.issuers[0].clock_skew': unknown key",
+        ),
+        ("partitions = \n", "invalid TOML"),
+    ],
+)
+def test_a_broken_file_names_the_file_and_the_key(tmp_path: Path, text: str, message: str) -> None:
+    conf = write(tmp_path / "callgate.toml", text)
+    with pytest.raises(ConfigError) as err:
+        Settings.from_env(config_file=conf, environ={})
+    assert str(err.value).startswith(f"configuration {conf}: ")
+    assert message in str(err.value)
+
+
+def test_a_missing_file_and_a_bad_variable_are_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        Settings.from_env(config_file=tmp_path / "nope.toml", environ={})
+    with pytest.raises(ConfigError, match=r"^environment CALLGATE_PARTITIONS: key 'partitions': "):
+        Settings.from_env(environ={"CALLGATE_PARTITIONS": "many"})
+    with pytest.raises(
+        ConfigError,
+        match=r"^environment CALLGATE_SESSIONS__ISSUERS: key 'sessions\.issuers\[0\]\.issuer': ",
+    ):
+        Settings.from_env(environ={"CALLGATE_SESSIONS__ISSUERS": '[{"audience": "x"}]'})
+
+
+def test_key_files_are_checked_at_start_naming_the_key(tmp_path: Path) -> None:
+    generate_key_pair(tmp_path / "keys", "session", "ES256", "idp-1")
+    conf = write(
+        tmp_path / "callgate.toml",
+        '[[sessions.issuers]]\nissuer = "https://idp"\njwks_file = "keys/session-jwks.json"\n',
+    )
+    app = bootstrap(Settings.from_env(config_file=conf, environ={}, state_dir=tmp_path / "s"))
+    with pytest.raises(ConfigError) as err:
+        app.session_verifier  # noqa: B018
+    assert f"configuration {conf}: key 'sessions.issuers[0].algorithms'" in str(err.value)
+    assert "'idp-1' is ES256" in str(err.value)
+
+    write(conf, '[approvals]\nsigning_kid = "a"\nsigning_key_file = "keys/missing.pem"\n')
+    app = bootstrap(Settings.from_env(config_file=conf, environ={}, state_dir=tmp_path / "s"))
+    with pytest.raises(ConfigError, match=r"key 'approvals\.signing_key_file': .*cannot read"):
+        app.approval_keys  # noqa: B018
+    write(conf, '[approvals]\nsigning_kid = "a"\n')
+    app = bootstrap(Settings.from_env(config_file=conf, environ={}, state_dir=tmp_path / "s"))
+    with pytest.raises(ConfigError, match=r"key 'approvals\.signing_key_file': missing"):
+        app.approval_keys  # noqa: B018
+
+
+def test_secrets_are_redacted_at_any_depth() -> None:
+    view = {"a": 1, "kafka": {"sasl.password": "hunter2", "ok": "x"}, "l": [{"api_token": "t"}]}
+    assert redacted(view) == {
+        "a": 1,
+        "kafka": {"sasl.password": REDACTED, "ok": "x"},
+        "l": [{"api_token": REDACTED}],
+    }
+    assert json.dumps(redacted({"secret": None})) == '{"secret": null}'
