@@ -40,7 +40,6 @@ UpstreamName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-/]{1,12
 
 # Provider kinds a profile may declare under ``providers:``; a provider a tool names but the
 # profile does not declare is one of the bundled simulations.
-PROVIDER_KINDS = ("simulated", "http", "mcp")
 
 
 class ProfileError(Exception):
@@ -268,13 +267,6 @@ def load_profile(path: Path) -> Profile:
     except ValidationError as exc:
         raise ProfileError(f"{where}: {_describe(exc)}") from exc
 
-    for name, body in (top.providers or {}).items():
-        kind = body.get("kind") if isinstance(body, dict) else None
-        if kind not in PROVIDER_KINDS:
-            raise ProfileError(
-                f"{where}: provider '{name}': field 'kind': must be one of "
-                f"{', '.join(PROVIDER_KINDS)}"
-            )
     tools: dict[str, ToolSpec] = {}
     for name, body in top.tools.items():
         here = f"{where}: tool '{name}'"
