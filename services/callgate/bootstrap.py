@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,6 +42,13 @@ def system_clock() -> int:
     return time.time_ns() // 1_000_000
 
 
+def default_instance_id() -> str:
+    """The host name, made safe for Kafka ids: stable across restarts of this host's
+    instance. Two instances on one host need ``--instance-id`` (serve refuses a second one
+    with the same id and state directory)."""
+    return re.sub(r"[^\w.-]", "-", os.uname().nodename) or "callgate"
+
+
 class SettingsError(ValueError):
     """A setting has a value callgate cannot use (the command line reports it as misuse)."""
 
@@ -60,7 +68,10 @@ class Settings(BaseModel):
     faults: dict[str, Any] = Field(default_factory=dict)
     # How long a command waits for an answer (a settled call, a broker): ``--timeout``.
     timeout_s: float = Field(default=30.0, gt=0)
-    instance_id: str = Field(default_factory=lambda: f"{os.uname().nodename}-{os.getpid()}")
+    # Names one ``callgate serve`` on Kafka among those sharing the partitions: its
+    # transactional ids and its state stores hang off it (ADR 0015). Stable across restarts
+    # (the host name by default), unique among live instances.
+    instance_id: str = Field(default_factory=default_instance_id, pattern=r"^[\w.-]+$")
     dev: bool = False
 
     @classmethod
@@ -121,6 +132,7 @@ _ENV: tuple[tuple[str, str, Callable[[str], Any]], ...] = (
     ("CALLGATE_DEV", "dev", _flag),
     ("CALLGATE_FAULTS", "faults", _json_object),
     ("CALLGATE_TIMEOUT", "timeout_s", float),
+    ("CALLGATE_INSTANCE_ID", "instance_id", str),
 )
 
 
