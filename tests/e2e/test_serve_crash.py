@@ -31,7 +31,7 @@ from tests.e2e.helpers import (
     start_publisher,
     write_plan,
 )
-from tests.kafka_support import Broker, Deployment, KafkaServe, token, unique_prefix
+from tests.kafka_support import Broker, Deployment, KafkaServe, operator, token, unique_prefix
 
 pytestmark = pytest.mark.e2e
 
@@ -224,7 +224,7 @@ def test_sigkill_serve_on_kafka_mid_stream_settles_everything_exactly_once(
         twice = {k: n for k, n in events.items() if k[1] in ONCE and n > 1}
         assert not twice, twice
 
-        audit = gate.audit()
+        audit = gate.audit(session=operator(gate))
         per_invocation = Counter(r["invocation_id"] for r in audit if r["invocation_id"] in ids)
         assert set(per_invocation) == ids and set(per_invocation.values()) == {1}
 
