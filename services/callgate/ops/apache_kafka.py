@@ -37,6 +37,7 @@ from types import TracebackType
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from callgate.adapters.kafka.client import client_config
 from callgate.adapters.kafka.tansu import free_port
 
 KAFKA_VERSION = "4.4.0"  # docker-compose.yml runs apache/kafka with the same version
@@ -264,7 +265,7 @@ class ApacheKafka:
         """Until the broker answers metadata naming itself (the controller has elected it)."""
         assert self._proc is not None
         deadline = time.monotonic() + self._start_timeout_s
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        admin = AdminClient(client_config(self.bootstrap, log_level=0))
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 return False
@@ -280,7 +281,7 @@ class ApacheKafka:
         ``NOT_COORDINATOR`` / ``COORDINATOR_LOAD_IN_PROGRESS``."""
         deadline = time.monotonic() + self._start_timeout_s
         probe = f"callgate.warm-up.{uuid.uuid4().hex[:8]}"
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": probe})
+        consumer = Consumer(client_config(self.bootstrap, **{"group.id": probe}))
         try:
             while True:
                 try:
@@ -292,7 +293,8 @@ class ApacheKafka:
                     time.sleep(0.2)
         finally:
             consumer.close()
-        producer = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": probe})
+        # librdkafka's lines ("coordinator load in progress") go to callgate's logger
+        producer = Producer(client_config(self.bootstrap, **{"transactional.id": probe}))
         producer.init_transactions(max(1.0, deadline - time.monotonic()))
 
     def _terminate(self, grace_s: float = 20.0) -> None:

@@ -48,9 +48,9 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import ConsumerGroupState
-from confluent_kafka.admin import AdminClient
 from rich.table import Table
 
+from callgate.adapters.kafka.client import make_admin
 from callgate.adapters.kafka.gateway import KafkaBackend
 from callgate.adapters.kafka.serve import Supervisor, create_topics, worker_env
 from callgate.adapters.kafka.tansu import BrokerUnavailable, TansuBroker
@@ -596,7 +596,7 @@ class Fleet:
             logs = app.settings.state_dir / "logs" / instance.instance_id
             self.sups.append(ChaosSupervisor(bootstrap(instance), logs))
         self.topics = Topics(app.settings.topic_prefix, app.settings.partitions)
-        self.admin = AdminClient({"bootstrap.servers": app.settings.bootstrap_servers or ""})
+        self.admin = make_admin(app.settings.bootstrap_servers or "")
         self.groups = {self.topics.group(p.name): sorted(p.inputs) for p in app.processes()}
         self.process_of = {self.topics.group(p.name): p.name for p in app.processes()}
         self.takeovers: list[float] = []
