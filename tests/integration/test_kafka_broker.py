@@ -1,5 +1,5 @@
-"""What the brokers do, where callgate's tansu workarounds depend on it (docs/contract.md "Known tansu
-gaps"), on tansu and Apache Kafka alike.
+"""What the brokers do, where callgate's tansu workarounds depend on it, on tansu and
+Apache Kafka alike (docs/contract.md "Known tansu gaps").
 
 On Apache Kafka the straightforward behaviour holds: ``read_committed`` hides the records
 of an aborted transaction, and ListOffsets(latest) is the log end. On tansu each test
