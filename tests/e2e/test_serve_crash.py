@@ -179,6 +179,8 @@ def test_sigkill_serve_on_kafka_mid_stream_settles_everything_exactly_once(
     log is counted by distinct ``event_id``."""
     rng = random.Random(20261201)
     dep = Deployment(kafka_broker.bootstrap, unique_prefix("crash"), tmp_path / "state")
+    serve = KafkaServe(dep, tmp_path / "serve-0.log", extra_env=SLOW_TICKETS)
+    serve.wait_ready()  # creates the topics a client needs
     gate = dep.connect()
     try:
         alice = token(gate, "alice", "acme", "support")
@@ -187,9 +189,6 @@ def test_sigkill_serve_on_kafka_mid_stream_settles_everything_exactly_once(
         ids = {p.invocation_id for p in plan}
         plan_file = tmp_path / "plan.json"
         write_plan(plan_file, dep.state_dir, plan, pause_s=0.02, env=dep.env())
-
-        serve = KafkaServe(dep, tmp_path / "serve-0.log", extra_env=SLOW_TICKETS)
-        serve.wait_ready()
         publisher = start_publisher(plan_file)
         kills = 0
         try:
