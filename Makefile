@@ -9,7 +9,7 @@ UV     := $(TOOLS)/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress fuzz fuzz-atheris up down clean
+.PHONY: install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast test-kafka kafka-fetch lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress chaos-apache fuzz fuzz-atheris up down clean
 
 $(UV): requirements/uv.txt
 	$(PYTHON) -m venv $(TOOLS)
@@ -54,9 +54,19 @@ screenshots: $(STAMP)
 fuzz-http: $(STAMP)
 	CALLGATE_FUZZ_EXAMPLES=200 PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q -p no:cacheprovider tests/http/test_openapi.py
 
-## The whole test suite (unit, integration against the tansu broker, end to end).
+## The whole test suite (unit, integration, end to end); every Kafka test runs against tansu
+## and against Apache Kafka (from Maven; skipped, saying why, without Java 17 and mvn).
 test: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q -p no:cacheprovider
+
+## Every Kafka suite against Apache Kafka alone; fails (not skips) where it cannot start.
+test-kafka: $(STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" CALLGATE_TEST_BROKERS=apache CALLGATE_REQUIRE_APACHE_KAFKA=1 \
+		$(BIN)/pytest -q -p no:cacheprovider -m "kafka and not tansu_only"
+
+## Fetches the Apache Kafka broker's jars (Maven) into the cache once.
+kafka-fetch: $(STAMP)
+	$(PY) -m callgate.ops.apache_kafka fetch
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider tests/unit
@@ -88,6 +98,10 @@ chaos-quick: $(STAMP)
 
 chaos-stress: $(STAMP)
 	$(BIN)/callgate chaos --proposals 1500 --kills 40 --seed 23
+
+## Two instances on Apache Kafka (from Maven), whole instances SIGKILLed (ADR 0015).
+chaos-apache: $(STAMP)
+	$(BIN)/callgate chaos --broker apache --instances 2 --proposals 2000 --kills 10
 
 ## The long fuzzing campaign (bounded: 9 minutes embedded, 1 minute on a tansu broker);
 ## prints inputs tried, stalls, unauthorized effects, overwrites and the codes seen.

@@ -12,7 +12,12 @@ commands that start a broker of their own (``bench``, ``chaos``).
 Group settings: tansu's consumer-group joins take about ``session.timeout.ms`` (docs/contract.md
 "Known tansu gaps"), so serve hands its children ``session.timeout.ms=6000`` and a 500 ms
 heartbeat through ``CALLGATE_KAFKA_CONSUMER``; with librdkafka's default a (re)started
-child would be away for about half a minute.
+child would be away for about half a minute. Apache Kafka gets the same settings: they are
+the failover bounds of ADR 0015 (a lost member is noticed within ``session.timeout.ms``).
+
+Brokers: every ``kafka`` test runs on ``tansu`` and on ``apache`` (``tests/conftest.py``);
+``Broker`` says which, with the tansu gaps as capability flags, so a test states the
+straightforward Kafka behaviour where the broker has it and the gap where it does not.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from callgate.adapters.kafka.topics import Topics
 from callgate.bootstrap import Settings
 from callgate.domain import events as ev
 from callgate.domain.scope import OPERATOR_ROLE
+from callgate.ops.apache_kafka import CACHE_ENV, JAVA_ENV
 from callgate.surfaces.sdk import Gateway, connect
 from tests.e2e.helpers import REPO, Run, callgate_argv, checked_answer, cli_env, propose_argv
 
@@ -44,22 +50,87 @@ PARTITIONS = 3  # few partitions keep joins and restores short; >1 exercises co-
 FAST_GROUPS = "session.timeout.ms=6000,heartbeat.interval.ms=500"
 CODEC = AvroCodec.default()
 WORKER_MODULE = "callgate.adapters.kafka.worker"
+WORKER_NAMES = (
+    "decider", "executor", "status-projection", "pending-projection", "audit-projection",
+    "decisions-projection",
+)  # fmt: skip
+
+
+BROKERS = ("tansu", "apache")
+BROKERS_ENV = "CALLGATE_TEST_BROKERS"  # e.g. "apache": only those brokers
+REQUIRE_APACHE_ENV = "CALLGATE_REQUIRE_APACHE_KAFKA"  # "1": Apache Kafka must start
+
+
+@dataclass(frozen=True)
+class Broker:
+    """One test broker: its kind and address, and which Kafka behaviours it has."""
+
+    kind: str  # "tansu" or "apache"
+    bootstrap: str
+
+    @property
+    def hides_aborted(self) -> bool:
+        """Does ``read_committed`` hide records of aborted transactions? (not on tansu)"""
+        return self.kind != "tansu"
+
+    @property
+    def describes_members(self) -> bool:
+        """Does DescribeGroups list a group's members? (tansu: stable, with none)"""
+        return self.kind != "tansu"
+
+    @property
+    def true_latest_offset(self) -> bool:
+        """Is ListOffsets(latest) the log end? (tansu: the last batch's base offset)"""
+        return self.kind != "tansu"
+
+
+def selected_brokers() -> list[str]:
+    """The brokers of this run: ``CALLGATE_TEST_BROKERS`` (comma-separated), else both."""
+    chosen = [b.strip() for b in os.environ.get(BROKERS_ENV, "").split(",") if b.strip()]
+    unknown = sorted(set(chosen) - set(BROKERS))
+    if unknown:
+        raise pytest.UsageError(f"{BROKERS_ENV}: unknown brokers {unknown}; one of {BROKERS}")
+    return chosen or list(BROKERS)
+
+
+def broker_unavailable(kind: str) -> str | None:
+    """Why a broker of ``kind`` cannot start here (fetches the Apache jars once), or None."""
+    if kind == "tansu":
+        from callgate.adapters.kafka.tansu import BrokerUnavailable, find_tansu
+
+        try:
+            find_tansu()
+        except BrokerUnavailable as exc:
+            return str(exc)
+        return None
+    from callgate.ops.apache_kafka import unavailable
+
+    return unavailable()
+
+
+def require_broker(kind: str) -> None:
+    """Skip, printing why, where a broker of ``kind`` cannot start; fail instead for Apache
+    Kafka when ``CALLGATE_REQUIRE_APACHE_KAFKA=1``."""
+    reason = broker_unavailable(kind)
+    if reason is None:
+        return
+    message = f"{kind} kafka tests skipped: {reason}"
+    print(message, file=sys.stderr)
+    if kind == "apache" and os.environ.get(REQUIRE_APACHE_ENV) == "1":
+        pytest.fail(f"{REQUIRE_APACHE_ENV}=1 but Apache Kafka cannot start: {reason}")
+    pytest.skip(message)
 
 
 def run_with_own_broker(
-    state_dir: Path, *args: str, timeout: float
+    state_dir: Path, *args: str, timeout: float, broker: str = "tansu"
 ) -> subprocess.CompletedProcess[str]:
     """``callgate --json --state-dir D ARGS`` of the Python running the tests, for commands
-    that start a tansu broker of their own (``bench``, ``chaos``); skips, as the suite's
-    broker fixture does, only where no tansu binary is installed."""
-    from callgate.adapters.kafka.tansu import BrokerUnavailable, find_tansu
-
-    try:
-        find_tansu()
-    except BrokerUnavailable as exc:
-        pytest.skip(f"kafka tests skipped: {exc}")
+    that start a broker of their own (``bench``, ``chaos --broker``); skips, as the suite's
+    broker fixture does, only where that broker cannot start."""
+    require_broker(broker)
     argv = [sys.executable, "-m", "callgate.surfaces.cli", "--json", "--state-dir", str(state_dir)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CALLGATE_")}
+    keep = {CACHE_ENV, JAVA_ENV}  # where the Apache Kafka jars and Java are: not settings
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CALLGATE_") or k in keep}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "services"), str(REPO / "projections")])
     return subprocess.run(
         [*argv, *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
@@ -169,11 +240,20 @@ class Deployment:
 class KafkaServe:
     """``callgate serve`` on Kafka as a subprocess; stderr goes to a log file."""
 
-    def __init__(self, dep: Deployment, log: Path, flags: bool = False) -> None:
+    def __init__(
+        self,
+        dep: Deployment,
+        log: Path,
+        flags: bool = False,
+        instance_id: str = "i0",
+        extra_env: Mapping[str, str] | None = None,
+    ) -> None:
         """``flags``: the global options as flags (``--backend kafka --bootstrap-servers B
-        --state-dir D --profile P``) instead of ``CALLGATE_*`` variables."""
+        --state-dir D --profile P``) instead of ``CALLGATE_*`` variables. ``instance_id``:
+        ``serve --instance-id`` (instances of one deployment share the partitions)."""
         self.dep = dep
         self.log = log
+        self.instance_id = instance_id
         self._stderr: TextIO = log.open("w")
         argv, env = [*callgate_argv()], dep.env()
         if flags:
@@ -183,14 +263,22 @@ class KafkaServe:
                 argv += ["--profile", str(dep.profile)]
             for name in ("BACKEND", "BOOTSTRAP_SERVERS", "STATE_DIR", "PROFILE"):
                 env.pop(f"CALLGATE_{name}", None)
-        argv.append("serve")
+        argv += ["serve", "--instance-id", instance_id]
         self.proc = subprocess.Popen(
             argv,
             stdout=subprocess.DEVNULL,
             stderr=self._stderr,
-            env={**cli_env(), **env},
+            env={**cli_env(), **env, **(extra_env or {})},
             cwd=REPO,
         )
+
+    def wait_started(self, timeout_s: float = 60.0) -> None:
+        """Until serve has created its topics and started its children (no probe call)."""
+        deadline = time.monotonic() + timeout_s
+        while "callgate serve" not in self.log.read_text():
+            assert self.proc.poll() is None, f"serve exited early: {self.log.read_text()}"
+            assert time.monotonic() < deadline, f"serve not up: {self.log.read_text()}"
+            time.sleep(0.05)
 
     def wait_ready(
         self, timeout_s: float = 120.0, probe: str | None = None, reader: str | None = None
@@ -213,7 +301,8 @@ class KafkaServe:
             )
             refund = {"order_id": "ORD-READY", "amount_cents": 100, "currency": "EUR"}
             left = max(1.0, deadline - time.monotonic())
-            answer = gate.propose(token, "refunds.issue", refund, "ready-probe", timeout_s=left)
+            probe = f"ready-probe-{uuid.uuid4().hex[:8]}"  # one per serve: instances share keys
+            answer = gate.propose(token, "refunds.issue", refund, probe, timeout_s=left)
             assert answer["outcome"] == "approval_required", (answer, self.log.read_text())
             inv = answer["invocation_id"]
             gate.backend.wait(lambda: gate.backend.view("pending", inv) is not None, 30)
@@ -244,6 +333,19 @@ class KafkaServe:
             if WORKER_MODULE in words and process in words:
                 return int(entry.name)
         return None
+
+    def worker_pids(self) -> list[int]:
+        """The pids of every live child of this serve."""
+        return [pid for name in WORKER_NAMES if (pid := self.worker_pid(name)) is not None]
+
+    def kill_instance(self) -> None:
+        """SIGKILL this serve and every child at once, as the loss of its host would."""
+        os.kill(self.proc.pid, signal.SIGSTOP)  # restarts nothing meanwhile
+        for pid in self.worker_pids():
+            os.kill(pid, signal.SIGKILL)
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+        self._stderr.close()
 
     def kill_worker(self, process: str, timeout_s: float = 10.0) -> tuple[int, int]:
         """SIGKILL the child running ``process``; returns (old pid, pid of its replacement

@@ -8,6 +8,7 @@ imported when first wired, so each command loads only what it uses.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -51,6 +52,13 @@ def system_clock() -> int:
     return time.time_ns() // 1_000_000
 
 
+def default_instance_id() -> str:
+    """The host name, made safe for Kafka ids: stable across restarts of this host's
+    instance. Two instances on one host need ``--instance-id`` (serve refuses a second one
+    with the same id and state directory)."""
+    return re.sub(r"[^\w.-]", "-", os.uname().nodename) or "callgate"
+
+
 class Settings(BaseSettings):
     """Everything configurable, frozen (docs/contract.md "Command line" global options;
     the configuration file's keys: docs/configuration.md).
@@ -72,7 +80,10 @@ class Settings(BaseSettings):
     faults: dict[str, Any] = Field(default_factory=dict)
     # How long a command waits for an answer (a settled call, a broker): ``--timeout``.
     timeout_s: float = Field(default=30.0, gt=0)
-    instance_id: str = Field(default_factory=lambda: f"{os.uname().nodename}-{os.getpid()}")
+    # Names one ``callgate serve`` on Kafka among those sharing the partitions: its
+    # transactional ids and its state stores hang off it (ADR 0015). Stable across restarts
+    # (the host name by default), unique among live instances.
+    instance_id: str = Field(default_factory=default_instance_id, pattern=r"^[\w.-]+$")
     # Development mode: the development issuer (``callgate session issue``) is trusted and
     # may issue tokens. Off unless asked for (``--dev``, ``CALLGATE_DEV=1``): anyone who can
     # read the state directory could otherwise mint any identity (ADR 0013).

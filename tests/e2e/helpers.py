@@ -3,7 +3,8 @@
 Every helper asserts the command-line contract on the way: with ``--json`` stdout holds
 exactly one JSON value, the exit code is the expected one, and stderr never carries a
 Python traceback. ``python -m tests.e2e.helpers publish PLAN`` is the fast publisher of
-the serve-crash test: it appends proposals to the embedded log without waiting for them.
+the serve-crash tests: it appends proposals to the log (embedded or Kafka) without waiting
+for them.
 """
 
 from __future__ import annotations
@@ -331,8 +332,20 @@ def make_plan(
     return plan
 
 
-def write_plan(path: Path, state_dir: Path, plan: Sequence[Planned], pause_s: float) -> None:
-    doc = {"state_dir": str(state_dir), "pause_s": pause_s, "items": [p.to_json() for p in plan]}
+def write_plan(
+    path: Path,
+    state_dir: Path,
+    plan: Sequence[Planned],
+    pause_s: float,
+    env: dict[str, str] | None = None,
+) -> None:
+    """``env``: the ``CALLGATE_*`` settings of the deployment (Kafka), none for embedded."""
+    doc = {
+        "state_dir": str(state_dir),
+        "pause_s": pause_s,
+        "env": env or {},
+        "items": [p.to_json() for p in plan],
+    }
     path.write_text(json.dumps(doc))
 
 
@@ -348,13 +361,15 @@ def publish_plan(plan_file: Path) -> None:
     """Append every planned ``ToolCallProposed`` in order, one at a time, never waiting.
 
     Events are built the way the SDK builds them (partition key from tenant, key and
-    invocation, docs/contract.md "Shape") and go through the SDK's embedded backend ``publish``.
+    invocation, docs/contract.md "Shape") and go through the SDK backend's ``publish`` (embedded, or
+    Kafka where the plan carries a Kafka deployment's settings).
     """
     from callgate.bootstrap import Settings
     from callgate.surfaces.sdk import connect
 
     doc = json.loads(plan_file.read_text())
-    gate = connect(Settings(state_dir=Path(doc["state_dir"]), dev=True))
+    os.environ.update(doc.get("env") or {})
+    gate = connect(Settings.from_env(state_dir=Path(doc["state_dir"]), dev=True))
     try:
         for item in doc["items"]:
             gate.backend.publish([Planned(**item).proposal(gate.app.clock(), "e2e-publisher")])

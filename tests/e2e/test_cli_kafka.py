@@ -1,11 +1,11 @@
 """The installed ``callgate`` command on the Kafka backend, end to end (docs/contract.md "Command
 line").
 
-One ``callgate --backend kafka --bootstrap-servers B serve`` runs for this module on the
-suite's tansu broker, under a topic prefix of its own (``CALLGATE_TOPIC_PREFIX``) with
-three partitions (``CALLGATE_PARTITIONS``); every other command is a fresh subprocess with
-the same global options, as a script would run it. The helpers assert that stdout holds
-exactly one JSON value and that no traceback escapes.
+One ``callgate --backend kafka --bootstrap-servers B serve`` runs for this module on each
+of the suite's brokers (tansu, Apache Kafka), under a topic prefix of its own
+(``CALLGATE_TOPIC_PREFIX``) with three partitions (``CALLGATE_PARTITIONS``); every other
+command is a fresh subprocess with the same global options, as a script would run it. The
+helpers assert that stdout holds exactly one JSON value and that no traceback escapes.
 
 The module's profile is a copy of the shipped one in which ``deploys.trigger`` approvals
 live 4 s (the approval-expiry test); serve and every client get the same ``--profile``.

@@ -1,10 +1,11 @@
 """``callgate serve`` killed with SIGKILL mid-stream, again and again (C8, C9, C12).
 
-A separate process publishes a stream of proposals into the embedded log without waiting
-for any of them, while the test SIGKILLs ``callgate serve`` at random moments and starts
-it again. At the end every proposal must have settled exactly once with the outcome it
-would have had without the crashes, every ticket must have been created exactly once,
-and the audit trail and the projections must still agree with the log.
+A separate process publishes a stream of proposals into the log (embedded, then Kafka on
+tansu and Apache Kafka) without waiting for any of them, while the test SIGKILLs
+``callgate serve`` at random moments and starts it again. At the end every proposal must
+have settled exactly once with the outcome it would have had without the crashes, every
+ticket must have been created exactly once, and the audit trail and the projections must
+still agree with the log.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 
 from callgate.adapters.embedded.store import EmbeddedStore
 from callgate.domain.codes import Code
+from callgate.ops.replay import replay
 from tests.e2e.helpers import (
     Serve,
     cg,
@@ -29,6 +31,7 @@ from tests.e2e.helpers import (
     start_publisher,
     write_plan,
 )
+from tests.kafka_support import Broker, Deployment, KafkaServe, operator, token, unique_prefix
 
 pytestmark = pytest.mark.e2e
 
@@ -156,3 +159,84 @@ def test_sigkill_serve_mid_stream_settles_everything_exactly_once(tmp_path: Path
     replay = cg(state, "replay")
     assert replay["equal"] is True, replay
     store.close()
+
+
+# --- the same on Kafka: whole instances SIGKILLed, on tansu and Apache Kafka ----------------
+
+KAFKA_PROPOSALS = 160
+KAFKA_KILLS = 3
+
+
+@pytest.mark.kafka
+def test_sigkill_serve_on_kafka_mid_stream_settles_everything_exactly_once(
+    kafka_broker: Broker, tmp_path: Path
+) -> None:
+    """C8, C9, C12 on Kafka: ``callgate serve`` and all its children SIGKILLed at random
+    moments while a publisher streams proposals, restarted each time (same instance id: it
+    fences its previous self). Every proposal settles once with the outcome it would have
+    had; one effect per executed key; audit and replay agree. On Apache Kafka no event is
+    on the log twice; on tansu a killed writer's uncommitted records stay visible, so its
+    log is counted by distinct ``event_id``."""
+    rng = random.Random(20261201)
+    dep = Deployment(kafka_broker.bootstrap, unique_prefix("crash"), tmp_path / "state")
+    serve = KafkaServe(dep, tmp_path / "serve-0.log", extra_env=SLOW_TICKETS)
+    serve.wait_ready()  # creates the topics a client needs
+    gate = dep.connect()
+    try:
+        alice = token(gate, "alice", "acme", "support")
+        gina = token(gate, "gina", "globex", "support")
+        plan = make_plan(rng, alice, gina, KAFKA_PROPOSALS, tag="kk")
+        ids = {p.invocation_id for p in plan}
+        plan_file = tmp_path / "plan.json"
+        write_plan(plan_file, dep.state_dir, plan, pause_s=0.02, env=dep.env())
+        publisher = start_publisher(plan_file)
+        kills = 0
+        try:
+            while (publisher.poll() is None or kills < KAFKA_KILLS) and kills < 6:
+                time.sleep(rng.uniform(0.5, 2.5))
+                serve.kill_instance()
+                kills += 1
+                serve = KafkaServe(dep, tmp_path / f"serve-{kills}.log", extra_env=SLOW_TICKETS)
+                serve.wait_started()
+            assert publisher.wait(timeout=60) == 0
+
+            def settled() -> bool:
+                return all((gate.backend.view("status", i) or {}).get("settled") for i in ids)
+
+            assert gate.backend.wait(settled, 180), "not every proposal settled"
+        finally:
+            if publisher.poll() is None:
+                publisher.kill()
+            code = serve.stop()
+        assert code == 0
+
+        by_id = {p.invocation_id: p for p in plan}
+        for p in plan:
+            status = gate.backend.view("status", p.invocation_id) or {}
+            assert status["outcome"] == p.expect, (p, status)
+
+        logged = [(r, e) for r, e in dep.events() if e.invocation_id in ids]
+        if kafka_broker.hides_aborted:
+            assert len({e.event_id for _, e in logged}) == len(logged), "an event twice"
+        distinct = {e.event_id: e for _, e in logged}.values()
+        events = Counter((e.invocation_id, e.event_type) for e in distinct)
+        twice = {k: n for k, n in events.items() if k[1] in ONCE and n > 1}
+        assert not twice, twice
+
+        audit = gate.audit(session=operator(gate))
+        per_invocation = Counter(r["invocation_id"] for r in audit if r["invocation_id"] in ids)
+        assert set(per_invocation) == ids and set(per_invocation.values()) == {1}
+
+        effects = [e for e in gate.effects() if e["invocation_id"] in ids]
+        executed = {p.invocation_id for p in plan if p.expect == "executed" and p.key}
+        per_call = Counter(e["invocation_id"] for e in effects)
+        assert set(per_call) == executed and set(per_call.values()) == {1}, per_call
+        keys = Counter(
+            (by_id[e["invocation_id"]].tenant, by_id[e["invocation_id"]].key) for e in effects
+        )
+        assert set(keys.values()) == {1}
+
+        # The audit and pending projections may still be catching up with the status view.
+        assert gate.backend.wait(lambda: gate.verify_audit().ok and replay(gate)["equal"], 60)
+    finally:
+        gate.close()

@@ -1,4 +1,4 @@
-"""The HTTP API on the Kafka backend (the tansu broker the suite starts).
+"""The HTTP API on the Kafka backend (each broker the suite starts: tansu, Apache Kafka).
 
 ``callgate serve --http`` runs the supervisor's children and, in its own process, tails
 the view topics into memory; httpx talks to it over loopback. The same stories as on the

@@ -29,6 +29,7 @@ SECTIONS = {
 
 
 @pytest.mark.kafka
+@pytest.mark.tansu_only  # the bench starts tansu brokers of its own (docs/benchmarks.md)
 def test_quick_bench_reports_every_section_and_no_failure(tmp_path: Path) -> None:
     run = run_with_own_broker(tmp_path, "bench", "--quick", timeout=170)
     assert run.returncode == 0, run.stderr[-3000:]

@@ -80,7 +80,10 @@ def test_an_http_provider_with_credentials_from_env_or_file(tmp_path: Path) -> N
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
-        ({"kind": "smtp"}, "providers.crm.kind: unknown provider kind 'smtp' (http, mcp, simulated)"),
+        (
+            {"kind": "smtp"},
+            "providers.crm.kind: unknown provider kind 'smtp' (http, mcp, simulated)",
+        ),
         ({"base_url": "http://x"}, "providers.crm.kind: required"),
         ({"kind": "http"}, "providers.crm.base_url: Field required"),
         ({"kind": "http", "base_url": "ftp://x"}, "providers.crm.base_url: String should match"),

@@ -2,10 +2,13 @@
 
 Issue "Execution reliability, fault injection and hostile input", part 4. One run:
 
-1. its own tansu broker (unless ``--bootstrap-servers``), a fresh state directory and topic
-   prefix, and ``callgate serve``'s ``Supervisor`` with one worker child per process; the
-   simulated providers time out after applying 5% of effects and before applying 3%, so
-   outcomes become ``outcome_uncertain`` and must be reconciled (C12);
+1. its own broker (``--broker tansu``, the default, or ``apache``: Apache Kafka from Maven,
+   ``callgate.ops.apache_kafka``; none with ``--bootstrap-servers``), a fresh state
+   directory and topic prefix, and ``--instances`` instances of ``callgate serve``'s
+   ``Supervisor`` (ids ``chaos-0``, ``chaos-1``, ...; one state directory, as instances of
+   one deployment share its keys and the simulated providers' ledger) with one worker child
+   per process each; the simulated providers time out after applying 5% of effects and
+   before applying 3%, so outcomes become ``outcome_uncertain`` and must be reconciled (C12);
 2. ``proposals`` flows driven concurrently, as an agent platform and approval UIs would:
    reads, keyed ticket creations (with replays and conflicting reuse, C8), owner-confirmed
    record updates and refunds (approve, then confirm, C5), high-impact refunds, deploys and
@@ -13,8 +16,11 @@ Issue "Execution reliability, fault injection and hostile input", part 4. One ru
    spoofs (C6) and bad sessions. A fraction of all input events is published twice
    (duplicate delivery); a call that ends ``outcome_uncertain`` is resubmitted with the same
    key and arguments until it settles (C12);
-3. meanwhile at least ``kills`` SIGKILLs of a random worker child (decider, executor or a
-   projection) at random moments; the supervisor restarts it;
+3. meanwhile at least ``kills`` SIGKILLs at random moments. One instance: of a random worker
+   child (decider, executor or a projection), which the supervisor restarts. Several
+   instances: of a whole random instance (every child at once, as a lost host), which stays
+   down until the others own all its partitions (the takeover, timed from the SIGKILL and
+   reported; ADR 0015), then comes back;
 4. the verdict (``verify``): every proposal has exactly one terminal outcome, the expected
    one; no effect applied twice (token, or tenant and idempotency key); no high-impact
    effect without an approval by someone other than the actor for that exact call; every
@@ -41,17 +47,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import ConsumerGroupState
 from rich.table import Table
 
+from callgate.adapters.kafka.client import make_admin
 from callgate.adapters.kafka.gateway import KafkaBackend
 from callgate.adapters.kafka.serve import Supervisor, create_topics, worker_env
-from callgate.adapters.kafka.tansu import TansuBroker
+from callgate.adapters.kafka.tansu import BrokerUnavailable, TansuBroker
+from callgate.adapters.kafka.topics import Topics
 from callgate.bootstrap import App, Settings, bootstrap
 from callgate.domain import events as ev
 from callgate.domain.canonical import partition_key
 from callgate.domain.catalog import Profile
 from callgate.domain.codes import TERMINAL, Code
 from callgate.domain.scope import OPERATOR_ROLE, bound_id
+from callgate.ops.apache_kafka import ApacheKafka, KafkaUnavailable
 from callgate.ops.replay import replay
 from callgate.surfaces.render import Renderer
 from callgate.surfaces.sdk import Gateway
@@ -70,9 +80,11 @@ WINDOW = 200  # flows in flight at once: enough to keep every worker busy
 STEP_TIMEOUT_S = 240.0  # one step (a proposal settling, a decision answered)
 MAX_RETRIES = 8  # resubmissions of one call that stays outcome_uncertain
 MIN_KILL_GAP_S = 2.0
-# Extra group settings for tansu (docs/contract.md "Known tansu gaps"): joins take
-# session.timeout.ms.
+# Group settings: on tansu because its joins take session.timeout.ms (docs/contract.md "Known tansu
+# gaps"); on Apache Kafka they bound the takeover of a lost instance (ADR 0015).
 WORKER_ARGS = ("-X", "session.timeout.ms=6000", "-X", "heartbeat.interval.ms=500")
+TAKEOVER_LIMIT_S = 60.0  # a lost instance's partitions must move within this
+UP_BEFORE_KILL_S = 3.0  # an instance kill waits until every instance has been up this long
 KINDS: tuple[tuple[str, float], ...] = (
     ("read", 0.28),
     ("create", 0.20),
@@ -525,6 +537,7 @@ class ChaosSupervisor(Supervisor):
         self.env = worker_env(app.settings)
         self.spawned: dict[str, float] = {}
         self.killed: Counter[str] = Counter()
+        self.down = False  # the whole instance is killed: nothing restarts until ``revive``
 
     def spawn(self, name: str) -> subprocess.Popen[bytes]:
         cmd = [sys.executable, "-m", "callgate.adapters.kafka.worker", name, *self.extra_args]
@@ -533,6 +546,30 @@ class ChaosSupervisor(Supervisor):
         self.children[name] = child
         self.spawned[name] = time.monotonic()
         return child
+
+    def check(self) -> None:
+        if not self.down:
+            super().check()
+
+    def up_since(self) -> float:
+        """When the last child of this instance (re)started."""
+        return max(self.spawned.values(), default=0.0)
+
+    def kill_all(self) -> None:
+        """SIGKILL every child at once (a lost host) and keep them down."""
+        self.down = True
+        for child in self.children.values():
+            if child.poll() is None:
+                child.send_signal(signal.SIGKILL)
+        for child in self.children.values():
+            child.wait()
+
+    def revive(self) -> None:
+        """The lost instance comes back: every child starts again."""
+        self.down = False
+        for name in self.names:
+            self.restarts += 1
+            self.spawn(name)
 
     def kill_one(self, rng: random.Random) -> str:
         """SIGKILL a random child: the decider, the executor or a projection, preferring one
@@ -547,6 +584,119 @@ class ChaosSupervisor(Supervisor):
         self.killed[name] += 1
         self.check()  # restart it now
         return name
+
+
+class Fleet:
+    """The instances of the run: one ``ChaosSupervisor`` each, and the kills."""
+
+    def __init__(self, app: App, instances: int) -> None:
+        self.sups: list[ChaosSupervisor] = []
+        for n in range(instances):
+            instance = app.settings.model_copy(update={"instance_id": f"chaos-{n}"})
+            logs = app.settings.state_dir / "logs" / instance.instance_id
+            self.sups.append(ChaosSupervisor(bootstrap(instance), logs))
+        self.topics = Topics(app.settings.topic_prefix, app.settings.partitions)
+        self.admin = make_admin(app.settings.bootstrap_servers or "")
+        self.groups = {self.topics.group(p.name): sorted(p.inputs) for p in app.processes()}
+        self.process_of = {self.topics.group(p.name): p.name for p in app.processes()}
+        self.takeovers: list[float] = []
+        self.instance_kills = 0
+        self._next_join_check = 0.0
+
+    @property
+    def restarts(self) -> int:
+        return sum(s.restarts for s in self.sups)
+
+    @property
+    def killed(self) -> Counter[str]:
+        out: Counter[str] = Counter()
+        for sup in self.sups:
+            out.update({f"{sup.app.settings.instance_id}/{k}": v for k, v in sup.killed.items()})
+        return out if len(self.sups) > 1 else self.sups[0].killed
+
+    def start(self) -> None:
+        for sup in self.sups:
+            sup.start()
+
+    def check(self) -> None:
+        for sup in self.sups:
+            sup.check()
+
+    def stop(self) -> None:
+        for sup in self.sups:
+            sup.stop()
+
+    def can_kill(self) -> bool:
+        """Every instance up a while and, with several, owning partitions of every process
+        group: a kill never finds an instance down or not joined yet."""
+        now = time.monotonic()
+        if not all(not s.down and now - s.up_since() > UP_BEFORE_KILL_S for s in self.sups):
+            return False
+        if len(self.sups) == 1:
+            return True
+        if now < self._next_join_check:
+            return False
+        self._next_join_check = now + 0.5
+        ids = {s.app.settings.instance_id for s in self.sups}
+        owners = self.owners()
+        return owners is not None and all(found == ids for found in owners.values())
+
+    def kill_one(self, rng: random.Random, keep_going: Callable[[], None]) -> str:
+        """One instance: SIGKILL a random child. Several: SIGKILL a random instance, wait
+        (calling ``keep_going`` so the flows go on) until the others own all its partitions,
+        record that takeover time, and bring it back."""
+        if len(self.sups) == 1:
+            return self.sups[0].kill_one(rng)
+        sup = rng.choice(self.sups)
+        dead = sup.app.settings.instance_id
+        killed_at = time.monotonic()
+        sup.kill_all()
+        sup.killed["instance"] += 1
+        self.instance_kills += 1
+        next_probe = killed_at
+        while time.monotonic() - killed_at < TAKEOVER_LIMIT_S:
+            keep_going()
+            if time.monotonic() >= next_probe:
+                next_probe = time.monotonic() + 0.2
+                if self.taken_over(dead):
+                    self.takeovers.append(time.monotonic() - killed_at)
+                    break
+        sup.revive()
+        return f"instance {dead}"
+
+    def taken_over(self, dead: str) -> bool:
+        """Is every process group stable, every input partition assigned, none to ``dead``?"""
+        owners = self.owners()
+        return owners is not None and all(dead not in found for found in owners.values())
+
+    def owners(self) -> dict[str, set[str]] | None:
+        """Per process group, the instances that own partitions; None unless every group is
+        stable with every input partition assigned (a rebalance in progress, a coordinator
+        moving). Members are named ``<process>.<instance>`` (``client.id``)."""
+        futures = self.admin.describe_consumer_groups(list(self.groups), request_timeout=5)
+        out: dict[str, set[str]] = {}
+        for group, future in futures.items():
+            try:
+                desc = future.result()
+            except Exception:  # a coordinator moving or busy: not yet
+                return None
+            if desc.state != ConsumerGroupState.STABLE:
+                return None
+            owned: set[tuple[str, int]] = set()
+            out[group] = set()
+            for member in desc.members:
+                parts = {(tp.topic, tp.partition) for tp in member.assignment.topic_partitions}
+                if parts:
+                    out[group].add(member.client_id.removeprefix(f"{self.process_of[group]}."))
+                owned |= parts
+            wanted = {
+                (self.topics.physical(t), p)
+                for t in self.groups[group]
+                for p in range(self.topics.partitions)
+            }
+            if not wanted <= owned:
+                return None
+        return out
 
 
 class _Outbox:
@@ -590,37 +740,47 @@ def run_chaos(
     kills: int = 10,
     seed: int = 7,
     *,
+    broker: str = "tansu",
+    instances: int = 1,
     time_limit_s: float | None = None,
     keep_state: bool = False,
 ) -> int:
     """Run the chaos scenario (module docstring); 0 when every check holds, else 1."""
-    if proposals < 1 or kills < 0:
-        out.error(Code.USAGE, "--proposals must be at least 1 and --kills at least 0")
+    if proposals < 1 or kills < 0 or instances < 1:
+        out.error(Code.USAGE, "--proposals and --instances must be at least 1, --kills at least 0")
         return 2
     limit = time_limit_s or max(180.0, 0.45 * proposals)  # 15 minutes for 2,000
     started = time.monotonic()
+    own: TansuBroker | ApacheKafka | None = None
+    if not settings.bootstrap_servers:
+        try:
+            own = (ApacheKafka() if broker == "apache" else TansuBroker()).start()
+        except (KafkaUnavailable, BrokerUnavailable) as exc:
+            out.error(Code.BROKER_UNAVAILABLE, f"chaos: no {broker} broker: {exc}")
+            return 1
     state = Path(tempfile.mkdtemp(prefix="callgate-chaos-"))
-    broker = None if settings.bootstrap_servers else TansuBroker().start()
     ok = False
     try:
         run = settings.model_copy(
             update={
                 "state_dir": state,
                 "backend": "kafka",
-                "bootstrap_servers": settings.bootstrap_servers or (broker and broker.bootstrap),
+                "bootstrap_servers": settings.bootstrap_servers or (own and own.bootstrap),
                 "topic_prefix": f"chaos-{uuid.uuid4().hex[:8]}",
                 "faults": {**FAULTS, "seed": seed},
                 "dev": True,  # its sessions come from the development issuer
             }
         )
-        report = _run(bootstrap(run), out, proposals, kills, seed, started, limit)
+        report = _run(
+            bootstrap(run), out, proposals, kills, seed, started, limit, broker, instances
+        )
         report["state_dir"] = str(state)
         ok = not report["violations"]
         _render(out, report, ok)
         return 0 if ok else 1
     finally:
-        if broker is not None:
-            broker.stop()
+        if own is not None:
+            own.stop()
         if ok and not keep_state:
             shutil.rmtree(state, ignore_errors=True)
         elif not ok:
@@ -628,21 +788,29 @@ def run_chaos(
 
 
 def _run(
-    app: App, out: Renderer, n: int, kills: int, seed: int, started: float, limit: float
+    app: App,
+    out: Renderer,
+    n: int,
+    kills: int,
+    seed: int,
+    started: float,
+    limit: float,
+    broker: str,
+    instances: int,
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     app.keys  # noqa: B018  (key material exists before the workers start, so all share it)
     create_topics(app)
-    sup = ChaosSupervisor(app, app.settings.state_dir / "logs")
-    sup.start()
+    fleet = Fleet(app, instances)
+    fleet.start()
     gate = Gateway(app, KafkaBackend(app))
     outbox = _Outbox(gate.backend.publish, rng)
     work = Workload(app, rng, outbox.send)
     progress = _Progress()
     try:
         kill_rng = random.Random(f"{seed}:kills")  # where and when, independent of the flows
-        _drive(gate, sup, work, outbox, progress, n, kills, kill_rng, out, started + limit)
-        settled = _settle(gate, work, sup, out, started + limit)
+        _drive(gate, fleet, work, outbox, progress, n, kills, kill_rng, out, started + limit)
+        settled = _settle(gate, work, fleet, out, started + limit)
         verified, replayed = _consistent(gate, started + limit)
         effects = gate.effects()
         evidence = Evidence(
@@ -659,7 +827,7 @@ def _run(
         )
     finally:
         gate.close()
-        sup.stop()
+        fleet.stop()
     verdict = verify(evidence, app.profile)
     if verdict.violations:
         _keep_evidence(app.settings.state_dir / "evidence.jsonl", evidence)
@@ -671,19 +839,27 @@ def _run(
         verdict.violations.append(f"replay differs from the live views: {differing}")
     if progress.kills < kills:
         verdict.violations.append(f"only {progress.kills} of {kills} kills happened")
+    if len(fleet.takeovers) < fleet.instance_kills:
+        missed = fleet.instance_kills - len(fleet.takeovers)
+        verdict.violations.append(f"{missed} takeovers not done within {TAKEOVER_LIMIT_S:.0f}s")
     if progress.timed_out or elapsed > limit:
         verdict.violations.append(f"time limit exceeded: {elapsed:.0f}s > {limit:.0f}s")
     figures: dict[str, Any] = {
         "proposals": n,
         "proposal events": work.counts.proposals,
         "approval decisions": work.counts.decisions,
+        "broker": broker,
+        "instances": instances,
         "decisions resubmitted (not_pending, tansu)": work.counts.decisions_resubmitted,
         "kills": progress.kills,
-        "killed": dict(sorted(sup.killed.items())),
-        "restarts": sup.restarts,
+        "killed": dict(sorted(fleet.killed.items())),
+        "restarts": fleet.restarts,
         "duplicates injected": outbox.duplicates,
         "events seen twice, by type": _seen_twice(evidence.events),
         "resubmissions after uncertain": work.counts.retries,
+        "instance kills": fleet.instance_kills,
+        "takeover s (max)": round(max(fleet.takeovers, default=0.0), 1),
+        "takeover s (each)": ", ".join(f"{t:.1f}" for t in fleet.takeovers),
         **verdict.figures,
         "audit chain ok": verified.ok,
         "audit records": verified.records,
@@ -709,7 +885,7 @@ def _keep_evidence(path: Path, evidence: Evidence) -> None:
 
 def _drive(
     gate: Gateway,
-    sup: ChaosSupervisor,
+    fleet: Fleet,
     work: Workload,
     outbox: _Outbox,
     p: _Progress,
@@ -720,17 +896,18 @@ def _drive(
     deadline: float,
 ) -> None:
     """Launch flows (at most ``WINDOW`` in flight), advance each when its wait is answered,
-    and SIGKILL a worker whenever completed flows pass one of the random kill points."""
+    and SIGKILL a worker (or an instance) whenever completed flows pass one of the random
+    kill points. The flows go on while an instance kill waits for the takeover."""
     kill_at = sorted(rng.uniform(0.02, 0.85) * n for _ in range(kills))
     active: dict[int, tuple[Script, Wait]] = {}
-    next_report = time.monotonic() + 5
-    while p.launched < n or active:
+    report = [time.monotonic() + 5]
+
+    def step() -> None:
         now = time.monotonic()
         if now > deadline:
             p.timed_out = True
-            work.failures += [f"flow {i}: still waiting at the time limit" for i in active]
             return
-        sup.check()
+        fleet.check()
         while len(active) < WINDOW and p.launched < n:
             i = p.launched
             script = work.script(i, pick_kind(work.rng))
@@ -751,24 +928,34 @@ def _drive(
                 script.close()
                 del active[i]
                 p.done += 1
-        if kill_at and p.done >= kill_at[0] and now - p.last_kill > MIN_KILL_GAP_S:
-            kill_at.pop(0)
-            p.kill_due = now + rng.uniform(0.0, 0.5)  # a random moment, the flows go on
-        if p.kill_due is not None and now >= p.kill_due:
-            p.kill_due = None
-            _kill(sup, p, rng, out)
-        if now > next_report:
-            next_report = now + 5
+        if now > report[0]:
+            report[0] = now + 5
             if not out.json_mode:
                 out.err.print(
                     f"[dim]chaos: {p.done}/{n} flows done, {len(active)} in flight, "
                     f"{p.kills} kills, {work.counts.retries} resubmissions[/]"
                 )
+
+    while p.launched < n or active:
+        step()
+        if p.timed_out:
+            work.failures += [f"flow {i}: still waiting at the time limit" for i in active]
+            return
+        now = time.monotonic()
+        if kill_at and p.done >= kill_at[0] and now - p.last_kill > MIN_KILL_GAP_S:
+            kill_at.pop(0)
+            p.kill_due = now + rng.uniform(0.0, 0.5)  # a random moment, the flows go on
+        if p.kill_due is not None and now >= p.kill_due and fleet.can_kill():
+            p.kill_due = None
+            _kill(fleet, p, rng, out, step)
     outbox.flush(everything=True)
     while p.kills < kills and time.monotonic() < deadline:  # kill points not reached
         time.sleep(max(0.0, p.last_kill + MIN_KILL_GAP_S - time.monotonic()))
         time.sleep(rng.uniform(0.0, 0.5))
-        _kill(sup, p, rng, out)
+        while not fleet.can_kill() and time.monotonic() < deadline:
+            fleet.check()
+            time.sleep(0.2)
+        _kill(fleet, p, rng, out, fleet.check)
 
 
 def _seen_twice(events: Sequence[ev.Event]) -> dict[str, int]:
@@ -779,8 +966,10 @@ def _seen_twice(events: Sequence[ev.Event]) -> dict[str, int]:
     return dict(sorted(Counter(twice.values()).items()))
 
 
-def _kill(sup: ChaosSupervisor, p: _Progress, rng: random.Random, out: Renderer) -> None:
-    name = sup.kill_one(rng)
+def _kill(
+    fleet: Fleet, p: _Progress, rng: random.Random, out: Renderer, keep_going: Callable[[], None]
+) -> None:
+    name = fleet.kill_one(rng, keep_going)
     p.kills += 1
     p.last_kill = time.monotonic()
     if not out.json_mode:
@@ -788,14 +977,14 @@ def _kill(sup: ChaosSupervisor, p: _Progress, rng: random.Random, out: Renderer)
 
 
 def _settle(
-    gate: Gateway, work: Workload, sup: ChaosSupervisor, out: Renderer, deadline: float
+    gate: Gateway, work: Workload, fleet: Fleet, out: Renderer, deadline: float
 ) -> dict[str, dict[str, Any]]:
     """Wait (restarting dead workers) until every published proposal has a settled status;
     returns the statuses (missing ones are lost)."""
     ids = sorted(work.calls)
     statuses: dict[str, dict[str, Any]] = {}
     while time.monotonic() < deadline:
-        sup.check()
+        fleet.check()
         gate.backend.wait(lambda: False, 0.2)
         for inv in ids:
             if inv not in statuses or not statuses[inv].get("settled"):

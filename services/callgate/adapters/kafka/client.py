@@ -87,8 +87,9 @@ def _reason(exc: KafkaException) -> str:
     return err.str() if isinstance(err, KafkaError) else str(exc)
 
 
-# Group settings for tests on tansu, whose group joins take about ``session.timeout.ms``
-# (docs/contract.md "Known tansu gaps"). Production keeps the Kafka defaults.
+# Group settings for tests: on tansu, whose group joins take about ``session.timeout.ms``
+# (docs/contract.md "Known tansu gaps"), and on Apache Kafka, where they shorten failover. The
+# runners' own defaults are ``runner.GROUP_SETTINGS`` (ADR 0015).
 FAST_GROUP_SETTINGS: Config = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
 
 

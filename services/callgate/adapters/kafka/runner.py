@@ -99,6 +99,13 @@ STATE_CACHE_KEYS = 2048
 # A cycle that emitted nothing and changed no state commits its input positions with the
 # next transaction, when the runner is idle, or after this long (``_commit``).
 NOOP_COMMIT_DELAY_S = 0.5
+# Failover bounds (ADR 0015): a SIGKILLed instance is out of its groups after
+# ``session.timeout.ms``; its open transaction, which holds back ``read_committed`` readers
+# and the committed offsets of its partitions, is aborted by the broker after
+# ``transaction.timeout.ms`` (plus the broker's abort check interval). A transaction lasts
+# one batch and its follow-ups: far less than this, unless a provider hangs.
+GROUP_SETTINGS: dict[str, Any] = {"session.timeout.ms": 10_000, "heartbeat.interval.ms": 1_000}
+TRANSACTION_TIMEOUT_MS = 15_000
 _FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 # Latency settings: a caller waits on every hop of the critical path (docs/benchmarks.md,
 # "Latency settings"). The producer sends what ``handle`` produces within a millisecond,
@@ -150,9 +157,10 @@ class _Txn:
 class KafkaRunner:
     """Runs one process over its input topics with Kafka transactions (see module docstring).
 
-    ``instance_id`` names this instance: it fixes the ``transactional.id`` and the static
-    group member id, so it must be stable across restarts and unique among live instances.
-    ``state_dir`` is this instance's own directory (rocksdict stores under
+    ``instance_id`` names this instance: it fixes the ``transactional.id``, so it must be
+    stable across restarts (a restarted runner fences its previous self and aborts its open
+    transaction at once) and unique among live instances (two runners with one id fence
+    each other). ``state_dir`` is this instance's own directory (rocksdict stores under
     ``<state_dir>/<process>/p<partition>``); losing it only costs a longer restore.
     """
 
@@ -185,11 +193,14 @@ class KafkaRunner:
         self._inputs = {topics.physical(t): t for t in sorted(process.inputs)}
         self._changelog = topics.changelog(process.name)
         self._producer = make_producer(
-            bootstrap, topics.transactional_id(process.name, instance_id), **PRODUCER_LATENCY
+            bootstrap,
+            topics.transactional_id(process.name, instance_id),
+            **{**PRODUCER_LATENCY, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS},
         )
-        # Static membership: a restarted instance takes its partitions back without waiting
-        # for its dead self to time out of the group.
-        overrides: dict[str, Any] = {"group.instance.id": f"{process.name}.{instance_id}"}
+        # Dynamic membership (ADR 0015): a lost instance's partitions move to the others
+        # once it misses ``session.timeout.ms``; a stopping one leaves the group at once.
+        # ``client.id`` names the instance in the group's member list.
+        overrides: dict[str, Any] = {**GROUP_SETTINGS, "client.id": f"{process.name}.{instance_id}"}
         overrides.update(CONSUMER_LATENCY)
         overrides.update(consumer_overrides or {})
         self._consumer: Consumer = make_consumer(bootstrap, topics.group(process.name), **overrides)

@@ -4,10 +4,18 @@ Each process runs in its own OS process (both cores, and one crash takes down on
 process). The supervisor restarts a child that dies; the restarted child fences its
 previous incarnation (same ``transactional.id``) and restores its state from the
 changelog before consuming again.
+
+Many instances (ADR 0015): every ``callgate serve`` against the same topics joins the same
+consumer group per process, so N instances share the partitions. Each needs its own
+``--instance-id`` (default: the host name): its transactional ids and its state stores hang
+off it. A second serve with the same id and state directory is refused (a lock); a child
+fenced again and again means another instance elsewhere runs with this id, and serve
+stops rather than fence it back in a loop.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -95,6 +103,8 @@ def worker_env(
     env["CALLGATE_DEV"] = "1" if settings.dev else "0"
     if settings.config_file is not None:
         env["CALLGATE_CONFIG"] = str(settings.config_file.resolve())
+    env["CALLGATE_INSTANCE_ID"] = settings.instance_id
+    env["CALLGATE_SUPERVISOR_PID"] = str(os.getpid())  # worker.stop_with_parent
     if settings.profile is not None:
         env["CALLGATE_PROFILE"] = str(settings.profile.resolve())
     if settings.faults:
@@ -104,8 +114,35 @@ def worker_env(
     return env
 
 
+FENCED_LIMIT = 3  # fenced exits of one process within FENCED_WINDOW_S: an id clash
+FENCED_WINDOW_S = 60.0
+
+
+class InstanceClash(RuntimeError):
+    """Another live instance runs with this instance's id (its children keep being fenced)."""
+
+
+def lock_instance(settings: Settings) -> int | None:
+    """Hold ``<state_dir>/kafka-state/<instance_id>.lock`` for this serve's lifetime; None
+    when another serve holds it (same id, same state directory)."""
+    path = settings.state_dir / "kafka-state" / f"{settings.instance_id}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
 class Supervisor:
-    """Starts one child per process and restarts any that exits while not stopping."""
+    """Starts one child per process and restarts any that exits while not stopping.
+
+    A child that exits fenced (``worker.EXIT_FENCED``) is restarted too (a transaction that
+    outlived ``transaction.timeout.ms`` fences its producer), but ``FENCED_LIMIT`` fenced
+    exits of one process within ``FENCED_WINDOW_S`` raise ``InstanceClash``.
+    """
 
     def __init__(
         self,
@@ -120,6 +157,7 @@ class Supervisor:
         self.env = env if env is not None else worker_env(app.settings)
         self.children: dict[str, subprocess.Popen[bytes]] = {}
         self.restarts = 0
+        self.fenced: dict[str, list[float]] = {}
 
     def spawn(self, name: str) -> subprocess.Popen[bytes]:
         cmd = [sys.executable, "-m", "callgate.adapters.kafka.worker", name, *self.extra_args]
@@ -132,10 +170,24 @@ class Supervisor:
             self.spawn(name)
 
     def check(self) -> None:
+        from callgate.adapters.kafka.worker import EXIT_FENCED
+
         for name, child in list(self.children.items()):
-            if child.poll() is not None:
-                self.restarts += 1
-                self.spawn(name)
+            code = child.poll()
+            if code is None:
+                continue
+            if code == EXIT_FENCED:
+                now = time.monotonic()
+                recent = [t for t in self.fenced.get(name, []) if now - t < FENCED_WINDOW_S]
+                self.fenced[name] = [*recent, now]
+                if len(self.fenced[name]) >= FENCED_LIMIT:
+                    raise InstanceClash(
+                        f"{name} was fenced {FENCED_LIMIT} times in {FENCED_WINDOW_S:.0f}s: "
+                        f"another instance runs as {self.app.settings.instance_id!r}; "
+                        "give each instance its own --instance-id"
+                    )
+            self.restarts += 1
+            self.spawn(name)
 
     def stop(self, grace_s: float = 10.0) -> None:
         for child in self.children.values():
@@ -157,37 +209,49 @@ def serve_kafka(
     log_format: LogFormat = "text",
     verbosity: int = 0,
 ) -> int:
-    """Create the topics (retrying until a broker answers), then supervise one child per
-    process until ``stop``; prints a line when it starts and when it stops."""
-    bootstrap = app.settings.bootstrap_servers
-    created = create_topics_when_reachable(app, stop, log_format)
-    if created is None:
-        serve_line(log_format, "stopped", "callgate serve stopped (no broker was reached)")
-        return 0
-    names = list(only) or [p.name for p in app.processes()]
-    env = worker_env(app.settings, log_format, verbosity)
-    sup = Supervisor(app, names, ["--report-settled"], env=env)
-    sup.start()
-    serve_line(
-        log_format,
-        "started",
-        f"callgate serve (pid {os.getpid()}) on Kafka {bootstrap} "
-        f"({len(names)} processes: {', '.join(names)}; {len(created)} topics created)",
-        backend="kafka",
-        bootstrap_servers=bootstrap,
-        processes=names,
-        topics_created=len(created),
-        pid=os.getpid(),
-    )
+    """Hold this instance's lock, create the topics (retrying until a broker answers), then
+    supervise one child per process until ``stop``; prints a line when it starts and when it
+    stops. Raises ``Rejection(busy)`` when this instance id already runs here or elsewhere."""
+    instance = app.settings.instance_id
+    lock = lock_instance(app.settings)
+    if lock is None:
+        raise Rejection(Code.BUSY, f"another callgate serve runs as instance {instance!r} here")
     try:
-        while not stop.wait(0.5):
-            sup.check()
-    finally:
-        sup.stop()
+        bootstrap = app.settings.bootstrap_servers
+        created = create_topics_when_reachable(app, stop, log_format)
+        if created is None:
+            serve_line(log_format, "stopped", "callgate serve stopped (no broker was reached)")
+            return 0
+        app.keys  # noqa: B018  (key material exists before the children start: all share it)
+        names = list(only) or [p.name for p in app.processes()]
+        env = worker_env(app.settings, log_format, verbosity)
+        sup = Supervisor(app, names, ["--report-settled"], env=env)
+        sup.start()
         serve_line(
             log_format,
-            "stopped",
-            f"callgate serve stopped ({sup.restarts} restarts)",
-            restarts=sup.restarts,
+            "started",
+            f"callgate serve (pid {os.getpid()}) on Kafka {bootstrap} as instance {instance} "
+            f"({len(names)} processes: {', '.join(names)}; {len(created)} topics created)",
+            backend="kafka",
+            bootstrap_servers=bootstrap,
+            instance_id=instance,
+            processes=names,
+            topics_created=len(created),
+            pid=os.getpid(),
         )
-    return 0
+        try:
+            while not stop.wait(0.5):
+                sup.check()
+        except InstanceClash as exc:
+            raise Rejection(Code.BUSY, str(exc)) from None
+        finally:
+            sup.stop()
+            serve_line(
+                log_format,
+                "stopped",
+                f"callgate serve stopped ({sup.restarts} restarts)",
+                restarts=sup.restarts,
+            )
+        return 0
+    finally:
+        os.close(lock)

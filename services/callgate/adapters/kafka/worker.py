@@ -3,17 +3,19 @@
 Settings come from the ``CALLGATE_*`` environment (the composition root builds the
 process exactly as the embedded backend does); the process is chosen by name.
 ``CALLGATE_KAFKA_CONSUMER`` (``key=value,key=value``) adds consumer settings, like ``-X``,
-so that ``callgate serve`` can hand them to every child: tests on tansu set
-``session.timeout.ms=6000,heartbeat.interval.ms=500`` there, because tansu's group joins
-take about ``session.timeout.ms`` (docs/contract.md "Known tansu gaps") and the default would keep a
-restarted child away for about half a minute.
+so that ``callgate serve`` can hand them to every child: tests set
+``session.timeout.ms=6000,heartbeat.interval.ms=500`` there (on tansu because its group
+joins take about ``session.timeout.ms``: docs/contract.md "Known tansu gaps"; on Apache Kafka to
+shorten failover); the runner's own defaults are ``runner.GROUP_SETTINGS`` (ADR 0015).
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
+import sys
 import threading
 from pathlib import Path
 
@@ -31,10 +33,16 @@ VERBOSE_ENV = "CALLGATE_VERBOSE"
 # ``--report-settled`` (given by ``callgate serve``) its worker prints serve's line per
 # settled decision.
 SETTLED_REPORTER = "status-projection"
+PR_SET_PDEATHSIG = 1  # prctl(2)
+SUPERVISOR_ENV = "CALLGATE_SUPERVISOR_PID"  # set by ``serve.worker_env``
+EXIT_FENCED = 3  # the supervisor tells this exit from a crash (``serve.Supervisor``)
 
 
 def kafka_state_dir(settings: Settings) -> Path:
-    return settings.state_dir / "kafka-state"
+    """This instance's state stores. Instances of one deployment may share the state
+    directory (its keys and the simulated providers' ledger are the deployment's, not an
+    instance's); each keeps its stores under its own id."""
+    return settings.state_dir / "kafka-state" / settings.instance_id
 
 
 def consumer_overrides(options: list[str]) -> dict[str, str]:
@@ -43,10 +51,24 @@ def consumer_overrides(options: list[str]) -> dict[str, str]:
     return dict(item.strip().split("=", 1) for item in [*items, *options])
 
 
+def stop_with_parent() -> None:
+    """Linux: SIGTERM this worker when its supervisor dies (a SIGKILLed ``callgate serve``
+    takes its children along, as a lost host would, instead of leaving orphans that keep its
+    partitions); a worker whose supervisor is already gone stops at once."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != int(os.environ.get(SUPERVISOR_ENV) or os.getppid()):
+        os.kill(os.getpid(), signal.SIGTERM)  # the supervisor died before the prctl
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run one callgate process on Kafka.")
     parser.add_argument("process", help="process name, e.g. decider, executor")
-    parser.add_argument("--instance-id", default="0")
+    parser.add_argument("--instance-id", help="default: CALLGATE_INSTANCE_ID, else the host")
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--batch-timeout-ms", type=int, default=20)
     parser.add_argument(
@@ -54,11 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("-X", dest="consumer", action="append", default=[], metavar="KEY=VALUE")
     ns = parser.parse_args(argv)
+    stop_with_parent()  # first: the supervisor may die while this worker starts
     # serve hands its -v and --log-format down (CALLGATE_VERBOSE, CALLGATE_LOG_FORMAT).
     log_format: logs.LogFormat = "json" if os.environ.get(LOG_FORMAT_ENV) == "json" else "text"
     verbosity = os.environ.get(VERBOSE_ENV, "0")
     logs.configure(int(verbosity) if verbosity.isdigit() else 0, log_format)
-    settings = Settings.from_env()
+    settings = Settings.from_env(instance_id=ns.instance_id)
     if not settings.bootstrap_servers:
         parser.error("CALLGATE_BOOTSTRAP_SERVERS is not set")
     app = bootstrap(settings)
@@ -73,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         AvroCodec.default(),
         Topics(settings.topic_prefix, settings.partitions),
         settings.bootstrap_servers,
-        ns.instance_id,
+        settings.instance_id,
         kafka_state_dir(settings),
         app.clock,
         batch_size=ns.batch_size,
@@ -85,8 +108,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         runner.run(stop)
-    except ProducerFenced:
-        return 3  # a newer instance took over: exit, never continue
+    except ProducerFenced as exc:
+        # Another runner holds this transactional id (this instance restarted, or another
+        # instance runs with the same id): exit at once, never continue.
+        logging.getLogger("callgate.worker").error(
+            "%s of instance %s fenced (%s): exiting", ns.process, settings.instance_id, exc
+        )
+        return EXIT_FENCED
     return 0
 
 

@@ -69,6 +69,7 @@ class Context:
             bootstrap_servers=getattr(self.ns, "bootstrap_servers", None),
             profile=getattr(self.ns, "profile", None),
             timeout_s=getattr(self.ns, "timeout", None),
+            instance_id=getattr(self.ns, "instance_id", None),
         )
 
     @cached_property

@@ -35,6 +35,19 @@ def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type
     ch.add_argument("--proposals", type=int, default=2000, help="default: 2000")
     ch.add_argument("--kills", type=int, default=10, help="workers SIGKILLed (default: 10)")
     ch.add_argument("--seed", type=int, default=7, help="default: 7")
+    ch.add_argument(
+        "--broker",
+        choices=["tansu", "apache"],
+        default="tansu",
+        help="the broker the run starts unless --bootstrap-servers: tansu, or Apache Kafka "
+        "from Maven (needs Java 17 and mvn; default: tansu)",
+    )
+    ch.add_argument(
+        "--instances",
+        type=int,
+        default=1,
+        help="serve instances; more than 1: each kill takes a whole instance (default: 1)",
+    )
 
 
 def demo(ctx: Context) -> int:
@@ -59,5 +72,11 @@ def chaos(ctx: Context) -> int:
 
     ns = ctx.ns
     return run_chaos(
-        ctx.app.settings, ctx.out, proposals=ns.proposals, kills=ns.kills, seed=ns.seed
+        ctx.app.settings,
+        ctx.out,
+        proposals=ns.proposals,
+        kills=ns.kills,
+        seed=ns.seed,
+        broker=ns.broker,
+        instances=ns.instances,
     )

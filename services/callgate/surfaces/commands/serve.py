@@ -28,6 +28,12 @@ def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type
         metavar="HOST:PORT",
         help="also serve the HTTP API and the approval console (default 127.0.0.1:8787)",
     )
+    s.add_argument(
+        "--instance-id",
+        default=argparse.SUPPRESS,
+        help="this instance among those sharing the partitions (Kafka backend; default: "
+        "CALLGATE_INSTANCE_ID, else the host name)",
+    )
 
 
 DEV_MODE_NOTICE = (

@@ -1,0 +1,349 @@
+"""Start a single-node Apache Kafka broker (KRaft, combined mode) on loopback, from Maven.
+
+Used by the test suite, ``callgate chaos --broker apache`` and anyone who wants the real
+broker without Docker (docs/adr/0015-apache-kafka-and-many-instances.md). The broker's jars are
+``org.apache.kafka:kafka_2.13:KAFKA_VERSION`` and its runtime dependencies, fetched once by
+Maven (``mvn dependency:copy-dependencies``) into a cache directory; the broker runs as
+``java -cp <jars> kafka.Kafka server.properties`` after ``kafka.tools.StorageTool format``.
+Every start gets a fresh log directory (nothing survives a stop) and free loopback ports.
+
+The configuration is the one a test broker needs: replication factor 1 everywhere (a
+transactional producer never initialises on a single node otherwise), no initial rebalance
+delay, group session timeouts down to 1 s allowed, few internal-topic partitions (quick to
+create), and timed-out transactions aborted within a second or two (the takeover of a lost
+instance waits for its open transaction: ADR 0015).
+
+``python -m callgate.ops.apache_kafka fetch`` fills the cache (CI runs it);
+``python -m callgate.ops.apache_kafka run`` starts a broker in the foreground and prints
+its bootstrap address.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from types import TracebackType
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from callgate.adapters.kafka.client import client_config
+from callgate.adapters.kafka.tansu import free_port
+
+KAFKA_VERSION = "4.4.0"  # docker-compose.yml runs apache/kafka with the same version
+LOG4J_VERSION = "2.24.3"  # the log4j-core that kafka_2.13 depends on; binds its slf4j logging
+CACHE_ENV = "CALLGATE_KAFKA_CACHE"
+JAVA_ENV = "CALLGATE_JAVA"
+HEAP = "-Xmx768m"
+
+POM = """<?xml version="1.0" encoding="UTF-8"?>
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>callgate.local</groupId>
+  <artifactId>apache-kafka-broker</artifactId>
+  <version>{kafka}</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency>
+      <groupId>org.apache.kafka</groupId>
+      <artifactId>kafka_2.13</artifactId>
+      <version>{kafka}</version>
+    </dependency>
+    <dependency>
+      <groupId>org.apache.logging.log4j</groupId>
+      <artifactId>log4j-slf4j-impl</artifactId>
+      <version>{log4j}</version>
+    </dependency>
+  </dependencies>
+</project>
+"""
+
+LOG4J2 = """status = warn
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = {path}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+logger.kafka.name = kafka
+logger.kafka.level = WARN
+logger.kafka-request.name = kafka.request.logger
+logger.kafka-request.level = WARN
+logger.org-apache-kafka.name = org.apache.kafka
+logger.org-apache-kafka.level = WARN
+"""
+
+
+class KafkaUnavailable(RuntimeError):
+    """Java or Maven is missing, the jars could not be fetched, or the broker did not start."""
+
+
+def cache_dir() -> Path:
+    """Where the jars live: ``$CALLGATE_KAFKA_CACHE``, else ``~/.cache/callgate/kafka``."""
+    configured = os.environ.get(CACHE_ENV)
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "callgate" / "kafka"
+
+
+def find_java() -> str:
+    """``$CALLGATE_JAVA``, else ``$JAVA_HOME/bin/java``, else ``java`` on PATH (17 or newer)."""
+    candidates = [os.environ.get(JAVA_ENV, "")]
+    if os.environ.get("JAVA_HOME"):
+        candidates.append(str(Path(os.environ["JAVA_HOME"]) / "bin" / "java"))
+    candidates.append(shutil.which("java") or "")
+    for candidate in candidates:
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    raise KafkaUnavailable("no Java runtime (java on PATH, JAVA_HOME or CALLGATE_JAVA)")
+
+
+def jars(version: str = KAFKA_VERSION, cache: Path | None = None) -> list[Path]:
+    """The broker's classpath, fetched by Maven into the cache the first time."""
+    libs = (cache or cache_dir()) / version / "libs"
+    done = libs / ".complete"
+    if not done.exists():
+        _fetch(version, libs)
+        done.touch()
+    found = sorted(libs.glob("*.jar"))
+    if not any(p.name == f"kafka_2.13-{version}.jar" for p in found):
+        raise KafkaUnavailable(f"{libs} holds no kafka_2.13-{version}.jar")
+    return found
+
+
+def _fetch(version: str, libs: Path) -> None:
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise KafkaUnavailable("no Maven (mvn on PATH) to fetch the Apache Kafka jars")
+    work = libs.parent
+    work.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(libs, ignore_errors=True)
+    (work / "pom.xml").write_text(POM.format(kafka=version, log4j=LOG4J_VERSION))
+    argv = [
+        mvn, "-q", "-B", "-f", str(work / "pom.xml"), "dependency:copy-dependencies",
+        "-DincludeScope=runtime", f"-DoutputDirectory={libs}",
+    ]  # fmt: skip
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise KafkaUnavailable("mvn did not fetch the Apache Kafka jars within 900 s") from exc
+    if done.returncode != 0:
+        tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
+        raise KafkaUnavailable(f"mvn exited {done.returncode}: {' | '.join(tail)}")
+
+
+def unavailable() -> str | None:
+    """Why no Apache Kafka broker can start here (fetching the jars if need be), or None."""
+    try:
+        find_java()
+        jars()
+    except KafkaUnavailable as exc:
+        return str(exc)
+    return None
+
+
+def cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (Kafka's Uuid)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+def broker_properties(port: int, controller_port: int, log_dir: Path) -> dict[str, str]:
+    """The test broker's ``server.properties`` (module docstring)."""
+    return {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(log_dir),
+        "num.partitions": "1",
+        "auto.create.topics.enable": "false",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "6",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "6",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        "group.min.session.timeout.ms": "1000",
+        "group.consumer.min.session.timeout.ms": "1000",
+        "group.consumer.min.heartbeat.interval.ms": "500",
+        # A lost producer's open transaction is aborted soon after its timeout (default
+        # check: every 10 s), so a takeover does not wait for the check (ADR 0015).
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+        "log.retention.check.interval.ms": "60000",
+    }
+
+
+class ApacheKafka:
+    """Context manager: an Apache Kafka broker on free loopback ports; ``.bootstrap``.
+
+    ``with ApacheKafka() as kafka: ... kafka.bootstrap`` -- stopped (SIGTERM, then SIGKILL)
+    on exit, its log directory removed. ``.log`` is the broker's own log file.
+    """
+
+    def __init__(self, start_timeout_s: float = 90.0, version: str = KAFKA_VERSION) -> None:
+        self._start_timeout_s = start_timeout_s
+        self._version = version
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._root: Path | None = None
+        self.port = 0
+
+    @property
+    def bootstrap(self) -> str:
+        if self._proc is None:
+            raise KafkaUnavailable("broker is not running")
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log(self) -> Path:
+        assert self._root is not None
+        return self._root / "broker.log"
+
+    def start(self) -> ApacheKafka:
+        java, classpath = find_java(), os.pathsep.join(str(p) for p in jars(self._version))
+        self._root = Path(tempfile.mkdtemp(prefix="callgate-kafka-"))
+        for _ in range(3):  # a free port may be taken between probe and bind: retry
+            self.port, controller = free_port(), free_port()
+            log_dir = self._root / f"data-{self.port}"
+            config = self._root / "server.properties"
+            props = broker_properties(self.port, controller, log_dir)
+            config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+            logging = self._root / "log4j2.properties"
+            logging.write_text(LOG4J2.format(path=self.log))
+            jvm = [java, HEAP, "-XX:+UseG1GC", "-Djava.awt.headless=true",
+                   f"-Dlog4j2.configurationFile={logging}", "-cp", classpath]  # fmt: skip
+            fmt = [
+                *jvm,
+                "kafka.tools.StorageTool",
+                "format",
+                f"--cluster-id={cluster_id()}",
+                "-c",
+                str(config),
+            ]
+            done = subprocess.run(fmt, capture_output=True, text=True, timeout=120, check=False)
+            if done.returncode != 0:
+                raise KafkaUnavailable(f"kafka-storage format failed: {done.stdout}{done.stderr}")
+            with (self._root / "broker.out").open("ab") as out:
+                self._proc = subprocess.Popen(
+                    [*jvm, "kafka.Kafka", str(config)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+            if self._wait_ready():
+                self._warm_up()
+                return self
+            self._terminate()
+        detail = self._tail()
+        self.stop()
+        raise KafkaUnavailable(f"Apache Kafka did not start in {self._start_timeout_s}s: {detail}")
+
+    def _tail(self) -> str:
+        assert self._root is not None
+        out = self._root / "broker.out"
+        lines = out.read_text(errors="replace").splitlines() if out.exists() else []
+        return " | ".join(lines[-5:])
+
+    def _wait_ready(self) -> bool:
+        """Until the broker answers metadata naming itself (the controller has elected it)."""
+        assert self._proc is not None
+        deadline = time.monotonic() + self._start_timeout_s
+        admin = AdminClient(client_config(self.bootstrap, log_level=0))
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                return False
+            with contextlib.suppress(Exception):
+                if admin.list_topics(timeout=2).brokers:
+                    return True
+            time.sleep(0.2)
+        return False
+
+    def _warm_up(self) -> None:
+        """Create the offsets and transaction-state topics now and wait until their
+        coordinators answer, so that the first group or transaction of a test does not meet
+        ``NOT_COORDINATOR`` / ``COORDINATOR_LOAD_IN_PROGRESS``."""
+        deadline = time.monotonic() + self._start_timeout_s
+        probe = f"callgate.warm-up.{uuid.uuid4().hex[:8]}"
+        consumer = Consumer(client_config(self.bootstrap, **{"group.id": probe}))
+        try:
+            while True:
+                try:
+                    consumer.committed([TopicPartition(probe, 0)], timeout=5)
+                    break
+                except KafkaException:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+        finally:
+            consumer.close()
+        # librdkafka's lines ("coordinator load in progress") go to callgate's logger
+        producer = Producer(client_config(self.bootstrap, **{"transactional.id": probe}))
+        producer.init_transactions(max(1.0, deadline - time.monotonic()))
+
+    def _terminate(self, grace_s: float = 20.0) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)  # a controlled shutdown
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        """SIGTERM (SIGKILL after 20 s), then remove the log directory."""
+        self._terminate()
+        root, self._root = self._root, None
+        if root is not None:
+            shutil.rmtree(root, ignore_errors=True)
+
+    def __enter__(self) -> ApacheKafka:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Apache Kafka from Maven, for tests.")
+    parser.add_argument("action", choices=["fetch", "run"])
+    ns = parser.parse_args(argv)
+    try:
+        if ns.action == "fetch":
+            find_java()
+            print(f"Apache Kafka {KAFKA_VERSION}: {len(jars())} jars in {cache_dir()}")
+            return 0
+        with ApacheKafka() as kafka:
+            print(kafka.bootstrap, flush=True)
+            signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        return 0
+    except KafkaUnavailable as exc:
+        print(f"apache kafka: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
