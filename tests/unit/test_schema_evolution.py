@@ -74,6 +74,7 @@ def expected_avro_type(field_name: str, tp: Any) -> Any:
         bool: "boolean",
         bytes: "bytes",
         str | None: ["null", "string"],
+        bool | None: ["null", "boolean"],
         tuple[str, ...]: {"type": "array", "items": "string"},
     }
     assert tp in types, f"{field_name}: no Avro mapping for {tp!r}"

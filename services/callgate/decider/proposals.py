@@ -21,7 +21,7 @@ from callgate.domain.approvals import peek_claim, peek_partition_key
 from callgate.domain.arguments import normalize_args, target_of
 from callgate.domain.canonical import args_hash, canonical_json, partition_key, request_fingerprint
 from callgate.domain.codes import Code, Rejection, Unanswerable
-from callgate.domain.identity import check_identity
+from callgate.domain.identity import check_identity, token_digest
 from callgate.domain.scope import is_bound
 
 
@@ -48,6 +48,7 @@ def on_proposed(
             actor=_actor_of(state, p),
             tenant=_tenant_of(state, p),
             details_json=canonical_json(r.details),
+            session_digest=token_digest(p.session_token),
         )
         inv = state.invocations.setdefault(
             p.invocation_id,
@@ -130,6 +131,8 @@ def _decide_proposal(
         high_impact=high,
         confirmation=confirmation.value,
         approval_jti=jti,
+        session_id=principal.session_id or None,
+        session_digest=token_digest(p.session_token),
     )
     if not decision.allowed:
         return  # C12: tool_forbidden never reaches a provider

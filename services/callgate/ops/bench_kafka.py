@@ -93,7 +93,7 @@ SETTLED = b'"settled":true'
 STALL_S = 60.0  # no final decision for this long: the rest did not settle
 BROKER = "tansu"  # named in the rows and the plot
 
-# A recorded output: ("e", avro bytes) or ("v", view, key, value json or None).
+# A recorded output: ("e", avro bytes) or ("v", view, key, value json or None, tenant).
 Step = tuple[bytes | None, list[tuple[Any, ...]]]  # (state after, None: unchanged; outputs)
 
 
@@ -124,7 +124,7 @@ class _Recorder:
         emitted: list[ev.Event] = []
         for out in outputs:
             if isinstance(out, ViewRecord):
-                recorded.append(("v", out.view, out.key, out.value_json))
+                recorded.append(("v", out.view, out.key, out.value_json, out.tenant))
                 self._count(f"view.{out.view}", len(out.value_json or ""))
             else:
                 data = self.codec.encode(out)
@@ -238,7 +238,7 @@ class Replay:
 
 
 def _decode(step: Step, codec: AvroCodec) -> tuple[bytes | None, tuple[Output, ...]]:
-    outs = [codec.decode(o[1]) if o[0] == "e" else ViewRecord(o[1], o[2], o[3]) for o in step[1]]
+    outs = [codec.decode(o[1]) if o[0] == "e" else ViewRecord(*o[1:]) for o in step[1]]
     return step[0], tuple(outs)
 
 
