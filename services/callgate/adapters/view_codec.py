@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
@@ -39,6 +39,20 @@ VIEWS_DIR = "views"
 JSON_SUFFIX = "_json"
 
 Schema = dict[str, Any]
+
+
+class ViewEncoder(Protocol):
+    """How a runner turns a view value into Kafka record bytes."""
+
+    def encode(self, view: str, value_json: str) -> bytes: ...
+
+
+class JsonViews:
+    """View values as their JSON text: for processes whose views have no published schema
+    (the runner tests' toy processes). callgate's own views always use ``ViewCodec``."""
+
+    def encode(self, view: str, value_json: str) -> bytes:
+        return value_json.encode()
 
 
 class ViewSchemaError(ValueError):
@@ -229,4 +243,12 @@ def _default_codec() -> ViewCodec:
     raise ViewSchemaError("no callgate view schemas found")
 
 
-__all__ = ["NAMESPACE", "ViewCodec", "ViewSchemaError", "from_avro", "to_avro"]
+__all__ = [
+    "NAMESPACE",
+    "JsonViews",
+    "ViewCodec",
+    "ViewEncoder",
+    "ViewSchemaError",
+    "from_avro",
+    "to_avro",
+]
