@@ -58,7 +58,6 @@ from callgate.adapters.kafka.client import (
     read_partitions_to_end,
 )
 from callgate.adapters.kafka.runner import KafkaRunner, ProducerFenced
-from callgate.adapters.view_codec import JsonViews
 from callgate.adapters.kafka.state import (
     HEADER_PREV,
     HEADER_TXN,
@@ -67,6 +66,7 @@ from callgate.adapters.kafka.state import (
     select_committed,
 )
 from callgate.adapters.kafka.topics import Topics, ensure_topics
+from callgate.adapters.view_codec import JsonViews
 from callgate.domain.events import (
     ApprovalGranted,
     Event,

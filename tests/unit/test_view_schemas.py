@@ -107,9 +107,9 @@ def test_foreign_bytes_are_refused() -> None:
 def test_free_form_json_travels_as_canonical_text() -> None:
     _, records = fold_log(PendingProjection(), [requested()])
     data = CODEC.encode("pending", records[0].value_json or "")
-    from fastavro import schemaless_reader
-
     import io
+
+    from fastavro import schemaless_reader
 
     body = io.BytesIO(data[10:])
     raw = schemaless_reader(body, CODEC.schema("pending"), None)

@@ -237,7 +237,10 @@ def _load(path: Path) -> Schema:
 @functools.cache
 def _default_codec() -> ViewCodec:
     package = Path(__file__).resolve().parent.parent
-    for candidate in (package / "_schemas" / VIEWS_DIR, package.parent.parent / "schemas" / VIEWS_DIR):
+    for candidate in (
+        package / "_schemas" / VIEWS_DIR,
+        package.parent.parent / "schemas" / VIEWS_DIR,
+    ):
         if (candidate / "pending.avsc").is_file():
             return ViewCodec.from_directory(candidate)
     raise ViewSchemaError("no callgate view schemas found")

@@ -147,9 +147,7 @@ def on_approval_decision(
     if d.decision == "deny":
         inv.approval_status = ApprovalStatus.DENIED
         set_key_status(state, inv, KeyStatus.DENIED)
-        out.emit(
-            ev.ApprovalDenied, approver=approver.user, reason=d.reason, session_digest=digest
-        )
+        out.emit(ev.ApprovalDenied, approver=approver.user, reason=d.reason, session_digest=digest)
         return
     jti = approval_jti(inv.invocation_id, approver.user, d.event_id)
     expires_at = out.now_ms + inv.approval_ttl_ms

@@ -1,12 +1,13 @@
 """The SDK backend over Kafka: publish requests, follow them on ``events``, read views.
 
 A call waits for its own request, never by re-reading views from the beginning (ADR 0016):
-before publishing, it records the end offset of every ``events`` partition (one
-ListOffsets request); the request's delivery report names its partition, and every event
-of its partition key lands on that same partition number (co-partitioning, ``topics``).
-So it reads that one partition from the recorded offset, folds the events of its own
-partition key through the projection that writes the view it waits on (the same
-projection code the service runs), and stops once the value satisfies it. The cost is the
+every event of its partition key lands on the partition number the key hashes to
+(``murmur2_random``, co-partitioning: ``topics``), so before publishing it records that
+``events`` partition's end offset (one ListOffsets request), checks that the request's
+delivery report names the same partition, reads that one partition from the offset,
+folds the events of its own partition key through the projection that writes the view it
+waits on (the same projection code the service runs), and stops once the value
+satisfies it. The cost is the
 traffic on one partition while the call is in flight, whatever the history.
 
 Starting early is safe, starting late would miss events: tansu's latest offset is the base
@@ -28,12 +29,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
 from callgate.adapters.kafka.client import (
     fetched,
     make_producer,
+    partition_for,
     position,
     publish,
     read_partitions_to_end,
@@ -71,7 +72,6 @@ class KafkaBackend:
         self._by_topic = {self.topics.view(v): v for v in self._writers}
         self._consumer: Consumer | None = None
         self._follower: Consumer | None = None
-        self._admin: AdminClient | None = None
 
     # -- publishing ----------------------------------------------------------------------
 
@@ -91,12 +91,17 @@ class KafkaBackend:
         """Publish ``request``; the value ``view`` holds at ``key`` once ``done`` (or the
         last one seen at the timeout, ``None`` if none), from its own partition only."""
         events = self.topics.physical("events")
-        starts = self._end_offsets(events)
-        ((_, partition, _),) = publish(self._producer, self.codec, self.topics, [request])
-        reader = self._follower_consumer()
-        reader.assign([TopicPartition(events, partition, starts[partition])])
-        projection = self._projection(view)
         pk = request.partition_key.encode()
+        partition = partition_for(pk, self.topics.partitions)
+        reader = self._follower_consumer()
+        _, start = reader.get_watermark_offsets(
+            TopicPartition(events, partition), timeout=30, cached=False
+        )
+        ((_, delivered, _),) = publish(self._producer, self.codec, self.topics, [request])
+        if delivered != partition:  # a producer with another partitioner: co-partitioning broke
+            raise RuntimeError(f"request went to partition {delivered}, expected {partition}")
+        reader.assign([TopicPartition(events, partition, start)])
+        projection = self._projection(view)
         state = projection.initial_state()
         seen: set[str] = set()
         value: dict[str, Any] | None = None
@@ -126,22 +131,6 @@ class KafkaBackend:
             if time.monotonic() > deadline:
                 return value
 
-    def _end_offsets(self, topic: str) -> dict[int, int]:
-        """Every partition's end offset now: where this call's own events will follow."""
-        if self._admin is None:
-            self._admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        wanted = {TopicPartition(topic, p): OffsetSpec.latest() for p in self._partitions(topic)}
-        futures = self._admin.list_offsets(wanted, request_timeout=30)
-        return {tp.partition: future.result().offset for tp, future in futures.items()}
-
-    def _partitions(self, topic: str) -> list[int]:
-        if self._admin is None:
-            self._admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        info = self._admin.list_topics(topic, timeout=30).topics.get(topic)
-        if info is None or info.error is not None:
-            raise RuntimeError(f"topic {topic} does not exist: is `callgate serve` running?")
-        return sorted(info.partitions)
-
     def _follower_consumer(self) -> Consumer:
         if self._follower is None:
             config = {"bootstrap.servers": self.bootstrap, **_READER}
@@ -161,7 +150,9 @@ class KafkaBackend:
         """The views' topics assigned from the beginning and read to their end once."""
         if self._consumer is None:
             config = {"bootstrap.servers": self.bootstrap, **_READER}
-            config.update({"group.id": "callgate.surfaces.sdk-reader", "enable.partition.eof": True})
+            config.update(
+                {"group.id": "callgate.surfaces.sdk-reader", "enable.partition.eof": True}
+            )
             self._consumer = Consumer(config)
         consumer = self._consumer
         new = sorted(set(views) - set(self._tables))

@@ -767,7 +767,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--batch-timeout-ms", type=int, default=100)
     parser.add_argument("--json-views", action="store_true",
-                        help="view values as JSON text (processes without view schemas)")  # fmt: skip
+                        help="view values as JSON (no view schemas)")  # fmt: skip
     parser.add_argument("-X", dest="consumer", action="append", default=[],
                         metavar="KEY=VALUE", help="consumer config override")  # fmt: skip
     args = parser.parse_args(argv)
