@@ -62,6 +62,9 @@ class Settings(BaseModel):
     timeout_s: float = Field(default=30.0, gt=0)
     instance_id: str = Field(default_factory=lambda: f"{os.uname().nodename}-{os.getpid()}")
     dev: bool = False
+    # How long requests (which carry bearer session tokens) are kept once consumed: the
+    # ``requests`` topic's ``retention.ms`` on Kafka, pruning on the embedded store.
+    requests_retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=0)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:
@@ -121,6 +124,7 @@ _ENV: tuple[tuple[str, str, Callable[[str], Any]], ...] = (
     ("CALLGATE_DEV", "dev", _flag),
     ("CALLGATE_FAULTS", "faults", _json_object),
     ("CALLGATE_TIMEOUT", "timeout_s", float),
+    ("CALLGATE_REQUESTS_RETENTION_MS", "requests_retention_ms", int),
 )
 
 

@@ -28,7 +28,13 @@ class EmbeddedBackend:
 
     @cached_property
     def runner(self) -> EmbeddedRunner:
-        return EmbeddedRunner(self.store, self.app.processes(), self.codec, self.app.clock)
+        return EmbeddedRunner(
+            self.store,
+            self.app.processes(),
+            self.codec,
+            self.app.clock,
+            requests_retention_ms=self.app.settings.requests_retention_ms,
+        )
 
     def publish(self, events: Sequence[Event]) -> None:
         self.store.append(events)
