@@ -699,7 +699,7 @@ class EmbeddedRunner:
         with self.store.transaction() as tx:
             names = self._request_readers
             through = min(tx.position(name) for name in names) if names else 0
-            tx.prune_requests(through, self._requests_retention_ms)
+            tx.prune_requests(through, retention)
 
     def run_until_idle(self, max_seconds: float = 30.0) -> int:
         """Run rounds until one makes no progress; raises TimeoutError past ``max_seconds``."""
