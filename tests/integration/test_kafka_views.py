@@ -29,7 +29,8 @@ from typing import Any
 import avro.io
 import avro.schema
 import pytest
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource  # not re-exported by the stubs
 from tests.e2e.helpers import REPO
 from tests.kafka_support import (
     REFUND,
