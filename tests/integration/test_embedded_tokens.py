@@ -3,8 +3,8 @@
 After a run through the SDK (reads, an approval, a refused approver), every table of the
 SQLite store is scanned for the session tokens used: they appear only in ``requests`` rows
 of the log, and the ``events`` rows carry the token digests instead. With
-``requests_retention_ms=0`` the consumed requests are pruned, no token is left at all,
-and ``callgate replay`` still rebuilds equal views (it needs only ``events``).
+``requests_retention_ms=0`` the consumed requests are pruned, no token is left at all
+(not even in the raw bytes of the database and its WAL), and ``callgate replay`` still rebuilds equal views (it needs only ``events``).
 """
 
 from __future__ import annotations
@@ -60,6 +60,15 @@ def where_found(state_dir: Path, tokens: dict[str, str]) -> set[str]:
     return found
 
 
+def files_holding(state_dir: Path, tokens: dict[str, str]) -> set[str]:
+    """The store's files (the database, its WAL) whose raw bytes hold one of ``tokens``."""
+    return {
+        path.name
+        for path in state_dir.rglob("*")
+        if path.is_file() and any(t.encode() in path.read_bytes() for t in tokens.values())
+    }
+
+
 def digests_logged(state_dir: Path, tokens: dict[str, str]) -> set[str]:
     found = set()
     with sqlite3.connect(state_dir / DB_FILE) as db:
@@ -77,6 +86,7 @@ def test_tokens_stay_only_on_requests_and_events_hold_digests(tmp_path: Path) ->
     finally:
         gate.close()
     assert where_found(tmp_path, tokens) == {"log:requests"}
+    assert files_holding(tmp_path, tokens) <= {DB_FILE, f"{DB_FILE}-wal"}
     assert digests_logged(tmp_path, tokens) == {"alice", "gina"}
 
 
@@ -86,6 +96,7 @@ def test_with_zero_retention_no_token_is_left_and_replay_is_equal(tmp_path: Path
         tokens = scenario(gate, "K-emb-0")
         gate.backend.wait(lambda: False, 0.3)  # a last round: prune what it consumed
         assert where_found(tmp_path, tokens) == set()
+        assert files_holding(tmp_path, tokens) == set()  # deleted bytes overwritten too
         report = replay(gate)
         assert report["equal"] is True, report
     finally:

@@ -696,10 +696,7 @@ class EmbeddedRunner:
         if retention is None or time.monotonic() < self._next_prune:
             return
         self._next_prune = time.monotonic() + min(PRUNE_REQUESTS_EVERY_S, retention / 10_000)
-        with self.store.transaction() as tx:
-            names = self._request_readers
-            through = min(tx.position(name) for name in names) if names else 0
-            tx.prune_requests(through, retention)
+        self.store.prune_requests(self._request_readers, retention)
 
     def run_until_idle(self, max_seconds: float = 30.0) -> int:
         """Run rounds until one makes no progress; raises TimeoutError past ``max_seconds``."""

@@ -322,6 +322,27 @@ class EmbeddedStore:
         with self.transaction() as tx:
             tx.insert([(topic, partition_key, event_type, None, payload)])
 
+    def prune_requests(self, readers: Sequence[str], retention_ms: int) -> int:
+        """Delete the ``requests`` rows every one of ``readers`` consumed that were appended
+        ``retention_ms`` ago or earlier (ADR 0016); returns how many.
+
+        They hold bearer tokens, so the delete overwrites their bytes (``secure_delete``)
+        and, when it deleted any, a checkpoint truncates the WAL, which still holds the
+        pages as they were (best effort: it does not wait for readers to finish).
+        """
+        conn = self._conn()
+        (previous,) = conn.execute("PRAGMA secure_delete").fetchone()
+        conn.execute("PRAGMA secure_delete=ON")
+        try:
+            with self.transaction() as tx:
+                through = min(tx.position(name) for name in readers) if readers else 0
+                pruned = tx.prune_requests(through, retention_ms)
+        finally:
+            conn.execute(f"PRAGMA secure_delete={int(previous)}")
+        if pruned:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return pruned
+
     # --- readers -------------------------------------------------------------------------
 
     def read_log(
