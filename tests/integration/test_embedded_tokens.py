@@ -4,7 +4,8 @@ After a run through the SDK (reads, an approval, a refused approver), every tabl
 SQLite store is scanned for the session tokens used: they appear only in ``requests`` rows
 of the log, and the ``events`` rows carry the token digests instead. With
 ``requests_retention_ms=0`` the consumed requests are pruned, no token is left at all
-(not even in the raw bytes of the database and its WAL), and ``callgate replay`` still rebuilds equal views (it needs only ``events``).
+(not even in the raw bytes of the database and its WAL), and ``callgate replay`` still
+rebuilds equal views (it needs only ``events``).
 """
 
 from __future__ import annotations
