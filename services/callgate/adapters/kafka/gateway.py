@@ -146,6 +146,11 @@ class KafkaBackend:
 
     # -- the read model of whole views -----------------------------------------------------
 
+    @property
+    def views_read(self) -> frozenset[str]:
+        """The views this client has read from the beginning so far (a call reads none)."""
+        return frozenset(self._tables)
+
     def _open(self, views: Iterable[str]) -> Consumer:
         """The views' topics assigned from the beginning and read to their end once."""
         if self._consumer is None:
