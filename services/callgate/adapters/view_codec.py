@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
@@ -64,6 +64,7 @@ class _Writer:
     header: bytes
     schema: Schema  # the .avsc, as loaded (drives the JSON <-> Avro conversion)
     parsed: Any
+    convert: Callable[[Any], Any]  # ``converter(schema)``
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +89,7 @@ class ViewCodec:
                 raise ViewSchemaError(f"view schema {view} must be a record in {NAMESPACE}")
             parsed = parse_schema(schema)
             fp = schema_fingerprint(schema)
-            self._writers[view] = _Writer(MARKER + fp, schema, parsed)
+            self._writers[view] = _Writer(MARKER + fp, schema, parsed, converter(schema, view))
             self._readers[fp] = _Reader(view, "current", parsed, None, schema)
         for version, schemas in sorted(released.items()):
             for view, schema in schemas.items():
@@ -127,7 +128,7 @@ class ViewCodec:
         writer = self._writers.get(view)
         if writer is None:
             raise ViewSchemaError(f"no published schema for view {view!r}")
-        record = to_avro(writer.schema, _parse(value_json), view)
+        record = writer.convert(_parse(value_json))
         out = BytesIO()
         out.write(writer.header)
         schemaless_writer(out, writer.parsed, record)
@@ -154,43 +155,95 @@ class ViewCodec:
         return view, canonical_json(value)
 
 
+Converter = Callable[[Any], Any]
+
+
 def to_avro(schema: Any, value: Any, where: str) -> Any:
     """The Avro datum of a JSON value under ``schema`` (module docstring's rule)."""
+    return converter(schema, where)(value)
+
+
+def converter(schema: Any, where: str, namespace: str = NAMESPACE) -> Converter:
+    """``to_avro`` for one schema, built once: a view value is converted without walking
+    the schema again (the runner encodes every view record). A record inside a union is
+    written in fastavro's tuple notation, ``(full name, datum)``, so that fastavro picks
+    the branch by name instead of validating the datum against each branch."""
     if isinstance(schema, list):  # a union: ["null", X]
-        if value is None:
-            if "null" not in schema:
-                raise ViewSchemaError(f"{where}: null where {schema} is expected")
-            return None
         (branch,) = [s for s in schema if s != "null"]
-        return to_avro(branch, value, where)
+        inner = converter(branch, where, namespace)
+        nullable = "null" in schema
+        tag = _record_name(branch, namespace)
+
+        def union(value: Any) -> Any:
+            if value is None:
+                if not nullable:
+                    raise ViewSchemaError(f"{where}: null where {schema} is expected")
+                return None
+            datum = inner(value)
+            return datum if tag is None else (tag, datum)
+
+        return union
     kind = schema["type"] if isinstance(schema, dict) else schema
     if kind == "record":
-        if not isinstance(value, dict):
-            raise ViewSchemaError(f"{where}: expected an object")
-        names = {_json_name(f["name"]) for f in schema["fields"]}
-        if set(value) != names:
-            raise ViewSchemaError(f"{where}: fields differ from the schema: {set(value) ^ names}")
-        record: dict[str, Any] = {}
-        for f in schema["fields"]:
-            name = f["name"]
-            item = value[_json_name(name)]
-            if name.endswith(JSON_SUFFIX):
-                record[name] = None if item is None else canonical_json(item)
-                if item is None and "null" not in f["type"]:
-                    raise ViewSchemaError(f"{where}.{name}: null where JSON is expected")
-            else:
-                record[name] = to_avro(f["type"], item, f"{where}.{name}")
-        return record
+        return _record_converter(schema, where, schema.get("namespace", namespace))
     if kind == "array":
-        if not isinstance(value, list):
-            raise ViewSchemaError(f"{where}: expected an array")
-        return [to_avro(schema["items"], v, where) for v in value]
+        item = converter(schema["items"], where, namespace)
+
+        def array(value: Any) -> Any:
+            if type(value) is not list:
+                raise ViewSchemaError(f"{where}: expected an array")
+            return [item(v) for v in value]
+
+        return array
     expected = _PRIMITIVES.get(kind)
     if expected is None:
         raise ViewSchemaError(f"{where}: unsupported Avro type {kind!r}")
-    if type(value) is not expected:  # exact: bool is not a long, int is not a boolean
-        raise ViewSchemaError(f"{where}: expected {kind}, got {type(value).__name__}")
-    return value
+
+    def primitive(value: Any) -> Any:
+        if type(value) is not expected:  # exact: bool is not a long, int is not a boolean
+            raise ViewSchemaError(f"{where}: expected {kind}, got {type(value).__name__}")
+        return value
+
+    return primitive
+
+
+def _record_converter(schema: Schema, where: str, namespace: str) -> Converter:
+    fields: list[tuple[str, str, Converter]] = []
+    for f in schema["fields"]:
+        name = f["name"]
+        at = f"{where}.{name}"
+        if name.endswith(JSON_SUFFIX):
+            fields.append((name, _json_name(name), _json_text("null" in f["type"], at)))
+        else:
+            fields.append((name, name, converter(f["type"], at, namespace)))
+    names = frozenset(j for _, j, _ in fields)
+
+    def record(value: Any) -> Any:
+        if type(value) is not dict:
+            raise ViewSchemaError(f"{where}: expected an object")
+        if value.keys() != names:
+            raise ViewSchemaError(f"{where}: fields differ from the schema: {set(value) ^ names}")
+        return {name: convert(value[key]) for name, key, convert in fields}
+
+    return record
+
+
+def _json_text(nullable: bool, where: str) -> Converter:
+    def text(value: Any) -> Any:
+        if value is None:
+            if not nullable:
+                raise ViewSchemaError(f"{where}: null where JSON is expected")
+            return None
+        return canonical_json(value)
+
+    return text
+
+
+def _record_name(schema: Any, namespace: str) -> str | None:
+    if not (isinstance(schema, dict) and schema.get("type") == "record"):
+        return None
+    name = str(schema["name"])
+    return name if "." in name else f"{schema.get('namespace', namespace)}.{name}"
 
 
 def from_avro(schema: Any, datum: Any) -> Any:
