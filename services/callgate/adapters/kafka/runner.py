@@ -87,7 +87,12 @@ from callgate.adapters.kafka.state import (
     PartitionStore,
     restore_partition,
 )
-from callgate.adapters.kafka.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
+from callgate.adapters.kafka.topics import (
+    DEFAULT_PARTITIONS,
+    DEFAULT_PREFIX,
+    HEADER_TENANT,
+    Topics,
+)
 from callgate.adapters.view_codec import JsonViews, ViewCodec, ViewEncoder
 from callgate.domain.codes import Code
 from callgate.domain.events import Event, EventDeadLettered
@@ -102,8 +107,6 @@ STATE_CACHE_KEYS = 2048
 # A cycle that emitted nothing and changed no state commits its input positions with the
 # next transaction, when the runner is idle, or after this long (``_commit``).
 NOOP_COMMIT_DELAY_S = 0.5
-# The tenant a view record belongs to (README "Views"): one tenant's UI filters on it.
-HEADER_TENANT = "cg-tenant"
 _FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 # Latency settings: a caller waits on every hop of the critical path (docs/benchmarks.md,
 # "Latency settings"). The producer sends what ``handle`` produces within a millisecond,

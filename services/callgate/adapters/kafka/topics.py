@@ -34,6 +34,9 @@ DEAD_LETTER_RETENTION_MS = 90 * 24 * 3600 * 1000  # long enough for a person to 
 # consumed, never forever (replay needs only ``events``; ADR 0016). Setting
 # ``requests_retention_ms``.
 DEFAULT_REQUESTS_RETENTION_MS = 7 * 24 * 3600 * 1000
+# The header naming the tenant a view record (or tombstone) belongs to, when known: one
+# tenant's approval UI keeps only the records with its own (README "Views", ADR 0016).
+HEADER_TENANT = "cg-tenant"
 
 
 class NamedProcess(Protocol):
