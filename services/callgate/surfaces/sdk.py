@@ -180,7 +180,11 @@ class Gateway:
         record = None if found is None else self.backend.view("pending", invocation_id)
         if found is not None and record is None:
             record = self._status(invocation_id)
-        if found is None or record is None or not may_read(self._reader(session), record.get("tenant")):
+        if (
+            found is None
+            or record is None
+            or not may_read(self._reader(session), record.get("tenant"))
+        ):
             raise Rejection(Code.NOT_PENDING, f"no invocation {invocation_id}")
         return found
 

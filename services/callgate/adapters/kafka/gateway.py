@@ -32,10 +32,15 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
 from callgate.adapters.kafka.client import (
+    LIBRDKAFKA_LOG,
+    PublishFailed,
+    broker_unavailable,
     fetched,
     make_producer,
+    not_deployed,
     partition_for,
     position,
+    probe,
     publish,
     read_partitions_to_end,
 )
@@ -49,6 +54,7 @@ from callgate.domain.process import Process, ViewRecord
 # How long approve/deny wait for a just-requested approval to reach the pending view.
 PENDING_LOOKUP_S = 2.0
 _READER = {
+    "logger": LIBRDKAFKA_LOG,
     "enable.auto.commit": False,
     "isolation.level": "read_committed",
     # An empty partition would otherwise hold each fetch for 500 ms.
@@ -63,10 +69,17 @@ class KafkaBackend:
             raise ValueError("the Kafka backend needs bootstrap servers")
         self.app = app
         self.bootstrap = settings.bootstrap_servers
+        self.timeout_s = settings.timeout_s
+        # Fail fast and coded (``broker_unavailable``) when no broker answers, instead of
+        # librdkafka retrying a record for minutes.
+        existing = probe(self.bootstrap, self.timeout_s)
         self.topics = Topics(settings.topic_prefix, settings.partitions)
+        if (requests := self.topics.physical("requests")) not in existing:
+            raise not_deployed(self.bootstrap, requests)
         self.codec = AvroCodec.default()
         self.views = ViewCodec.default()
-        self._producer = make_producer(self.bootstrap)
+        timeouts: dict[str, Any] = {"message.timeout.ms": max(1000, int(self.timeout_s * 1000))}
+        self._producer = make_producer(self.bootstrap, None, **timeouts)
         self._writers = views_of(app)
         self._tables: dict[str, dict[str, str]] = {}  # opened views: key -> canonical JSON
         self._by_topic = {self.topics.view(v): v for v in self._writers}
@@ -76,7 +89,10 @@ class KafkaBackend:
     # -- publishing ----------------------------------------------------------------------
 
     def publish(self, events: Sequence[Event]) -> None:
-        publish(self._producer, self.codec, self.topics, events)
+        try:
+            publish(self._producer, self.codec, self.topics, events, self.timeout_s)
+        except PublishFailed as exc:
+            raise broker_unavailable(self.bootstrap, self.timeout_s, str(exc)) from None
 
     # -- following one request -------------------------------------------------------------
 
@@ -94,10 +110,18 @@ class KafkaBackend:
         pk = request.partition_key.encode()
         partition = partition_for(pk, self.topics.partitions)
         reader = self._follower_consumer()
-        _, start = reader.get_watermark_offsets(
-            TopicPartition(events, partition), timeout=30, cached=False
-        )
-        ((_, delivered, _),) = publish(self._producer, self.codec, self.topics, [request])
+        try:
+            _, start = reader.get_watermark_offsets(
+                TopicPartition(events, partition), timeout=self.timeout_s, cached=False
+            )
+        except KafkaException as exc:
+            raise broker_unavailable(self.bootstrap, self.timeout_s, str(exc)) from None
+        try:
+            ((_, delivered, _),) = publish(
+                self._producer, self.codec, self.topics, [request], self.timeout_s
+            )
+        except PublishFailed as exc:
+            raise broker_unavailable(self.bootstrap, self.timeout_s, str(exc)) from None
         if delivered != partition:  # a producer with another partitioner: co-partitioning broke
             raise RuntimeError(f"request went to partition {delivered}, expected {partition}")
         reader.assign([TopicPartition(events, partition, start)])
@@ -164,14 +188,15 @@ class KafkaBackend:
         if not new:
             return consumer
         assignment: list[TopicPartition] = []
-        meta = consumer.list_topics(timeout=30)
+        try:
+            meta = consumer.list_topics(timeout=self.timeout_s)
+        except KafkaException as exc:
+            raise broker_unavailable(self.bootstrap, self.timeout_s, str(exc)) from None
         for view in new:
             topic = self.topics.view(view)
             info = meta.topics.get(topic)
             if info is None or info.error is not None:
-                raise RuntimeError(
-                    f"view topic {topic} does not exist: is `callgate serve` running?"
-                )
+                raise not_deployed(self.bootstrap, topic)
             assignment += [TopicPartition(topic, p, 0) for p in sorted(info.partitions)]
             self._tables[view] = {}
         consumer.incremental_assign(assignment)
@@ -265,7 +290,7 @@ class KafkaBackend:
             if consumer is not None:
                 consumer.close()
         self._consumer = self._follower = None
-        self._producer.flush(10)
+        self._producer.flush(min(10.0, self.timeout_s))
 
 
 def _obj(raw: str) -> dict[str, Any]:

@@ -430,8 +430,8 @@ class KafkaRunner:
                 value = None
                 if out.value_json is not None:
                     value = self._views.encode(out.view, out.value_json)
-                headers = [(HEADER_TENANT, out.tenant.encode())] if out.tenant else []
-                records.append((self._topics.view(out.view), out.key.encode(), value, None, headers))
+                tenant = [(HEADER_TENANT, out.tenant.encode())] if out.tenant else []
+                records.append((self._topics.view(out.view), out.key.encode(), value, None, tenant))
                 if self._on_views is not None:
                     txn.views.append(out)
             else:
@@ -440,8 +440,8 @@ class KafkaRunner:
                 records.append((topic, out.partition_key.encode(), encoded, out, []))
         txn.states[key] = state
         for topic, record_key, value, event, extra in records:
-            headers = [(HEADER_TXN, txn.token.encode()), *extra] if extra else None
-            self._produce(txn, topic, record_key, value, headers=headers)
+            extended = [(HEADER_TXN, txn.token.encode()), *extra] if extra else None
+            self._produce(txn, topic, record_key, value, headers=extended)
             if event is not None:
                 txn.emitted.setdefault(key, []).append(event)
 
