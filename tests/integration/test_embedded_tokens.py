@@ -31,14 +31,14 @@ def scenario(gate: Gateway, key: str) -> dict[str, str]:
     now = gate.app.clock()
     tokens = {
         "alice": issue("alice", "acme", ["support"], now),
-        "gina": issue("gina", "globex", ["finance-approver"], now),
+        "carol": issue("carol", "acme", ["finance-approver"], now),
     }
     alice = tokens["alice"]
     assert gate.propose(alice, "tickets.read", {"ticket_id": "T-1"})["outcome"] == "executed"
     first = gate.propose(alice, "refunds.issue", REFUND, idempotency_key=key)
     assert first["outcome"] == "approval_required", first
     with pytest.raises(Rejection):
-        gate.approve(first["invocation_id"], tokens["gina"])  # another tenant
+        gate.approve(first["invocation_id"], tokens["carol"])  # owner confirmation only
     approval = gate.approve(first["invocation_id"], alice)
     done = gate.propose(alice, "refunds.issue", REFUND, key, approval["approval_id"])
     assert done["outcome"] == "executed", done
@@ -88,7 +88,7 @@ def test_tokens_stay_only_on_requests_and_events_hold_digests(tmp_path: Path) ->
         gate.close()
     assert where_found(tmp_path, tokens) == {"log:requests"}
     assert files_holding(tmp_path, tokens) <= {DB_FILE, f"{DB_FILE}-wal"}
-    assert digests_logged(tmp_path, tokens) == {"alice", "gina"}
+    assert digests_logged(tmp_path, tokens) == {"alice", "carol"}
 
 
 def test_with_zero_retention_no_token_is_left_and_replay_is_equal(tmp_path: Path) -> None:
@@ -102,4 +102,4 @@ def test_with_zero_retention_no_token_is_left_and_replay_is_equal(tmp_path: Path
         assert report["equal"] is True, report
     finally:
         gate.close()
-    assert digests_logged(tmp_path, tokens) == {"alice", "gina"}
+    assert digests_logged(tmp_path, tokens) == {"alice", "carol"}

@@ -2,7 +2,7 @@
 
 One ``callgate serve`` runs for this module on the suite's tansu broker (its own topic
 prefix). A scenario with two tenants (reads, an approved and a denied refund, a refund left
-pending in the other tenant, a refused cross-tenant approval, poison input) runs once;
+pending in the other tenant, a refused approver, poison input) runs once;
 then the tests read the raw topics as an approval UI, a compliance tool or an auditor in
 another language would (ADR 0016):
 
@@ -92,6 +92,9 @@ def run(dep: Deployment, gate: Gateway) -> Run:
     key = f"views-{uuid.uuid4().hex[:8]}"
     first = gate.propose(alice, "refunds.issue", REFUND, idempotency_key=key)
     assert first["outcome"] == "approval_required", first
+    with pytest.raises(Rejection) as refused:  # owner confirmation: only alice may
+        gate.approve(first["invocation_id"], bob)
+    assert refused.value.code is Code.APPROVER_FORBIDDEN
     approval = gate.approve(first["invocation_id"], alice)
     done = gate.propose(alice, "refunds.issue", REFUND, key, approval["approval_id"])
     assert done["outcome"] == "executed", done
@@ -102,9 +105,9 @@ def run(dep: Deployment, gate: Gateway) -> Run:
 
     left = gate.propose(gina, "refunds.issue", GLOBEX_REFUND, idempotency_key=f"g-{key}")
     assert left["outcome"] == "approval_required", left
-    with pytest.raises(Rejection) as refused:  # another tenant's approver
+    with pytest.raises(Rejection) as hidden:  # another tenant's: not even revealed
         gate.approve(left["invocation_id"], bob)
-    assert refused.value.code is Code.APPROVER_FORBIDDEN
+    assert hidden.value.code is Code.NOT_PENDING
 
     producer = make_producer(dep.bootstrap)  # poison, for the dead-letter topic
     producer.produce(dep.topics.physical("requests"), key=b"poison", value=b"\x00not avro")
