@@ -79,7 +79,7 @@ def bench_history(settings: Settings, history: int, samples: int) -> list[Row]:
                 gate.propose(alice, "tickets.read", {"ticket_id": "T-0"}, timeout_s=120)  # joins
                 wait_idle(broker.bootstrap, topics, names)
                 empty = _timed_proposes(gate, alice, samples)
-                load = Load(broker.bootstrap, topics, names)
+                load = Load(broker.bootstrap, topics, names, codec)
                 t0 = time.perf_counter()
                 load.run(outbound(codec, mixed_proposals(app, history, seed=11)))
                 filled_s = time.perf_counter() - t0
