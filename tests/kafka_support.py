@@ -39,6 +39,7 @@ import pytest
 from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
 from callgate.adapters.kafka.client import Record, read_partitions_to_end
 from callgate.adapters.kafka.topics import Topics
+from callgate.adapters.view_codec import ViewCodec
 from callgate.bootstrap import Settings
 from callgate.domain import events as ev
 from callgate.domain.scope import OPERATOR_ROLE
@@ -49,6 +50,7 @@ from tests.e2e.helpers import REPO, Run, callgate_argv, checked_answer, cli_env,
 PARTITIONS = 3  # few partitions keep joins and restores short; >1 exercises co-partitioning
 FAST_GROUPS = "session.timeout.ms=6000,heartbeat.interval.ms=500"
 CODEC = AvroCodec.default()
+VIEWS = ViewCodec.default()
 WORKER_MODULE = "callgate.adapters.kafka.worker"
 WORKER_NAMES = (
     "decider", "executor", "status-projection", "pending-projection", "audit-projection",
@@ -557,9 +559,10 @@ def v2_scenario(dep: Deployment, gate: Gateway) -> None:
 
 
 def view_records(dep: Deployment, view: str) -> list[tuple[str, Any]]:
-    """A view topic's records as (key, JSON value or None for a tombstone), in order."""
+    """A view topic's records as (key, value or None for a tombstone), in order; values
+    decoded with the published view schemas."""
     out: list[tuple[str, Any]] = []
     for record in read_partitions_to_end(dep.bootstrap, dep.topics.view(view)):
-        value = None if record.value is None else json.loads(record.value)
+        value = None if record.value is None else VIEWS.decode(record.value)[1]
         out.append(((record.key or b"").decode(), value))
     return out

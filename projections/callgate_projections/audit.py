@@ -19,6 +19,10 @@ shorter valid chain, so it is only visible against the chain's head (``seq`` and
 strongest check compares against heads rebuilt from the authoritative ``events`` log
 (``fold_log`` / ``callgate replay``), since a head stored next to the records can be
 truncated together with them.
+
+Both views name the tenant of the record's principal (``ViewRecord.tenant``, the
+``cg-tenant`` header), when known; an ``audit_head`` record names the tenant of the record
+that moved the head.
 """
 
 from __future__ import annotations
@@ -220,9 +224,11 @@ def _append(
     entry.update(audited=digest, revision=record["revision"])
     invocations = MappingProxyType({**state.invocations, inv: entry})
     new = AuditState(record["seq"], record["hash"], invocations)
+    principal = content["authorized_by"]["principal"]
+    tenant = principal["tenant"] if principal else None
     return new, (
-        ViewRecord(VIEW, audit_key(pk, new.seq), encode(record)),
-        ViewRecord.of(HEAD_VIEW, pk, new.head(pk)),
+        ViewRecord(VIEW, audit_key(pk, new.seq), encode(record), tenant),
+        ViewRecord.of(HEAD_VIEW, pk, new.head(pk), tenant),
     )
 
 

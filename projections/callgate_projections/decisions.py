@@ -5,11 +5,13 @@ follow-on events carry it as ``causation_id``). An approval UI or the CLI that
 published a decision reads its answer here: the signed ``approval_id`` when granted,
 ``denied``, or the coded refusal (``approver_forbidden``, ``not_pending``,
 ``unauthenticated``, ``approval_expired``). Stateless: each record depends on one event.
+Every value has every field (``None`` where the decision has none), as its Avro schema.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from callgate.domain.events import ApprovalDecisionRejected, ApprovalDenied, ApprovalGranted, Event
 from callgate_projections import Projection, ViewRecord
@@ -20,30 +22,29 @@ DecisionsState = None
 
 
 def project(state: None, event: Event) -> tuple[None, tuple[ViewRecord, ...]]:
-    base = {"invocation_id": event.invocation_id, "decided_at": event.occurred_at}
+    value: dict[str, Any] = {
+        "invocation_id": event.invocation_id,
+        "decided_at": event.occurred_at,
+        "approval_id": None,
+        "approval_jti": None,
+        "approver": None,
+        "expires_at": None,
+        "reason": None,
+        "error": None,
+    }
     match event:
         case ApprovalGranted():
-            value = {
-                **base,
-                "decision": "granted",
-                "approval_id": event.approval_id,
-                "approval_jti": event.approval_jti,
-                "approver": event.approver,
-                "expires_at": event.expires_at,
-            }
+            value.update(
+                decision="granted",
+                approval_id=event.approval_id,
+                approval_jti=event.approval_jti,
+                approver=event.approver,
+                expires_at=event.expires_at,
+            )
         case ApprovalDenied():
-            value = {
-                **base,
-                "decision": "denied",
-                "approver": event.approver,
-                "reason": event.reason,
-            }
+            value.update(decision="denied", approver=event.approver, reason=event.reason)
         case ApprovalDecisionRejected():
-            value = {
-                **base,
-                "decision": "rejected",
-                "error": {"code": event.code, "message": event.message},
-            }
+            value.update(decision="rejected", error={"code": event.code, "message": event.message})
         case _:
             return state, ()
     return state, (ViewRecord.of(VIEW, event.causation_id, value),)

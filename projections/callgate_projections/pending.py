@@ -1,17 +1,20 @@
 """Pending-approval view (C5): what an approval UI shows a human and asks them to confirm.
 
-View ``pending``, key ``invocation_id``. ``ApprovalRequested`` puts the record in: the
-arguments and the dry-run snapshot the human confirms (C5), who may confirm
-(``confirmation``, ``approver_roles``), ``expires_at``, and the ``policy_version``,
-``args_hash`` and ``dry_run_hash`` the approval will be bound to (C11).
+View ``pending``, key ``invocation_id``. ``ApprovalRequested`` puts the record in, with
+everything the approval will bind (C4, C11: tenant, actor, tool, target, policy version,
+``args_hash``, ``dry_run_hash``, partition key, invocation), the arguments and the dry-run
+snapshot the human confirms (C5), who may confirm (``confirmation``, ``approver_roles``,
+``allow_self_approval``) and ``expires_at``, so a UI shows exactly what is being approved.
 ``ApprovalGranted``, ``ApprovalDenied`` and ``ApprovalExpired(stage="pending")`` take it
-out again with a tombstone (``value=None``), so a compacted topic keeps only what is
-still pending.
+out again with a tombstone (``value=None``), so a compacted topic keeps only what is still
+pending. Every record and tombstone names its tenant (``ViewRecord.tenant``: the Kafka
+``cg-tenant`` header), so one tenant's approval UI keeps only its own items.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
 from callgate.domain.canonical import canonical_json
 from callgate.domain.events import (
@@ -25,8 +28,8 @@ from callgate_projections import Projection, ViewRecord, load_json_object, parse
 
 VIEW = "pending"
 
-# Per partition key: the invocation ids whose approval is pending.
-PendingState = frozenset[str]
+# Per partition key: invocation id -> tenant, of the approvals still pending.
+PendingState = Mapping[str, str]
 
 
 def _value(event: ApprovalRequested) -> dict[str, object]:
@@ -43,10 +46,14 @@ def _value(event: ApprovalRequested) -> dict[str, object]:
         "dry_run_hash": event.dry_run_hash,
         "confirmation": event.confirmation,
         "approver_roles": list(event.approver_roles),
+        "allow_self_approval": event.allow_self_approval,
         "expires_at": event.expires_at,
         "policy_version": event.policy_version,
         "requested_at": event.occurred_at,
     }
+
+
+_EMPTY: PendingState = MappingProxyType({})
 
 
 def project(state: PendingState, event: Event) -> tuple[PendingState, tuple[ViewRecord, ...]]:
@@ -54,10 +61,12 @@ def project(state: PendingState, event: Event) -> tuple[PendingState, tuple[View
     key = event.invocation_id
     match event:
         case ApprovalRequested():
-            return state | {key}, (ViewRecord.of(VIEW, key, _value(event)),)
+            opened = MappingProxyType({**state, key: event.tenant})
+            return opened, (ViewRecord.of(VIEW, key, _value(event), event.tenant),)
         case ApprovalGranted() | ApprovalDenied() | ApprovalExpired(stage="pending"):
             if key in state:
-                return state - {key}, (ViewRecord(VIEW, key, None),)
+                closed = MappingProxyType({k: t for k, t in state.items() if k != key})
+                return closed, (ViewRecord(VIEW, key, None, state[key] or None),)
     return state, ()
 
 
@@ -67,7 +76,7 @@ class PendingProjection(Projection[PendingState]):
     reacts_to = frozenset({ApprovalRequested, ApprovalGranted, ApprovalDenied, ApprovalExpired})
 
     def initial_state(self) -> PendingState:
-        return frozenset()
+        return _EMPTY
 
     def project(
         self, state: PendingState, event: Event
@@ -75,7 +84,11 @@ class PendingProjection(Projection[PendingState]):
         return project(state, event)
 
     def dump_state(self, state: PendingState) -> bytes:
-        return canonical_json({"pending": sorted(state)}).encode()
+        return canonical_json({"tenants": dict(state)}).encode()
 
     def load_state(self, data: bytes) -> PendingState:
-        return frozenset(load_json_object(data)["pending"])
+        raw = load_json_object(data)
+        if "tenants" in raw:
+            return MappingProxyType(dict(raw["tenants"]))
+        # A state stored before tenants were kept: the ids alone (tenant unknown, "").
+        return MappingProxyType(dict.fromkeys(raw["pending"], ""))

@@ -10,6 +10,7 @@ from a rejection or a failure, ``result`` (parsed JSON) once executed or replaye
 ``state`` pending/granted/denied/expired, ``approval_id`` once granted, ``approver``,
 ``reason``, ``expires_at``), ``approved_by`` (the approval this invocation *presented*,
 C4/C11), ``replay_of`` (C8) and ``updated_at`` (``occurred_at`` of the last change).
+A record names its tenant once known (``ViewRecord.tenant``, the ``cg-tenant`` header).
 """
 
 from __future__ import annotations
@@ -298,7 +299,9 @@ def project(state: StatusState, event: Event) -> tuple[StatusState, tuple[ViewRe
         return state, ()
     new["updated_at"] = event.occurred_at
     invocations = {**state.invocations, inv: new}
-    records = () if new["outcome"] is None else (ViewRecord.of(VIEW, inv, new),)
+    if new["outcome"] is None:
+        return StatusState(MappingProxyType(invocations)), ()
+    records = (ViewRecord.of(VIEW, inv, new, new["tenant"]),)
     return StatusState(MappingProxyType(invocations)), records
 
 

@@ -91,6 +91,9 @@ class Settings(BaseSettings):
     sessions: SessionSettings = SessionSettings()
     approvals: ApprovalSettings = ApprovalSettings()
     config_file: Path | None = None  # the file these settings were read from, if any
+    # How long requests (which carry bearer session tokens) are kept once consumed: the
+    # ``requests`` topic's ``retention.ms`` on Kafka, pruning on the embedded store.
+    requests_retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=0)
 
     @classmethod
     def settings_customise_sources(

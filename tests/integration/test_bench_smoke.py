@@ -46,3 +46,19 @@ def test_quick_bench_reports_every_section_and_no_failure(tmp_path: Path) -> Non
         assert row["value"], row
     plot = tmp_path / "latency.png"
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.kafka
+def test_quick_history_bench_measures_both_logs(tmp_path: Path) -> None:
+    """``bench --only history``: one propose on an empty log and behind a settled history
+    (item "Reads that do not grow with history"); tiny counts, so only the shape is checked."""
+    run = run_with_own_broker(tmp_path, "bench", "--quick", "--only", "history", timeout=170)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = json.loads(run.stdout)["rows"]
+    measures = [row["measure"] for row in rows]
+    assert [m.split(",")[0] for m in measures] == [
+        "history: propose on an empty log",
+        "history: propose with 300 settled invocations",
+        "history: status view read from the beginning",
+    ], measures
+    assert all(row["value"].endswith("ms") for row in rows), rows

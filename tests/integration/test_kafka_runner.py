@@ -66,6 +66,7 @@ from callgate.adapters.kafka.state import (
     select_committed,
 )
 from callgate.adapters.kafka.topics import Topics, ensure_topics
+from callgate.adapters.view_codec import JsonViews
 from callgate.domain.events import (
     ApprovalGranted,
     Event,
@@ -140,6 +141,7 @@ class Deployment:
         return KafkaRunner(
             process, CODEC, self.topics, self.bootstrap, "i1", state_dir, clock,
             batch_size=batch_size, batch_timeout_ms=50, consumer_overrides=FAST_GROUP_SETTINGS,
+            views=JsonViews(),
         )  # fmt: skip
 
 
@@ -503,7 +505,7 @@ def start_worker(dep: Deployment, state_dir: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, paths))}
     cmd = [
         sys.executable, "-m", "callgate.adapters.kafka.runner",
-        "--process", "test_kafka_runner:SlowCounting",
+        "--process", "test_kafka_runner:SlowCounting", "--json-views",
         "--bootstrap-servers", dep.bootstrap, "--instance-id", "w1",
         "--state-dir", str(state_dir), "--prefix", dep.topics.prefix,
         "--partitions", str(PARTITIONS), "--batch-size", "50", "--batch-timeout-ms", "50",

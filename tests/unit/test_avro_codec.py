@@ -50,6 +50,8 @@ def _values(tp: Any) -> st.SearchStrategy[Any]:
         return st.binary(max_size=60)
     if tp == (str | None):
         return st.none() | TEXT
+    if tp == (bool | None):
+        return st.none() | st.booleans()
     if tp == tuple[str, ...]:
         return st.lists(TEXT, max_size=4).map(tuple)
     raise AssertionError(f"no strategy for field type {tp!r}: extend the test and the schemas")
@@ -76,6 +78,7 @@ def sample(cls: type[E]) -> E:
         bool: True,
         bytes: b"\x00\xc3\x01raw",
         str | None: "maybe",
+        bool | None: False,
         tuple[str, ...]: ("a", "b"),
     }
     hints = typing.get_type_hints(cls)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from callgate.adapters.view_codec import ViewCodec
+from callgate.domain.canonical import canonical_json
 from callgate.ops.bench_kafka import (
     Result,
     _stuck_at,
@@ -15,19 +17,30 @@ from callgate.ops.bench_kafka import (
 )
 
 
+def in_progress(invocation_id: str) -> bytes:
+    """A status record as the status view holds it on Kafka (Avro, ADR 0016)."""
+    value = {
+        "invocation_id": invocation_id, "partition_key": "p", "tool": None, "actor": None,
+        "tenant": None, "target": None, "outcome": "allowed", "settled": False, "error": None,
+        "result": None, "dry_run": None, "approval": None, "approved_by": None,
+        "replay_of": None, "updated_at": 0,
+    }  # fmt: skip
+    return ViewCodec.default().encode("status", canonical_json(value))
+
+
 def test_unsettled_proposals_are_counted_with_where_they_stopped() -> None:
     result = Result(
         2.0,
         [5.0, 7.0],
         {
-            "a": _stuck_at(b'{"outcome":"executing","settled":false}'),
-            "b": _stuck_at(b'{"outcome":"executing","settled":false}'),
+            "a": _stuck_at(in_progress("a")),
+            "b": _stuck_at(in_progress("b")),
             "c": _stuck_at(None),
         },
     )
     note = result.settled_note()
     assert note.startswith("3 of 5 did not settle")
-    assert "2 x last status 'executing', settled=False" in note
+    assert "2 x last status 'allowed', settled=False" in note
     assert "1 x no status record" in note
     assert result.rate() == 1.0  # settled ones only
 

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from callgate.domain.approvals import BINDING_FIELDS
 from callgate.domain.canonical import canonical_json
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.events import (
@@ -110,6 +111,7 @@ def requested(inv: str = "inv-1") -> ApprovalRequested:
         confirmation="owner",
         approver_roles=("finance-approver",),
         expires_at=99_000,
+        allow_self_approval=False,
     )
 
 
@@ -479,6 +481,7 @@ def test_status_of_follows_the_latest_record() -> None:
 
 
 def test_pending_record_is_what_the_human_confirms() -> None:
+    """Everything the approval will bind (C11) is in the record, so a UI shows exactly it."""
     when = requested()
     assert fold(PendingProjection(), [permit()], when) == [
         ViewRecord.of(
@@ -497,12 +500,16 @@ def test_pending_record_is_what_the_human_confirms() -> None:
                 "dry_run_hash": "dh-1",
                 "confirmation": "owner",
                 "approver_roles": ["finance-approver"],
+                "allow_self_approval": False,
                 "expires_at": 99_000,
                 "policy_version": "pv-1",
                 "requested_at": when.occurred_at,
             },
+            tenant="acme",
         )
     ]
+    value = materialize(fold_log(PendingProjection(), [when])[1], "pending")["inv-1"]
+    assert set(BINDING_FIELDS) <= set(value)
 
 
 @pytest.mark.parametrize(
@@ -516,7 +523,7 @@ def test_pending_record_is_what_the_human_confirms() -> None:
 )
 def test_pending_is_tombstoned_when_decided_or_expired(closing: Event) -> None:
     assert fold(PendingProjection(), [requested()], closing) == [
-        ViewRecord("pending", "inv-1", None)
+        ViewRecord("pending", "inv-1", None, tenant="acme")
     ]
     _, records = fold_log(PendingProjection(), [requested(), closing])
     assert materialize(records, "pending") == {}
@@ -762,6 +769,7 @@ _BY_TYPE: dict[str, st.SearchStrategy[Any]] = {
     "str | None": st.none() | WORD,
     "int": st.integers(0, 9),
     "bool": st.booleans(),
+    "bool | None": st.none() | st.booleans(),
     "tuple[str, ...]": st.lists(WORD, max_size=2).map(tuple),
 }
 _ENVELOPE = {f.name for f in dataclasses.fields(Event)}

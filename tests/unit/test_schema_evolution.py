@@ -74,6 +74,7 @@ def expected_avro_type(field_name: str, tp: Any) -> Any:
         bool: "boolean",
         bytes: "bytes",
         str | None: ["null", "string"],
+        bool | None: ["null", "boolean"],
         tuple[str, ...]: {"type": "array", "items": "string"},
     }
     assert tp in types, f"{field_name}: no Avro mapping for {tp!r}"
@@ -129,6 +130,8 @@ def _variants(schema: Any) -> list[Any]:
         return [v for branch in schema for v in _variants(branch)]
     if isinstance(schema, dict) and schema["type"] == "array":
         return [[], [v for v in _variants(schema["items"]) if v is not None]]
+    if isinstance(schema, dict) and schema["type"] == "record":  # nested (view schemas)
+        return sample_records(schema)
     kind = schema["type"] if isinstance(schema, dict) else schema
     values: dict[str, list[Any]] = {
         "null": [None],
@@ -186,6 +189,40 @@ def compatibility_problems(old: Schema, new: Schema) -> list[str]:
 def test_current_schema_is_compatible_with_released_version(name: str, released: Schema) -> None:
     current = load(SCHEMAS / f"{name}.avsc")
     assert compatibility_problems(old=released, new=current) == []
+
+
+# --- view schemas (schemas/views, ADR 0016): released versions under the same check -------
+
+VIEWS = SCHEMAS / "views"
+VIEW_RELEASED_CASES = [
+    pytest.param(path.stem, load(path), id=f"{vdir.name}-view-{path.stem}")
+    for vdir in sorted(p for p in (VIEWS / "released").iterdir() if p.is_dir())
+    for path in sorted(vdir.glob("*.avsc"))
+]
+
+
+def test_every_view_schema_has_a_released_version() -> None:
+    released = {case.values[0] for case in VIEW_RELEASED_CASES}
+    assert released == {p.stem for p in VIEWS.glob("*.avsc")}
+
+
+@pytest.mark.parametrize(("view", "released"), VIEW_RELEASED_CASES)
+def test_current_view_schema_is_compatible_with_released_version(
+    view: str, released: Schema
+) -> None:
+    current = load(VIEWS / f"{view}.avsc")
+    assert (current["namespace"], current["name"]) == ("callgate.views", released["name"])
+    assert compatibility_problems(old=released, new=current) == []
+
+
+def test_checker_detects_an_incompatible_view_change() -> None:
+    """The check reaches into nested records: a required field added deep inside fails."""
+    old = load(VIEWS / "status.avsc")
+    new = copy.deepcopy(old)
+    error = next(f for f in new["fields"] if f["name"] == "error")
+    error["type"][1]["fields"].append({"name": "hint", "type": "string"})
+    problems = compatibility_problems(old=old, new=new)
+    assert any(p.startswith("backward: ") for p in problems), problems
 
 
 # --- the checker can fail ------------------------------------------------------------------

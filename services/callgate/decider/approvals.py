@@ -31,6 +31,7 @@ from callgate.domain.approvals import (
     require_match,
 )
 from callgate.domain.codes import Code, Rejection, Unanswerable
+from callgate.domain.identity import token_digest
 from callgate.domain.scope import is_bound
 
 _REPLAYABLE = frozenset({Code.EXECUTED.value, Code.EXECUTION_FAILED.value})
@@ -115,6 +116,7 @@ def on_approval_decision(
     if d.event_id in state.decisions_seen:
         return  # the same decision delivered twice: already answered
     state.decisions_seen.append(d.event_id)
+    digest = token_digest(d.session_token)  # recorded instead of the token (ADR 0016)
     try:
         approver = deps.sessions.verify(d.session_token, out.now_ms)
         inv = state.invocations.get(d.invocation_id)
@@ -135,12 +137,17 @@ def on_approval_decision(
         if d.decision not in ("grant", "deny"):
             raise Rejection(Code.MALFORMED_EVENT, f"unknown decision {d.decision!r}")
     except Rejection as r:
-        out.emit(ev.ApprovalDecisionRejected, code=r.code.value, message=r.message)
+        out.emit(
+            ev.ApprovalDecisionRejected,
+            code=r.code.value,
+            message=r.message,
+            session_digest=digest,
+        )
         return
     if d.decision == "deny":
         inv.approval_status = ApprovalStatus.DENIED
         set_key_status(state, inv, KeyStatus.DENIED)
-        out.emit(ev.ApprovalDenied, approver=approver.user, reason=d.reason)
+        out.emit(ev.ApprovalDenied, approver=approver.user, reason=d.reason, session_digest=digest)
         return
     jti = approval_jti(inv.invocation_id, approver.user, d.event_id)
     expires_at = out.now_ms + inv.approval_ttl_ms
@@ -163,6 +170,7 @@ def on_approval_decision(
         approval_jti=jti,
         approver=approver.user,
         expires_at=expires_at,
+        session_digest=digest,
     )
 
 

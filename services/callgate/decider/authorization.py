@@ -111,6 +111,7 @@ def request_approval(
         confirmation=inv.confirmation,
         approver_roles=tuple(inv.approver_roles),
         expires_at=inv.approval_expires_at,
+        allow_self_approval=inv.allow_self_approval,
     )
 
 

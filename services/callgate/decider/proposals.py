@@ -26,7 +26,7 @@ from callgate.domain.arguments import normalize_args, target_of
 from callgate.domain.canonical import args_hash, canonical_json, partition_key, request_fingerprint
 from callgate.domain.catalog import ToolSpec
 from callgate.domain.codes import Code, Rejection, Unanswerable
-from callgate.domain.identity import check_identity
+from callgate.domain.identity import check_identity, token_digest
 from callgate.domain.policy import NEW_RESOURCE, ResourceFacts
 from callgate.domain.principal import Principal
 from callgate.domain.scope import is_bound
@@ -101,6 +101,7 @@ def _rejecting(
             actor=_actor_of(state, p),
             tenant=_tenant_of(state, p),
             details_json=canonical_json(r.details),
+            session_digest=token_digest(p.session_token),
         )
         inv = state.invocations.setdefault(
             p.invocation_id,
@@ -241,6 +242,8 @@ def _decide_policy(
         confirmation=confirmation.value,
         approval_jti=jti,
         resource_json=None if facts is NEW_RESOURCE else facts.to_json(),
+        session_id=principal.session_id or None,
+        session_digest=token_digest(p.session_token),
     )
     if not decision.allowed:
         return  # C12: tool_forbidden never reaches a provider

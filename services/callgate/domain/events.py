@@ -7,7 +7,10 @@ them are stable.
 
 Topics (see README "Topics"):
 - ``requests``: written by clients (agent platforms, approval UIs):
-  ``ToolCallProposed``, ``ApprovalDecisionSubmitted``.
+  ``ToolCallProposed``, ``ApprovalDecisionSubmitted``. They carry the bearer session
+  token, so ``requests`` has a bounded retention (``requests_retention_ms``); what the
+  decider records on ``events`` is the verified principal and ``session_digest``, never
+  the token (ADR 0016).
 - ``events``: the authoritative invocation log, written only by callgate services.
 - ``dead-letter``: ``EventDeadLettered``.
 """
@@ -82,6 +85,7 @@ class ProposalRejected(Event):
     actor: str = ""
     tenant: str = ""
     details_json: str = "{}"
+    session_digest: str | None = None  # ``token_digest`` of the presented session token
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,6 +112,9 @@ class PolicyDecided(Event):
     # "attributes"}``; None for a call that creates a resource. Replay reads them from
     # here, so a decision is reproduced without asking the provider again (ADR 0014).
     resource_json: str | None = None
+    # The verified session: its ``sid`` claim and ``token_digest``; never the bearer token.
+    session_id: str | None = None
+    session_digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -170,6 +177,7 @@ class ApprovalRequested(Event):
     confirmation: str
     approver_roles: tuple[str, ...]
     expires_at: int
+    allow_self_approval: bool | None = None  # None: written before the field existed
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -180,12 +188,14 @@ class ApprovalGranted(Event):
     approval_jti: str
     approver: str
     expires_at: int
+    session_digest: str | None = None  # ``token_digest`` of the approver's session token
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ApprovalDenied(Event):
     approver: str
     reason: str
+    session_digest: str | None = None  # ``token_digest`` of the approver's session token
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -203,6 +213,7 @@ class ApprovalDecisionRejected(Event):
     code: str
     message: str
     approver: str = ""
+    session_digest: str | None = None  # ``token_digest`` of the presented session token
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

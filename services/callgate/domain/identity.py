@@ -82,6 +82,17 @@ class SessionIssuer:
         return jwt.encode(claims, self._key, algorithm=alg, headers={"kid": self._kid})
 
 
+def token_digest(token: str) -> str | None:
+    """What the event log records of a bearer token: ``sha256:<hex>``, never the token.
+
+    Enough to tell which token authorized a call (an operator who holds the token can
+    compute it) and useless to present as a session; ``None`` for an empty token.
+    """
+    if not token:
+        return None
+    return "sha256:" + hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def _derived_session_id(claims: Mapping[str, Any]) -> str:
     canonical = json.dumps(claims, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return "s-" + hashlib.sha256(canonical.encode()).hexdigest()[:32]

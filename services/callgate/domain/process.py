@@ -31,15 +31,21 @@ class ViewRecord:
 
     Runners write it to the view's compacted Kafka topic (``callgate.view.<view>``) or the
     embedded view table; ``value_json is None`` is a tombstone (the key is removed).
+    ``tenant`` is the tenant the record belongs to, when the projection knows it: on Kafka
+    it travels as the ``cg-tenant`` header, so one tenant's UI filters without decoding
+    (README "Views"). It is not part of the value.
     """
 
     view: str
     key: str
     value_json: str | None
+    tenant: str | None = None
 
     @classmethod
-    def of(cls, view: str, key: str, value: Mapping[str, Any] | None) -> ViewRecord:
-        return cls(view, key, None if value is None else canonical_json(value))
+    def of(
+        cls, view: str, key: str, value: Mapping[str, Any] | None, tenant: str | None = None
+    ) -> ViewRecord:
+        return cls(view, key, None if value is None else canonical_json(value), tenant)
 
     @property
     def value(self) -> dict[str, Any] | None:

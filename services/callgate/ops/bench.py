@@ -2,8 +2,10 @@
 
 Sections (issue "Performance"): broker ceiling (same topology, no logic) and pipeline
 throughput with its ratio; latency at a fixed offered load; replay; policy CPU time;
-embedded durable throughput; decider memory with many keys. ``--quick`` runs tiny
-counts (the test suite's smoke run); figures from it mean nothing.
+embedded durable throughput; decider memory with many keys. ``--only history`` (not in
+the default set, it fills a log) measures one ``propose`` against an empty log and one with
+100,000 settled invocations (``bench_history``). ``--quick`` runs tiny counts (the test
+suite's smoke run); figures from it mean nothing.
 """
 
 from __future__ import annotations
@@ -32,8 +34,18 @@ FULL = {
     "memory": 1_000_000,
     "kafka": 6_000,
     "latency_s": 10.0,
+    "history": 100_000,
+    "history_samples": 30,
 }
-QUICK = {"policy": 300, "embedded": 200, "memory": 2_000, "kafka": 150, "latency_s": 1.5}
+QUICK = {
+    "policy": 300,
+    "embedded": 200,
+    "memory": 2_000,
+    "kafka": 150,
+    "latency_s": 1.5,
+    "history": 300,
+    "history_samples": 5,
+}
 
 
 def run_bench(
@@ -74,6 +86,7 @@ def run_bench(
         section("replay", lambda: bench_replay(state))
         shutil.rmtree(state, ignore_errors=True)
     section("memory", lambda: bench_memory(int(counts["memory"])))
+    section("history", lambda: _history(settings, counts))
 
     info = machine() | {"quick": quick}
     report: dict[str, Any] = {
@@ -97,6 +110,12 @@ def run_bench(
 
     out.value(report, human)
     return 0
+
+
+def _history(settings: Settings, counts: dict[str, float]) -> list[Row]:
+    from callgate.ops.bench_history import bench_history
+
+    return bench_history(settings, int(counts["history"]), int(counts["history_samples"]))
 
 
 def _kafka(settings: Settings, counts: dict[str, float], plot: Path | None) -> list[Row]:

@@ -26,7 +26,6 @@ process, each a ``KafkaRunner`` with the same batch, transaction and consumer se
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import marshal
 import os
@@ -62,6 +61,7 @@ from callgate.adapters.kafka.serve import Supervisor, create_topics, views_of
 from callgate.adapters.kafka.tansu import TansuBroker
 from callgate.adapters.kafka.topics import Topics, ensure_topics
 from callgate.adapters.kafka.worker import consumer_overrides
+from callgate.adapters.view_codec import ViewCodec, ViewSchemaError
 from callgate.bootstrap import App, Settings, bootstrap
 from callgate.domain import events as ev
 from callgate.domain.codes import TERMINAL, Rejection
@@ -89,11 +89,10 @@ LOW_P99_MS = 25.0
 TARGET_RATIO = 0.7  # pipeline / ceiling
 PLOT_FRACTIONS = (0.05, 0.15, 0.3, 0.5, 0.7, 0.9)  # of the measured pipeline throughput
 HOP_RECORD_BYTES = 400
-SETTLED = b'"settled":true'
 STALL_S = 60.0  # no final decision for this long: the rest did not settle
 BROKER = "tansu"  # named in the rows and the plot
 
-# A recorded output: ("e", avro bytes) or ("v", view, key, value json or None).
+# A recorded output: ("e", avro bytes) or ("v", view, key, value json or None, tenant).
 Step = tuple[bytes | None, list[tuple[Any, ...]]]  # (state after, None: unchanged; outputs)
 
 
@@ -124,7 +123,7 @@ class _Recorder:
         emitted: list[ev.Event] = []
         for out in outputs:
             if isinstance(out, ViewRecord):
-                recorded.append(("v", out.view, out.key, out.value_json))
+                recorded.append(("v", out.view, out.key, out.value_json, out.tenant))
                 self._count(f"view.{out.view}", len(out.value_json or ""))
             else:
                 data = self.codec.encode(out)
@@ -238,7 +237,7 @@ class Replay:
 
 
 def _decode(step: Step, codec: AvroCodec) -> tuple[bytes | None, tuple[Output, ...]]:
-    outs = [codec.decode(o[1]) if o[0] == "e" else ViewRecord(o[1], o[2], o[3]) for o in step[1]]
+    outs = [codec.decode(o[1]) if o[0] == "e" else ViewRecord(*o[1:]) for o in step[1]]
     return step[0], tuple(outs)
 
 
@@ -396,8 +395,8 @@ def _stuck_at(status: bytes | None) -> str:
     if status is None:
         return "no status record: not past the decider's transaction"
     try:
-        value = json.loads(status)
-    except ValueError:
+        value = ViewCodec.default().decode(status)[1]  # Avro (ADR 0016)
+    except ViewSchemaError:
         return "unreadable status record"
     return f"last status {value.get('outcome')!r}, settled={value.get('settled')}"
 
@@ -415,6 +414,7 @@ class Load:
         no_linger["logger"] = client_logger()
         self.producer: Producer = make_producer(bootstrap, None, **no_linger)
         self.reader = _reader(bootstrap)
+        self.views = ViewCodec.default()  # status values are Avro (ADR 0016)
         self.events = topics.physical("events")
         self.reader.assign(
             [
@@ -471,7 +471,7 @@ class Load:
                     continue
                 if key not in scheduled:
                     continue
-                if SETTLED in value and json.loads(value)["settled"] is True:
+                if value and self.views.decode(value)[1]["settled"] is True:
                     last = time.perf_counter()
                     latencies.append((last - scheduled.pop(key)) * 1000)
                     seen.pop(key, None)

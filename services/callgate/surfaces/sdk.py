@@ -31,11 +31,28 @@ from callgate_projections.audit import VerifyResult, verify_chain
 
 
 class Backend(Protocol):
-    """What the SDK needs from a backend: publish requests, read views, wait."""
+    """What the SDK needs from a backend: publish requests, follow them, read views, wait."""
 
     def publish(self, events: Sequence[ev.Event]) -> None: ...
 
+    def follow(
+        self,
+        request: ev.Event,
+        view: str,
+        key: str,
+        done: Callable[[dict[str, Any]], bool],
+        timeout_s: float,
+    ) -> dict[str, Any] | None:
+        """Publish ``request`` and return the value ``view`` holds at ``key`` once ``done``
+        (the last value seen at the timeout; ``None`` if none). Its cost does not grow with
+        history: Kafka reads the request's own partition from where it was written."""
+        ...
+
     def view(self, view: str, key: str) -> dict[str, Any] | None: ...
+
+    def partition_key_of(self, invocation_id: str) -> str | None:
+        """The partition key of a known invocation (approve/deny publish with it)."""
+        ...
 
     def view_items(self, view: str) -> list[tuple[str, dict[str, Any]]]: ...
 
@@ -105,37 +122,13 @@ class Gateway:
             idempotency_key=idempotency_key,
             approval_id=approval_id,
         )
-        self.backend.publish([proposal])
-        self.backend.wait(lambda: self._settled(invocation_id), timeout_s)
-        return self.answer(invocation_id)
+        status = self.backend.follow(proposal, "status", invocation_id, _settled, timeout_s)
+        return _answer(invocation_id, status)
 
     def answer(self, invocation_id: str) -> dict[str, Any]:
         """The ``propose`` answer shape for an invocation this client proposed, from its
         status (the id is bound to the proposing session: only its holder knows it)."""
-        status = self._status(invocation_id)
-        if status is None:
-            return {"invocation_id": invocation_id, "outcome": Code.ALLOWED.value, "settled": False}
-        out: dict[str, Any] = {
-            "invocation_id": invocation_id,
-            "outcome": status["outcome"],
-            "settled": bool(status.get("settled")),
-        }
-        if status.get("error"):
-            out["error"] = status["error"]
-        if status.get("result") is not None:
-            out["result"] = status["result"]
-        if status.get("dry_run") is not None:
-            out["dry_run"] = status["dry_run"]
-        approval = status.get("approval") or {}
-        if approval.get("approval_id"):
-            out["approval_id"] = approval["approval_id"]
-        if status.get("replay_of"):
-            out["replay_of"] = status["replay_of"]
-        return out
-
-    def _settled(self, invocation_id: str) -> bool:
-        status = self._status(invocation_id)
-        return bool(status and status.get("settled"))
+        return _answer(invocation_id, self._status(invocation_id))
 
     # -- approval UIs -------------------------------------------------------------------
 
@@ -158,13 +151,10 @@ class Gateway:
     def _decide(
         self, invocation_id: str, session: str, decision: str, reason: str, timeout_s: float
     ) -> dict[str, Any]:
-        status = self._status(invocation_id)
-        if status is None or not may_read(self._reader(session), status.get("tenant")):
-            raise Rejection(Code.NOT_PENDING, f"no invocation {invocation_id}")
         submit = ev.ApprovalDecisionSubmitted(
             event_id=bound_id(session, uuid.uuid4().hex),
             invocation_id=invocation_id,
-            partition_key=status["partition_key"],
+            partition_key=self._partition_key_of(invocation_id, session),
             correlation_id=invocation_id,
             occurred_at=self.app.clock(),
             producer="callgate-sdk",
@@ -172,18 +162,31 @@ class Gateway:
             decision=decision,
             reason=reason,
         )
-        self.backend.publish([submit])
-        if not self.backend.wait(
-            lambda: self.backend.view("decisions", submit.event_id) is not None, timeout_s
-        ):
+        answer = self.backend.follow(submit, "decisions", submit.event_id, bool, timeout_s)
+        if answer is None:
             raise TimeoutError(
                 f"no answer to the {decision} of {invocation_id} within {timeout_s}s"
             )
-        answer = self.backend.view("decisions", submit.event_id) or {}
         if answer.get("decision") == "rejected":
             err = answer["error"]
             raise Rejection(Code(err["code"]), err["message"])
-        return answer
+        return {k: v for k, v in answer.items() if v is not None}
+
+    def _partition_key_of(self, invocation_id: str, session: str) -> str:
+        """Where the decision goes: the invocation's partition key (the decider answers,
+        ``not_pending`` when it is not pending). An invocation of another tenant than the
+        session's is ``not_pending`` too: its existence is not revealed."""
+        found = self.backend.partition_key_of(invocation_id)
+        record = None if found is None else self.backend.view("pending", invocation_id)
+        if found is not None and record is None:
+            record = self._status(invocation_id)
+        if (
+            found is None
+            or record is None
+            or not may_read(self._reader(session), record.get("tenant"))
+        ):
+            raise Rejection(Code.NOT_PENDING, f"no invocation {invocation_id}")
+        return found
 
     # -- everyone -----------------------------------------------------------------------
 
@@ -237,6 +240,33 @@ def _tenant_of(record: Mapping[str, Any]) -> object:
     """The tenant an audit record belongs to (its verified principal's), or None."""
     principal = (record.get("authorized_by") or {}).get("principal") or {}
     return principal.get("tenant") if isinstance(principal, Mapping) else None
+
+
+def _settled(status: Mapping[str, Any]) -> bool:
+    return bool(status.get("settled"))
+
+
+def _answer(invocation_id: str, status: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``propose`` answer shape for an invocation, from its status value."""
+    if status is None:
+        return {"invocation_id": invocation_id, "outcome": Code.ALLOWED.value, "settled": False}
+    out: dict[str, Any] = {
+        "invocation_id": invocation_id,
+        "outcome": status["outcome"],
+        "settled": bool(status.get("settled")),
+    }
+    if status.get("error"):
+        out["error"] = status["error"]
+    if status.get("result") is not None:
+        out["result"] = status["result"]
+    if status.get("dry_run") is not None:
+        out["dry_run"] = status["dry_run"]
+    approval = status.get("approval") or {}
+    if approval.get("approval_id"):
+        out["approval_id"] = approval["approval_id"]
+    if status.get("replay_of"):
+        out["replay_of"] = status["replay_of"]
+    return out
 
 
 def _route(session: str, key: str | None, approval_id: str | None, invocation_id: str) -> str:

@@ -28,7 +28,13 @@ class EmbeddedBackend:
 
     @cached_property
     def runner(self) -> EmbeddedRunner:
-        return EmbeddedRunner(self.store, self.app.processes(), self.codec, self.app.clock)
+        return EmbeddedRunner(
+            self.store,
+            self.app.processes(),
+            self.codec,
+            self.app.clock,
+            requests_retention_ms=self.app.settings.requests_retention_ms,
+        )
 
     def publish(self, events: Sequence[Event]) -> None:
         self.store.append(events)
@@ -36,6 +42,32 @@ class EmbeddedBackend:
     def view(self, view: str, key: str) -> dict[str, Any] | None:
         raw = self.store.view(view, key)
         return None if raw is None else _obj(raw)
+
+    def partition_key_of(self, invocation_id: str) -> str | None:
+        """From the status view: an indexed lookup, consistent with the log it was folded from."""
+        status = self.view("status", invocation_id)
+        return None if status is None else str(status["partition_key"])
+
+    def follow(
+        self,
+        request: Event,
+        view: str,
+        key: str,
+        done: Callable[[dict[str, Any]], bool],
+        timeout_s: float,
+    ) -> dict[str, Any] | None:
+        """Append ``request`` and run (or wait for a server) until the view value is done:
+        each check is one indexed lookup, whatever the history."""
+        self.publish([request])
+        value: dict[str, Any] | None = None
+
+        def settled() -> bool:
+            nonlocal value
+            value = self.view(view, key)
+            return value is not None and done(value)
+
+        self.wait(settled, timeout_s)
+        return value
 
     def view_items(self, view: str) -> list[tuple[str, dict[str, Any]]]:
         return [(k, _obj(v)) for k, v in self.store.view_items(view)]

@@ -59,6 +59,7 @@ from callgate_projections import Projection
 LOCK_FILE = "runner.lock"
 # Committed states kept per process (beyond that, the first cached go); others are read.
 STATE_CACHE_KEYS = 4_096
+PRUNE_REQUESTS_EVERY_S = 60.0
 # Bound on the decoded-row cache if some process lags far behind the others.
 _DECODED_ROWS = 20_000
 
@@ -254,9 +255,11 @@ class EmbeddedRunner:
         batch_size: int = 500,
         state_cache_keys: int = STATE_CACHE_KEYS,
         on_views: Callable[[Sequence[ViewRecord]], None] | None = None,
+        requests_retention_ms: int | None = None,
     ) -> None:
         """``on_views`` is called after each commit with the view records it made durable
-        (``callgate serve`` prints a line per settled decision from the status view)."""
+        (``callgate serve`` prints a line per settled decision from the status view).
+        ``requests_retention_ms``: prune consumed requests that old (``None``: keep)."""
         names = [p.name for p in processes]
         if len(set(names)) != len(names):
             raise ValueError(f"process names must be unique: {names}")
@@ -277,6 +280,9 @@ class EmbeddedRunner:
         self._decoded: dict[int, Event | _Poison] = {}
         self._decoded_order: deque[int] = deque()  # the keys of ``_decoded``, as inserted
         self._positions: dict[str, int] = {}
+        self._requests_retention_ms = requests_retention_ms
+        self._request_readers = [p.name for p in processes if "requests" in p.inputs]
+        self._next_prune = 0.0
 
     # --- caches ----------------------------------------------------------------------------
 
@@ -663,6 +669,7 @@ class EmbeddedRunner:
                 self._ready()
                 now = self._clock()
                 if not self._has_work(now):
+                    self._prune_requests()
                     return 0
                 progress = 0
                 batches: list[_Batch] = []
@@ -675,10 +682,21 @@ class EmbeddedRunner:
                 self._committed(batches)
                 self._follow_up(batches, now)
                 self._prune_decoded()
+                self._prune_requests()
         except BaseException:
             self._failed = True  # the next holder must recover (see ``try_acquire``)
             raise
         return progress
+
+    def _prune_requests(self) -> None:
+        """Drop the requests every reader consumed that are older than the retention (they
+        hold bearer tokens; ADR 0016): at most every ``PRUNE_REQUESTS_EVERY_S``, or a tenth
+        of the retention when that is shorter (every round for a retention of 0)."""
+        retention = self._requests_retention_ms
+        if retention is None or time.monotonic() < self._next_prune:
+            return
+        self._next_prune = time.monotonic() + min(PRUNE_REQUESTS_EVERY_S, retention / 10_000)
+        self.store.prune_requests(self._request_readers, retention)
 
     def run_until_idle(self, max_seconds: float = 30.0) -> int:
         """Run rounds until one makes no progress; raises TimeoutError past ``max_seconds``."""

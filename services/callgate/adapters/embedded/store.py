@@ -54,6 +54,17 @@ _SCHEMA = (
         PRIMARY KEY (view, key))""",
     # Runner bookkeeping, e.g. whether the last lock holder stopped cleanly.
     "CREATE TABLE IF NOT EXISTS runner_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    # When each ``requests`` row was appended (SQLite's clock, epoch ms): requests carry
+    # bearer session tokens, so consumed ones are pruned after ``requests_retention_ms``
+    # (``StoreTx.prune_requests``, ADR 0016). Rows from before this table count as epoch 0.
+    "CREATE TABLE IF NOT EXISTS request_times (seq INTEGER PRIMARY KEY, appended_at INTEGER)",
+    """CREATE TRIGGER IF NOT EXISTS request_times_on_insert AFTER INSERT ON log
+        WHEN NEW.topic = 'requests' BEGIN
+        INSERT INTO request_times(seq, appended_at)
+        VALUES (NEW.seq, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)); END""",
+    """INSERT OR IGNORE INTO request_times(seq, appended_at)
+        SELECT seq, 0 FROM log WHERE topic = 'requests'
+        AND NOT EXISTS (SELECT 1 FROM request_times)""",
     # One dead-letter per poison log row, however many processes consume its topic.
     """CREATE TABLE IF NOT EXISTS dead_lettered (
         topic TEXT NOT NULL,
@@ -199,6 +210,22 @@ class StoreTx:
             (name, value),
         )
 
+    def prune_requests(self, consumed_through: int, retention_ms: int) -> int:
+        """Delete ``requests`` rows up to ``consumed_through`` (every consumer's position)
+        appended at least ``retention_ms`` ago; returns how many. Replay needs only
+        ``events``, and the decider recorded each request's verified principal there."""
+        cutoff = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) - ?"  # SQLite's clock
+        old = f"SELECT seq FROM request_times WHERE seq <= ? AND appended_at <= {cutoff}"
+        self._cur.execute(
+            f"DELETE FROM log WHERE topic = 'requests' AND seq IN ({old})",
+            (consumed_through, retention_ms),
+        )
+        pruned = self._cur.rowcount
+        self._cur.execute(
+            f"DELETE FROM request_times WHERE seq IN ({old})", (consumed_through, retention_ms)
+        )
+        return pruned
+
     def put_views(self, records: Iterable[tuple[str, str, str | None]]) -> None:
         """Apply ``(view, key, value_json)`` records in order; ``None`` is a tombstone."""
         last: dict[tuple[str, str], str | None] = {}
@@ -294,6 +321,27 @@ class EmbeddedStore:
         event_type = self.codec.event_type_of(payload)
         with self.transaction() as tx:
             tx.insert([(topic, partition_key, event_type, None, payload)])
+
+    def prune_requests(self, readers: Sequence[str], retention_ms: int) -> int:
+        """Delete the ``requests`` rows every one of ``readers`` consumed that were appended
+        ``retention_ms`` ago or earlier (ADR 0016); returns how many.
+
+        They hold bearer tokens, so the delete overwrites their bytes (``secure_delete``)
+        and, when it deleted any, a checkpoint truncates the WAL, which still holds the
+        pages as they were (best effort: it does not wait for readers to finish).
+        """
+        conn = self._conn()
+        (previous,) = conn.execute("PRAGMA secure_delete").fetchone()
+        conn.execute("PRAGMA secure_delete=ON")
+        try:
+            with self.transaction() as tx:
+                through = min(tx.position(name) for name in readers) if readers else 0
+                pruned = tx.prune_requests(through, retention_ms)
+        finally:
+            conn.execute(f"PRAGMA secure_delete={int(previous)}")
+        if pruned:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return pruned
 
     # --- readers -------------------------------------------------------------------------
 

@@ -255,6 +255,34 @@ def read_partition_to_end(
     return read_partitions_to_end(bootstrap, topic, [partition], **kwargs)
 
 
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 hash (Java ``Utils.murmur2``; librdkafka's ``murmur2_random`` for a
+    non-null key), as an unsigned 32-bit value."""
+    m, length = 0x5BD1E995, len(data)
+    h = (0x9747B28C ^ length) & 0xFFFFFFFF
+    for i in range(0, length - length % 4, 4):
+        k = int.from_bytes(data[i : i + 4], "little")
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> 24
+        k = (k * m) & 0xFFFFFFFF
+        h = ((h * m) & 0xFFFFFFFF) ^ k
+    tail = data[length - length % 4 :]
+    if len(tail) == 3:
+        h ^= tail[2] << 16
+    if len(tail) >= 2:
+        h ^= tail[1] << 8
+    if tail:
+        h = ((h ^ tail[0]) * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    return h ^ (h >> 15)
+
+
+def partition_for(key: bytes, partitions: int) -> int:
+    """The partition every callgate producer (``murmur2_random``) sends ``key`` to."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
 def position(msg: Message) -> tuple[str, int, int]:
     """A fetched record's topic, partition and offset (librdkafka sets all three on one)."""
     topic, partition, offset = msg.topic(), msg.partition(), msg.offset()

@@ -1,8 +1,23 @@
-"""The SDK backend over Kafka: publish requests, read the compacted view topics.
+"""The SDK backend over Kafka: publish requests, follow them on ``events``, read views.
 
-Views are read into a local table by one consumer assigned to every partition of
-every view topic from the beginning (the read model an approval UI keeps); a
-tombstone removes a key. The end of a partition is detected with
+A call waits for its own request, never by re-reading views from the beginning (ADR 0016):
+every event of its partition key lands on the partition number the key hashes to
+(``murmur2_random``, co-partitioning: ``topics``), so before publishing it records that
+``events`` partition's end offset (one ListOffsets request), checks that the request's
+delivery report names the same partition, reads that one partition from the offset,
+folds the events of its own partition key through the projection that writes the view it
+waits on (the same projection code the service runs), and stops once the value
+satisfies it. The cost is the
+traffic on one partition while the call is in flight, whatever the history.
+
+Starting early is safe, starting late would miss events: tansu's latest offset is the base
+offset of the last record batch (lower than the end), and its ``read_committed`` shows
+records of aborted transactions, which repeat what the retry commits (DESIGN "Known tansu
+gaps"); the fold skips an ``event_id`` it has seen.
+
+Queries of whole views (``pending``, ``audit``, ``status`` of any invocation) read the
+compacted view topics they need, and only those, into a local table (Avro values decoded
+with the published schemas); the end of a partition is detected with
 ``enable.partition.eof`` (tansu's latest-offset answer is not the log end).
 """
 
@@ -10,7 +25,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -20,8 +35,10 @@ from callgate.adapters.kafka.client import (
     LIBRDKAFKA_LOG,
     PublishFailed,
     broker_unavailable,
+    fetched,
     make_producer,
     not_deployed,
+    partition_for,
     position,
     probe,
     publish,
@@ -29,8 +46,20 @@ from callgate.adapters.kafka.client import (
 )
 from callgate.adapters.kafka.serve import views_of
 from callgate.adapters.kafka.topics import Topics
+from callgate.adapters.view_codec import ViewCodec
 from callgate.bootstrap import App
 from callgate.domain.events import Event
+from callgate.domain.process import Process, ViewRecord
+
+# How long approve/deny wait for a just-requested approval to reach the pending view.
+PENDING_LOOKUP_S = 2.0
+_READER = {
+    "logger": LIBRDKAFKA_LOG,
+    "enable.auto.commit": False,
+    "isolation.level": "read_committed",
+    # An empty partition would otherwise hold each fetch for 500 ms.
+    "fetch.wait.max.ms": 50,
+}
 
 
 class KafkaBackend:
@@ -48,11 +77,14 @@ class KafkaBackend:
         if (requests := self.topics.physical("requests")) not in existing:
             raise not_deployed(self.bootstrap, requests)
         self.codec = AvroCodec.default()
+        self.views = ViewCodec.default()
         timeouts: dict[str, Any] = {"message.timeout.ms": max(1000, int(self.timeout_s * 1000))}
         self._producer = make_producer(self.bootstrap, None, **timeouts)
-        self._views: dict[str, dict[str, str]] = {v: {} for v in views_of(app)}
-        self._by_topic = {self.topics.view(v): v for v in self._views}
+        self._writers = views_of(app)
+        self._tables: dict[str, dict[str, str]] = {}  # opened views: key -> canonical JSON
+        self._by_topic = {self.topics.view(v): v for v in self._writers}
         self._consumer: Consumer | None = None
+        self._follower: Consumer | None = None
 
     # -- publishing ----------------------------------------------------------------------
 
@@ -62,37 +94,112 @@ class KafkaBackend:
         except PublishFailed as exc:
             raise broker_unavailable(self.bootstrap, self.timeout_s, str(exc)) from None
 
-    # -- the read model --------------------------------------------------------------------
+    # -- following one request -------------------------------------------------------------
 
-    def _open(self) -> Consumer:
-        if self._consumer is not None:
-            return self._consumer
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "logger": LIBRDKAFKA_LOG,
-                "group.id": "callgate.surfaces.sdk-reader",  # never joined, never committed
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "isolation.level": "read_committed",
-                # An empty partition would otherwise hold each catch-up fetch for 500 ms.
-                "fetch.wait.max.ms": 50,
-            }
-        )
+    def follow(
+        self,
+        request: Event,
+        view: str,
+        key: str,
+        done: Callable[[dict[str, Any]], bool],
+        timeout_s: float,
+    ) -> dict[str, Any] | None:
+        """Publish ``request``; the value ``view`` holds at ``key`` once ``done`` (or the
+        last one seen at the timeout, ``None`` if none), from its own partition only."""
+        events = self.topics.physical("events")
+        pk = request.partition_key.encode()
+        partition = partition_for(pk, self.topics.partitions)
+        reader = self._follower_consumer()
+        try:
+            _, start = reader.get_watermark_offsets(
+                TopicPartition(events, partition), timeout=self.timeout_s, cached=False
+            )
+        except KafkaException as exc:
+            raise broker_unavailable(self.bootstrap, self.timeout_s, str(exc)) from None
+        try:
+            ((_, delivered, _),) = publish(
+                self._producer, self.codec, self.topics, [request], self.timeout_s
+            )
+        except PublishFailed as exc:
+            raise broker_unavailable(self.bootstrap, self.timeout_s, str(exc)) from None
+        if delivered != partition:  # a producer with another partitioner: co-partitioning broke
+            raise RuntimeError(f"request went to partition {delivered}, expected {partition}")
+        reader.assign([TopicPartition(events, partition, start)])
+        projection = self._projection(view)
+        state = projection.initial_state()
+        seen: set[str] = set()
+        value: dict[str, Any] | None = None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for msg in fetched(reader, 0.05):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise KafkaException(err)
+                if msg.key() != pk:
+                    continue  # another partition key sharing the partition
+                try:
+                    event = self.codec.decode(msg.value() or b"")
+                except MalformedEvent:
+                    continue  # dead-lettered by the runners, never folded by a projection
+                if type(event).TOPIC != "events" or event.event_id in seen:
+                    continue
+                seen.add(event.event_id)
+                state, outputs = projection.handle(state, event, 0)
+                for out in outputs:
+                    if isinstance(out, ViewRecord) and out.view == view and out.key == key:
+                        value = out.value
+            if value is not None and done(value):
+                return value
+            if time.monotonic() > deadline:
+                return value
+
+    def _follower_consumer(self) -> Consumer:
+        if self._follower is None:
+            config = {"bootstrap.servers": self.bootstrap, **_READER}
+            config["group.id"] = "callgate.surfaces.sdk-follower"  # never joined or committed
+            self._follower = Consumer(config)
+        return self._follower
+
+    def _projection(self, view: str) -> Process[Any]:
+        for projection in self.app.projections():
+            if view in getattr(projection, "views", ()):
+                return projection
+        raise ValueError(f"no projection writes view {view!r}")
+
+    # -- the read model of whole views -----------------------------------------------------
+
+    @property
+    def views_read(self) -> frozenset[str]:
+        """The views this client has read from the beginning so far (a call reads none)."""
+        return frozenset(self._tables)
+
+    def _open(self, views: Iterable[str]) -> Consumer:
+        """The views' topics assigned from the beginning and read to their end once."""
+        if self._consumer is None:
+            config = {"bootstrap.servers": self.bootstrap, **_READER}
+            config.update(
+                {"group.id": "callgate.surfaces.sdk-reader", "enable.partition.eof": True}
+            )
+            self._consumer = Consumer(config)
+        consumer = self._consumer
+        new = sorted(set(views) - set(self._tables))
+        if not new:
+            return consumer
         assignment: list[TopicPartition] = []
         try:
             meta = consumer.list_topics(timeout=self.timeout_s)
         except KafkaException as exc:
-            consumer.close()
             raise broker_unavailable(self.bootstrap, self.timeout_s, str(exc)) from None
-        for topic in self._by_topic:
+        for view in new:
+            topic = self.topics.view(view)
             info = meta.topics.get(topic)
             if info is None or info.error is not None:
-                consumer.close()
                 raise not_deployed(self.bootstrap, topic)
             assignment += [TopicPartition(topic, p, 0) for p in sorted(info.partitions)]
-        consumer.assign(assignment)
-        self._consumer = consumer
+            self._tables[view] = {}
+        consumer.incremental_assign(assignment)
         pending = {(tp.topic, tp.partition) for tp in assignment}
         deadline = time.monotonic() + 60
         while pending and time.monotonic() < deadline:  # catch up to the end once
@@ -114,34 +221,51 @@ class KafkaBackend:
             key = (msg.key() or b"").decode()
             value = msg.value()
             if value is None:
-                self._views[view].pop(key, None)
+                self._tables[view].pop(key, None)
             else:
-                self._views[view][key] = value.decode()
+                self._tables[view][key] = self.views.decode_json(value)[1]
         return ended
 
-    def _refresh(self, timeout_s: float = 0.0) -> None:
-        consumer = self._open()
-        self._pump(consumer, timeout_s)
+    def _refresh(self, views: Iterable[str], timeout_s: float = 0.0) -> None:
+        self._pump(self._open(views), timeout_s)
 
     def view(self, view: str, key: str) -> dict[str, Any] | None:
-        self._refresh()
-        raw = self._views.get(view, {}).get(key)
+        self._refresh([view])
+        raw = self._tables[view].get(key)
         return None if raw is None else _obj(raw)
+
+    def partition_key_of(self, invocation_id: str) -> str | None:
+        """From the pending view (what an approval UI holds; compacted, so bounded by what
+        is pending), waiting briefly for an approval requested a moment ago; else from the
+        status view (a call that is not pending: the decider answers ``not_pending``)."""
+        record: dict[str, Any] | None = None
+
+        def found() -> bool:
+            nonlocal record
+            record = self.view("pending", invocation_id)
+            return record is not None
+
+        if not self.wait(found, PENDING_LOOKUP_S):
+            record = self.view("status", invocation_id)
+        return None if record is None else str(record["partition_key"])
 
     def view_items(self, view: str) -> list[tuple[str, dict[str, Any]]]:
         return [(k, _obj(v)) for k, v in self.view_items_raw(view)]
 
     def view_items_raw(self, view: str) -> list[tuple[str, str]]:
-        self._refresh(0.1)
-        return sorted(self._views.get(view, {}).items())
+        self._refresh([view], 0.1)
+        return sorted(self._tables[view].items())
 
     def wait(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
-        consumer = self._open()
+        """Until ``predicate`` holds, taking in what the views opened so far receive."""
         deadline = time.monotonic() + timeout_s
         while not predicate():
             if time.monotonic() > deadline:
                 return False
-            self._pump(consumer, 0.05)
+            if self._consumer is not None and self._tables:
+                self._pump(self._consumer, 0.05)
+            else:
+                time.sleep(0.05)
         return True
 
     def read_events(self) -> Iterator[Event]:
@@ -162,9 +286,10 @@ class KafkaBackend:
                 yield event
 
     def close(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        for consumer in (self._consumer, self._follower):
+            if consumer is not None:
+                consumer.close()
+        self._consumer = self._follower = None
         self._producer.flush(min(10.0, self.timeout_s))
 
 

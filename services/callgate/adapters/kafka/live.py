@@ -37,6 +37,7 @@ log = logging.getLogger("callgate.http")
 class LiveKafkaBackend(KafkaBackend):
     def __init__(self, app: App) -> None:
         super().__init__(app)
+        self._views: dict[str, dict[str, str]] = {v: {} for v in self._writers}
         self._changed = threading.Condition()
         self._stop = threading.Event()
         self._caught_up = threading.Event()
@@ -121,10 +122,10 @@ class LiveKafkaBackend(KafkaBackend):
             self._changed.notify_all()
         return ended
 
-    @staticmethod
-    def _decode(value: bytes) -> str:
-        """A view record's value as canonical JSON text (what the projections publish)."""
-        return value.decode()
+    def _decode(self, value: bytes) -> str:
+        """A view record's value (Avro, the published view schemas) as the canonical JSON
+        text the projections emitted (``ViewCodec.decode_json``)."""
+        return self.views.decode_json(value)[1]
 
     # -- the Backend protocol, from memory -------------------------------------------------
 

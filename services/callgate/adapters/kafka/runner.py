@@ -15,7 +15,9 @@ The commit sequence (Quix-style; this is exactly what ``poll_once`` does):
    original bytes) and the partition keeps moving. Otherwise load the key's state (batch
    overlay, else rocksdict, else ``initial_state``), call ``handle``, and produce its outputs
    inside the open transaction: events to their topic keyed by ``partition_key``,
-   ``ViewRecord`` to ``<prefix>.view.<view>`` keyed by view key (None value: tombstone).
+   ``ViewRecord`` to ``<prefix>.view.<view>`` keyed by view key, its value Avro with the
+   view's published schema (``ViewCodec``; None value: tombstone) and its tenant, when
+   known, in the ``cg-tenant`` header (ADR 0016).
    An exception out of ``handle`` or out of encoding its outputs is classified by
    ``callgate.adapters.failures.classify`` (shared with the embedded runner): a transient
    one aborts the transaction (see below); a deterministic one restores the key's state,
@@ -85,7 +87,13 @@ from callgate.adapters.kafka.state import (
     PartitionStore,
     restore_partition,
 )
-from callgate.adapters.kafka.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
+from callgate.adapters.kafka.topics import (
+    DEFAULT_PARTITIONS,
+    DEFAULT_PREFIX,
+    HEADER_TENANT,
+    Topics,
+)
+from callgate.adapters.view_codec import JsonViews, ViewCodec, ViewEncoder
 from callgate.domain.codes import Code
 from callgate.domain.events import Event, EventDeadLettered
 from callgate.domain.process import Output, Process, ViewRecord, reacts_to
@@ -178,12 +186,14 @@ class KafkaRunner:
         consumer_overrides: Mapping[str, Any] | None = None,
         max_retries: int = 8,
         on_views: Callable[[Sequence[ViewRecord]], None] | None = None,
+        views: ViewEncoder | None = None,
     ) -> None:
         """``on_views`` is called after each committed transaction with its view records
         (``callgate serve`` prints a line per settled decision from the status view)."""
         self.process = process
         self._on_views = on_views
         self._codec = codec
+        self._views = views if views is not None else ViewCodec.default()
         self._topics = topics
         self._clock = clock
         self._batch_size = batch_size
@@ -424,19 +434,25 @@ class KafkaRunner:
         """Produce ``outputs`` and keep the new state. Every record is encoded before the
         first is produced: an output that cannot be encoded raises with nothing of this
         event in the transaction, so the failure can be classified and the event dropped."""
-        records: list[tuple[str, bytes, bytes | None, Event | None]] = []
+        records: list[tuple[str, bytes, bytes | None, Event | None, list[tuple[str, bytes]]]]
+        records = []
         for out in outputs:
             if isinstance(out, ViewRecord):
-                value = None if out.value_json is None else out.value_json.encode()
-                records.append((self._topics.view(out.view), out.key.encode(), value, None))
+                value = None
+                if out.value_json is not None:
+                    value = self._views.encode(out.view, out.value_json)
+                tenant = [(HEADER_TENANT, out.tenant.encode())] if out.tenant else []
+                records.append((self._topics.view(out.view), out.key.encode(), value, None, tenant))
                 if self._on_views is not None:
                     txn.views.append(out)
             else:
                 topic = self._topics.physical(out.TOPIC)
-                records.append((topic, out.partition_key.encode(), self._codec.encode(out), out))
+                encoded = self._codec.encode(out)
+                records.append((topic, out.partition_key.encode(), encoded, out, []))
         txn.states[key] = state
-        for topic, record_key, value, event in records:
-            self._produce(txn, topic, record_key, value)
+        for topic, record_key, value, event, extra in records:
+            extended = [(HEADER_TXN, txn.token.encode()), *extra] if extra else None
+            self._produce(txn, topic, record_key, value, headers=extended)
             if event is not None:
                 txn.emitted.setdefault(key, []).append(event)
 
@@ -727,8 +743,13 @@ def run_process_main(
     batch_size: int = 500,
     batch_timeout_ms: int = 100,
     consumer_overrides: Mapping[str, Any] | None = None,
+    json_views: bool = False,
 ) -> None:
-    """Run one process until SIGTERM/SIGINT (installing those handlers in the main thread)."""
+    """Run one process until SIGTERM/SIGINT (installing those handlers in the main thread).
+
+    ``json_views``: write view values as JSON text, for processes whose views have no
+    published schema (test processes); otherwise the published Avro schemas.
+    """
     stop = threading.Event()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -744,6 +765,7 @@ def run_process_main(
         batch_size=batch_size,
         batch_timeout_ms=batch_timeout_ms,
         consumer_overrides=consumer_overrides,
+        views=JsonViews() if json_views else None,
     )
     runner.run(stop)
 
@@ -758,6 +780,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS)
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--batch-timeout-ms", type=int, default=100)
+    parser.add_argument("--json-views", action="store_true",
+                        help="view values as JSON (no view schemas)")  # fmt: skip
     parser.add_argument("-X", dest="consumer", action="append", default=[],
                         metavar="KEY=VALUE", help="consumer config override")  # fmt: skip
     args = parser.parse_args(argv)
@@ -765,7 +789,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     overrides = dict(item.split("=", 1) for item in args.consumer)
     run_process_main(
         args.process, args.bootstrap_servers, args.instance_id, args.state_dir, args.prefix,
-        args.partitions, args.batch_size, args.batch_timeout_ms, overrides,
+        args.partitions, args.batch_size, args.batch_timeout_ms, overrides, args.json_views,
     )  # fmt: skip
 
 

@@ -47,7 +47,7 @@ def views_of(app: App) -> dict[str, str]:
 def create_topics(app: App) -> list[str]:
     settings = app.settings
     assert settings.bootstrap_servers
-    topics = Topics(settings.topic_prefix, settings.partitions)
+    topics = Topics(settings.topic_prefix, settings.partitions, settings.requests_retention_ms)
     admin = make_admin(settings.bootstrap_servers)
     specs = topics.specs(app.processes(), views_of(app))
     return ensure_topics(admin, specs, timeout_s=settings.timeout_s)

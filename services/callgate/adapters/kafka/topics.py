@@ -30,6 +30,13 @@ DEFAULT_PARTITIONS = 6
 LOGICAL_TOPICS = ("requests", "events", "dead-letter")
 FOREVER = -1
 DEAD_LETTER_RETENTION_MS = 90 * 24 * 3600 * 1000  # long enough for a person to look
+# ``requests`` carry bearer session tokens: kept only as long as a request may wait to be
+# consumed, never forever (replay needs only ``events``; ADR 0016). Setting
+# ``requests_retention_ms``.
+DEFAULT_REQUESTS_RETENTION_MS = 7 * 24 * 3600 * 1000
+# The header naming the tenant a view record (or tombstone) belongs to, when known: one
+# tenant's approval UI keeps only the records with its own (README "Views", ADR 0016).
+HEADER_TENANT = "cg-tenant"
 
 
 class NamedProcess(Protocol):
@@ -70,6 +77,7 @@ class Topics:
 
     prefix: str = DEFAULT_PREFIX
     partitions: int = DEFAULT_PARTITIONS
+    requests_retention_ms: int = DEFAULT_REQUESTS_RETENTION_MS
 
     def physical(self, logical: str) -> str:
         if logical not in LOGICAL_TOPICS:
@@ -104,7 +112,8 @@ class Topics:
             return tuple(sorted(p.name for p in processes if logical in p.inputs))
 
         specs = [
-            TopicSpec(self.physical("requests"), n, "delete", FOREVER, "partition_key",
+            TopicSpec(self.physical("requests"), n, "delete", self.requests_retention_ms,
+                      "partition_key",
                       ("agent platforms", "approval UIs"), readers_of("requests")),
             TopicSpec(self.physical("events"), n, "delete", FOREVER, "partition_key",
                       ("callgate processes",), (*readers_of("events"), "compliance replay")),

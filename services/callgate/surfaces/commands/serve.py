@@ -92,7 +92,10 @@ def serve(ctx: Context) -> int:
     codec = AvroCodec.default()
     store = EmbeddedStore(app.settings.state_dir, codec)
     settled = SettledLog(ctx.ns.log_format)
-    runner = EmbeddedRunner(store, app.processes(), codec, app.clock, on_views=settled)
+    runner = EmbeddedRunner(
+        store, app.processes(), codec, app.clock, on_views=settled,
+        requests_retention_ms=app.settings.requests_retention_ms,
+    )  # fmt: skip
     if not runner.acquire(timeout=5.0):
         store.close()
         lock = app.settings.state_dir / "runner.lock"

@@ -101,7 +101,10 @@ def _serve_embedded(
     codec = AvroCodec.default()
     store = EmbeddedStore(app.settings.state_dir, codec)
     settled = SettledLog(out.log_format)
-    runner = EmbeddedRunner(store, app.processes(), codec, app.clock, on_views=settled)
+    runner = EmbeddedRunner(
+        store, app.processes(), codec, app.clock, on_views=settled,
+        requests_retention_ms=app.settings.requests_retention_ms,
+    )  # fmt: skip
     if not runner.acquire(timeout=5.0):
         out.error(
             Code.BUSY, f"another callgate serve holds {app.settings.state_dir / 'runner.lock'}"
