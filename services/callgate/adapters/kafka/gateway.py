@@ -53,6 +53,8 @@ from callgate.domain.process import Process, ViewRecord
 
 # How long approve/deny wait for a just-requested approval to reach the pending view.
 PENDING_LOOKUP_S = 2.0
+# Answers of a partition whose leader is not elected yet (just-created topics): ask again.
+_ELECTING = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
 _READER = {
     "logger": LIBRDKAFKA_LOG,
     "enable.auto.commit": False,
@@ -96,6 +98,22 @@ class KafkaBackend:
 
     # -- following one request -------------------------------------------------------------
 
+    def _log_end(self, reader: Consumer, where: TopicPartition) -> int:
+        """The partition's log end, where a request's own events will start. A partition
+        whose leader is still being elected (topics ``serve`` has just created) is asked
+        again until the timeout; anything else is ``broker_unavailable`` at once."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            left = max(0.1, deadline - time.monotonic())
+            try:
+                return reader.get_watermark_offsets(where, timeout=left, cached=False)[1]
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                electing = isinstance(err, KafkaError) and err.code() in _ELECTING
+                if not electing or time.monotonic() >= deadline:
+                    raise broker_unavailable(self.bootstrap, self.timeout_s, str(exc)) from None
+                time.sleep(0.1)
+
     def follow(
         self,
         request: Event,
@@ -110,12 +128,7 @@ class KafkaBackend:
         pk = request.partition_key.encode()
         partition = partition_for(pk, self.topics.partitions)
         reader = self._follower_consumer()
-        try:
-            _, start = reader.get_watermark_offsets(
-                TopicPartition(events, partition), timeout=self.timeout_s, cached=False
-            )
-        except KafkaException as exc:
-            raise broker_unavailable(self.bootstrap, self.timeout_s, str(exc)) from None
+        start = self._log_end(reader, TopicPartition(events, partition))
         try:
             ((_, delivered, _),) = publish(
                 self._producer, self.codec, self.topics, [request], self.timeout_s
