@@ -133,7 +133,7 @@ class ScriptedModel(Model):
 
 
 def cli(state_dir: Path, profile: Path | None, *args: str) -> Any:
-    argv = [callgate(), "--json", "--state-dir", str(state_dir)]
+    argv = [callgate(), "--json", "--dev", "--state-dir", str(state_dir)]  # development tokens
     if profile is not None:
         argv += ["--profile", str(profile)]
     done = subprocess.run([*argv, *args], capture_output=True, text=True, check=True)
@@ -178,7 +178,7 @@ async def run(state_dir: Path, profile: Path | None) -> dict[str, Any]:
             return None
         return {"callgate/idempotency_key": "refund-ORD-42", **meta}
 
-    args = ["--state-dir", str(state_dir)]
+    args = ["--dev", "--state-dir", str(state_dir)]
     if profile is not None:
         args += ["--profile", str(profile)]
     server = MCPServerStdio(

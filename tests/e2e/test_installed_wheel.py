@@ -119,7 +119,7 @@ def test_the_installed_program_runs_the_whole_story_from_an_unrelated_directory(
     state = str(tmp_path / "state")
 
     def cg(*args: str, rc: int = 0) -> Any:
-        argv = [str(built.callgate), "--json", "--state-dir", state, *args]
+        argv = [str(built.callgate), "--json", "--dev", "--state-dir", state, *args]
         proc = subprocess.run(
             argv, capture_output=True, text=True, env=clean_env(), cwd=work, timeout=120
         )

@@ -51,7 +51,7 @@ class Gate:
     url: str | None = None
 
     def token(self, user: str, roles: list[str], tenant: str = "acme") -> str:
-        app = bootstrap(Settings(state_dir=self.state_dir, profile=self.profile))
+        app = bootstrap(Settings(state_dir=self.state_dir, profile=self.profile, dev=True))
         return app.session_issuer.issue(user, tenant, roles, app.clock())
 
     @contextlib.asynccontextmanager
@@ -70,7 +70,7 @@ class Gate:
                     "--console-url",
                     CONSOLE,
                 ],
-                env=cli_env(),
+                env={**cli_env(), "CALLGATE_DEV": "1"},  # development tokens
             )
             async with mcp.Client(params, cache=None, **kw) as client:
                 yield client
@@ -122,7 +122,7 @@ def gate(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Gate]:
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
-        env=cli_env(),
+        env={**cli_env(), "CALLGATE_DEV": "1"},  # development tokens
     )
     g.url = f"http://127.0.0.1:{port}/mcp"
     try:

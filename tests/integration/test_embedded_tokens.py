@@ -81,7 +81,7 @@ def digests_logged(state_dir: Path, tokens: dict[str, str]) -> set[str]:
 
 
 def test_tokens_stay_only_on_requests_and_events_hold_digests(tmp_path: Path) -> None:
-    gate = connect(Settings(state_dir=tmp_path))
+    gate = connect(Settings(state_dir=tmp_path, dev=True))
     try:
         tokens = scenario(gate, "K-emb-1")
     finally:
@@ -92,7 +92,7 @@ def test_tokens_stay_only_on_requests_and_events_hold_digests(tmp_path: Path) ->
 
 
 def test_with_zero_retention_no_token_is_left_and_replay_is_equal(tmp_path: Path) -> None:
-    gate = connect(Settings(state_dir=tmp_path, requests_retention_ms=0))
+    gate = connect(Settings(state_dir=tmp_path, requests_retention_ms=0, dev=True))
     try:
         tokens = scenario(gate, "K-emb-0")
         gate.backend.wait(lambda: False, 0.3)  # a last round: prune what it consumed
