@@ -68,6 +68,7 @@ def bench_history(settings: Settings, history: int, samples: int) -> list[Row]:
                     bootstrap_servers=broker.bootstrap,
                     partitions=settings.partitions,
                     profile=settings.profile,
+                    dev=True,  # the bench's sessions come from the development issuer
                 )
             )
             names = [p.name for p in app.processes()]
