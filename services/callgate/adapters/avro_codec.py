@@ -117,13 +117,7 @@ class AvroCodec:
 
     @classmethod
     def from_directory(cls, path: str | Path) -> AvroCodec:
-        root = Path(path)
-        current = {p.stem: _load(p) for p in sorted(root.glob("*.avsc"))}
-        released: dict[str, dict[str, Schema]] = {}
-        for vdir in sorted((root / RELEASED_DIR).glob("*")):
-            if vdir.is_dir():
-                released[vdir.name] = {p.stem: _load(p) for p in sorted(vdir.glob("*.avsc"))}
-        return cls(current, released)
+        return cls(*load_schema_directory(Path(path)))
 
     @classmethod
     def default(cls) -> AvroCodec:
@@ -253,6 +247,16 @@ def _parse(schema: Schema, where: str) -> Any:
 def _describe(exc: Exception) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
+
+
+def load_schema_directory(root: Path) -> tuple[dict[str, Schema], dict[str, dict[str, Schema]]]:
+    """``root``'s current schemas by file stem, and each ``released/<version>``'s."""
+    current = {p.stem: _load(p) for p in sorted(root.glob("*.avsc"))}
+    released: dict[str, dict[str, Schema]] = {}
+    for vdir in sorted((root / RELEASED_DIR).glob("*")):
+        if vdir.is_dir():
+            released[vdir.name] = {p.stem: _load(p) for p in sorted(vdir.glob("*.avsc"))}
+    return current, released
 
 
 def _load(path: Path) -> Schema:

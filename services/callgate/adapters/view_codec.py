@@ -31,7 +31,13 @@ from typing import Any, Protocol
 import orjson
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from callgate.adapters.avro_codec import HEADER_LEN, MARKER, RELEASED_DIR, schema_fingerprint
+from callgate.adapters.avro_codec import (
+    HEADER_LEN,
+    MARKER,
+    RELEASED_DIR,
+    load_schema_directory,
+    schema_fingerprint,
+)
 from callgate.domain.canonical import canonical_json
 
 NAMESPACE = "callgate.views"
@@ -103,13 +109,7 @@ class ViewCodec:
 
     @classmethod
     def from_directory(cls, path: str | Path) -> ViewCodec:
-        root = Path(path)
-        current = {p.stem: _load(p) for p in sorted(root.glob("*.avsc"))}
-        released: dict[str, dict[str, Schema]] = {}
-        for vdir in sorted((root / RELEASED_DIR).glob("*")):
-            if vdir.is_dir():
-                released[vdir.name] = {p.stem: _load(p) for p in sorted(vdir.glob("*.avsc"))}
-        return cls(current, released)
+        return cls(*load_schema_directory(Path(path)))
 
     @classmethod
     def default(cls) -> ViewCodec:
@@ -280,11 +280,6 @@ def _parse(value_json: str) -> Any:
 
 def _json_name(avro_name: str) -> str:
     return avro_name[: -len(JSON_SUFFIX)] if avro_name.endswith(JSON_SUFFIX) else avro_name
-
-
-def _load(path: Path) -> Schema:
-    schema: Schema = json.loads(path.read_text(encoding="utf-8"))
-    return schema
 
 
 @functools.cache
