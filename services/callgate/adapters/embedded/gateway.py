@@ -16,6 +16,7 @@ from typing import Any
 from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
 from callgate.adapters.embedded.runner import EmbeddedRunner
 from callgate.adapters.embedded.store import EmbeddedStore
+from callgate.adapters.following import follow_view
 from callgate.bootstrap import App
 from callgate.domain.events import Event
 
@@ -58,16 +59,7 @@ class EmbeddedBackend:
     ) -> dict[str, Any] | None:
         """Append ``request`` and run (or wait for a server) until the view value is done:
         each check is one indexed lookup, whatever the history."""
-        self.publish([request])
-        value: dict[str, Any] | None = None
-
-        def settled() -> bool:
-            nonlocal value
-            value = self.view(view, key)
-            return value is not None and done(value)
-
-        self.wait(settled, timeout_s)
-        return value
+        return follow_view(self, request, view, key, done, timeout_s)
 
     def view_items(self, view: str) -> list[tuple[str, dict[str, Any]]]:
         return [(k, _obj(v)) for k, v in self.store.view_items(view)]

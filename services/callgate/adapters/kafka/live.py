@@ -25,6 +25,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from callgate.adapters.following import follow_view
 from callgate.adapters.kafka.client import position
 from callgate.adapters.kafka.gateway import KafkaBackend, _obj
 from callgate.bootstrap import App
@@ -149,16 +150,7 @@ class LiveKafkaBackend(KafkaBackend):
     ) -> dict[str, Any] | None:
         """Publish ``request``; the value ``view`` holds at ``key`` once ``done`` (the last
         one seen at the timeout, ``None`` if none), from the in-memory table."""
-        self.publish([request])
-        last: dict[str, Any] | None = None
-
-        def settled() -> bool:
-            nonlocal last
-            last = self.view(view, key)
-            return last is not None and done(last)
-
-        self.wait(settled, timeout_s)
-        return last
+        return follow_view(self, request, view, key, done, timeout_s)
 
     def partition_key_of(self, invocation_id: str) -> str | None:
         """The partition key of a known invocation, from the pending or the status view."""
