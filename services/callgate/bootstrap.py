@@ -16,9 +16,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from callgate.adapters.kafka.connection import Property, check_connection, use_connection
 from callgate.config import (
     ApprovalSettings,
     ConfigError,
@@ -74,6 +75,10 @@ class Settings(BaseSettings):
     state_dir: Path = Field(default_factory=default_state_dir)
     backend: Literal["embedded", "kafka"] = "embedded"
     bootstrap_servers: str | None = None
+    # librdkafka connection properties every Kafka client gets (TLS, SASL, socket): the
+    # ``[kafka_client]`` table, ``CALLGATE_KAFKA_CLIENT`` as JSON. Nothing else: callgate's
+    # delivery, isolation and transaction settings are not configurable (ADR 0013).
+    kafka_client: dict[str, Property] = Field(default_factory=dict)
     profile: Path | None = None
     topic_prefix: str = "callgate"
     partitions: int = Field(default=6, ge=1)
@@ -94,6 +99,12 @@ class Settings(BaseSettings):
     # How long requests (which carry bearer session tokens) are kept once consumed: the
     # ``requests`` topic's ``retention.ms`` on Kafka, pruning on the embedded store.
     requests_retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=0)
+
+    @field_validator("kafka_client")
+    @classmethod
+    def _connection_only(cls, value: dict[str, Property]) -> dict[str, Property]:
+        check_connection(value)
+        return value
 
     @classmethod
     def settings_customise_sources(
@@ -232,4 +243,5 @@ class App:
 
 def bootstrap(settings: Settings, clock: Clock = system_clock) -> App:
     settings.state_dir.mkdir(parents=True, exist_ok=True)
+    use_connection(settings.kafka_client)
     return App(settings=settings, clock=clock)

@@ -148,3 +148,46 @@ def test_secrets_are_redacted_at_any_depth() -> None:
         "l": [{"api_token": REDACTED}],
     }
     assert json.dumps(redacted({"secret": None})) == '{"secret": null}'
+
+
+def test_kafka_client_settings_reach_every_kafka_client(tmp_path: Path) -> None:
+    """Issue 12: the ``[kafka_client]`` table is in every client's configuration once the
+    composition root has wired the process (and only then)."""
+    from callgate.adapters.kafka.client import client_config
+    from callgate.adapters.kafka.connection import use_connection
+
+    conf = write(
+        tmp_path / "callgate.toml",
+        '[kafka_client]\n"security.protocol" = "SASL_SSL"\n"sasl.mechanism" = "SCRAM-SHA-512"\n'
+        '"sasl.username" = "callgate"\n"sasl.password" = "pw"\n"ssl.ca.location" = "ca.pem"\n',
+    )
+    settings = Settings.from_env(config_file=conf, environ={}, state_dir=tmp_path / "s")
+    try:
+        bootstrap(settings)
+        config = client_config("b:9092", **{"group.id": "g"})
+        assert config["security.protocol"] == "SASL_SSL"
+        assert config["sasl.username"] == "callgate" and config["sasl.password"] == "pw"
+        assert config["ssl.ca.location"] == "ca.pem"
+        assert config["bootstrap.servers"] == "b:9092" and config["group.id"] == "g"
+        env = Settings.from_env(
+            environ={"CALLGATE_KAFKA_CLIENT": '{"security.protocol": "SSL"}'},
+            state_dir=tmp_path / "s",
+        )
+        bootstrap(env)
+        assert client_config("b:9092")["security.protocol"] == "SSL"
+        assert "sasl.password" not in client_config("b:9092")
+    finally:
+        use_connection({})
+
+
+@pytest.mark.parametrize(
+    "key", ["isolation.level", "enable.auto.commit", "acks", "transactional.id", "group.id"]
+)
+def test_kafka_client_refuses_what_callgate_sets_itself(tmp_path: Path, key: str) -> None:
+    """Delivery, isolation, commit and transaction settings carry C8, C9 and C12: a
+    configuration that tries to change them fails at start, naming the key."""
+    conf = write(tmp_path / "callgate.toml", f'[kafka_client]\n"{key}" = "x"\n')
+    with pytest.raises(ConfigError) as err:
+        Settings.from_env(config_file=conf, environ={})
+    assert f"configuration {conf}: key 'kafka_client'" in str(err.value)
+    assert f"{key}: not a connection property" in str(err.value)

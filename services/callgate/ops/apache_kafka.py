@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -31,6 +32,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -159,17 +161,39 @@ def cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
 
-def broker_properties(port: int, controller_port: int, log_dir: Path) -> dict[str, str]:
-    """The test broker's ``server.properties`` (module docstring)."""
+def sasl_accounts(users: Mapping[str, str]) -> dict[str, str]:
+    """The ``SASL_PLAINTEXT`` listener's PLAIN mechanism and its accounts (name -> password):
+    a client reaches that listener only with the right ``sasl.*`` settings."""
+    quote = json.dumps  # JAAS values are double-quoted strings
+    accounts = " ".join(f"user_{name}={quote(pw)}" for name, pw in users.items())
+    return {
+        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {accounts};"
+        ),
+        "sasl.enabled.mechanisms": "PLAIN",
+    }
+
+
+def broker_properties(
+    port: int, controller_port: int, log_dir: Path, sasl_port: int = 0
+) -> dict[str, str]:
+    """The test broker's ``server.properties`` (module docstring); with a ``SASL_PLAINTEXT``
+    listener on ``sasl_port`` when given (its accounts: ``sasl_listener``)."""
+    listeners = f"PLAINTEXT://127.0.0.1:{port}"
+    if sasl_port:
+        listeners += f",SASL_PLAINTEXT://127.0.0.1:{sasl_port}"
     return {
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "listeners": f"{listeners},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": listeners,
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listener.security.protocol.map": (
+            "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT"
+        ),
         "log.dirs": str(log_dir),
         "num.partitions": "1",
         "auto.create.topics.enable": "false",
@@ -198,18 +222,33 @@ class ApacheKafka:
     on exit, its log directory removed. ``.log`` is the broker's own log file.
     """
 
-    def __init__(self, start_timeout_s: float = 90.0, version: str = KAFKA_VERSION) -> None:
+    def __init__(
+        self,
+        start_timeout_s: float = 90.0,
+        version: str = KAFKA_VERSION,
+        sasl_users: Mapping[str, str] | None = None,
+    ) -> None:
+        """``sasl_users`` (name -> password): also listen with ``SASL_PLAINTEXT`` (PLAIN) on
+        ``.sasl_bootstrap``, for those accounts."""
         self._start_timeout_s = start_timeout_s
         self._version = version
+        self._sasl_users = dict(sasl_users or {})
         self._proc: subprocess.Popen[bytes] | None = None
         self._root: Path | None = None
         self.port = 0
+        self.sasl_port = 0
 
     @property
     def bootstrap(self) -> str:
         if self._proc is None:
             raise KafkaUnavailable("broker is not running")
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        if self._proc is None or not self.sasl_port:
+            raise KafkaUnavailable("broker is not running with a SASL listener")
+        return f"127.0.0.1:{self.sasl_port}"
 
     @property
     def log(self) -> Path:
@@ -223,7 +262,10 @@ class ApacheKafka:
             self.port, controller = free_port(), free_port()
             log_dir = self._root / f"data-{self.port}"
             config = self._root / "server.properties"
-            props = broker_properties(self.port, controller, log_dir)
+            self.sasl_port = free_port() if self._sasl_users else 0
+            props = broker_properties(self.port, controller, log_dir, self.sasl_port)
+            if self._sasl_users:
+                props.update(sasl_accounts(self._sasl_users))
             config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
             logging = self._root / "log4j2.properties"
             logging.write_text(LOG4J2.format(path=self.log))

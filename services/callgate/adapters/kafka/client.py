@@ -4,7 +4,8 @@ Every producer uses the ``murmur2_random`` partitioner (the Java client's) and k
 ``partition_key``, so clients, services and other-language tools agree on partitions
 (co-partitioning, see ``topics``).
 
-Every client is made here (``client_config``) and gets ``LIBRDKAFKA_LOG`` as its ``logger``:
+Every client is made from ``client_config``: it gets the connection's TLS/SASL settings
+(``connection``) and ``LIBRDKAFKA_LOG`` as its ``logger``:
 librdkafka then hands its log lines to Python logging instead of writing them to stderr,
 and the command line shows them only with ``-v`` (``callgate.logs``). A broker
 that does not answer is reported once, by ``probe``, as ``broker_unavailable``.
@@ -21,6 +22,7 @@ from typing import Any, Protocol
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from callgate.adapters.kafka.connection import connection
 from callgate.adapters.kafka.topics import Topics
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.events import Event
@@ -33,8 +35,9 @@ LIBRDKAFKA_LOG = logging.getLogger("callgate.librdkafka")
 
 
 def client_config(bootstrap: str, **settings: Any) -> Config:
-    """The settings every callgate client starts from: the brokers and the Python logger."""
-    return {"bootstrap.servers": bootstrap, "logger": LIBRDKAFKA_LOG, **settings}
+    """The settings every callgate client starts from: the brokers, the connection's
+    security settings (``kafka_client``: ``connection``) and the Python logger."""
+    return {"bootstrap.servers": bootstrap, "logger": LIBRDKAFKA_LOG, **connection(), **settings}
 
 
 def make_admin(bootstrap: str, **overrides: Any) -> AdminClient:
@@ -56,11 +59,21 @@ def probe(bootstrap: str, timeout_s: float) -> set[str]:
     ``bootstrap`` answers a metadata request within ``timeout_s``. Commands call this
     first: librdkafka itself would retry for minutes (``message.timeout.ms`` is 5 minutes)
     before giving up on a record."""
-    admin = make_admin(bootstrap, **{"socket.connection.setup.timeout.ms": _ms(timeout_s)})
+    # An authentication or TLS failure reaches ``error_cb`` only; it is the reason to give.
+    refused: list[str] = []
+
+    def on_error(err: KafkaError) -> None:
+        if err.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL):
+            refused.append(err.str())
+
+    admin = make_admin(
+        bootstrap, **{"socket.connection.setup.timeout.ms": _ms(timeout_s), "error_cb": on_error}
+    )
     try:
         metadata = admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
-        raise broker_unavailable(bootstrap, timeout_s, _reason(exc)) from None
+        admin.poll(0)
+        raise broker_unavailable(bootstrap, timeout_s, (refused or [_reason(exc)])[-1]) from None
     finally:
         admin.poll(0)  # hands librdkafka's queued log lines to ``LIBRDKAFKA_LOG`` (``-v``)
     if not metadata.brokers:

@@ -35,6 +35,7 @@ from callgate.adapters.kafka.client import (
     LIBRDKAFKA_LOG,
     PublishFailed,
     broker_unavailable,
+    client_config,
     fetched,
     make_producer,
     not_deployed,
@@ -170,7 +171,7 @@ class KafkaBackend:
 
     def _follower_consumer(self) -> Consumer:
         if self._follower is None:
-            config = {"bootstrap.servers": self.bootstrap, **_READER}
+            config = client_config(self.bootstrap, **_READER)
             config["group.id"] = "callgate.surfaces.sdk-follower"  # never joined or committed
             self._follower = Consumer(config)
         return self._follower
@@ -191,7 +192,7 @@ class KafkaBackend:
     def _open(self, views: Iterable[str]) -> Consumer:
         """The views' topics assigned from the beginning and read to their end once."""
         if self._consumer is None:
-            config = {"bootstrap.servers": self.bootstrap, **_READER}
+            config = client_config(self.bootstrap, **_READER)
             config.update(
                 {"group.id": "callgate.surfaces.sdk-reader", "enable.partition.eof": True}
             )

@@ -23,10 +23,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from callgate.adapters.following import follow_view
-from callgate.adapters.kafka.client import position
+from callgate.adapters.kafka.client import client_config, make_admin, position
 from callgate.adapters.kafka.gateway import KafkaBackend, _obj
 from callgate.bootstrap import App
 from callgate.domain.events import Event
@@ -57,14 +56,16 @@ class LiveKafkaBackend(KafkaBackend):
     def _tail(self) -> None:
         try:
             consumer = Consumer(
-                {
-                    "bootstrap.servers": self.bootstrap,
-                    "group.id": f"{self.topics.prefix}.http-views",  # assigned, never joined
-                    "enable.auto.commit": False,
-                    "enable.partition.eof": True,
-                    "isolation.level": "read_committed",
-                    "fetch.wait.max.ms": 50,
-                }
+                client_config(
+                    self.bootstrap,
+                    **{
+                        "group.id": f"{self.topics.prefix}.http-views",  # assigned, never joined
+                        "enable.auto.commit": False,
+                        "enable.partition.eof": True,
+                        "isolation.level": "read_committed",
+                        "fetch.wait.max.ms": 50,
+                    },
+                )
             )
             assignment: list[TopicPartition] = []
             deadline = time.monotonic() + 120
@@ -188,7 +189,7 @@ class KafkaStats:
         self._backend = backend
         self._processes = list(processes)
         self._children_alive = children_alive
-        self._admin = AdminClient({"bootstrap.servers": backend.bootstrap})
+        self._admin = make_admin(backend.bootstrap)
         self._lock = threading.Lock()
         self._lag: dict[str, int] = {}
         self._lag_at = 0.0
@@ -223,7 +224,7 @@ class KafkaStats:
 
         if self._watermarks is None:
             self._watermarks = Consumer(
-                {"bootstrap.servers": self._backend.bootstrap, "group.id": "callgate-lag-probe"}
+                client_config(self._backend.bootstrap, **{"group.id": "callgate-lag-probe"})
             )
         topics = self._backend.topics
         parts = range(topics.partitions)

@@ -43,7 +43,6 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteBufferManager
 
 from callgate.adapters.kafka.client import (
-    LIBRDKAFKA_LOG,
     client_config,
     fetched,
     headers_of,
@@ -231,8 +230,7 @@ class ChangelogReader:
         self._timeout_s = timeout_s
         self._consumer = Consumer(
             {
-                "bootstrap.servers": bootstrap,
-                "logger": LIBRDKAFKA_LOG,
+                **client_config(bootstrap),
                 "group.id": "callgate.restore",  # assign() only: never joined or committed
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
