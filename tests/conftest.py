@@ -7,11 +7,16 @@ stopped at its end; tests keep apart by topic prefix. ``CALLGATE_TEST_BROKERS`` 
 ``apache``) limits the brokers; where a broker cannot start, its tests skip with the reason
 printed, unless ``CALLGATE_REQUIRE_APACHE_KAFKA=1`` (CI, ``make test-kafka``), which turns
 Apache Kafka's skip into a failure.
+
+``CALLGATE_CI=1`` (``.ci/run``) turns every skip into a failure: CI installs every real
+dependency a test may skip for (Java and the Kafka jars, Chromium, uv), so a skip there
+means a dependency went missing, not that it is absent by design.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -38,3 +43,27 @@ def kafka_broker(request: pytest.FixtureRequest) -> Iterator[Broker]:
 def kafka_bootstrap(kafka_broker: Broker) -> str:
     """``host:port`` of the parametrized broker."""
     return kafka_broker.bootstrap
+
+
+CI_ENV = "CALLGATE_CI"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
+    if os.environ.get(CI_ENV) == "1" and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"{CI_ENV}=1 allows no skip: {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
+    """A module skipped as a whole (``allow_module_level``) fails under ``CALLGATE_CI=1``."""
+    outcome = yield
+    report: pytest.CollectReport = outcome.get_result()  # type: ignore[attr-defined]
+    if os.environ.get(CI_ENV) == "1" and report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"{CI_ENV}=1 allows no skip: {reason}"
