@@ -22,7 +22,6 @@ bug or a hostile input, and neither goes away by retrying.
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,14 +30,13 @@ from confluent_kafka import KafkaException
 from callgate.domain import events as ev
 from callgate.domain.canonical import canonical_json, derive_id
 from callgate.domain.codes import Code, Rejection, Unanswerable
+from callgate.providers.base import INFRASTRUCTURE_ERRORS
 
 # Infrastructure failures: the same input can succeed once the infrastructure is back.
 TRANSIENT_TYPES: tuple[type[BaseException], ...] = (
-    OSError,  # disk, sockets, TimeoutError, ConnectionError
-    sqlite3.OperationalError,  # locked or busy database, disk I/O error
+    *INFRASTRUCTURE_ERRORS,  # disk, sockets, a locked or busy database, memory
     KafkaException,  # broker errors (fatal and fenced ones are handled by the Kafka runner)
     BufferError,  # a full producer queue
-    MemoryError,
 )
 # Codes a dropped request may carry (docs/contract.md vocabulary); anything else is malformed_event.
 ANSWER_CODES = frozenset({Code.INVALID_ARGUMENTS, Code.UNAUTHENTICATED, Code.MALFORMED_EVENT})

@@ -39,6 +39,7 @@ from callgate.domain.canonical import canonical_json, derive_id, sha256_hex
 from callgate.domain.catalog import Profile
 from callgate.domain.process import Output
 from callgate.providers.base import (
+    INFRASTRUCTURE_ERRORS,
     Describes,
     Provider,
     ProviderError,
@@ -220,6 +221,10 @@ class Executor:
             snapshot = canonical_json(result.snapshot)
         except (ProviderError, ProviderTimeout) as err:
             return _follow(e, now_ms, ev.DryRunFailed, message=str(err) or type(err).__name__)
+        except INFRASTRUCTURE_ERRORS:
+            raise
+        except Exception as err:
+            return _follow(e, now_ms, ev.DryRunFailed, message=_unusable(err))
         return _follow(
             e,
             now_ms,
@@ -248,10 +253,16 @@ class Executor:
             else:
                 try:
                     found = provider.describe(e.tool, e.target)
+                    canonical_json(found.attributes)  # what the decision will record
                     self.descriptions.put(e.provider, e.target, found, now_ms)
                 except (ProviderError, ProviderTimeout) as err:
                     found = ResourceDescription(False, None, {})
                     message = f"provider {e.provider!r} could not describe it: {err}"
+                except INFRASTRUCTURE_ERRORS:
+                    raise
+                except Exception as err:
+                    found = ResourceDescription(False, None, {})
+                    message = f"provider {e.provider!r} could not describe it: {_unusable(err)}"
         return _follow(
             e,
             now_ms,
@@ -272,6 +283,7 @@ class Executor:
             result = provider.execute(
                 run.tool, run.target, _args(run.args_json), run.tenant, token, run.invocation_id
             )
+            result_json = canonical_json(result.result)
         except ProviderTimeout as err:
             return _follow(
                 started,
@@ -284,6 +296,12 @@ class Executor:
             return _follow(
                 started, now_ms, ev.ExecutionFailed, execution_token=token, message=str(err)
             )
+        except INFRASTRUCTURE_ERRORS:
+            raise
+        except Exception as err:
+            return _follow(
+                started, now_ms, ev.ExecutionUncertain, execution_token=token, reason=_unusable(err)
+            )
         spec = self.profile.tool(run.tool)
         if spec is None or spec.mutation:
             self.descriptions.forget(provider.name)  # an effect may change what it owns
@@ -292,7 +310,7 @@ class Executor:
             now_ms,
             ev.ExecutionSucceeded,
             execution_token=token,
-            result_json=canonical_json(result.result),
+            result_json=result_json,
         )
 
     def _lookup(
@@ -300,10 +318,19 @@ class Executor:
     ) -> ev.Event:
         try:
             found = self._provider(tool).lookup(token, tool)
+            result_json = (
+                canonical_json(found.result) if found.found and found.result is not None else ""
+            )
         except (ProviderError, ProviderTimeout) as err:
             # Still unknown: stay uncertain rather than guess (fail closed).
             return _follow(
                 cause, now_ms, ev.ExecutionUncertain, execution_token=token, reason=str(err)
+            )
+        except INFRASTRUCTURE_ERRORS:
+            raise
+        except Exception as err:
+            return _follow(
+                cause, now_ms, ev.ExecutionUncertain, execution_token=token, reason=_unusable(err)
             )
         return _follow(
             cause,
@@ -311,9 +338,7 @@ class Executor:
             ev.ExecutionReconciled,
             execution_token=token,
             found=found.found,
-            result_json=canonical_json(found.result)
-            if found.found and found.result is not None
-            else "",
+            result_json=result_json,
             original_invocation_id=original_invocation_id,
         )
 
@@ -353,6 +378,12 @@ def _answered(state: ExecutorState, run: str, outcome: ev.Event) -> ev.Event:
 def _from_answer(answer: Mapping[str, Any]) -> ev.Event:
     fields = {k: v for k, v in answer.items() if k != "event_type"}
     return ev.event_from_dict(str(answer["event_type"]), fields)
+
+
+def _unusable(err: Exception) -> str:
+    """The reason recorded for a provider that raised what no provider may, or answered
+    what canonical JSON cannot hold (bounded: it lands in an event)."""
+    return f"provider answer unusable: {type(err).__name__}: {err}"[:500]
 
 
 def _args(args_json: str) -> Mapping[str, Any]:

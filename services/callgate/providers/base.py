@@ -6,7 +6,8 @@ a human confirms, C5), ``execute`` (with callgate's idempotency token passed thr
 system of record of its resources may also ``describe`` one (``Describes``): its owning
 tenant and attributes, which the ACL evaluates (C7, docs/adr/0014).
 
-The two exceptions split failures by what is known about the effect:
+The two exceptions split failures by what is known about the effect (an exception of any
+other kind counts as ``ProviderTimeout`` for ``execute``, as ``ProviderError`` otherwise):
 
 - ``ProviderError``: definite failure, nothing was applied; the executor may report
   ``execution_failed``.
@@ -16,9 +17,21 @@ The two exceptions split failures by what is known about the effect:
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
+
+# Failures of the machinery under a provider (sockets, disk, the simulated providers'
+# SQLite ledger): the runner retries the input (``callgate.adapters.failures``). Any other
+# exception out of a provider, or an answer that canonical JSON cannot hold (NaN, a number
+# past 2^53, nesting past the limits), is the provider misbehaving: the executor answers it
+# like a failure of that call (``callgate.executor.process``), never by retrying forever.
+INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    sqlite3.OperationalError,
+    MemoryError,
+)
 
 
 class ProviderTimeout(Exception):
