@@ -57,7 +57,12 @@ from callgate.adapters.kafka.client import (
     make_producer,
     read_partitions_to_end,
 )
-from callgate.adapters.kafka.runner import CONSUMER_LATENCY, KafkaRunner, ProducerFenced
+from callgate.adapters.kafka.runner import (
+    CONSUMER_LATENCY,
+    TRANSACTION_GAP_MS,
+    KafkaRunner,
+    ProducerFenced,
+)
 from callgate.adapters.kafka.serve import Supervisor, create_topics, views_of
 from callgate.adapters.kafka.tansu import TansuBroker
 from callgate.adapters.kafka.topics import Topics, ensure_topics
@@ -96,15 +101,19 @@ class BenchBroker:
     ``fetch.wait.max.ms=10`` (docs/contract.md "Known tansu gaps"): tansu holds a fetch for
     its whole ``fetch.wait.max.ms`` even when records arrive meanwhile, so the runner's
     100 ms would add about 30 ms per hop (measured through one runner hop: 10 ms -> 9 ms,
-    100 ms -> 32 ms). Apache Kafka answers a fetch as soon as ``fetch.min.bytes`` is there,
-    so it runs with the runner's own settings, as a production deployment does.
+    100 ms -> 32 ms); and no transaction gap (``TRANSACTION_GAP_MS``: tansu answers a
+    transaction begun right after a commit at once, so the gap would only add up to 3 ms).
+    Apache Kafka answers a fetch as soon as ``fetch.min.bytes`` is there, so it runs with the
+    runner's own settings, as a production deployment does.
     """
 
     name: str
     consumer: Mapping[str, str]
+    transaction_gap_ms: float = TRANSACTION_GAP_MS
 
     def runner_args(self) -> list[str]:
         args = ["--batch-size", str(BATCH_SIZE), "--batch-timeout-ms", str(BATCH_TIMEOUT_MS)]
+        args += ["--transaction-gap-ms", f"{self.transaction_gap_ms:g}"]
         return args + [arg for k, v in self.consumer.items() for arg in ("-X", f"{k}={v}")]
 
     def fetch_wait_ms(self) -> str:
@@ -113,7 +122,7 @@ class BenchBroker:
 
 _GROUPS = {k: str(v) for k, v in FAST_GROUP_SETTINGS.items()}
 BENCH_BROKERS = {
-    "tansu": BenchBroker("tansu", _GROUPS | {"fetch.wait.max.ms": "10"}),
+    "tansu": BenchBroker("tansu", _GROUPS | {"fetch.wait.max.ms": "10"}, transaction_gap_ms=0),
     "apache": BenchBroker("apache", dict(_GROUPS)),
 }
 
@@ -337,6 +346,7 @@ def replay_worker(argv: Sequence[str] | None = None) -> int:
         parser.add_argument(name, required=True)
     for name in ("--partitions", "--batch-size", "--batch-timeout-ms"):
         parser.add_argument(name, type=int, required=True)
+    parser.add_argument("--transaction-gap-ms", type=float, default=TRANSACTION_GAP_MS)
     parser.add_argument("-X", dest="consumer", action="append", default=[], metavar="KEY=VALUE")
     ns = parser.parse_args(argv)
     codec = AvroCodec.default()
@@ -355,6 +365,7 @@ def replay_worker(argv: Sequence[str] | None = None) -> int:
         batch_size=ns.batch_size,
         batch_timeout_ms=ns.batch_timeout_ms,
         consumer_overrides=consumer_overrides(ns.consumer),
+        transaction_gap_ms=ns.transaction_gap_ms,
     )
     try:
         runner.run(stop)
@@ -881,9 +892,11 @@ def _rest(row: Row) -> tuple[str, str, bool | None, str]:
 
 
 def _cpu_seconds() -> tuple[float, float, float]:
-    """(wall, CPU seconds the whole machine was busy, CPU seconds of this process tree)."""
+    """(wall, CPU seconds the whole machine was busy, CPU seconds of this process tree:
+    itself, its reaped children and its live ones, such as an Apache Kafka broker that
+    lives for the whole section)."""
     own = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
-    mine = sum(r.ru_utime + r.ru_stime for r in own)
+    mine = sum(r.ru_utime + r.ru_stime for r in own) + _live_children_cpu()
     try:
         ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
         busy = (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # not idle/iowait
@@ -892,13 +905,32 @@ def _cpu_seconds() -> tuple[float, float, float]:
     return time.monotonic(), busy, mine
 
 
+def _live_children_cpu() -> float:
+    """CPU seconds of this process's live children (``/proc/<pid>/stat``; 0 elsewhere)."""
+    total, me, tick = 0, str(os.getpid()), os.sysconf("SC_CLK_TCK")
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[1] == me:  # ppid; then utime, stime at 14 and 15 of the whole line
+            total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
+def _others(before: tuple[float, float, float], after: tuple[float, float, float]) -> float:
+    """Cores other processes used on average between ``before`` and ``after``."""
+    wall = after[0] - before[0]
+    return max(0.0, (after[1] - before[1]) - (after[2] - before[2])) / wall if wall else 0.0
+
+
 def _noise(
     before: tuple[float, float, float], after: tuple[float, float, float], client_log: ClientLog
 ) -> Row:
     """How much CPU other processes took while the section ran (its children are reaped
     when it ends, so their CPU is in RUSAGE_CHILDREN)."""
     wall = after[0] - before[0]
-    others = max(0.0, (after[1] - before[1]) - (after[2] - before[2])) / wall
+    others = _others(before, after)
     logs = f"; the bench's Kafka clients logged {client_log.count} line(s), kept off stderr"
     if client_log.last:
         logs += " (last: " + " | ".join(client_log.last) + ")"
@@ -922,6 +954,7 @@ class _Figures:
     latency: dict[int, Result] = field(default_factory=dict)  # offered rate -> pipeline
     ceiling_latency: dict[int, Result] = field(default_factory=dict)
     actual: Counter[str] = field(default_factory=Counter)  # read back from the pipeline
+    others: dict[int, float] = field(default_factory=dict)  # offered rate -> others' cores
     published: int = 0
 
 
@@ -970,10 +1003,12 @@ def _measure(
     with phase(files) as load:
         fig.ceiling = load.run(outbound(codec, mix))
     for rate, batch in sorted(paced.items()):  # alternating, so noise hits both alike
+        before = _cpu_seconds()
         with phase(files) as load:
             fig.ceiling_latency[rate] = load.run(outbound(codec, batch), rate)
         with phase(None) as load:
             fig.latency[rate] = load.run(outbound(codec, batch), rate)
+        fig.others[rate] = _others(before, _cpu_seconds())
     return rows + _rows(fig, n, latency_s), fig
 
 
@@ -1159,11 +1194,11 @@ def _plot_row(fig: _Figures, plot: str) -> list[Row]:
             "",
             None,
             _unsettled_points(fig)
-            + "p50 / p99 ms, pipeline (ceiling): "
+            + "p50 / p99 ms, pipeline (ceiling) [cores used by other processes meanwhile]: "
             + "; ".join(
                 f"{rate}/s {r.pct(0.5):,.0f} / {r.pct(0.99):,.0f} "
                 f"({fig.ceiling_latency[rate].pct(0.5):,.0f} / "
-                f"{fig.ceiling_latency[rate].pct(0.99):,.0f})"
+                f"{fig.ceiling_latency[rate].pct(0.99):,.0f}) [{fig.others.get(rate, 0):.2f}]"
                 for rate, r in sorted(fig.latency.items())
             ),
         )
