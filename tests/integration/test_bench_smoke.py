@@ -4,16 +4,27 @@ The quick run uses tiny counts, so its figures mean nothing and targets may be m
 is checked is that the command works end to end: one JSON value, machine details, a row from
 every section (the Kafka section on its own tansu broker), no ``FAILED`` row, and the latency
 plot written to the state directory; and the Kafka section alone on an Apache Kafka broker
-of its own (``--broker apache``), with its rows labelled by the broker.
+of its own (``--broker apache``), with its rows labelled by the broker; and the step timing
+of one transactional hop (``callgate.ops.bench_txn``) on the suite's brokers.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from statistics import median
 
 import pytest
-from tests.kafka_support import librdkafka_lines, run_with_own_broker, selected_brokers
+from tests.kafka_support import (
+    Broker,
+    librdkafka_lines,
+    run_with_own_broker,
+    selected_brokers,
+    unique_prefix,
+)
+
+from callgate.adapters.kafka.runner import TRANSACTION_GAP_MS
+from callgate.ops.bench_txn import STEPS, time_transactions
 
 # Each section and the start of the measure of one row it must report.
 KAFKA = {
@@ -85,3 +96,29 @@ def test_quick_history_bench_measures_both_logs(tmp_path: Path) -> None:
         "history: status view read from the beginning",
     ], measures
     assert all(row["value"].endswith("ms") for row in rows), rows
+
+
+@pytest.mark.kafka
+def test_one_transactional_hop_is_timed_step_by_step(kafka_broker: Broker) -> None:
+    """``python -m callgate.ops.bench_txn``'s timing: every step of every transaction."""
+    steps = time_transactions(kafka_broker.bootstrap, 10, 0.0, True, unique_prefix("txn"))
+    assert list(steps) == list(STEPS)
+    assert all(len(xs) == 10 and all(x > 0 for x in xs) for xs in steps.values()), steps
+
+
+@pytest.mark.kafka
+def test_the_transaction_gap_spares_a_back_to_back_transaction_its_wait(
+    kafka_broker: Broker,
+) -> None:
+    """Apache Kafka answers a transaction begun right after a commit with
+    CONCURRENT_TRANSACTIONS until the commit markers are written, and librdkafka waits
+    20 ms before it asks again; begun ``TRANSACTION_GAP_MS`` later, it is not held back
+    (docs/adr/0020-transaction-gap.md). tansu has no such wait."""
+    if kafka_broker.kind != "apache":
+        pytest.skip("tansu answers a back-to-back transaction at once: nothing to spare")
+    first = "produce + flush"
+    at_once = time_transactions(kafka_broker.bootstrap, 30, 0.0, False, unique_prefix("txn"))
+    gap = time_transactions(
+        kafka_broker.bootstrap, 30, TRANSACTION_GAP_MS, False, unique_prefix("txn")
+    )
+    assert median(gap[first]) < median(at_once[first]) / 2, (gap[first], at_once[first])
