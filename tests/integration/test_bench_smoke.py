@@ -26,6 +26,8 @@ from tests.kafka_support import (
 from callgate.adapters.kafka.runner import TRANSACTION_GAP_MS
 from callgate.ops.bench_txn import STEPS, time_transactions
 
+RETRY_MS = 20  # librdkafka's fixed wait after CONCURRENT_TRANSACTIONS
+
 # Each section and the start of the measure of one row it must report.
 KAFKA = {
     "kafka ceiling": "kafka ({}) ceiling: same topology, no logic",
@@ -110,15 +112,13 @@ def test_one_transactional_hop_is_timed_step_by_step(kafka_broker: Broker) -> No
 def test_the_transaction_gap_spares_a_back_to_back_transaction_its_wait(
     kafka_broker: Broker,
 ) -> None:
-    """Apache Kafka answers a transaction begun right after a commit with
-    CONCURRENT_TRANSACTIONS until the commit markers are written, and librdkafka waits
-    20 ms before it asks again; begun ``TRANSACTION_GAP_MS`` later, it is not held back
-    (docs/adr/0020-transaction-gap.md). tansu has no such wait."""
-    if kafka_broker.kind != "apache":
-        pytest.skip("tansu answers a back-to-back transaction at once: nothing to spare")
-    first = "produce + flush"
-    at_once = time_transactions(kafka_broker.bootstrap, 30, 0.0, False, unique_prefix("txn"))
+    """Apache Kafka answers a transaction begun while it still writes the previous commit's
+    markers with CONCURRENT_TRANSACTIONS, and librdkafka asks again only after 20 ms
+    (``RETRY_MS``); begun ``TRANSACTION_GAP_MS`` after the commit, as the runner begins it, a
+    back-to-back transaction's first produce is not held back (ADR 0020). Without the gap
+    it is, some of the time: how often depends on the broker's load, so that is not
+    asserted. tansu answers at once either way."""
     gap = time_transactions(
         kafka_broker.bootstrap, 30, TRANSACTION_GAP_MS, False, unique_prefix("txn")
     )
-    assert median(gap[first]) < median(at_once[first]) / 2, (gap[first], at_once[first])
+    assert median(gap["produce + flush"]) < RETRY_MS, gap["produce + flush"]
