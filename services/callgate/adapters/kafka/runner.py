@@ -133,7 +133,8 @@ CONSUMER_LATENCY: dict[str, Any] = {
 # ``AddOffsetsToTxn``) with CONCURRENT_TRANSACTIONS while it still writes the previous
 # transaction's commit markers, about 1-2 ms on loopback, and librdkafka retries that after
 # a fixed 20 ms: a transaction begun right after a commit (the executor's follow-up after
-# ``ExecutionStarted``, any runner with records waiting) took 30 ms instead of 5-8.
+# ``ExecutionStarted``, any runner with records waiting) took 30 ms instead of 5-8. The
+# worker (``callgate serve``) passes it by default; ``KafkaRunner`` itself defaults to 0.
 TRANSACTION_GAP_MS = 3
 
 
@@ -194,10 +195,13 @@ class KafkaRunner:
         max_retries: int = 8,
         on_views: Callable[[Sequence[ViewRecord]], None] | None = None,
         views: ViewEncoder | None = None,
-        transaction_gap_ms: float = TRANSACTION_GAP_MS,
+        transaction_gap_ms: float = 0.0,
     ) -> None:
         """``on_views`` is called after each committed transaction with its view records
-        (``callgate serve`` prints a line per settled decision from the status view)."""
+        (``callgate serve`` prints a line per settled decision from the status view).
+        ``transaction_gap_ms``: begin a transaction no sooner than this after the last
+        commit; ``callgate serve``'s workers pass ``TRANSACTION_GAP_MS`` (Apache Kafka),
+        0 begins at once (tansu needs no gap)."""
         self.process = process
         self._on_views = on_views
         self._codec = codec
