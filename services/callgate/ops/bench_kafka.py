@@ -1,8 +1,9 @@
 """The Kafka section of ``callgate bench``: ceiling, pipeline throughput, latency.
 
-Every measurement runs on a fresh tansu broker this module starts on loopback (tansu slows
-down as partitions accumulate record batches, so no figure inherits another's history), with
-the deployment's topic layout and ``callgate serve``'s process layout: one OS process per
+Per broker (tansu, Apache Kafka: ``kafka_brokers``), every measurement runs on fresh topics
+on a broker this module starts on loopback (``_Brokers``: a new tansu broker each time, or
+one Apache Kafka broker with a new topic prefix each time), with the deployment's topic
+layout and ``callgate serve``'s process layout: one OS process per
 process, each a ``KafkaRunner`` with the same batch, transaction and consumer settings
 (``BenchBroker.runner_args``). Method and figures: docs/benchmarks.md.
 
