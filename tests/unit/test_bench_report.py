@@ -1,4 +1,5 @@
-"""How the bench's Kafka section reports proposals that did not settle, and its plot path."""
+"""How the bench's Kafka section reports proposals that did not settle, its plot path, and
+which brokers it runs on."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ import pytest
 
 from callgate.adapters.view_codec import ViewCodec
 from callgate.domain.canonical import canonical_json
+from callgate.ops.apache_kafka import KafkaUnavailable, cached_unavailable, find_java, java_major
+from callgate.ops.bench_core import Row
 from callgate.ops.bench_kafka import (
     Result,
+    _labelled,
     _stuck_at,
     captured_client_logs,
     client_logger,
+    kafka_brokers,
     shown,
 )
 
@@ -69,3 +74,26 @@ def test_client_log_lines_go_to_the_capture_not_to_stderr(
     assert captured.count == 1 and "Connect failed" in captured.last[0]
     assert capsys.readouterr().err == ""
     assert client_logger().propagate is False
+
+
+def test_rows_name_their_broker() -> None:
+    rows = _labelled([Row("kafka pipeline / ceiling", "50%", "≥ 70%", False, "n")], "apache")
+    assert rows == [Row("kafka (apache) pipeline / ceiling", "50%", "≥ 70%", False, "n")]
+
+
+def test_an_explicit_broker_is_taken_as_given_and_the_default_says_why() -> None:
+    assert kafka_brokers("tansu") == (["tansu"], "--broker tansu")
+    assert kafka_brokers("both")[0] == ["tansu", "apache"]
+    kinds, why = kafka_brokers(None)
+    reason = cached_unavailable()
+    assert kinds == (["tansu", "apache"] if reason is None else ["tansu"])
+    assert reason is None or reason in why
+
+
+def test_the_java_release_is_read_from_the_runtime_itself() -> None:
+    try:
+        java = find_java()
+    except KafkaUnavailable as exc:
+        pytest.skip(f"no Java runtime here: {exc}")
+    major = java_major(java)
+    assert major is not None and major >= 8

@@ -156,6 +156,37 @@ def unavailable() -> str | None:
     return None
 
 
+def java_major(java: str) -> int | None:
+    """The feature release of ``java`` (17 for "17.0.15", 8 for "1.8.0"), None if unknown."""
+    try:
+        done = subprocess.run(
+            [java, "-version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in (done.stderr + done.stdout).splitlines():
+        if "version" in line and '"' in line:
+            parts = line.split('"')[1].split(".")
+            digits = parts[1] if parts[0] == "1" and len(parts) > 1 else parts[0]
+            return int(digits) if digits.isdigit() else None
+    return None
+
+
+def cached_unavailable(version: str = KAFKA_VERSION) -> str | None:
+    """Why no Apache Kafka broker can start here *without fetching anything* (Java 17 or
+    newer, the jars already in the cache), or None. ``unavailable`` fetches the jars."""
+    try:
+        java = find_java()
+    except KafkaUnavailable as exc:
+        return str(exc)
+    major = java_major(java)
+    if major is None or major < 17:
+        return f"{java} is not Java 17 or newer (found: {major or 'unknown'})"
+    if not (cache_dir() / version / "libs" / ".complete").exists():
+        return f"the Apache Kafka {version} jars are not fetched yet (make kafka-fetch)"
+    return None
+
+
 def cluster_id() -> str:
     """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (Kafka's Uuid)."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()

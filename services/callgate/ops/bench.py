@@ -1,7 +1,8 @@
 """``callgate bench``: one table of figures, with machine details, measured in one run.
 
-Sections (issue "Performance"): broker ceiling (same topology, no logic) and pipeline
-throughput with its ratio; latency at a fixed offered load; replay; policy CPU time;
+Sections (issue "Performance"): per broker (tansu, Apache Kafka: ``--broker``), the
+ceiling (same topology, no logic) and pipeline throughput with its ratio, latency at fixed
+offered loads and per hop; replay; policy CPU time;
 embedded durable throughput; decider memory with many keys. ``--only history`` (not in
 the default set, it fills a log) measures one ``propose`` against an empty log and one with
 100,000 settled invocations (``bench_history``). ``--quick`` runs tiny counts (the test
@@ -54,9 +55,12 @@ def run_bench(
     quick: bool = False,
     only: list[str] | None = None,
     plot: Path | None = None,
+    broker: str | None = None,
 ) -> int:
     """Run the sections in ``only`` (default all); ``plot``: where the Kafka section writes
-    its latency plot (default ``<state_dir>/latency.png``; docs/latency.png for the docs)."""
+    its latency plot (default ``<state_dir>/latency.png``; docs/latency.png for the docs);
+    ``broker``: what the Kafka section runs on (``tansu``, ``apache``, ``both``; default
+    both where Apache Kafka can start without fetching anything, else tansu)."""
     counts = QUICK if quick else FULL
     wanted = set(only or ["kafka", "policy", "embedded", "replay", "memory"])
     rows: list[Row] = []
@@ -71,7 +75,7 @@ def run_bench(
         except Exception as e:  # a failed section is reported, never hidden
             rows.append(Row(f"{name}: FAILED", f"{type(e).__name__}: {e}", ok=False))
 
-    section("kafka", lambda: _kafka(settings, counts, plot))
+    section("kafka", lambda: _kafka(settings, counts, plot, broker))
     section("policy", lambda: bench_policy(int(counts["policy"])))
     embedded_state = None
 
@@ -118,7 +122,9 @@ def _history(settings: Settings, counts: dict[str, float]) -> list[Row]:
     return bench_history(settings, int(counts["history"]), int(counts["history_samples"]))
 
 
-def _kafka(settings: Settings, counts: dict[str, float], plot: Path | None) -> list[Row]:
+def _kafka(
+    settings: Settings, counts: dict[str, float], plot: Path | None, broker: str | None
+) -> list[Row]:
     from callgate.ops.bench_kafka import bench_kafka
 
-    return bench_kafka(settings, int(counts["kafka"]), float(counts["latency_s"]), plot)
+    return bench_kafka(settings, int(counts["kafka"]), float(counts["latency_s"]), plot, broker)

@@ -31,7 +31,7 @@ from callgate.adapters.kafka.tansu import TansuBroker
 from callgate.adapters.kafka.topics import Topics
 from callgate.bootstrap import Settings, bootstrap
 from callgate.ops.bench_core import Row, mixed_proposals
-from callgate.ops.bench_kafka import Load, outbound, pipeline_processes, wait_idle
+from callgate.ops.bench_kafka import BENCH_BROKERS, Load, outbound, pipeline_processes, wait_idle
 from callgate.surfaces.sdk import Gateway
 
 # Within this factor (plus a small allowance for a loaded machine) of the empty log.
@@ -74,13 +74,14 @@ def bench_history(settings: Settings, history: int, samples: int) -> list[Row]:
             names = [p.name for p in app.processes()]
             topics = Topics(app.settings.topic_prefix, settings.partitions)
             create_topics(app)
-            with pipeline_processes(app):
+            kind = BENCH_BROKERS["tansu"]  # tansu's settings, as the Kafka section's
+            with pipeline_processes(app, kind):
                 gate = Gateway(app, KafkaBackend(app))
                 alice = app.session_issuer.issue("alice", "acme", ["support"], app.clock())
                 gate.propose(alice, "tickets.read", {"ticket_id": "T-0"}, timeout_s=120)  # joins
                 wait_idle(broker.bootstrap, topics, names)
                 empty = _timed_proposes(gate, alice, samples)
-                load = Load(broker.bootstrap, topics, names, codec)
+                load = Load(broker.bootstrap, topics, names, codec, kind)
                 t0 = time.perf_counter()
                 load.run(outbound(codec, mixed_proposals(app, history, seed=11)))
                 filled_s = time.perf_counter() - t0

@@ -1,10 +1,11 @@
 """The Kafka section of ``callgate bench``: ceiling, pipeline throughput, latency.
 
-Every measurement runs on a fresh tansu broker this module starts on loopback (tansu slows
-down as partitions accumulate record batches, so no figure inherits another's history), with
-the deployment's topic layout and ``callgate serve``'s process layout: one OS process per
+Per broker (tansu, Apache Kafka: ``kafka_brokers``), every measurement runs on fresh topics
+on a broker this module starts on loopback (``_Brokers``: a new tansu broker each time, or
+one Apache Kafka broker with a new topic prefix each time), with the deployment's topic
+layout and ``callgate serve``'s process layout: one OS process per
 process, each a ``KafkaRunner`` with the same batch, transaction and consumer settings
-(``RUNNER_ARGS``). Method and figures: docs/benchmarks.md.
+(``BenchBroker.runner_args``). Method and figures: docs/benchmarks.md.
 
 - **Recording.** Before anything is timed, the real processes run in-process over the
   proposals and every step is recorded: per process and input event, the key's state bytes
@@ -26,6 +27,7 @@ process, each a ``KafkaRunner`` with the same batch, transaction and consumer se
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import marshal
 import os
@@ -56,7 +58,12 @@ from callgate.adapters.kafka.client import (
     make_producer,
     read_partitions_to_end,
 )
-from callgate.adapters.kafka.runner import KafkaRunner, ProducerFenced
+from callgate.adapters.kafka.runner import (
+    CONSUMER_LATENCY,
+    TRANSACTION_GAP_MS,
+    KafkaRunner,
+    ProducerFenced,
+)
 from callgate.adapters.kafka.serve import Supervisor, create_topics, views_of
 from callgate.adapters.kafka.tansu import TansuBroker
 from callgate.adapters.kafka.topics import Topics, ensure_topics
@@ -71,14 +78,6 @@ from callgate_projections.status import outcome_for
 
 BATCH_SIZE = 500  # ``callgate.adapters.kafka.worker`` defaults, passed explicitly to both
 BATCH_TIMEOUT_MS = 20
-# Tansu workarounds (docs/contract.md "Known tansu gaps"), for pipeline and ceiling alike: group
-# joins
-# take about session.timeout.ms; and tansu holds a fetch for its whole fetch.wait.max.ms even
-# when records arrive meanwhile (Apache Kafka answers at once), so the default 500 ms adds
-# about 200 ms per hop. Measured through one runner hop: 10 ms -> 9 ms, 100 ms -> 32 ms.
-CONSUMER = {k: str(v) for k, v in FAST_GROUP_SETTINGS.items()} | {"fetch.wait.max.ms": "10"}
-RUNNER_ARGS = ["--batch-size", str(BATCH_SIZE), "--batch-timeout-ms", str(BATCH_TIMEOUT_MS)]
-RUNNER_ARGS += [arg for k, v in CONSUMER.items() for arg in ("-X", f"{k}={v}")]
 
 # Offered loads (proposals/s) with a p99 target, publish -> status settled (issue
 # "Performance"); the low one is measured in full runs only.
@@ -90,7 +89,105 @@ TARGET_RATIO = 0.7  # pipeline / ceiling
 PLOT_FRACTIONS = (0.05, 0.15, 0.3, 0.5, 0.7, 0.9)  # of the measured pipeline throughput
 HOP_RECORD_BYTES = 400
 STALL_S = 60.0  # no final decision for this long: the rest did not settle
-BROKER = "tansu"  # named in the rows and the plot
+BROKERS = ("tansu", "apache")  # what ``--broker`` names; ``both`` is the two
+
+
+@dataclass(frozen=True)
+class BenchBroker:
+    """A broker kind the section runs on, and the consumer settings every runner of the
+    pipeline and of the ceiling gets on it (on top of the runner's ``CONSUMER_LATENCY``).
+
+    Both kinds: ``session.timeout.ms=6000`` and a 500 ms heartbeat, as ``callgate serve``'s
+    test deployments use (tansu's group joins take about the session timeout). tansu only:
+    ``fetch.wait.max.ms=10`` (docs/contract.md "Known tansu gaps"): tansu holds a fetch for
+    its whole ``fetch.wait.max.ms`` even when records arrive meanwhile, so the runner's
+    100 ms would add about 30 ms per hop (measured through one runner hop: 10 ms -> 9 ms,
+    100 ms -> 32 ms); and no transaction gap (``TRANSACTION_GAP_MS``: tansu answers a
+    transaction begun right after a commit at once, so the gap would only add up to 3 ms).
+    Apache Kafka answers a fetch as soon as ``fetch.min.bytes`` is there, so it runs with the
+    runner's own settings, as a production deployment does.
+    """
+
+    name: str
+    consumer: Mapping[str, str]
+    transaction_gap_ms: float = TRANSACTION_GAP_MS
+
+    def runner_args(self) -> list[str]:
+        args = ["--batch-size", str(BATCH_SIZE), "--batch-timeout-ms", str(BATCH_TIMEOUT_MS)]
+        args += ["--transaction-gap-ms", f"{self.transaction_gap_ms:g}"]
+        return args + [arg for k, v in self.consumer.items() for arg in ("-X", f"{k}={v}")]
+
+    def fetch_wait_ms(self) -> str:
+        return str(self.consumer.get("fetch.wait.max.ms", CONSUMER_LATENCY["fetch.wait.max.ms"]))
+
+
+_GROUPS = {k: str(v) for k, v in FAST_GROUP_SETTINGS.items()}
+BENCH_BROKERS = {
+    "tansu": BenchBroker("tansu", _GROUPS | {"fetch.wait.max.ms": "10"}, transaction_gap_ms=0),
+    "apache": BenchBroker("apache", dict(_GROUPS)),
+}
+
+
+def kafka_brokers(choice: str | None) -> tuple[list[str], str]:
+    """The brokers ``--broker`` means (``tansu``, ``apache``, ``both``; None: both when an
+    Apache Kafka broker can start here without fetching anything, else tansu) and a note
+    saying why."""
+    if choice in BROKERS:
+        return [str(choice)], f"--broker {choice}"
+    if choice == "both":
+        return list(BROKERS), "--broker both"
+    from callgate.ops.apache_kafka import cached_unavailable
+
+    reason = cached_unavailable()
+    if reason is None:
+        return list(BROKERS), "both: Java 17+ and the Apache Kafka jars are here"
+    return ["tansu"], f"tansu only: no Apache Kafka broker here ({reason})"
+
+
+class _Brokers:
+    """Hands out a fresh place to measure in, per measurement: a new tansu broker (tansu
+    slows down as partitions accumulate record batches, so no figure inherits another's
+    history), or on Apache Kafka a new topic prefix on one broker started for the section
+    (its logs do not slow down so; one warm JVM, as in production), the phase's topics
+    deleted after it."""
+
+    def __init__(self, kind: BenchBroker) -> None:
+        self.kind = kind
+        self._shared: Any = None
+        self._n = 0
+
+    def __enter__(self) -> _Brokers:
+        if self.kind.name == "apache":
+            from callgate.ops.apache_kafka import ApacheKafka
+
+            self._shared = ApacheKafka().start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._shared is not None:
+            self._shared.stop()
+
+    @contextmanager
+    def fresh(self, label: str = "bench") -> Iterator[tuple[str, str]]:
+        """(bootstrap address, topic prefix) for one measurement."""
+        self._n += 1
+        if self._shared is None:
+            with TansuBroker() as broker:
+                yield broker.bootstrap, label
+            return
+        prefix = f"{label}{self._n}"
+        try:
+            yield self._shared.bootstrap, prefix
+        finally:
+            _delete_topics(self._shared.bootstrap, prefix)
+
+
+def _delete_topics(bootstrap: str, prefix: str) -> None:
+    admin = make_admin(bootstrap, logger=client_logger())
+    names = [t for t in admin.list_topics(timeout=30).topics if t.startswith(f"{prefix}.")]
+    for future in admin.delete_topics(names, operation_timeout=30).values() if names else ():
+        future.result()
+
 
 # A recorded output: ("e", avro bytes) or ("v", view, key, value json or None, tenant).
 Step = tuple[bytes | None, list[tuple[Any, ...]]]  # (state after, None: unchanged; outputs)
@@ -250,6 +347,7 @@ def replay_worker(argv: Sequence[str] | None = None) -> int:
         parser.add_argument(name, required=True)
     for name in ("--partitions", "--batch-size", "--batch-timeout-ms"):
         parser.add_argument(name, type=int, required=True)
+    parser.add_argument("--transaction-gap-ms", type=float, default=TRANSACTION_GAP_MS)
     parser.add_argument("-X", dest="consumer", action="append", default=[], metavar="KEY=VALUE")
     ns = parser.parse_args(argv)
     codec = AvroCodec.default()
@@ -268,6 +366,7 @@ def replay_worker(argv: Sequence[str] | None = None) -> int:
         batch_size=ns.batch_size,
         batch_timeout_ms=ns.batch_timeout_ms,
         consumer_overrides=consumer_overrides(ns.consumer),
+        transaction_gap_ms=ns.transaction_gap_ms,
     )
     try:
         runner.run(stop)
@@ -328,7 +427,7 @@ class Outbound:
     value: bytes
 
 
-def _reader(bootstrap: str) -> Consumer:
+def _reader(bootstrap: str, fetch_wait_ms: str) -> Consumer:
     """The bench's ``read_committed`` consumer (``assign()`` only: never joins or commits).
     With tansu's fetch hold at its 500 ms default it would see records in late lumps."""
     return Consumer(
@@ -337,7 +436,7 @@ def _reader(bootstrap: str) -> Consumer:
             "group.id": "callgate.ops.bench",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
-            "fetch.wait.max.ms": CONSUMER["fetch.wait.max.ms"],
+            "fetch.wait.max.ms": fetch_wait_ms,
             "logger": client_logger(),
         }
     )
@@ -361,6 +460,8 @@ class Result:
     # reading its own invocation from the log waits for: one transaction and one hand-off
     # fewer than the status view).
     outcome_ms: list[float] = field(default_factory=list)
+    # Per hop of the critical path (``HOPS``), sorted ms, of the executed proposals.
+    hops: dict[str, list[float]] = field(default_factory=dict)
 
     def rate(self) -> float:
         return len(self.latencies_ms) / self.seconds if self.seconds > 0 else 0.0
@@ -401,19 +502,50 @@ def _stuck_at(status: bytes | None) -> str:
     return f"last status {value.get('outcome')!r}, settled={value.get('settled')}"
 
 
+# The critical path of an executed proposal (docs/benchmarks.md "The critical path"), cut
+# at the events the bench sees on the ``events`` log by their record timestamps (the
+# producer's create time, in ms, when the process produced it inside its transaction) and
+# at the bench's receipt of the settled status record. What each span holds:
+HOPS = (
+    ("publish → PolicyDecided", "produce ack, hand-off H1, the decider's handle"),
+    ("→ ExecutionStarted", "the decider's commit T1, hand-off H2, the executor's handle"),
+    ("→ ExecutionSucceeded", "the executor's commit T2, the provider call"),
+    ("→ status produced", "the executor's commit T3, hand-off H3, the status projection"),
+    ("→ status received", "the status projection's commit T4, hand-off H4 to the caller"),
+)
+_HOP_EVENTS = ("PolicyDecided", "ExecutionStarted", "ExecutionSucceeded")
+
+
+def _hop_spans(
+    scheduled_ms: float, stamps: Mapping[str, float], status_ms: float, received_ms: float
+) -> list[float] | None:
+    """The spans of ``HOPS`` for one proposal (wall-clock ms), or None where it did not
+    take the executed path (an approval, a denial)."""
+    if any(name not in stamps for name in _HOP_EVENTS):
+        return None
+    points = [scheduled_ms, *(stamps[n] for n in _HOP_EVENTS), status_ms, received_ms]
+    return [b - a for a, b in itertools.pairwise(points)]
+
+
 class Load:
     """Publishes proposals and waits for their final decisions on the ``status`` view; on
-    the way it notes when each one's outcome event reached the ``events`` log."""
+    the way it notes when each one's outcome event reached the ``events`` log, and the
+    record timestamps of the events on its critical path (``HOPS``)."""
 
     def __init__(
-        self, bootstrap: str, topics: Topics, names: Sequence[str], codec: AvroCodec
+        self,
+        bootstrap: str,
+        topics: Topics,
+        names: Sequence[str],
+        codec: AvroCodec,
+        kind: BenchBroker,
     ) -> None:
         self.bootstrap, self.topics, self.names, self.codec = bootstrap, topics, names, codec
         self.requests = topics.physical("requests")
         no_linger: dict[str, Any] = {"linger.ms": 0}  # a platform sends each call at once
         no_linger["logger"] = client_logger()
         self.producer: Producer = make_producer(bootstrap, None, **no_linger)
-        self.reader = _reader(bootstrap)
+        self.reader = _reader(bootstrap, kind.fetch_wait_ms())
         self.views = ViewCodec.default()  # status values are Avro (ADR 0016)
         self.events = topics.physical("events")
         self.reader.assign(
@@ -424,18 +556,19 @@ class Load:
             ]
         )
 
-    def _outcome(self, value: bytes) -> bytes | None:
-        """The invocation id whose final outcome event ``value`` is (``outcome_for`` in
-        ``codes.TERMINAL``, as the status view reads it), else None."""
+    def _event(self, value: bytes) -> tuple[ev.Event | None, bool]:
+        """The event ``value`` holds (None: not one), and whether it is its invocation's
+        final outcome event (``outcome_for`` in ``codes.TERMINAL``, as the status view
+        reads it)."""
         try:
             event = self.codec.decode(value)
         except MalformedEvent:
-            return None
+            return None, False
         try:
             code = outcome_for(event)
         except Rejection:
-            return None
-        return event.invocation_id.encode() if code in TERMINAL else None
+            return event, False
+        return event, code in TERMINAL
 
     def run(
         self, items: Sequence[Outbound], rate: float | None = None, idle: bool = True
@@ -450,7 +583,10 @@ class Load:
         seen: dict[bytes, bytes] = {}  # the last unsettled status record per invocation
         outcomes: list[float] = []
         waiting: dict[bytes, float] = {}  # scheduled publish of those without an outcome
+        stamps: dict[bytes, dict[str, float]] = {}  # record timestamps on the critical path
+        spans: list[list[float]] = []
         t0 = last = time.perf_counter()
+        wall0 = time.time() * 1000 - t0 * 1000  # perf_counter seconds -> wall-clock ms
         while len(latencies) < n:
             now = time.perf_counter()
             while sent < n and (rate is None or t0 + sent / rate <= now):
@@ -465,23 +601,40 @@ class Load:
                     raise KafkaException(msg.error())
                 value, key = msg.value() or b"", msg.key() or b""
                 if msg.topic() == self.events:
-                    invocation = self._outcome(value)
-                    if invocation is not None and invocation in waiting:
+                    event, final = self._event(value)
+                    if event is None:
+                        continue
+                    invocation = event.invocation_id.encode()
+                    if invocation in scheduled and event.event_type in _HOP_EVENTS:
+                        stamps.setdefault(invocation, {}).setdefault(
+                            event.event_type, float(msg.timestamp()[1])
+                        )
+                    if final and invocation in waiting:
                         outcomes.append((time.perf_counter() - waiting.pop(invocation)) * 1000)
                     continue
                 if key not in scheduled:
                     continue
                 if value and self.views.decode(value)[1]["settled"] is True:
                     last = time.perf_counter()
-                    latencies.append((last - scheduled.pop(key)) * 1000)
+                    publish = scheduled.pop(key)
+                    latencies.append((last - publish) * 1000)
                     seen.pop(key, None)
+                    span = _hop_spans(
+                        wall0 + publish * 1000,
+                        stamps.pop(key, {}),
+                        float(msg.timestamp()[1]),
+                        wall0 + last * 1000,
+                    )
+                    if span is not None:
+                        spans.append(span)
                 else:
                     seen[key] = value
             if time.perf_counter() - max(last, t0 + sent / (rate or 1e9)) > STALL_S:
                 break  # the rest did not settle: reported with where each one stopped
         unsettled = {k.decode(): _stuck_at(seen.get(k)) for k in scheduled}
         unsettled.update({i.invocation_id.decode(): "never published" for i in items[sent:]})
-        return Result(last - t0, sorted(latencies), unsettled, sorted(outcomes))
+        hops = {name: sorted(s[i] for s in spans) for i, (name, _) in enumerate(HOPS)}
+        return Result(last - t0, sorted(latencies), unsettled, sorted(outcomes), hops)
 
     def _produce(self, item: Outbound) -> None:
         while True:
@@ -537,7 +690,7 @@ def wait_idle(
 
 @contextmanager
 def replay_processes(
-    files: Sequence[Path], bootstrap: str, topics: Topics, state_dir: Path
+    files: Sequence[Path], bootstrap: str, topics: Topics, state_dir: Path, kind: BenchBroker
 ) -> Iterator[None]:
     """One OS process per recording, as ``callgate serve`` runs one per real process."""
     args = [
@@ -549,7 +702,7 @@ def replay_processes(
         str(topics.partitions),
         "--state-dir",
         str(state_dir),
-        *RUNNER_ARGS,
+        *kind.runner_args(),
     ]
     module = [sys.executable, "-m", "callgate.ops.bench_kafka"]
     children = [subprocess.Popen([*module, str(f), *args]) for f in files]
@@ -567,9 +720,9 @@ def replay_processes(
 
 
 @contextmanager
-def pipeline_processes(app: App) -> Iterator[None]:
+def pipeline_processes(app: App, kind: BenchBroker) -> Iterator[None]:
     """``callgate serve``'s supervisor: one ``callgate.adapters.kafka.worker`` per process."""
-    sup = Supervisor(app, [p.name for p in app.processes()], RUNNER_ARGS)
+    sup = Supervisor(app, [p.name for p in app.processes()], kind.runner_args())
     sup.start()
     try:
         yield
@@ -588,7 +741,15 @@ def _padded(make: Callable[[str], ev.Event], size: int, codec: AvroCodec) -> int
     raise ValueError(f"no padding gives {size} bytes")
 
 
-def single_hop(bootstrap: str, work: Path, partitions: int, n: int, codec: AvroCodec) -> Row:
+def single_hop(
+    bootstrap: str,
+    prefix: str,
+    work: Path,
+    partitions: int,
+    n: int,
+    codec: AvroCodec,
+    kind: BenchBroker,
+) -> Row:
     """Records/s through one transactional passthrough hop without state, 400-byte records:
     the broker's reference (docs/contract.md "Known tansu gaps": 60,000-85,000/s measured there)."""
 
@@ -613,7 +774,7 @@ def single_hop(bootstrap: str, work: Path, partitions: int, n: int, codec: AvroC
 
     in_pad = "x" * _padded(lambda pad: proposal(0, pad), HOP_RECORD_BYTES, codec)
     out_pad = "x" * _padded(lambda pad: output(0, pad), HOP_RECORD_BYTES, codec)
-    topics = Topics("bench-hop", partitions)
+    topics = Topics(prefix, partitions)
     requests, events = topics.physical("requests"), topics.physical("events")
     data = {
         "name": "passthrough",
@@ -638,12 +799,12 @@ def single_hop(bootstrap: str, work: Path, partitions: int, n: int, codec: AvroC
     del producer, admin  # destroyed now, not after the broker stopped
     # The backlog is published before the runner starts, and the clock runs from its first
     # committed transaction to its last: start-up and the group join are not timed.
-    reader = _reader(bootstrap)
+    reader = _reader(bootstrap, kind.fetch_wait_ms())
     reader.assign([TopicPartition(events, p, 0) for p in range(partitions)])
     seen: set[bytes] = set()
     first: bytes | None = None
     in_first, t_first, t_last = 0, 0.0, time.perf_counter()
-    with replay_processes([work / "passthrough.replay"], bootstrap, topics, work / "hop"):
+    with replay_processes([work / "passthrough.replay"], bootstrap, topics, work / "hop", kind):
         while len(seen) < n:
             if time.perf_counter() - t_last > STALL_S:
                 raise TimeoutError(f"{n - len(seen)} of {n} passthrough records never arrived")
@@ -676,31 +837,67 @@ def single_hop(bootstrap: str, work: Path, partitions: int, n: int, codec: AvroC
 
 
 def bench_kafka(
-    settings: Settings, proposals: int, latency_s: float, plot: Path | None = None
+    settings: Settings,
+    proposals: int,
+    latency_s: float,
+    plot: Path | None = None,
+    broker: str | None = None,
 ) -> list[Row]:
-    """Ceiling, pipeline throughput and latency on own tansu brokers (module docstring).
+    """Ceiling, pipeline throughput and latency on brokers of the bench's own (module
+    docstring), per broker ``kafka_brokers(broker)`` names; each broker's rows say which.
 
     ``settings`` gives the partition count and profile; brokers, topics and state are the
-    bench's own (a temporary directory). The latency plot goes to ``plot`` (default
-    ``<state_dir>/latency.png``). The bench's own Kafka clients log to a ``ClientLog``,
-    never to stderr; the last row counts their lines.
+    bench's own (a temporary directory). The latency plot (every broker measured, side by
+    side) goes to ``plot`` (default ``<state_dir>/latency.png``). The bench's own Kafka
+    clients log to a ``ClientLog``, never to stderr; each broker's last row counts them.
+    A broker whose run fails gets a ``FAILED`` row; the others still report.
     """
-    before = _cpu_seconds()
-    work = Path(tempfile.mkdtemp(prefix="callgate-bench-kafka-"))
-    with captured_client_logs() as client_log:
-        try:
-            rows = _run(
-                settings, work, proposals, latency_s, plot or settings.state_dir / "latency.png"
-            )
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    return [*rows, _noise(before, _cpu_seconds(), client_log)]
+    kinds, why = kafka_brokers(broker)
+    path = plot or settings.state_dir / "latency.png"
+    rows = [Row("kafka brokers", ", ".join(kinds), "", None, why)]
+    measured: dict[str, _Figures] = {}
+    per_broker: dict[str, list[Row]] = {}
+    for name in kinds:
+        before = _cpu_seconds()
+        work = Path(tempfile.mkdtemp(prefix="callgate-bench-kafka-"))
+        with captured_client_logs() as client_log:
+            try:
+                found, fig = _run(settings, work, proposals, latency_s, BENCH_BROKERS[name])
+                measured[name] = fig
+                per_broker[name] = found
+            except Exception as e:  # reported, and the next broker still runs
+                per_broker[name] = [Row("kafka: FAILED", f"{type(e).__name__}: {e}", ok=False)]
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+        per_broker[name].append(_noise(before, _cpu_seconds(), client_log))
+    shown_plot = _plot(measured, path) if measured else "no plot: no broker was measured"
+    for name in kinds:
+        tail = _plot_row(measured[name], shown_plot) if name in measured else []
+        rows += _labelled([*per_broker[name][:-1], *tail, per_broker[name][-1]], name)
+    return rows
+
+
+def _labelled(rows: Sequence[Row], broker: str) -> list[Row]:
+    """``kafka ...`` rows as ``kafka (<broker>) ...``."""
+    return [
+        Row(f"kafka ({broker}){_space(r.measure.removeprefix('kafka'))}", *_rest(r)) for r in rows
+    ]
+
+
+def _space(rest: str) -> str:
+    return rest if rest.startswith(":") else " " + rest.lstrip(" ")
+
+
+def _rest(row: Row) -> tuple[str, str, bool | None, str]:
+    return row.value, row.target, row.ok, row.note
 
 
 def _cpu_seconds() -> tuple[float, float, float]:
-    """(wall, CPU seconds the whole machine was busy, CPU seconds of this process tree)."""
+    """(wall, CPU seconds the whole machine was busy, CPU seconds of this process tree:
+    itself, its reaped children and its live ones, such as an Apache Kafka broker that
+    lives for the whole section)."""
     own = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
-    mine = sum(r.ru_utime + r.ru_stime for r in own)
+    mine = sum(r.ru_utime + r.ru_stime for r in own) + _live_children_cpu()
     try:
         ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
         busy = (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # not idle/iowait
@@ -709,13 +906,32 @@ def _cpu_seconds() -> tuple[float, float, float]:
     return time.monotonic(), busy, mine
 
 
+def _live_children_cpu() -> float:
+    """CPU seconds of this process's live children (``/proc/<pid>/stat``; 0 elsewhere)."""
+    total, me, tick = 0, str(os.getpid()), os.sysconf("SC_CLK_TCK")
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[1] == me:  # ppid; then utime, stime at 14 and 15 of the whole line
+            total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
+def _others(before: tuple[float, float, float], after: tuple[float, float, float]) -> float:
+    """Cores other processes used on average between ``before`` and ``after``."""
+    wall = after[0] - before[0]
+    return max(0.0, (after[1] - before[1]) - (after[2] - before[2])) / wall if wall else 0.0
+
+
 def _noise(
     before: tuple[float, float, float], after: tuple[float, float, float], client_log: ClientLog
 ) -> Row:
     """How much CPU other processes took while the section ran (its children are reaped
     when it ends, so their CPU is in RUSAGE_CHILDREN)."""
     wall = after[0] - before[0]
-    others = max(0.0, (after[1] - before[1]) - (after[2] - before[2])) / wall
+    others = _others(before, after)
     logs = f"; the bench's Kafka clients logged {client_log.count} line(s), kept off stderr"
     if client_log.last:
         logs += " (last: " + " | ".join(client_log.last) + ")"
@@ -739,21 +955,32 @@ class _Figures:
     latency: dict[int, Result] = field(default_factory=dict)  # offered rate -> pipeline
     ceiling_latency: dict[int, Result] = field(default_factory=dict)
     actual: Counter[str] = field(default_factory=Counter)  # read back from the pipeline
+    others: dict[int, float] = field(default_factory=dict)  # offered rate -> others' cores
     published: int = 0
 
 
-def _run(settings: Settings, work: Path, n: int, latency_s: float, plot: Path) -> list[Row]:
+def _run(
+    settings: Settings, work: Path, n: int, latency_s: float, kind: BenchBroker
+) -> tuple[list[Row], _Figures]:
+    with _Brokers(kind) as brokers:
+        return _measure(settings, work, n, latency_s, brokers)
+
+
+def _measure(
+    settings: Settings, work: Path, n: int, latency_s: float, brokers: _Brokers
+) -> tuple[list[Row], _Figures]:
     codec = AvroCodec.default()
     # The owner holds the keys; its development-issuer sessions drive the load.
     owner = bootstrap(Settings(state_dir=work / "owner", profile=settings.profile, dev=True))
     probe = mixed_proposals(owner, 10, seed=2)
     mix = mixed_proposals(owner, n, seed=1)
     fig = _Figures()
-    with TansuBroker() as broker:
-        rows = [single_hop(broker.bootstrap, work, settings.partitions, max(5_000, 10 * n), codec)]
+    with brokers.fresh("bench-hop") as (address, prefix):
+        hops = max(5_000, 10 * n)
+        rows = [single_hop(address, prefix, work, settings.partitions, hops, codec, brokers.kind)]
 
     def phase(replays: Mapping[str, Path] | None) -> Any:
-        return _phase(settings, work, codec, probe, replays)
+        return _phase(settings, work, codec, probe, replays, brokers)
 
     with phase(None) as load:
         fig.pipeline = load.run(outbound(codec, mix))
@@ -777,11 +1004,13 @@ def _run(settings: Settings, work: Path, n: int, latency_s: float, plot: Path) -
     with phase(files) as load:
         fig.ceiling = load.run(outbound(codec, mix))
     for rate, batch in sorted(paced.items()):  # alternating, so noise hits both alike
+        before = _cpu_seconds()
         with phase(files) as load:
             fig.ceiling_latency[rate] = load.run(outbound(codec, batch), rate)
         with phase(None) as load:
             fig.latency[rate] = load.run(outbound(codec, batch), rate)
-    return rows + _rows(fig, n, latency_s, plot)
+        fig.others[rate] = _others(before, _cpu_seconds())
+    return rows + _rows(fig, n, latency_s), fig
 
 
 @contextmanager
@@ -791,19 +1020,20 @@ def _phase(
     codec: AvroCodec,
     probe: Sequence[ev.Event],
     replays: Mapping[str, Path] | None,
+    brokers: _Brokers,
 ) -> Iterator[Load]:
-    """A fresh broker, topics and processes (the real ones, or ``replays``), joined and past
-    the probe, untimed. Fresh for every measurement because tansu slows down as partitions
-    accumulate record batches: no figure inherits another's history."""
+    """Fresh topics and processes (the real ones, or ``replays``) on a fresh broker or
+    prefix (``_Brokers.fresh``), joined and past the probe, untimed."""
     state = Path(tempfile.mkdtemp(prefix="phase-", dir=work))
     shutil.copytree(work / "owner" / "keys", state / "keys")
-    with TansuBroker() as broker:
+    kind = brokers.kind
+    with brokers.fresh() as (address, prefix):
         app = bootstrap(
             Settings(
                 state_dir=state,
                 backend="kafka",
-                topic_prefix="bench",
-                bootstrap_servers=broker.bootstrap,
+                topic_prefix=prefix,
+                bootstrap_servers=address,
                 partitions=settings.partitions,
                 profile=settings.profile,
                 dev=True,
@@ -813,12 +1043,12 @@ def _phase(
         topics = Topics(app.settings.topic_prefix, settings.partitions)
         create_topics(app)
         processes = (
-            pipeline_processes(app)
+            pipeline_processes(app, kind)
             if replays is None
-            else replay_processes([replays[p] for p in names], broker.bootstrap, topics, state)
+            else replay_processes([replays[p] for p in names], address, topics, state, kind)
         )
         with processes:
-            load = Load(broker.bootstrap, topics, names, codec)
+            load = Load(address, topics, names, codec, kind)
             try:
                 load.run(outbound(codec, probe), idle=False)  # waits for the group joins
                 yield load
@@ -850,7 +1080,7 @@ def _per(counts: Mapping[str, int], proposals: int) -> str:
     )
 
 
-def _rows(fig: _Figures, n: int, latency_s: float, plot: Path) -> list[Row]:
+def _rows(fig: _Figures, n: int, latency_s: float) -> list[Row]:
     assert fig.ceiling and fig.pipeline
     ratio = fig.pipeline.rate() / fig.ceiling.rate() if fig.ceiling.rate() else float("nan")
     changelog = fig.written["changelog"]
@@ -890,20 +1120,6 @@ def _rows(fig: _Figures, n: int, latency_s: float, plot: Path) -> list[Row]:
             "both measured in this run",
         ),
         *_latency_rows(fig, latency_s),
-        Row(
-            "kafka latency vs offered load",
-            _plot(fig, plot),
-            "",
-            None,
-            _unsettled_points(fig)
-            + "p50 / p99 ms, pipeline (ceiling): "
-            + "; ".join(
-                f"{rate}/s {r.pct(0.5):,.0f} / {r.pct(0.99):,.0f} "
-                f"({fig.ceiling_latency[rate].pct(0.5):,.0f} / "
-                f"{fig.ceiling_latency[rate].pct(0.99):,.0f})"
-                for rate, r in sorted(fig.latency.items())
-            ),
-        ),
         Row(
             "kafka pipeline writes per proposal (check of the replay)",
             _per(fig.actual, fig.published),
@@ -951,8 +1167,55 @@ def _latency_rows(fig: _Figures, latency_s: float) -> list[Row]:
                 f"transaction and one hand-off fewer); {len(mine.outcome_ms):,} "
                 f"({len(ceiling.outcome_ms):,}) seen",
             ),
+            Row(
+                f"kafka per hop at {rate}/s: pipeline, p50 (p99) ms",
+                _hops(mine),
+                "",
+                None,
+                f"{len(mine.hops.get(HOPS[0][0], [])):,} executed proposals, record "
+                "timestamps on the events log; spans: "
+                + "; ".join(f"{name}: {what}" for name, what in HOPS),
+            ),
+            Row(
+                f"kafka per hop at {rate}/s: ceiling, p50 (p99) ms",
+                _hops(ceiling),
+                "",
+                None,
+                f"{len(ceiling.hops.get(HOPS[0][0], [])):,} executed proposals",
+            ),
         ]
     return rows
+
+
+def _plot_row(fig: _Figures, plot: str) -> list[Row]:
+    return [
+        Row(
+            "kafka latency vs offered load",
+            plot,
+            "",
+            None,
+            _unsettled_points(fig)
+            + "p50 / p99 ms, pipeline (ceiling) [cores used by other processes meanwhile]: "
+            + "; ".join(
+                f"{rate}/s {r.pct(0.5):,.0f} / {r.pct(0.99):,.0f} "
+                f"({fig.ceiling_latency[rate].pct(0.5):,.0f} / "
+                f"{fig.ceiling_latency[rate].pct(0.99):,.0f}) [{fig.others.get(rate, 0):.2f}]"
+                for rate, r in sorted(fig.latency.items())
+            ),
+        )
+    ]
+
+
+def _hops(result: Result) -> str:
+    """p50 (p99) ms per span of ``HOPS``."""
+    return "; ".join(
+        f"{name} {_at(xs, 0.5):.1f} ({_at(xs, 0.99):.1f})"
+        for name, xs in ((n, result.hops.get(n, [])) for n, _ in HOPS)
+    )
+
+
+def _at(xs: Sequence[float], q: float) -> float:
+    return xs[min(len(xs) - 1, max(0, round(q * len(xs)) - 1))] if xs else float("nan")
 
 
 def _unsettled_points(fig: _Figures) -> str:
@@ -978,9 +1241,9 @@ def shown(path: Path) -> str:
         return f"{path.name} (in the state directory, or where --plot says)"
 
 
-def _plot(fig: _Figures, path: Path) -> str:
-    """Latency percentiles against offered load, as a PNG (matplotlib: a dev extra)."""
-    assert fig.pipeline is not None
+def _plot(figs: Mapping[str, _Figures], path: Path) -> str:
+    """Latency percentiles against offered load, one panel per broker, as a PNG
+    (matplotlib: a dev extra)."""
     try:
         import matplotlib
 
@@ -988,8 +1251,25 @@ def _plot(fig: _Figures, path: Path) -> str:
         import matplotlib.pyplot as plt
     except ImportError:
         return "no plot: matplotlib is not installed (pip install -e '.[dev]')"
+    figure, axes = plt.subplots(
+        1, len(figs), figsize=(7.0 * len(figs), 4.8), sharey=True, squeeze=False
+    )
+    for ax, (broker, fig) in zip(axes[0], figs.items(), strict=True):
+        _panel(ax, broker, fig)
+    figure.suptitle(
+        f"callgate on Kafka: publish → final decision (loopback, 6 OS processes, "
+        f"{os.cpu_count()} cores)"
+    )
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return shown(path)
+
+
+def _panel(ax: Any, broker: str, fig: _Figures) -> None:
+    assert fig.pipeline is not None
     rates = sorted(fig.latency)
-    figure, ax = plt.subplots(figsize=(7.5, 4.5))
     for q, style in ((0.5, "o-"), (0.95, "s-"), (0.99, "^-")):
         ys = [fig.latency[r].pct(q) for r in rates]
         ax.plot(rates, ys, style, label=f"pipeline p{q * 100:g}")
@@ -1011,16 +1291,10 @@ def _plot(fig: _Figures, path: Path) -> str:
         xlabel="offered load (proposals/s)",
         ylabel="publish → final decision (ms)",
         yscale="log",
-        title=f"callgate on Kafka ({BROKER} broker, loopback, 6 OS processes, "
-        f"{os.cpu_count()} cores)",
+        title=f"{broker} broker",
     )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small")
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return shown(path)
 
 
 if __name__ == "__main__":

@@ -128,6 +128,14 @@ CONSUMER_LATENCY: dict[str, Any] = {
     "fetch.wait.max.ms": 100,
     "socket.nagle.disable": True,
 }
+# A transaction's first request waits until this long after the previous commit returned
+# (docs/adr/0020-transaction-gap.md). Apache Kafka answers ``AddPartitionsToTxn`` (and
+# ``AddOffsetsToTxn``) with CONCURRENT_TRANSACTIONS while it still writes the previous
+# transaction's commit markers, about 1-2 ms on loopback, and librdkafka retries that after
+# a fixed 20 ms: a transaction begun right after a commit (the executor's follow-up after
+# ``ExecutionStarted``, any runner with records waiting) took 30 ms instead of 5-8. The
+# worker (``callgate serve``) passes it by default; ``KafkaRunner`` itself defaults to 0.
+TRANSACTION_GAP_MS = 3
 
 
 class ProducerFenced(RuntimeError):
@@ -187,9 +195,13 @@ class KafkaRunner:
         max_retries: int = 8,
         on_views: Callable[[Sequence[ViewRecord]], None] | None = None,
         views: ViewEncoder | None = None,
+        transaction_gap_ms: float = 0.0,
     ) -> None:
         """``on_views`` is called after each committed transaction with its view records
-        (``callgate serve`` prints a line per settled decision from the status view)."""
+        (``callgate serve`` prints a line per settled decision from the status view).
+        ``transaction_gap_ms``: begin a transaction no sooner than this after the last
+        commit; ``callgate serve``'s workers pass ``TRANSACTION_GAP_MS`` (Apache Kafka),
+        0 begins at once (tansu needs no gap)."""
         self.process = process
         self._on_views = on_views
         self._codec = codec
@@ -198,6 +210,8 @@ class KafkaRunner:
         self._clock = clock
         self._batch_size = batch_size
         self._batch_timeout_s = batch_timeout_ms / 1000
+        self._gap_s = transaction_gap_ms / 1000
+        self._committed_at = 0.0  # time.monotonic() when the last commit returned
         self._max_retries = max_retries
         self._state_dir = Path(state_dir) / process.name
         self._inputs = {topics.physical(t): t for t in sorted(process.inputs)}
@@ -467,8 +481,7 @@ class KafkaRunner:
         on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
     ) -> None:
         if not txn.started:
-            self._producer.begin_transaction()
-            txn.started = True
+            self._begin(txn)
         kwargs: dict[str, Any] = {"key": key, "value": value, "partition": partition}
         kwargs["headers"] = headers or [(HEADER_TXN, txn.token.encode())]
         if on_delivery is not None:
@@ -533,12 +546,12 @@ class KafkaRunner:
         offsets += [TopicPartition(self._changelog, p, o) for p, o in bounds.items()]
         if offsets:
             if not txn.started:
-                self._producer.begin_transaction()
-                txn.started = True
+                self._begin(txn)
             self._producer.send_offsets_to_transaction(
                 offsets, self._consumer.consumer_group_metadata(), 60
             )
         self._commit_transaction()
+        self._committed_at = time.monotonic()
         txn.started = False
         if txn.views and self._on_views is not None:
             written, txn.views = txn.views, []
@@ -559,6 +572,15 @@ class KafkaRunner:
             cache.move_to_end(key)
         while len(cache) > STATE_CACHE_KEYS:
             cache.popitem(last=False)
+
+    def _begin(self, txn: _Txn) -> None:
+        """Begin ``txn``, no sooner than ``transaction_gap_ms`` after the last commit (its
+        first request would meet CONCURRENT_TRANSACTIONS: ``TRANSACTION_GAP_MS``)."""
+        wait = self._committed_at + self._gap_s - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        self._producer.begin_transaction()
+        txn.started = True
 
     def _commit_transaction(self) -> None:
         for _ in range(5):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from callgate import logs
 from callgate.adapters.avro_codec import AvroCodec
-from callgate.adapters.kafka.runner import KafkaRunner, ProducerFenced
+from callgate.adapters.kafka.runner import TRANSACTION_GAP_MS, KafkaRunner, ProducerFenced
 from callgate.adapters.kafka.topics import Topics
 from callgate.bootstrap import Settings, bootstrap
 from callgate.logs import SettledLog
@@ -72,6 +72,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--batch-timeout-ms", type=int, default=20)
     parser.add_argument(
+        "--transaction-gap-ms",
+        type=float,
+        default=TRANSACTION_GAP_MS,
+        help="begin a transaction no sooner than this after the last commit "
+        f"(default {TRANSACTION_GAP_MS}; docs/adr/0020-transaction-gap.md)",
+    )
+    parser.add_argument(
         "--report-settled", action="store_true", help="a line per settled decision on stderr"
     )
     parser.add_argument("-X", dest="consumer", action="append", default=[], metavar="KEY=VALUE")
@@ -102,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         batch_size=ns.batch_size,
         batch_timeout_ms=ns.batch_timeout_ms,
         consumer_overrides=consumer_overrides(ns.consumer),
+        transaction_gap_ms=ns.transaction_gap_ms,
         on_views=(
             SettledLog(log_format) if ns.report_settled and ns.process == SETTLED_REPORTER else None
         ),

@@ -28,6 +28,13 @@ def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type
         metavar="FILE",
         help="where the Kafka section writes its latency plot (default: <state-dir>/latency.png)",
     )
+    be.add_argument(
+        "--broker",
+        choices=["tansu", "apache", "both"],
+        default=None,
+        help="what the Kafka section runs on: tansu, Apache Kafka from Maven (Java 17), or "
+        "both (default: both where Java 17 and the Apache Kafka jars are here, else tansu)",
+    )
 
     ch = add_command(
         sub, common, "chaos", "chaos run on the Kafka backend (starts its own test broker)", chaos
@@ -63,7 +70,12 @@ def bench(ctx: Context) -> int:
     from callgate.ops.bench import run_bench
 
     return run_bench(
-        ctx.app.settings, ctx.out, quick=ctx.ns.quick, only=ctx.ns.only, plot=ctx.ns.plot
+        ctx.app.settings,
+        ctx.out,
+        quick=ctx.ns.quick,
+        only=ctx.ns.only,
+        plot=ctx.ns.plot,
+        broker=ctx.ns.broker,
     )
 
 
