@@ -154,6 +154,8 @@ def test_approver_approves_a_high_impact_refund_and_the_agent_executes(
     expect(binds).to_contain_text("Policy version")
     expect(binds).to_contain_text("Dry-run hash")
     expect(binds.locator(".countdown")).to_have_text(re.compile(r"^1[45]:\d\d$"))
+    iso = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"  # the command line's format too
+    expect(binds).to_contain_text(re.compile(rf"Decide before\s*{iso} \(in "))
     expect(page.locator("#chain")).to_contain_text("Audit chain verified")
     screenshot(page, tmp_path, "console-desktop.png")
 

@@ -122,8 +122,9 @@ function money(key, value, currency) {
   return plain(value);
 }
 
+// One time format everywhere (the command line's too): ISO-8601 UTC with milliseconds.
 function when(ms) {
-  return ms ? new Date(ms).toLocaleString() : "—";
+  return ms ? new Date(ms).toISOString() : "—";
 }
 
 function left(ms) {
