@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.helpers import EXIT_FAILED, callgate_argv, cli_env, run, session
+from tests.e2e.helpers import EXIT_FAILED, EXIT_MISUSE, callgate_argv, cli_env, run, session
 from tests.kafka_support import librdkafka_lines
 
 pytestmark = pytest.mark.e2e
@@ -184,3 +184,23 @@ def test_a_broker_without_the_deployments_topics_is_not_found(
     error = result.value["error"]
     assert error["code"] == "not_found" and f"{prefix}.requests" in error["message"], result
     no_librdkafka_lines(result.stderr)
+
+
+@pytest.mark.parametrize(
+    "item", ["isolation.level=read_uncommitted", "enable.auto.commit=true", "garbage"]
+)
+def test_serve_refuses_consumer_overrides_that_are_not_tuning(
+    tmp_path: Path, nothing_listening: str, item: str
+) -> None:
+    """``CALLGATE_KAFKA_CONSUMER`` tunes group membership and fetching only: an override of
+    isolation or commits (what C8, C9 and C12 rest on), or a malformed item, stops serve at
+    start with ``usage``, before any child could be restarted forever."""
+    result = run(
+        tmp_path / "state",
+        *kafka_args(nothing_listening),
+        "serve",
+        rc=EXIT_MISUSE,
+        env={"CALLGATE_KAFKA_CONSUMER": f"session.timeout.ms=6000,{item}"},
+    )
+    error = result.value["error"]
+    assert error["code"] == "usage" and repr(item) in error["message"], result

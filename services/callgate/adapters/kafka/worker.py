@@ -45,10 +45,33 @@ def kafka_state_dir(settings: Settings) -> Path:
     return settings.state_dir / "kafka-state" / settings.instance_id
 
 
+# What the overrides may tune: group membership and fetching. Isolation, offsets and commits
+# carry C8, C9 and C12 and stay the runner's own.
+TUNABLE_PREFIXES = (
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "max.poll.interval.ms",
+    "partition.assignment.strategy",
+    "fetch.",
+    "queued.",
+    "socket.",
+)
+
+
 def consumer_overrides(options: list[str]) -> dict[str, str]:
-    """``CALLGATE_KAFKA_CONSUMER`` items, then ``-X`` items (which win)."""
+    """``CALLGATE_KAFKA_CONSUMER`` items, then ``-X`` items (which win). Raises
+    ``ValueError`` naming an item that is not ``key=value`` of a tunable key."""
     items = [i for i in os.environ.get(CONSUMER_ENV, "").split(",") if i.strip()]
-    return dict(item.strip().split("=", 1) for item in [*items, *options])
+    out: dict[str, str] = {}
+    for item in [*items, *options]:
+        key, sep, value = item.strip().partition("=")
+        if not sep or not key.startswith(TUNABLE_PREFIXES):
+            keys = ", ".join(p + "*" if p.endswith(".") else p for p in TUNABLE_PREFIXES)
+            raise ValueError(
+                f"{CONSUMER_ENV}/-X item {item.strip()!r}: expected key=value, key one of {keys}"
+            )
+        out[key] = value
+    return out
 
 
 def stop_with_parent() -> None:
