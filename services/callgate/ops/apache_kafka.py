@@ -35,11 +35,12 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from callgate.adapters.kafka.client import client_config
+from callgate.adapters.kafka.client import LIBRDKAFKA_LOG
 from callgate.adapters.kafka.tansu import free_port
 
 KAFKA_VERSION = "4.4.0"  # docker-compose.yml runs apache/kafka with the same version
@@ -334,11 +335,16 @@ class ApacheKafka:
         lines = out.read_text(errors="replace").splitlines() if out.exists() else []
         return " | ".join(lines[-5:])
 
+    def _client(self, **settings: Any) -> dict[str, Any]:
+        """A client of the plaintext listener: never this process's ``kafka_client``
+        settings, which are for the deployment's cluster, not for this launcher's probes."""
+        return {"bootstrap.servers": self.bootstrap, "logger": LIBRDKAFKA_LOG, **settings}
+
     def _wait_ready(self) -> bool:
         """Until the broker answers metadata naming itself (the controller has elected it)."""
         assert self._proc is not None
         deadline = time.monotonic() + self._start_timeout_s
-        admin = AdminClient(client_config(self.bootstrap, log_level=0))
+        admin = AdminClient(self._client(log_level=0))
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 return False
@@ -354,7 +360,7 @@ class ApacheKafka:
         ``NOT_COORDINATOR`` / ``COORDINATOR_LOAD_IN_PROGRESS``."""
         deadline = time.monotonic() + self._start_timeout_s
         probe = f"callgate.warm-up.{uuid.uuid4().hex[:8]}"
-        consumer = Consumer(client_config(self.bootstrap, **{"group.id": probe}))
+        consumer = Consumer(self._client(**{"group.id": probe}))
         try:
             while True:
                 try:
@@ -367,7 +373,7 @@ class ApacheKafka:
         finally:
             consumer.close()
         # librdkafka's lines ("coordinator load in progress") go to callgate's logger
-        producer = Producer(client_config(self.bootstrap, **{"transactional.id": probe}))
+        producer = Producer(self._client(**{"transactional.id": probe}))
         producer.init_transactions(max(1.0, deadline - time.monotonic()))
 
     def _terminate(self, grace_s: float = 20.0) -> None:

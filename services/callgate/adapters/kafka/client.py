@@ -69,13 +69,16 @@ def probe(bootstrap: str, timeout_s: float) -> set[str]:
     admin = make_admin(
         bootstrap, **{"socket.connection.setup.timeout.ms": _ms(timeout_s), "error_cb": on_error}
     )
+    failed: KafkaException | None = None
     try:
         metadata = admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
-        admin.poll(0)
-        raise broker_unavailable(bootstrap, timeout_s, (refused or [_reason(exc)])[-1]) from None
+        failed = exc
     finally:
-        admin.poll(0)  # hands librdkafka's queued log lines to ``LIBRDKAFKA_LOG`` (``-v``)
+        # Serves ``error_cb`` and hands librdkafka's queued log lines to ``LIBRDKAFKA_LOG``.
+        admin.poll(0)
+    if failed is not None:
+        raise broker_unavailable(bootstrap, timeout_s, (refused or [_reason(failed)])[-1])
     if not metadata.brokers:
         raise broker_unavailable(bootstrap, timeout_s, "metadata named no broker")
     return set(metadata.topics)

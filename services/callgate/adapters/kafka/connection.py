@@ -43,14 +43,10 @@ CONNECTION_PREFIXES = (
 _connection: dict[str, Property] = {}
 
 
-def refused_connection_keys(properties: Mapping[str, object]) -> list[str]:
-    """The keys of ``properties`` that are not connection properties (sorted)."""
-    return sorted(k for k in properties if not k.startswith(CONNECTION_PREFIXES))
-
-
 def check_connection(properties: Mapping[str, object]) -> None:
-    """Raise ``ValueError`` naming every key that ``kafka_client`` may not set."""
-    if refused := refused_connection_keys(properties):
+    """Raise ``ValueError`` naming every key that ``kafka_client`` may not set (the
+    ``Settings`` validator calls this, so what reaches ``use_connection`` is checked)."""
+    if refused := sorted(k for k in properties if not k.startswith(CONNECTION_PREFIXES)):
         raise ValueError(
             f"{', '.join(refused)}: not a connection property; kafka_client takes only "
             "security.protocol, ssl.*, sasl.*, client.id, socket.* and the like (callgate "
@@ -60,7 +56,6 @@ def check_connection(properties: Mapping[str, object]) -> None:
 
 def use_connection(properties: Mapping[str, Property]) -> None:
     """Every client made from now on in this process gets ``properties``."""
-    check_connection(properties)
     _connection.clear()
     _connection.update(properties)
 

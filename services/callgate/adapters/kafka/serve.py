@@ -28,7 +28,7 @@ from confluent_kafka import KafkaException
 
 from callgate.adapters.kafka.client import broker_unavailable, make_admin, probe
 from callgate.adapters.kafka.topics import Topics, ensure_topics
-from callgate.adapters.kafka.worker import LOG_FORMAT_ENV, VERBOSE_ENV
+from callgate.adapters.kafka.worker import LOG_FORMAT_ENV, VERBOSE_ENV, consumer_overrides
 from callgate.bootstrap import App, Settings, SettingsError
 from callgate.domain.codes import Code, Rejection
 from callgate.logs import serve_line
@@ -212,8 +212,6 @@ def serve_kafka(
     """Hold this instance's lock, create the topics (retrying until a broker answers), then
     supervise one child per process until ``stop``; prints a line when it starts and when it
     stops. Raises ``Rejection(busy)`` when this instance id already runs here or elsewhere."""
-    from callgate.adapters.kafka.worker import consumer_overrides
-
     try:  # checked here, once: a child that refused them would be restarted forever
         consumer_overrides([])
     except ValueError as exc:
