@@ -173,27 +173,39 @@ def test_propose_answers_what_callgate_propose_answers(server: HttpServe) -> Non
     assert forbidden["error"]["code"] == "tool_forbidden"
 
 
-def test_propose_waits_a_bounded_time_then_202_with_the_invocation_url(server: HttpServe) -> None:
-    token = server.token("alice", "acme", "support")
-    with server.client(token) as c:
-        for _ in range(20):  # an idle runner can decide a read within the 1 ms wait: ask again
+def test_propose_waits_a_bounded_time_then_202_with_the_invocation_url(
+    tmp_path: Path,
+) -> None:
+    # The tickets provider takes 1.5 s per call, so a 0.2 s wait cannot see the outcome.
+    slow = HttpServe(
+        tmp_path / "state",
+        tmp_path / "serve.log",
+        env={"CALLGATE_FAULTS": '{"tickets": {"latency_ms": 1500}}'},
+        dev=True,
+    )
+    try:
+        slow.wait_ready()
+        token = slow.token("alice", "acme", "support")
+        with slow.client(token) as c:
+            started = time.monotonic()
             r = c.post(
                 "/v1/proposals",
-                params={"wait": 0.001},
+                params={"wait": 0.2},
                 json={"tool": "tickets.read", "args": {"ticket_id": "T-9"}},
             )
-            if r.status_code != 200:
-                break
-        assert r.status_code == 202, r.text
-        body = r.json()
-        assert body["settled"] is False
-        where = r.headers["location"]
-        assert where == f"/v1/invocations/{body['invocation_id']}"
-        assert c.get(where).status_code == 200  # in progress or settled, never "not found"
-        with server.client(server.token("gina", "globex", "support")) as other:
-            assert other.get(where).status_code == 404
-        wait_until(lambda: c.get(where).json().get("settled") is True, 20, "the call to settle")
-        assert c.get(where).json()["outcome"] == "executed"
+            assert time.monotonic() - started < 1.4, "the wait is bounded by ?wait"
+            assert r.status_code == 202, r.text
+            body = r.json()
+            assert body["settled"] is False
+            where = r.headers["location"]
+            assert where == f"/v1/invocations/{body['invocation_id']}"
+            assert c.get(where).status_code == 200  # in progress or settled, never "not found"
+            with slow.client(slow.token("gina", "globex", "support")) as other:
+                assert other.get(where).status_code == 404
+            wait_until(lambda: c.get(where).json().get("settled") is True, 20, "the call to settle")
+            assert c.get(where).json()["outcome"] == "executed"
+    finally:
+        assert slow.stop() == 0, slow.log.read_text()
 
 
 def test_high_impact_refund_approved_over_http_executes_once(server: HttpServe) -> None:
