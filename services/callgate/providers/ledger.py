@@ -30,6 +30,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from callgate.adapters.sqlite import connect_wal
+
 LEDGER_FILE = "effects.sqlite"
 BUSY_TIMEOUT_MS = 30_000
 
@@ -143,16 +145,9 @@ class EffectLedger:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is not None and getattr(self._local, "pid", None) == os.getpid():
             return conn
-        # isolation_level=None: we issue BEGIN IMMEDIATE / COMMIT ourselves.
-        conn = sqlite3.connect(
-            self.path,
-            timeout=BUSY_TIMEOUT_MS / 1000,
-            isolation_level=None,
-            check_same_thread=False,
+        conn = connect_wal(
+            self.path, busy_timeout_ms=BUSY_TIMEOUT_MS, synchronous=self._synchronous
         )
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute(f"PRAGMA synchronous = {self._synchronous}")
         self._local.conn = conn
         self._local.pid = os.getpid()
         with self._all_lock:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from callgate.adapters.sqlite import connect_wal
 from callgate.domain.events import Event
 
 DB_FILE = "events.sqlite3"
@@ -281,11 +282,9 @@ class EmbeddedStore:
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            # isolation_level=None: no implicit transactions; we issue BEGIN IMMEDIATE ourselves.
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            conn.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={self._synchronous}")
+            conn = connect_wal(
+                self.path, busy_timeout_ms=_BUSY_TIMEOUT_MS, synchronous=self._synchronous
+            )
             self._local.conn = conn
             with self._guard:
                 self._connections.append(conn)
