@@ -17,6 +17,7 @@ from tests.harness import Gate
 
 from callgate.adapters.memory import CrashMode
 from callgate.domain import events as ev
+from callgate.domain.canonical import derive_id
 
 TICKET: dict[str, Any] = {"title": "Printer on fire", "requester_id": "alice"}
 REFUND: dict[str, Any] = {"order_id": "ORD-1", "amount_cents": 500, "currency": "USD"}
@@ -169,6 +170,11 @@ def test_crash_after_the_provider_call_recovers_the_real_result(tmp_path: Path) 
     assert g.outcome(first) == "executed"
     assert g.status(first)["result"] == effect["result"]
     assert len(g.effects()) == 1
+    # The recovery's outcome names the execution it settles as its cause.
+    (started,) = g.events(ev.ExecutionStarted)
+    (reconciled,) = g.events(ev.ExecutionReconciled)
+    assert reconciled.causation_id == started.event_id
+    assert reconciled.event_id == derive_id(started.event_id, "ExecutionReconciled")
 
 
 @pytest.mark.parametrize("mode", ["before", "after"])

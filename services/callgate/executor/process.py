@@ -61,6 +61,9 @@ class Started:
     target: str
     args_json: str
     attempt: int
+    # The ExecutionStarted event's id: the outcome of a recovery names it as its cause, so
+    # the audit trail leads from the reconciliation to the execution it settles.
+    started_event_id: str = ""
 
 
 @dataclass(slots=True)
@@ -142,6 +145,13 @@ class Executor:
                 return state, [] if answer is None else [_from_answer(answer)]
             if event.execution_token in state.started:
                 return state, ()  # started: its outcome follows
+            started = _follow(
+                event,
+                now_ms,
+                ev.ExecutionStarted,
+                execution_token=event.execution_token,
+                attempt=event.attempt,
+            )
             state.started[event.execution_token] = Started(
                 event.invocation_id,
                 event.partition_key,
@@ -150,16 +160,9 @@ class Executor:
                 event.target,
                 event.args_json,
                 event.attempt,
+                started.event_id,
             )
-            return state, [
-                _follow(
-                    event,
-                    now_ms,
-                    ev.ExecutionStarted,
-                    execution_token=event.execution_token,
-                    attempt=event.attempt,
-                )
-            ]
+            return state, [started]
         if isinstance(event, ev.DryRunRequested):
             return state, [self._dry_run(event, now_ms)]
         if isinstance(event, ev.ResourceDescriptionRequested):
@@ -192,7 +195,7 @@ class Executor:
         outputs: list[Output] = []
         for token, run in sorted(state.started.items()):
             cause = ev.Event(
-                event_id=derive_id("recover", token, str(run.attempt)),
+                event_id=run.started_event_id or derive_id("recover", token, str(run.attempt)),
                 invocation_id=run.invocation_id,
                 partition_key=run.partition_key,
                 occurred_at=now_ms,
