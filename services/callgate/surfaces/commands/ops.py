@@ -9,6 +9,9 @@ from pathlib import Path
 from callgate.surfaces.commands import Subcommands, add_command
 from callgate.surfaces.commands.context import Context
 
+# The sections of ``callgate bench`` (callgate.ops.bench); an unknown name is a usage error.
+BENCH_SECTIONS = ("kafka", "policy", "embedded", "replay", "memory", "history")
+
 
 def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
     dm = add_command(sub, common, "demo", "walk through the contract end to end", demo)
@@ -20,7 +23,9 @@ def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type
         "--only",
         action="append",
         default=[],
-        help="only these sections: kafka, policy, embedded, replay, memory (default: all)",
+        choices=BENCH_SECTIONS,
+        help="only this section, repeatable: kafka, policy, embedded, replay, memory, or "
+        "history (not in the default run; default: all but history)",
     )
     be.add_argument(
         "--plot",
