@@ -110,6 +110,8 @@ def cross_tenant_scenario(gate: Gateway, dead_letters: DeadLetters) -> None:
     first = gate.propose(alice, "refunds.issue", REFUND, key, timeout_s=SETTLE_S)
     assert first["outcome"] == Code.APPROVAL_REQUIRED.value, first
     inv = first["invocation_id"]
+    # The answer comes from the events log; the status view may follow a moment later.
+    assert gate.backend.wait(lambda: gate.status(inv, alice) is not None, SETTLE_S)
     before = gate.status(inv, alice)
     assert before is not None and before["tenant"] == "acme"
 
@@ -137,8 +139,10 @@ def cross_tenant_scenario(gate: Gateway, dead_letters: DeadLetters) -> None:
     )
     # reads are tenant-scoped: gina sees nothing of alice's invocation
     assert gate.status(inv, gina) is None
+    assert gate.backend.wait(
+        lambda: inv in {r["invocation_id"] for r in gate.pending(alice)}, SETTLE_S
+    )
     assert inv not in {r["invocation_id"] for r in gate.pending(gina)}
-    assert inv in {r["invocation_id"] for r in gate.pending(alice)}
     assert not [r for r in gate.audit(session=gina) if r["invocation_id"] == inv]
     with pytest.raises(Rejection) as refused:
         gate.approve(inv, gina, timeout_s=SETTLE_S)
