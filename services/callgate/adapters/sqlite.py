@@ -30,7 +30,7 @@ def connect_wal(
                 conn.execute("PRAGMA journal_mode = WAL")
                 break
             except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
                     raise
                 time.sleep(_RETRY_S)
         conn.execute(f"PRAGMA synchronous = {synchronous}")
