@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import json
 import math
 from typing import Any
@@ -18,6 +20,7 @@ from callgate.domain.canonical import (
     partition_key,
     request_fingerprint,
     sha256_hex,
+    state_json,
 )
 
 scalars = (
@@ -143,3 +146,27 @@ def test_derive_id_is_deterministic_and_respects_part_boundaries() -> None:
     assert derive_id("inv-1", "PolicyDecided") == derive_id("inv-1", "PolicyDecided")
     assert len(derive_id("x")) == 32
     assert derive_id("ab", "c") != derive_id("a", "bc")
+
+
+@given(st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+))  # fmt: skip
+def test_state_json_is_sorted_compact_json_that_reads_back_exactly(value: object) -> None:
+    """Process states: equal values give equal bytes, and the bytes read back to the value
+    (an int beyond 64 bits too: orjson cannot write it, ``json`` does)."""
+    data = state_json(value)
+    assert json.loads(data) == value
+    assert data == state_json(json.loads(data))
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert data.decode() == text
+
+
+@pytest.mark.parametrize(
+    "odd", [datetime.datetime(2026, 1, 1), dataclasses.make_dataclass("D", [])()]
+)
+def test_state_json_refuses_what_json_refuses(odd: object) -> None:
+    """A dataclass or datetime inside a state is a bug: raised, never silently encoded."""
+    with pytest.raises(TypeError):
+        state_json({"x": odd})

@@ -109,3 +109,18 @@ def _event_types() -> set[type[ev.Event]]:
         for cls in vars(ev).values()
         if isinstance(cls, type) and issubclass(cls, ev.Event) and cls is not ev.Event
     }
+
+
+def test_every_event_type_of_a_topic_has_a_reader_that_decodes_it(
+    log: tuple[Gate, list[ev.Event]],
+) -> None:
+    """The Kafka runner consumes a record whose header names a type its process does not
+    react to without decoding the body. A corrupt body is then dead-lettered only by the
+    readers that do react to it, so every type that belongs on a topic needs one."""
+    g, _ = log
+    processes = g.app.processes()
+    for cls in _event_types() - {ev.EventDeadLettered}:  # nobody reads the dead-letter topic
+        readers = [p for p in processes if cls.TOPIC in p.inputs]
+        assert readers, f"no process reads {cls.TOPIC}"
+        decoding = [p.name for p in readers if reacts_to(p) is None or cls in (reacts_to(p) or ())]
+        assert decoding, f"{cls.__name__} on {cls.TOPIC}: no reader reacts to it"

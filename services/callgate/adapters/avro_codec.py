@@ -144,10 +144,16 @@ class AvroCodec:
 
     def event_type_of(self, data: bytes) -> str | None:
         """The event type named by the header, without decoding the body; None if unknown."""
+        cls = self.event_class_of(data)
+        return None if cls is None else cls.__name__
+
+    def event_class_of(self, data: bytes) -> type[Event] | None:
+        """The event class named by the header, without decoding the body; None if unknown.
+        Only a claim: the body may still be corrupt (``decode`` says)."""
         if not isinstance(data, bytes) or len(data) < HEADER_LEN or data[:2] != MARKER:
             return None
         decoder = self._decoders.get(data[2:HEADER_LEN])
-        return None if decoder is None else decoder.event_cls.__name__
+        return None if decoder is None else decoder.event_cls
 
     def decode(self, data: bytes) -> Event:
         """Decode one event; every failure is a ``MalformedEvent`` with the reason."""

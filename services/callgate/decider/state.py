@@ -2,7 +2,7 @@
 
 Everything here is derived from the log (docs/contract.md "Shape"): the runner stores it next to
 the consumed position (embedded) or in a changelog inside the same transaction (Kafka),
-so it can always be rebuilt. Serialization is canonical JSON so that equal states are
+so it can always be rebuilt. Serialization is sorted-key JSON so that equal states are
 equal bytes.
 """
 
@@ -12,6 +12,8 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from callgate.domain.canonical import state_json
 
 
 class Phase:
@@ -137,7 +139,7 @@ class DeciderState:
 
 def _plain(record: Invocation | KeyRecord | ApprovalUse) -> dict[str, Any]:
     # Shallow on purpose: every field is a str, int, bool, None or list of str, which json
-    # encodes as it is (a nested dataclass would make json.dumps raise, never pass silently).
+    # encodes as it is (a nested dataclass would make state_json raise, never pass silently).
     # ``dataclasses.asdict`` deep-copies every value and cost the decider about a fifth of
     # its CPU time on Kafka (docs/benchmarks.md).
     return {name: getattr(record, name) for name in _FIELDS[type(record)]}
@@ -150,16 +152,17 @@ _FIELDS = {
 
 
 def dump_state(state: DeciderState) -> bytes:
-    """Canonical JSON of ``state``: the same bytes ``dataclasses.asdict`` would give."""
+    """Sorted-key JSON of ``state`` (what ``dataclasses.asdict`` holds): equal states are
+    equal bytes (``canonical.state_json``)."""
     value: dict[str, Any] = {}
     for name in _FIELDS[DeciderState]:
         item = getattr(state, name)
         value[name] = {k: _plain(v) for k, v in item.items()} if isinstance(item, dict) else item
-    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+    return state_json(value)
 
 
 def load_state(data: bytes) -> DeciderState:
-    raw: dict[str, Any] = json.loads(data)
+    raw: dict[str, Any] = json.loads(data)  # exact ints: orjson reads a huge one as a float
     return DeciderState(
         invocations={k: Invocation(**v) for k, v in raw["invocations"].items()},
         keys={k: KeyRecord(**v) for k, v in raw["keys"].items()},

@@ -13,8 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
+
+import orjson
 
 _ENCODER = json.JSONEncoder(
     ensure_ascii=False, allow_nan=False, separators=(",", ":"), check_circular=False
@@ -31,19 +33,18 @@ _SORTING_ENCODER = json.JSONEncoder(
 # an integral float must become an int, so floats take the slow path).
 _PLAIN_LEAVES = frozenset({str, int, bool, type(None)})
 
-_sorted_dumps: Callable[[Any], str]
-try:
-    import orjson
 
-    def _sorted_dumps(value: Any) -> str:
-        """orjson writes plain values as ``_SORTING_ENCODER`` does, five times faster: same
-        separators, same escapes (only ``"``, ``\\`` and U+0000-U+001F; checked for every
-        code point by tests/unit/test_replay_fast.py), keys sorted by code point. What it
-        cannot write (ints beyond 64 bits, lone surrogates, deep nesting) raises TypeError."""
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+def _sorted_dumps(value: Any) -> str:
+    """orjson writes plain values as ``_SORTING_ENCODER`` does, five times faster: same
+    separators, same escapes (only ``"``, ``\\`` and U+0000-U+001F; checked for every
+    code point by tests/unit/test_replay_fast.py), keys sorted by code point. What it
+    cannot write (ints beyond 64 bits, lone surrogates, deep nesting) raises TypeError."""
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
 
-except ImportError:  # optional dependency: the standard library gives the same text
-    _sorted_dumps = _SORTING_ENCODER.encode
+
+_STATE_OPTIONS = (
+    orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+)
 
 
 def _utf16_key(key: str) -> bytes:
@@ -143,6 +144,21 @@ def sha256_hex(data: str | bytes) -> str:
     # for routing) is a hash like any other, not an exception; valid text is plain UTF-8.
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     return hashlib.sha256(raw).hexdigest()
+
+
+def state_json(value: Any) -> bytes:
+    """Sorted-key compact JSON of a process state built of plain values: equal states give
+    equal bytes, which is all a runner compares (not canonical JSON: nothing is hashed).
+
+    orjson writes it about five times faster than ``json`` (state dumps were a tenth of the
+    embedded runner's time). What orjson cannot write (an int beyond 64 bits) and what
+    ``json`` would refuse (a dataclass, a datetime: orjson's passthrough hands them to
+    ``json``, which raises ``TypeError``, never a silent encoding) goes to ``json``.
+    """
+    try:
+        return orjson.dumps(value, option=_STATE_OPTIONS)
+    except TypeError:
+        return _SORTING_ENCODER.encode(value).encode()
 
 
 def args_hash(normalized_args: Mapping[str, Any]) -> str:

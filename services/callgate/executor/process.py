@@ -35,7 +35,7 @@ from dataclasses import fields as dataclass_fields
 from typing import Any
 
 from callgate.domain import events as ev
-from callgate.domain.canonical import canonical_json, derive_id, sha256_hex
+from callgate.domain.canonical import canonical_json, derive_id, sha256_hex, state_json
 from callgate.domain.catalog import Profile
 from callgate.domain.process import Output
 from callgate.providers.base import (
@@ -119,7 +119,7 @@ class Executor:
             token: {name: getattr(run, name) for name in _STARTED_FIELDS}
             for token, run in state.started.items()
         }
-        return json.dumps(raw, sort_keys=True, separators=(",", ":")).encode()
+        return state_json(raw)
 
     def load_state(self, data: bytes) -> ExecutorState:
         raw = json.loads(data)

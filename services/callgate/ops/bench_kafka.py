@@ -72,7 +72,7 @@ from callgate.adapters.view_codec import ViewCodec, ViewSchemaError
 from callgate.bootstrap import App, Settings, bootstrap
 from callgate.domain import events as ev
 from callgate.domain.codes import TERMINAL, Rejection
-from callgate.domain.process import Output, Process, ViewRecord
+from callgate.domain.process import Output, Process, ViewRecord, reacts_to
 from callgate.ops.bench_core import Row, mixed_proposals
 from callgate_projections.status import outcome_for
 
@@ -241,6 +241,11 @@ class _Recorder:
             "name": p.name,
             "inputs": sorted(p.inputs),
             "recovers": p.recovers,
+            # The runner consumes the other types undecoded: the ceiling must do as the
+            # pipeline does (``KafkaRunner._handle_record``), no more and no less.
+            "reacts_to": None
+            if (kinds := reacts_to(p)) is None
+            else sorted(k.__name__ for k in kinds),
             "initial": self.initial,
             "handled": self.handled,
             "follow": self.follow,
@@ -294,6 +299,10 @@ class Replay:
         self.name: str = data["name"]
         self.inputs: frozenset[str] = frozenset(data["inputs"])
         self.recovers: bool = data["recovers"]
+        names = data.get("reacts_to")
+        self.reacts_to: frozenset[type[ev.Event]] | None = (
+            None if names is None else frozenset(ev.BY_NAME[n] for n in names)
+        )
         self._initial: bytes = data["initial"]
         self._handled = {k: _decode(s, codec) for k, s in data["handled"].items()}
         self._follow = {k: _decode(s, codec) for k, s in data["follow"].items()}

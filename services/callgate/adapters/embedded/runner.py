@@ -58,7 +58,12 @@ from callgate_projections import Projection
 
 LOCK_FILE = "runner.lock"
 # Committed states kept per process (beyond that, the first cached go); others are read.
-STATE_CACHE_KEYS = 4_096
+# A burst of proposals reaches the decider's later events only after its requests, so the
+# cache must hold a burst's keys: with 4,096, a 10,000-proposal burst read most states back.
+STATE_CACHE_KEYS = 16_384
+# Input rows per process per round: a round costs one commit (an fsync) however many rows
+# it takes, so under a backlog bigger rounds are cheaper; an idle runner takes what is there.
+BATCH_SIZE = 2_000
 PRUNE_REQUESTS_EVERY_S = 60.0
 # Bound on the decoded-row cache if some process lags far behind the others.
 _DECODED_ROWS = 20_000
@@ -252,7 +257,7 @@ class EmbeddedRunner:
         processes: Sequence[Process[Any]],
         codec: EventCodec,
         clock: Callable[[], int],
-        batch_size: int = 500,
+        batch_size: int = BATCH_SIZE,
         state_cache_keys: int = STATE_CACHE_KEYS,
         on_views: Callable[[Sequence[ViewRecord]], None] | None = None,
         requests_retention_ms: int | None = None,

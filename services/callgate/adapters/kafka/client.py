@@ -116,6 +116,8 @@ class EventCodec(Protocol):
 
     def decode(self, data: bytes) -> Event: ...
 
+    def event_class_of(self, data: bytes) -> type[Event] | None: ...
+
 
 class PublishFailed(RuntimeError):
     """The broker did not acknowledge every record."""

@@ -336,6 +336,14 @@ class KafkaRunner:
         txn.positions[(topic, partition)] = offset + 1
         logical = self._inputs[topic]
         value = msg.value() or b""
+        if self._reacts_to is not None:
+            kind = self._codec.event_class_of(value)
+            if kind is not None and logical == kind.TOPIC and kind not in self._reacts_to:
+                # Consumed and committed undecoded: ``handle`` would change nothing. A corrupt
+                # body is dead-lettered by the readers that react to its type (every type of
+                # every topic has one: tests/unit/test_reacts_to.py); a type on the wrong
+                # topic, or an unknown header, is decoded and dead-lettered below.
+                return
         try:
             event = self._codec.decode(value)
             if logical != type(event).TOPIC:
