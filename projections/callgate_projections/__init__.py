@@ -37,6 +37,7 @@ __all__ = [
     "Projection",
     "ViewRecord",
     "fold_log",
+    "keeps_states_immutable",
     "load_json_object",
     "materialize",
     "parse_json_field",
@@ -158,3 +159,13 @@ def materialize(records: Iterable[ViewRecord], view: str) -> dict[str, dict[str,
         else:
             table[record.key] = value
     return table
+
+
+def keeps_states_immutable(process: object) -> bool:
+    """Whether ``process`` never changes a state object in place, so that a ``handle`` /
+    ``follow_up`` / ``due`` / ``recover`` returning the object it was given means "no
+    change" and a runner need not dump the state to compare it. True for projections
+    (frozen dataclasses, ``MappingProxyType``, frozensets; tested in
+    ``tests/unit/test_state_identity.py``); the decider and the executor update their state
+    in place, so their states are always dumped and compared."""
+    return isinstance(process, Projection)

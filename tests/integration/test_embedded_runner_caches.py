@@ -17,12 +17,13 @@ import pytest
 from tests.toys import proposal
 
 from callgate.adapters.avro_codec import AvroCodec
-from callgate.adapters.embedded.runner import EmbeddedRunner, keeps_states_immutable
+from callgate.adapters.embedded.runner import EmbeddedRunner
 from callgate.adapters.embedded.store import EmbeddedStore
 from callgate.bootstrap import Settings, bootstrap
 from callgate.domain.events import ApprovalExpired, Event, ExecutionStarted
 from callgate.domain.process import Output, Process, ViewRecord
 from callgate.ops.bench_core import mixed_proposals
+from callgate_projections import keeps_states_immutable
 
 CODEC = AvroCodec.default()
 NOW = 1_800_000_000_000

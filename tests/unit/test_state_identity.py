@@ -15,10 +15,10 @@ from typing import Any
 from hypothesis import given, settings
 from tests.unit.test_projections import logs  # every ``events`` type, fields drawn
 
-from callgate.adapters.embedded.runner import keeps_states_immutable
 from callgate.bootstrap import App, Settings, bootstrap
 from callgate.domain.events import Event
 from callgate.domain.process import Process
+from callgate_projections import keeps_states_immutable
 
 NOW = 1_800_000_000_000
 

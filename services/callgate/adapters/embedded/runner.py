@@ -54,7 +54,7 @@ from callgate.adapters.failures import Deterministic, Transient, answers, classi
 from callgate.domain.codes import Code
 from callgate.domain.events import Event
 from callgate.domain.process import Output, Process, ViewRecord, reacts_to
-from callgate_projections import Projection
+from callgate_projections import keeps_states_immutable
 
 LOCK_FILE = "runner.lock"
 # Committed states kept per process (beyond that, the first cached go); others are read.
@@ -111,15 +111,6 @@ class _StateCache:
 
 
 _MISSING = object()
-
-
-def keeps_states_immutable(process: Process[Any]) -> bool:
-    """Whether ``process`` never changes a state object in place, so that a ``handle`` /
-    ``follow_up`` / ``due`` / ``recover`` returning the object it was given means "no
-    change". True for projections (frozen dataclasses, ``MappingProxyType``, frozensets;
-    tested in ``tests/unit/test_state_identity.py``); the decider and the executor update
-    their state in place, so their states are always dumped and compared."""
-    return isinstance(process, Projection)
 
 
 class _Batch:

@@ -97,6 +97,7 @@ from callgate.adapters.view_codec import JsonViews, ViewCodec, ViewEncoder
 from callgate.domain.codes import Code
 from callgate.domain.events import Event, EventDeadLettered
 from callgate.domain.process import Output, Process, ViewRecord, reacts_to
+from callgate_projections import keeps_states_immutable
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +151,7 @@ class _Txn:
         "dumped",
         "emitted",
         "handled",
+        "origin",
         "positions",
         "started",
         "states",
@@ -163,6 +165,7 @@ class _Txn:
         self.started = False
         self.states: dict[Key, Any] = {}
         self.stored: dict[Key, bytes | None] = {}
+        self.origin: dict[Key, Any] = {}  # the state object each key started the txn with
         self.dumped: dict[Key, bytes] = {}  # each key's state as committed (set by _commit)
         self.emitted: dict[Key, list[Event]] = {}
         self.handled: dict[Key, list[Event]] = {}  # inputs handled per key (``_reset``)
@@ -241,6 +244,7 @@ class KafkaRunner:
         self._token_seq = 0
         self._initial_blob = process.dump_state(process.initial_state())
         self._reacts_to = reacts_to(process)
+        self._immutable = keeps_states_immutable(process)
         # key -> (committed state object, its bytes). A transaction takes an entry out
         # (processes may mutate the object) and only a commit puts it back, so an aborted
         # transaction never leaves uncommitted state here.
@@ -438,18 +442,19 @@ class KafkaRunner:
         cached = self._cache.pop(key, None)
         if cached is not None:
             txn.states[key], txn.stored[key] = cached
+            txn.origin[key] = cached[0]
             return cached[0]
         blob = self._stores[key[0]].get(key[1])
         txn.stored[key] = blob
         state = self.process.load_state(blob) if blob is not None else self.process.initial_state()
-        txn.states[key] = state
+        txn.states[key] = txn.origin[key] = state
         return state
 
     def _seed(self, txn: _Txn, key: Key, state: Any, blob: bytes | None = None) -> None:
         """Start ``txn`` for ``key`` from a state that is already committed (``blob``: its
         bytes, when the commit already dumped it)."""
         self._cache.pop(key, None)  # ``txn`` owns the object now
-        txn.states[key] = state
+        txn.states[key] = txn.origin[key] = state
         txn.stored[key] = self.process.dump_state(state) if blob is None else blob
 
     def _emit(self, txn: _Txn, key: Key, state: Any, outputs: Sequence[Output]) -> None:
@@ -512,13 +517,17 @@ class KafkaRunner:
         positions, so an uncommitted deferred record was handled against the state that is
         still the committed one, and handling it again after a rewind is again a no-op.
         """
-        process = self.process
+        process, immutable, origin = self.process, self._immutable, txn.origin
         changes: dict[int, dict[str, bytes]] = {}
         for (partition, key), state in txn.states.items():
+            stored = txn.stored.get((partition, key))
+            before = self._initial_blob if stored is None else stored
+            if immutable and state is origin.get((partition, key)):
+                txn.dumped[(partition, key)] = before  # unchanged by construction: not dumped
+                continue
             blob = process.dump_state(state)
             txn.dumped[(partition, key)] = blob
-            stored = txn.stored.get((partition, key))
-            if blob != (self._initial_blob if stored is None else stored):
+            if blob != before:
                 changes.setdefault(partition, {})[key] = blob
         if not (txn.started or changes):
             if txn.positions and not self._deferred:
