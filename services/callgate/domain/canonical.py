@@ -150,10 +150,11 @@ def state_json(value: Any) -> bytes:
     """Sorted-key compact JSON of a process state built of plain values: equal states give
     equal bytes, which is all a runner compares (not canonical JSON: nothing is hashed).
 
-    orjson writes it about five times faster than ``json`` (state dumps were a tenth of the
-    embedded runner's time). What orjson cannot write (an int beyond 64 bits) and what
-    ``json`` would refuse (a dataclass, a datetime: orjson's passthrough hands them to
-    ``json``, which raises ``TypeError``, never a silent encoding) goes to ``json``.
+    orjson halved the decider's state dump (7.4% of the embedded runner's time before, 3.4%
+    after; docs/benchmarks.md "CPU per record in the runners"). What orjson cannot write
+    (an int beyond 64 bits) and what ``json`` would refuse (a dataclass, a datetime:
+    orjson's passthrough hands them to ``json``, which raises ``TypeError``, never a silent
+    encoding) goes to ``json``.
     """
     try:
         return orjson.dumps(value, option=_STATE_OPTIONS)
