@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -278,6 +278,49 @@ def test_counts_exactly_once_through_the_broker_across_an_aborted_transaction(
     run.stop()
 
     assert "in-900" not in process._fail_once_on  # the failure did happen
+    assert_counted_exactly_once(dep, "counter", keys)
+
+
+class _AbortFailsFatally:
+    """The runner's producer, except that its first ``abort_transaction`` fails as
+    librdkafka's can when the abort races a transaction just begun (INVALID_TXN_STATE, fatal;
+    confluentinc/librdkafka#4849): nothing is aborted and the producer is left unusable."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+        self.failed = False
+
+    def abort_transaction(self, *args: Any) -> None:
+        if not self.failed:
+            self.failed = True
+            raise KafkaException(KafkaError(KafkaError.INVALID_TXN_STATE, "injected", fatal=True))
+        self._real.abort_transaction(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+@pytest.mark.kafka
+def test_a_fatally_failed_abort_replaces_the_producer_and_loses_nothing(
+    kafka_bootstrap: str, tmp_path: Path, running: Callable[[KafkaRunner], Running]
+) -> None:
+    """The abort after a failed batch fails fatally: the runner replaces its producer (the
+    new one fences the old and the coordinator aborts its open transaction) and goes on,
+    every input counted exactly once."""
+    rng = random.Random(11)
+    keys = [f"k{rng.randrange(13)}" for _ in range(600)]
+    process = Counting(fail_once_on=frozenset({"in-300"}))
+    dep = Deployment.fresh(kafka_bootstrap, process)
+    dep.publish([proposal(i, k) for i, k in enumerate(keys)])
+    runner = dep.runner(process, tmp_path, wall_clock)
+    broken = _AbortFailsFatally(runner._producer)
+    runner._producer = broken  # type: ignore[assignment]
+    run = running(runner)
+    wait_for(lambda: dep.committed_inputs("counter") == len(keys), 60, "all inputs committed")
+    run.stop()
+
+    assert broken.failed and run.error is None, run.error
+    assert runner._producer is not broken  # replaced
     assert_counted_exactly_once(dep, "counter", keys)
 
 

@@ -39,7 +39,9 @@ The commit sequence (Quix-style; this is exactly what ``poll_once`` does):
 
 On any other error (transient: broker, disk): abort the transaction, re-read the committed
 positions and changelog bounds from the broker, restore state to them, re-seek the inputs,
-and retry -- never skip. A fenced producer (a newer instance with the same
+and retry -- never skip. An abort that itself fails fatally (librdkafka can, racing a
+transaction just begun) replaces the producer: the new one fences the old and its open
+transaction is aborted by the coordinator. A fenced producer (a newer instance with the same
 ``transactional.id``) raises ``ProducerFenced``: the runner must exit, not continue.
 
 Inputs are read ``read_committed``; on tansu that does not hide records of aborted upstream
@@ -74,6 +76,7 @@ from confluent_kafka import (
     KafkaError,
     KafkaException,
     Message,
+    Producer,
     TopicPartition,
 )
 
@@ -219,11 +222,12 @@ class KafkaRunner:
         self._state_dir = Path(state_dir) / process.name
         self._inputs = {topics.physical(t): t for t in sorted(process.inputs)}
         self._changelog = topics.changelog(process.name)
-        self._producer = make_producer(
+        self._new_producer: Callable[[], Producer] = lambda: make_producer(
             bootstrap,
             topics.transactional_id(process.name, instance_id),
             **{**PRODUCER_LATENCY, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS},
         )
+        self._producer = self._new_producer()
         # Dynamic membership (ADR 0015): a lost instance's partitions move to the others
         # once it misses ``session.timeout.ms``; a stopping one leaves the group at once.
         # ``client.id`` names the instance in the group's member list.
@@ -731,11 +735,24 @@ class KafkaRunner:
         try:
             self._producer.abort_transaction(60)
         except KafkaException as abort_exc:
-            _raise_if_fatal(abort_exc)  # "no transaction in progress" is fine
+            if _is_fatal(abort_exc) and not _is_fenced(abort_exc):
+                self._replace_producer(abort_exc)
+            else:
+                _raise_if_fatal(abort_exc)  # "no transaction in progress" is fine
         if self._failures > self._max_retries:
             raise exc
         time.sleep(min(5.0, 0.05 * 2**self._failures))
         self._rewind_pending = True
+
+    def _replace_producer(self, cause: KafkaException) -> None:
+        """A new producer with the same ``transactional.id`` after the abort itself failed
+        fatally. librdkafka can fail an abort that races the partition registration of a
+        transaction just begun with INVALID_TXN_STATE (confluentinc/librdkafka#4849), which
+        leaves the producer unusable; the new one's ``init_transactions`` fences it and has
+        the coordinator abort its open transaction, so nothing of it is committed."""
+        log.warning("%s: abort failed (%s); replacing the producer", self.process.name, cause)
+        self._producer = self._new_producer()
+        self._producer.init_transactions(60)
 
     def _rewind(self) -> None:
         """Restore state to the committed changelog and seek inputs to committed positions."""
@@ -749,15 +766,27 @@ class KafkaRunner:
         self._rewind_pending = False
 
 
-def _raise_if_fatal(exc: BaseException) -> None:
+def _kafka_error(exc: BaseException) -> KafkaError | None:
     if not isinstance(exc, KafkaException) or not exc.args:
-        return
+        return None
     err = exc.args[0]
-    if not isinstance(err, KafkaError):
-        return
-    if err.code() in _FENCED_CODES:
-        raise ProducerFenced(str(err)) from exc
-    if err.fatal():
+    return err if isinstance(err, KafkaError) else None
+
+
+def _is_fenced(exc: BaseException) -> bool:
+    err = _kafka_error(exc)
+    return err is not None and err.code() in _FENCED_CODES
+
+
+def _is_fatal(exc: BaseException) -> bool:
+    err = _kafka_error(exc)
+    return err is not None and bool(err.fatal())
+
+
+def _raise_if_fatal(exc: BaseException) -> None:
+    if _is_fenced(exc):
+        raise ProducerFenced(str(_kafka_error(exc))) from exc
+    if _is_fatal(exc):
         raise exc
 
 
