@@ -320,7 +320,8 @@ def test_a_fatally_failed_abort_replaces_the_producer_and_loses_nothing(
     run.stop()
 
     assert broken.failed and run.error is None, run.error
-    assert runner._producer is not broken  # replaced
+    replaced: object = runner._producer
+    assert replaced is not broken
     assert_counted_exactly_once(dep, "counter", keys)
 
 
