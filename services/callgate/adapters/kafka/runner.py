@@ -735,8 +735,8 @@ class KafkaRunner:
         try:
             self._producer.abort_transaction(60)
         except KafkaException as abort_exc:
-            if _is_fatal(abort_exc) and not _is_fenced(abort_exc):
-                self._replace_producer(abort_exc)
+            if _is_fatal(abort_exc) and _code(abort_exc) == KafkaError.INVALID_TXN_STATE:
+                self._replace_producer(abort_exc)  # only this: a fenced runner must exit
             else:
                 _raise_if_fatal(abort_exc)  # "no transaction in progress" is fine
         if self._failures > self._max_retries:
@@ -746,10 +746,11 @@ class KafkaRunner:
 
     def _replace_producer(self, cause: KafkaException) -> None:
         """A new producer with the same ``transactional.id`` after the abort itself failed
-        fatally. librdkafka can fail an abort that races the partition registration of a
-        transaction just begun with INVALID_TXN_STATE (confluentinc/librdkafka#4849), which
-        leaves the producer unusable; the new one's ``init_transactions`` fences it and has
-        the coordinator abort its open transaction, so nothing of it is committed."""
+        with INVALID_TXN_STATE, fatally: librdkafka can, when the abort races the partition
+        registration of a transaction just begun (confluentinc/librdkafka#4849), leaving the
+        producer unusable. The new one's ``init_transactions`` fences it and has the
+        coordinator abort its open transaction, so nothing of it is committed. Never after
+        fencing: the replacement would fence the instance that fenced this one."""
         log.warning("%s: abort failed (%s); replacing the producer", self.process.name, cause)
         self._producer = self._new_producer()
         self._producer.init_transactions(60)
@@ -771,6 +772,11 @@ def _kafka_error(exc: BaseException) -> KafkaError | None:
         return None
     err = exc.args[0]
     return err if isinstance(err, KafkaError) else None
+
+
+def _code(exc: BaseException) -> int | None:
+    err = _kafka_error(exc)
+    return None if err is None else int(err.code())
 
 
 def _is_fenced(exc: BaseException) -> bool:
