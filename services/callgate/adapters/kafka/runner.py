@@ -39,8 +39,8 @@ The commit sequence (Quix-style; this is exactly what ``poll_once`` does):
 
 On any other error (transient: broker, disk): abort the transaction, re-read the committed
 positions and changelog bounds from the broker, restore state to them, re-seek the inputs,
-and retry -- never skip. An abort that itself fails fatally (librdkafka can, racing a
-transaction just begun) replaces the producer: the new one fences the old and its open
+and retry -- never skip. An abort that itself fails with INVALID_TXN_STATE (librdkafka's,
+racing a transaction just begun) replaces the producer: the new one fences the old and its open
 transaction is aborted by the coordinator. A fenced producer (a newer instance with the same
 ``transactional.id``) raises ``ProducerFenced``: the runner must exit, not continue.
 
@@ -735,7 +735,8 @@ class KafkaRunner:
         try:
             self._producer.abort_transaction(60)
         except KafkaException as abort_exc:
-            if _is_fatal(abort_exc) and _code(abort_exc) == KafkaError.INVALID_TXN_STATE:
+            err = _kafka_error(abort_exc)
+            if err is not None and err.fatal() and err.code() == KafkaError.INVALID_TXN_STATE:
                 self._replace_producer(abort_exc)  # only this: a fenced runner must exit
             else:
                 _raise_if_fatal(abort_exc)  # "no transaction in progress" is fine
@@ -774,25 +775,13 @@ def _kafka_error(exc: BaseException) -> KafkaError | None:
     return err if isinstance(err, KafkaError) else None
 
 
-def _code(exc: BaseException) -> int | None:
-    err = _kafka_error(exc)
-    return None if err is None else int(err.code())
-
-
-def _is_fenced(exc: BaseException) -> bool:
-    err = _kafka_error(exc)
-    return err is not None and err.code() in _FENCED_CODES
-
-
-def _is_fatal(exc: BaseException) -> bool:
-    err = _kafka_error(exc)
-    return err is not None and bool(err.fatal())
-
-
 def _raise_if_fatal(exc: BaseException) -> None:
-    if _is_fenced(exc):
-        raise ProducerFenced(str(_kafka_error(exc))) from exc
-    if _is_fatal(exc):
+    err = _kafka_error(exc)
+    if err is None:
+        return
+    if err.code() in _FENCED_CODES:
+        raise ProducerFenced(str(err)) from exc
+    if err.fatal():
         raise exc
 
 
