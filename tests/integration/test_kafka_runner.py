@@ -27,6 +27,7 @@ Run as a worker subprocess by the SIGKILL test: ``python -m callgate.adapters.ka
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import shutil
@@ -47,6 +48,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.kafka_support import Broker
 from tests.toys import Counting, Expiring, Recovering, proposal
 
 from callgate.adapters.avro_codec import AvroCodec
@@ -531,15 +533,82 @@ def test_a_fenced_runner_exits_and_its_successor_loses_nothing(
     old = running(dep.runner(process, tmp_path / "old", wall_clock))
     wait_for(lambda: dep.committed_inputs("counter") == 100, 60, "first inputs committed")
 
-    new = running(dep.runner(Counting(), tmp_path / "new", wall_clock))
+    successor = dep.runner(Counting(), tmp_path / "new", wall_clock)
+    new = running(successor)
+    # The successor's start fences the old producer at once; the old runner finds out at its
+    # next transaction, once the new inputs are there. They are published only after the
+    # rebalance the successor's join began has completed: on tansu, a leader that leaves a
+    # rebalance in progress wedges the group for good (docs/contract.md "Known tansu gaps";
+    # ``test_a_rebalance_that_never_completes_is_reported``).
+    wait_for(lambda: owns_partitions(successor), 120, "the successor's first assignment")
     dep.publish([proposal(100 + i, k) for i, k in enumerate(keys[100:])])
     wait_for(lambda: not old.thread.is_alive(), 60, "the fenced runner to exit")
     assert isinstance(old.error, ProducerFenced), old.error  # recognised, on both brokers
-    # On tansu the successor's group join waits out a session timeout per rebalance (two
-    # here: when it joins, and when the fenced one leaves); under load that took over 60 s.
+    # On tansu each rebalance waits out about a session timeout; under load over 60 s.
     wait_for(lambda: dep.committed_inputs("counter") == 200, 120, "all inputs committed")
     new.stop()
     assert_counted_exactly_once(dep, "counter", keys)
+
+
+def owns_partitions(runner: KafkaRunner) -> bool:
+    """Whether ``runner`` (on its own thread) owns a partition yet."""
+    try:
+        return bool(runner.owned_partitions)
+    except RuntimeError:  # its partition map changed while read: it is taking ownership
+        return False
+
+
+@pytest.mark.kafka
+def test_a_rebalance_that_never_completes_is_reported(
+    kafka_broker: Broker,
+    tmp_path: Path,
+    running: Callable[[KafkaRunner], Running],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The group's leader leaves while the runner's join is in progress. Apache Kafka
+    completes the rebalance without it: the runner gets every partition and warns of
+    nothing. tansu keeps the departed member as the leader, so the rebalance never
+    completes (docs/contract.md "Known tansu gaps"): the runner warns, once, that its group
+    has assigned it nothing."""
+    dep = Deployment.fresh(kafka_broker.bootstrap, Counting())
+    leader = Consumer({
+        "bootstrap.servers": kafka_broker.bootstrap, "group.id": dep.topics.group("counter"),
+        "partition.assignment.strategy": "range", **FAST_GROUP_SETTINGS,
+    })  # fmt: skip
+    assigned: list[TopicPartition] = []
+    leader.subscribe(
+        [dep.topics.physical("requests")], on_assign=lambda _c, tps: assigned.extend(tps)
+    )
+    deadline = time.monotonic() + 60
+    while not assigned and time.monotonic() < deadline:
+        leader.poll(0.1)
+    assert len(assigned) == PARTITIONS, "the first member got every partition"
+
+    runner = KafkaRunner(
+        Counting(), CODEC, dep.topics, kafka_broker.bootstrap, "i1", tmp_path, wall_clock,
+        consumer_overrides=FAST_GROUP_SETTINGS, views=JsonViews(), join_overdue_s=10,
+    )  # fmt: skip
+    caplog.set_level(logging.WARNING, logger="callgate.adapters.kafka.runner")
+    running(runner)
+    # The leader does not poll, so it never rejoins: the runner's join stays in progress.
+    time.sleep(3)
+    leader.close()  # leaves the group in the middle of the rebalance
+
+    def overdue() -> bool:
+        return any("no partitions assigned" in r.getMessage() for r in caplog.records)
+
+    if kafka_broker.kind == "tansu":
+        wait_for(overdue, 60, "the overdue join to be reported")
+        time.sleep(1)
+        assert not runner.owned_partitions
+        reports = [r for r in caplog.records if "no partitions assigned" in r.getMessage()]
+        assert len(reports) == 1, "reported once per join"
+        assert dep.topics.group("counter") in reports[0].getMessage()
+    else:
+        wait_for(lambda: owns_partitions(runner), 60, "the runner's assignment")
+        time.sleep(12)  # past join_overdue_s
+        assert runner.owned_partitions == list(range(PARTITIONS))
+        assert not overdue()
 
 
 # --- kill -9 -----------------------------------------------------------------------------------

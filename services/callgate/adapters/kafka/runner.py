@@ -117,6 +117,11 @@ NOOP_COMMIT_DELAY_S = 0.5
 # ``transaction.timeout.ms`` (plus the broker's abort check interval). A transaction lasts
 # one batch and its follow-ups: far less than this, unless a provider hangs.
 GROUP_SETTINGS: dict[str, Any] = {"session.timeout.ms": 10_000, "heartbeat.interval.ms": 1_000}
+# A runner with no partitions this long after joining its group (or after a revocation) logs a
+# warning: the group's rebalance has not completed, so nothing of the group is processed. A
+# join takes seconds (a session timeout at most); on tansu, a group whose leader left during a
+# rebalance never completes one (docs/contract.md "Known tansu gaps").
+JOIN_OVERDUE_S = 60.0
 TRANSACTION_TIMEOUT_MS = 15_000
 _FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 # Latency settings: a caller waits on every hop of the critical path (docs/benchmarks.md,
@@ -202,12 +207,13 @@ class KafkaRunner:
         on_views: Callable[[Sequence[ViewRecord]], None] | None = None,
         views: ViewEncoder | None = None,
         transaction_gap_ms: float = 0.0,
+        join_overdue_s: float = JOIN_OVERDUE_S,
     ) -> None:
         """``on_views`` is called after each committed transaction with its view records
         (``callgate serve`` prints a line per settled decision from the status view).
         ``transaction_gap_ms``: begin a transaction no sooner than this after the last
         commit; ``callgate serve``'s workers pass ``TRANSACTION_GAP_MS`` (Apache Kafka),
-        0 begins at once (tansu needs no gap)."""
+        0 begins at once (tansu needs no gap). ``join_overdue_s``: ``JOIN_OVERDUE_S``."""
         self.process = process
         self._on_views = on_views
         self._codec = codec
@@ -241,6 +247,8 @@ class KafkaRunner:
         self._due: dict[Key, int] = {}
         self._due_heap: list[tuple[int, int, str]] = []
         self._pending_assignment: list[int] | None = None
+        self._join_overdue_s = join_overdue_s
+        self._joining_since: float | None = None  # time.monotonic(); None once assigned
         self._needs_recover = False
         self._rewind_pending = False
         self._failures = 0
@@ -271,6 +279,7 @@ class KafkaRunner:
             on_revoke=self._on_revoke,
             on_lost=self._on_revoke,
         )
+        self._joining_since = time.monotonic()
         self._started = True
 
     def run(self, stop: threading.Event) -> None:
@@ -305,6 +314,7 @@ class KafkaRunner:
             if self._rewind_pending:
                 self._rewind()
             msgs = self._consume()
+            self._warn_if_join_overdue()
             if self._pending_assignment is not None:
                 self._take_ownership(self._pending_assignment)
             if self._needs_recover:
@@ -656,11 +666,26 @@ class KafkaRunner:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Restored after consume() returns, before any record of the batch is handled.
         self._pending_assignment = sorted({tp.partition for tp in partitions})
+        self._joining_since = None
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Called only inside consume(), where no transaction is open.
         self._pending_assignment = None
         self._close_stores()
+        self._joining_since = time.monotonic()
+
+    def _warn_if_join_overdue(self) -> None:
+        """Say once per join that the group has not assigned this runner anything yet."""
+        since = self._joining_since
+        if since is None or time.monotonic() - since < self._join_overdue_s:
+            return
+        self._joining_since = None  # once; the next revocation starts another wait
+        log.warning(
+            "%s: no partitions assigned %.0f s after joining group %s: its rebalance has not "
+            "completed and none of its input is processed (on tansu, a group whose leader "
+            "left during a rebalance never completes one: see the contract's known tansu gaps)",
+            self.process.name, time.monotonic() - since, self._topics.group(self.process.name),
+        )  # fmt: skip
 
     def _close_stores(self) -> None:
         for store in self._stores.values():
