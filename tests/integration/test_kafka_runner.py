@@ -55,11 +55,12 @@ from callgate.adapters.avro_codec import AvroCodec
 from callgate.adapters.kafka.client import (
     FAST_GROUP_SETTINGS,
     Record,
+    make_consumer,
     make_producer,
     publish,
     read_partitions_to_end,
 )
-from callgate.adapters.kafka.runner import KafkaRunner, ProducerFenced
+from callgate.adapters.kafka.runner import JOIN_OVERDUE_S, KafkaRunner, ProducerFenced
 from callgate.adapters.kafka.state import (
     HEADER_PREV,
     HEADER_TXN,
@@ -139,11 +140,12 @@ class Deployment:
         state_dir: Path,
         clock: Callable[[], int],
         batch_size: int = 200,
+        join_overdue_s: float = JOIN_OVERDUE_S,
     ) -> KafkaRunner:
         return KafkaRunner(
             process, CODEC, self.topics, self.bootstrap, "i1", state_dir, clock,
             batch_size=batch_size, batch_timeout_ms=50, consumer_overrides=FAST_GROUP_SETTINGS,
-            views=JsonViews(),
+            views=JsonViews(), join_overdue_s=join_overdue_s,
         )  # fmt: skip
 
 
@@ -571,10 +573,9 @@ def test_a_rebalance_that_never_completes_is_reported(
     completes (docs/contract.md "Known tansu gaps"): the runner warns, once, that its group
     has assigned it nothing."""
     dep = Deployment.fresh(kafka_broker.bootstrap, Counting())
-    leader = Consumer({
-        "bootstrap.servers": kafka_broker.bootstrap, "group.id": dep.topics.group("counter"),
-        "partition.assignment.strategy": "range", **FAST_GROUP_SETTINGS,
-    })  # fmt: skip
+    leader = make_consumer(
+        kafka_broker.bootstrap, dep.topics.group("counter"), **FAST_GROUP_SETTINGS
+    )
     assigned: list[TopicPartition] = []
     leader.subscribe(
         [dep.topics.physical("requests")], on_assign=lambda _c, tps: assigned.extend(tps)
@@ -584,26 +585,25 @@ def test_a_rebalance_that_never_completes_is_reported(
         leader.poll(0.1)
     assert len(assigned) == PARTITIONS, "the first member got every partition"
 
-    runner = KafkaRunner(
-        Counting(), CODEC, dep.topics, kafka_broker.bootstrap, "i1", tmp_path, wall_clock,
-        consumer_overrides=FAST_GROUP_SETTINGS, views=JsonViews(), join_overdue_s=10,
-    )  # fmt: skip
+    runner = dep.runner(Counting(), tmp_path, wall_clock, join_overdue_s=10)
     caplog.set_level(logging.WARNING, logger="callgate.adapters.kafka.runner")
     running(runner)
     # The leader does not poll, so it never rejoins: the runner's join stays in progress.
     time.sleep(3)
     leader.close()  # leaves the group in the middle of the rebalance
 
+    def reports() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if "no partitions assigned" in r.getMessage()]
+
     def overdue() -> bool:
-        return any("no partitions assigned" in r.getMessage() for r in caplog.records)
+        return bool(reports())
 
     if kafka_broker.kind == "tansu":
         wait_for(overdue, 60, "the overdue join to be reported")
         time.sleep(11)  # past join_overdue_s again: the same join is not reported twice
         assert not runner.owned_partitions
-        reports = [r for r in caplog.records if "no partitions assigned" in r.getMessage()]
-        assert len(reports) == 1, "reported once per join"
-        assert dep.topics.group("counter") in reports[0].getMessage()
+        assert len(reports()) == 1, "reported once per join"
+        assert dep.topics.group("counter") in reports()[0].getMessage()
     else:
         wait_for(lambda: owns_partitions(runner), 60, "the runner's assignment")
         time.sleep(12)  # past join_overdue_s

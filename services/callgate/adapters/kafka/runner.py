@@ -676,15 +676,17 @@ class KafkaRunner:
 
     def _warn_if_join_overdue(self) -> None:
         """Say once per join that the group has not assigned this runner anything yet."""
-        since = self._joining_since
-        if since is None or time.monotonic() - since < self._join_overdue_s:
+        if self._joining_since is None:
+            return
+        waited = time.monotonic() - self._joining_since
+        if waited < self._join_overdue_s:
             return
         self._joining_since = None  # once; the next revocation starts another wait
         log.warning(
             "%s: no partitions assigned %.0f s after joining group %s: its rebalance has not "
             "completed and none of its input is processed (on tansu, a group whose leader "
             "left during a rebalance never completes one: see the contract's known tansu gaps)",
-            self.process.name, time.monotonic() - since, self._topics.group(self.process.name),
+            self.process.name, waited, self._topics.group(self.process.name),
         )  # fmt: skip
 
     def _close_stores(self) -> None:
