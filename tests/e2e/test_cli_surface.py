@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from callgate import gc_settings
 from callgate.surfaces.cli import build_parser
 from tests.e2e.helpers import (
     EXIT_FAILED,
@@ -77,6 +78,27 @@ def test_help_loads_no_heavy_module() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     ).stdout
     assert out.strip().splitlines()[-1] == "[]", out[-500:]
+
+
+def test_the_command_line_sets_the_collector_thresholds_of_its_process() -> None:
+    """Every ``callgate`` command runs with callgate's collector thresholds
+    (``callgate.gc_settings``), not CPython's default young generation of 700."""
+    probe = (
+        "import gc\n"
+        "from callgate.surfaces.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print(gc.get_threshold())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    expected = (
+        gc_settings.YOUNG_THRESHOLD,
+        gc_settings.MIDDLE_THRESHOLD,
+        gc_settings.OLD_THRESHOLD,
+    )
+    assert out.strip().splitlines()[-1] == str(expected)
+    assert expected != (700, 10, 10)
 
 
 def test_every_global_option_names_its_default_and_environment_variable() -> None:

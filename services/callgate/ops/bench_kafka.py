@@ -73,6 +73,7 @@ from callgate.bootstrap import App, Settings, bootstrap
 from callgate.domain import events as ev
 from callgate.domain.codes import TERMINAL, Rejection
 from callgate.domain.process import Output, Process, ViewRecord, reacts_to
+from callgate.gc_settings import apply_gc_settings
 from callgate.ops.bench_core import Row, mixed_proposals
 from callgate_projections.status import outcome_for
 
@@ -359,6 +360,7 @@ def replay_worker(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--transaction-gap-ms", type=float, default=TRANSACTION_GAP_MS)
     parser.add_argument("-X", dest="consumer", action="append", default=[], metavar="KEY=VALUE")
     ns = parser.parse_args(argv)
+    apply_gc_settings()  # as the real worker's
     codec = AvroCodec.default()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

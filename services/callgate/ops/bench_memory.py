@@ -23,6 +23,7 @@ from callgate.bootstrap import App, Settings, bootstrap
 from callgate.decider import Decider
 from callgate.domain import events as ev
 from callgate.domain.canonical import partition_key
+from callgate.gc_settings import apply_gc_settings
 from callgate.ops.bench_core import mixed_proposals, peak_rss_mb
 
 BATCH = 500  # the Kafka runner's default batch size (records per transaction)
@@ -65,6 +66,7 @@ def decide_into(
 
 
 def main(keys: int) -> None:
+    apply_gc_settings()  # as a worker's
     with tempfile.TemporaryDirectory() as d:
         app = bootstrap(Settings(state_dir=Path(d), dev=True))
         decider = app.decider()

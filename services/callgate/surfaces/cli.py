@@ -22,6 +22,7 @@ from typing import NoReturn
 
 from callgate import logs
 from callgate.domain.codes import Code, Rejection
+from callgate.gc_settings import apply_gc_settings
 from callgate.surfaces.commands import MODULES
 from callgate.surfaces.commands.context import (
     EXIT_FAILED,
@@ -177,6 +178,7 @@ def _from_env(ns: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    apply_gc_settings()
     args = list(sys.argv[1:] if argv is None else argv)
     # Before parsing: a refused command line is reported in the form the caller asked for.
     json_mode = "--json" in args[: args.index("--")] if "--" in args else "--json" in args

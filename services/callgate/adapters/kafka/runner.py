@@ -100,6 +100,7 @@ from callgate.adapters.view_codec import JsonViews, ViewCodec, ViewEncoder
 from callgate.domain.codes import Code
 from callgate.domain.events import Event, EventDeadLettered
 from callgate.domain.process import Output, Process, ViewRecord, reacts_to
+from callgate.gc_settings import apply_gc_settings
 from callgate_projections import keeps_states_immutable
 
 log = logging.getLogger(__name__)
@@ -875,6 +876,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("-X", dest="consumer", action="append", default=[],
                         metavar="KEY=VALUE", help="consumer config override")  # fmt: skip
     args = parser.parse_args(argv)
+    apply_gc_settings()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     overrides = dict(item.split("=", 1) for item in args.consumer)
     run_process_main(

@@ -24,6 +24,7 @@ from callgate.adapters.avro_codec import AvroCodec
 from callgate.adapters.kafka.runner import TRANSACTION_GAP_MS, KafkaRunner, ProducerFenced
 from callgate.adapters.kafka.topics import Topics
 from callgate.bootstrap import Settings, bootstrap
+from callgate.gc_settings import apply_gc_settings
 from callgate.logs import SettledLog
 
 CONSUMER_ENV = "CALLGATE_KAFKA_CONSUMER"
@@ -107,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-X", dest="consumer", action="append", default=[], metavar="KEY=VALUE")
     ns = parser.parse_args(argv)
     stop_with_parent()  # first: the supervisor may die while this worker starts
+    apply_gc_settings()
     # serve hands its -v and --log-format down (CALLGATE_VERBOSE, CALLGATE_LOG_FORMAT).
     log_format: logs.LogFormat = "json" if os.environ.get(LOG_FORMAT_ENV) == "json" else "text"
     verbosity = os.environ.get(VERBOSE_ENV, "0")
