@@ -26,6 +26,7 @@ import callgate.domain.canonical as canonical
 from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
 from callgate.adapters.embedded.store import EmbeddedStore
 from callgate.domain.canonical import canonical_json, canonical_json_reference, is_plain, plain_json
+from callgate.domain.codes import Code
 from callgate.domain.events import (
     EVENT_TYPES,
     Event,
@@ -93,6 +94,7 @@ def test_c11_keys_order_by_utf16_code_units_on_the_fast_path_too(value: dict[str
         {"\U0001f600": 1, "\ufb33": 2},  # UTF-16 order differs from code-point order
         {"k": [True, 1, 2**64, -(2**63) - 1, "x\u2028\x7f\x00"]},  # beyond orjson's ints
         {"\ud800": "lone surrogate"},
+        {Code.EXECUTED: 1, "a": 2},  # a str subclass (an enum) as a key
         [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]],
     ],
 )
