@@ -3,10 +3,11 @@
 Deciders, projections and replay allocate many short-lived dicts per event and build no
 reference cycles (a 10,000-proposal embedded run collected nothing in its 10 full
 collections). CPython's default scans the young generation every 700 container
-allocations: about a fifth of a busy runner's CPU went to scans that found nothing. A
-young generation of 100,000 keeps every collection (cycles are still reclaimed) at a
-fraction of the cost. Set by callgate's entry points only (the command line, ``serve``'s
-workers, the bench's processes): an application that embeds the SDK keeps its own.
+allocations: a third of replay's fold and a tenth of the embedded runner's CPU went to
+scans that found nothing. A young generation of 100,000 keeps the collector (cycles are
+still reclaimed) at a fraction of the cost. Set by callgate's entry points only (the
+command line, ``serve``'s workers, the bench's processes): an application that embeds the
+SDK keeps its own.
 """
 
 from __future__ import annotations
