@@ -273,7 +273,10 @@ class Campaign:
 
     def _remember(self, inv: str, token: str, case: Case) -> None:
         if case.token.kind in GENUINE and len(self.genuine_invocations) < 200:
-            status = self.gate.status(inv, self.ops)
+            # The settled status: on Kafka the SDK's answer comes from the events log, before
+            # the status view has caught up, so the view may still say "allowed" here, and
+            # its settling later would look like a change made by a colliding request.
+            status = self._settle(inv)
             if status is not None and status.get("tenant"):
                 self.genuine_invocations.append((inv, _identity(status), token))
 
