@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
 from callgate.adapters.kafka.client import Record, read_partitions_to_end
@@ -152,6 +153,23 @@ def librdkafka_lines(stderr: str) -> list[str]:
 def unique_prefix(label: str) -> str:
     """A topic prefix no other test uses (topics, groups and transactional ids hang off it)."""
     return f"t-{label}-{uuid.uuid4().hex[:8]}"
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The offsets ``group`` has committed on ``topic``, per partition (negative: none).
+
+    Read uncommitted: a read_committed consumer asks for stable offsets, which Apache Kafka
+    withholds (``UNSTABLE_OFFSET_COMMIT``, retried by librdkafka until the timeout) while a
+    killed runner's transaction with offsets in it is still open; the offsets committed so
+    far are what the tests compare.
+    """
+    config = {"bootstrap.servers": bootstrap, "group.id": group}
+    consumer = Consumer({**config, "isolation.level": "read_uncommitted"})
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        return {tp.partition: tp.offset for tp in consumer.committed(tps, timeout=10)}
+    finally:
+        consumer.close()
 
 
 def wait_for(

@@ -27,7 +27,6 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 from tests.e2e.helpers import Planned, make_plan
 from tests.kafka_support import (
     CODEC,
@@ -36,6 +35,7 @@ from tests.kafka_support import (
     Broker,
     Deployment,
     KafkaServe,
+    committed_offsets,
     lifecycle_scenario,
     operator,
     token,
@@ -173,20 +173,10 @@ def test_poison_is_dead_lettered_and_later_proposals_are_decided(
 # --- kill -9 of the decider mid-stream ---------------------------------------------------------
 
 
-def committed_offsets(dep: Deployment, process: str, topic: str) -> dict[int, int]:
-    # Read uncommitted: stable offsets (read_committed) are withheld while a killed
-    # decider's transaction with offsets in it is open; the committed ones are compared.
-    config = {
-        "bootstrap.servers": dep.bootstrap,
-        "group.id": dep.topics.group(process),
-        "isolation.level": "read_uncommitted",
-    }
-    consumer = Consumer(config)
-    try:
-        tps = [TopicPartition(dep.topics.physical(topic), p) for p in range(PARTITIONS)]
-        return {tp.partition: tp.offset for tp in consumer.committed(tps, timeout=10)}
-    finally:
-        consumer.close()
+def decider_positions(dep: Deployment) -> dict[int, int]:
+    """The decider's committed offsets on ``requests``, per partition."""
+    group, requests = dep.topics.group("decider"), dep.topics.physical("requests")
+    return committed_offsets(dep.bootstrap, group, requests, PARTITIONS)
 
 
 class Stream:
@@ -230,9 +220,9 @@ def test_sigkill_the_decider_mid_stream_settles_everything_exactly_once(
     stream = Stream(dep, gate, plan)
     kills: list[tuple[dict[int, int], dict[int, int]]] = []  # (committed, published)
     for _ in range(3):
-        before = committed_offsets(dep, "decider", "requests")
+        before = decider_positions(dep)
         deadline, trickled = time.monotonic() + 120, 0
-        while committed_offsets(dep, "decider", "requests") == before:
+        while decider_positions(dep) == before:
             assert time.monotonic() < deadline, (
                 f"the decider made no progress in 120 s after {len(kills)} kill(s); "
                 f"serve's log ends:\n{serve.log.read_text()[-4000:]}"
@@ -245,7 +235,7 @@ def test_sigkill_the_decider_mid_stream_settles_everything_exactly_once(
         time.sleep(rng.uniform(0.0, 0.1))  # the decider commits such a burst after 0.1-0.2 s
         published = dict(stream.ends)
         serve.kill_worker("decider")
-        kills.append((committed_offsets(dep, "decider", "requests"), published))
+        kills.append((decider_positions(dep), published))
     stream.publish(len(plan))
     assert stream.sent == len(plan)
 

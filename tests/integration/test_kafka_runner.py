@@ -44,11 +44,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.kafka_support import Broker
+from tests.kafka_support import Broker, committed_offsets
 from tests.toys import Counting, Expiring, Recovering, proposal
 
 from callgate.adapters.avro_codec import AvroCodec
@@ -118,25 +118,12 @@ class Deployment:
         publish(producer, CODEC, self.topics, events)
 
     def committed_inputs(self, process: str) -> int:
-        """How many input records the group has committed (offsets are dense: no txns).
-
-        Read uncommitted: a read_committed consumer asks for stable offsets, which Apache
-        Kafka withholds (``UNSTABLE_OFFSET_COMMIT``, retried by librdkafka until the timeout)
-        while a killed runner's transaction with offsets in it is still open; the offsets
-        committed so far are what the tests compare.
-        """
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": self.topics.group(process),
-                "isolation.level": "read_uncommitted",
-            }
+        """How many input records the group has committed (offsets are dense: no txns)."""
+        requests = self.topics.physical("requests")
+        offsets = committed_offsets(
+            self.bootstrap, self.topics.group(process), requests, PARTITIONS
         )
-        try:
-            tps = [TopicPartition(self.topics.physical("requests"), p) for p in range(PARTITIONS)]
-            return sum(max(tp.offset, 0) for tp in consumer.committed(tps, timeout=10))
-        finally:
-            consumer.close()
+        return sum(max(offset, 0) for offset in offsets.values())
 
     def wait_for_progress(self, process: str, since: int) -> None:
         wait_for(lambda: self.committed_inputs(process) > since, 60, f"{process} to commit")

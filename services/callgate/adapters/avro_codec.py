@@ -51,6 +51,9 @@ class SchemaSetError(ValueError):
     """The schema directory is incomplete or disagrees with ``callgate.domain.events``."""
 
 
+_CRC64_EMPTY = 0xC15D213AA4D7A795  # the Avro spec's CRC-64-AVRO of the empty input
+
+
 def _crc64_avro_table() -> tuple[int, ...]:
     table = []
     for i in range(256):
@@ -61,7 +64,6 @@ def _crc64_avro_table() -> tuple[int, ...]:
     return tuple(table)
 
 
-_CRC64_EMPTY = 0xC15D213AA4D7A795  # the Avro spec's CRC-64-AVRO of the empty input
 # Built once: fastavro's ``fingerprint`` builds this table on every call, which made
 # fingerprinting the 70 shipped schemas cost about 30 ms at the start of every process.
 _CRC64_TABLE = _crc64_avro_table()
