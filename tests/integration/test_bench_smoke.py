@@ -11,6 +11,7 @@ of one transactional hop (``callgate.ops.bench_txn``) on the suite's brokers.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from statistics import median
 
@@ -35,6 +36,7 @@ KAFKA = {
     "kafka ratio": "kafka ({}) pipeline / ceiling",
     "kafka latency": "kafka ({}) latency at 500/s offered",
     "kafka per hop": "kafka ({}) per hop at 500/s: pipeline",
+    "kafka broker CPU": "kafka ({}) broker CPU at 500/s",
     "kafka reference": "kafka ({}) ceiling, reference: single-hop",
     "kafka plot": "kafka ({}) latency vs offered load",
 }
@@ -44,6 +46,15 @@ SECTIONS = {name: start.format("tansu") for name, start in KAFKA.items()} | {
     "replay": "replay: events/s rebuilding all projections",
     "memory": "decider peak RSS with",
 }
+
+
+def assert_broker_cpu_measured(rows: list[dict[str, object]], broker: str) -> None:
+    """The broker's CPU during the timed load, pipeline (ceiling), read from its process."""
+    start = KAFKA["kafka broker CPU"].format(broker)
+    (row,) = [r for r in rows if str(r["measure"]).startswith(start)]
+    found = re.fullmatch(r"(\d+\.\d\d) \((\d+\.\d\d)\) of (\d+) cores", str(row["value"]))
+    assert found, row
+    assert all(0 < float(cores) <= int(found[3]) + 0.5 for cores in found.groups()[:2]), row
 
 
 @pytest.mark.kafka
@@ -62,6 +73,7 @@ def test_quick_bench_reports_every_section_and_no_failure(tmp_path: Path) -> Non
     assert not missing, (missing, measures)
     for row in report["rows"]:
         assert row["value"], row
+    assert_broker_cpu_measured(report["rows"], "tansu")
     plot = tmp_path / "latency.png"
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -81,6 +93,7 @@ def test_quick_kafka_bench_on_apache_kafka_labels_its_rows(tmp_path: Path) -> No
     starts = [start.format("apache") for start in KAFKA.values()]
     assert all(any(m.startswith(s) for m in measures) for s in starts), measures
     assert not any(m.startswith("kafka (tansu)") for m in measures), measures
+    assert_broker_cpu_measured(rows, "apache")
     assert (tmp_path / "latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

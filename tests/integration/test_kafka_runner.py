@@ -364,6 +364,35 @@ def test_no_op_cycles_commit_later_and_are_redone_as_no_ops(
     assert_counted_exactly_once(dep, "counter", keys, ignored)
 
 
+@pytest.mark.kafka
+def test_no_op_inputs_one_at_a_time_do_not_each_cost_a_transaction(
+    kafka_bootstrap: str, tmp_path: Path, running: Callable[[KafkaRunner], Running]
+) -> None:
+    """At low load the runner is idle after nearly every record. A no-op record's position
+    waits for the next transaction, or for ``NOOP_COMMIT_DELAY_S``: 20 no-op records 100 ms
+    apart cost a few offsets-only transactions, not one each, and the counted input's
+    transaction carries every deferred position."""
+    keys = [f"k{i % 3}" for i in range(21)]
+    ignored = frozenset(range(20))
+    process = CountingSome(frozenset(f"in-{i}" for i in ignored), frozenset())
+    dep = Deployment.fresh(kafka_bootstrap, process)
+    runner = dep.runner(process, tmp_path, wall_clock)  # waits 50 ms for a first record
+    run = running(runner)
+    wait_for(lambda: len(runner.owned_partitions) == PARTITIONS, 60, "the group join")
+    before = runner.transactions
+    producer = make_producer(kafka_bootstrap)
+    for i, key in enumerate(keys):
+        time.sleep(0.1)  # the runner polls in vain in between: it is idle
+        publish(producer, CODEC, dep.topics, [proposal(i, key)])
+    wait_for(lambda: dep.committed_inputs("counter") == len(keys), 60, "all inputs committed")
+    spent = runner.transactions - before
+    run.stop()
+
+    # 2 s of no-op records: a deferred commit every 0.5 s at most, and the counted input's.
+    assert 1 <= spent <= 7, f"{spent} transactions for 20 no-op records and 1 counted one"
+    assert_counted_exactly_once(dep, "counter", keys, ignored)
+
+
 # --- poison ----------------------------------------------------------------------------------
 
 

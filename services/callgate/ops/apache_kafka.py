@@ -277,6 +277,11 @@ class ApacheKafka:
         return f"127.0.0.1:{self.port}"
 
     @property
+    def pid(self) -> int | None:
+        """The broker's JVM process id while it runs (the bench reads its CPU time)."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
     def sasl_bootstrap(self) -> str:
         if self._proc is None or not self.sasl_port:
             raise KafkaUnavailable("broker is not running with a SASL listener")

@@ -156,12 +156,14 @@ class _Brokers:
         self.kind = kind
         self._shared: Any = None
         self._n = 0
+        self.pid: int | None = None  # the broker of the current measurement
 
     def __enter__(self) -> _Brokers:
         if self.kind.name == "apache":
             from callgate.ops.apache_kafka import ApacheKafka
 
             self._shared = ApacheKafka().start()
+            self.pid = self._shared.pid
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -174,6 +176,7 @@ class _Brokers:
         self._n += 1
         if self._shared is None:
             with TansuBroker() as broker:
+                self.pid = broker.pid
                 yield broker.bootstrap, label
             return
         prefix = f"{label}{self._n}"
@@ -473,6 +476,8 @@ class Result:
     outcome_ms: list[float] = field(default_factory=list)
     # Per hop of the critical path (``HOPS``), sorted ms, of the executed proposals.
     hops: dict[str, list[float]] = field(default_factory=dict)
+    # Cores the broker process used on average while the timed load ran (None: unknown).
+    broker_cores: float | None = None
 
     def rate(self) -> float:
         return len(self.latencies_ms) / self.seconds if self.seconds > 0 else 0.0
@@ -550,8 +555,10 @@ class Load:
         names: Sequence[str],
         codec: AvroCodec,
         kind: BenchBroker,
+        broker_pid: int | None = None,
     ) -> None:
         self.bootstrap, self.topics, self.names, self.codec = bootstrap, topics, names, codec
+        self.broker_pid = broker_pid
         self.requests = topics.physical("requests")
         no_linger: dict[str, Any] = {"linger.ms": 0}  # a platform sends each call at once
         no_linger["logger"] = client_logger()
@@ -598,6 +605,7 @@ class Load:
         spans: list[list[float]] = []
         t0 = last = time.perf_counter()
         wall0 = time.time() * 1000 - t0 * 1000  # perf_counter seconds -> wall-clock ms
+        broker0 = _process_cpu(self.broker_pid)
         while len(latencies) < n:
             now = time.perf_counter()
             while sent < n and (rate is None or t0 + sent / rate <= now):
@@ -645,7 +653,11 @@ class Load:
         unsettled = {k.decode(): _stuck_at(seen.get(k)) for k in scheduled}
         unsettled.update({i.invocation_id.decode(): "never published" for i in items[sent:]})
         hops = {name: sorted(s[i] for s in spans) for i, (name, _) in enumerate(HOPS)}
-        return Result(last - t0, sorted(latencies), unsettled, sorted(outcomes), hops)
+        broker1, wall = _process_cpu(self.broker_pid), time.perf_counter() - t0
+        cores = None
+        if broker0 is not None and broker1 is not None and wall > 0:
+            cores = (broker1 - broker0) / wall
+        return Result(last - t0, sorted(latencies), unsettled, sorted(outcomes), hops, cores)
 
     def _produce(self, item: Outbound) -> None:
         while True:
@@ -917,6 +929,17 @@ def _cpu_seconds() -> tuple[float, float, float]:
     return time.monotonic(), busy, mine
 
 
+def _process_cpu(pid: int | None) -> float | None:
+    """CPU seconds process ``pid`` has used, all its threads (None: no such process here)."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _live_children_cpu() -> float:
     """CPU seconds of this process's live children (``/proc/<pid>/stat``; 0 elsewhere)."""
     total, me, tick = 0, str(os.getpid()), os.sysconf("SC_CLK_TCK")
@@ -1059,7 +1082,7 @@ def _phase(
             else replay_processes([replays[p] for p in names], address, topics, state, kind)
         )
         with processes:
-            load = Load(address, topics, names, codec, kind)
+            load = Load(address, topics, names, codec, kind, brokers.pid)
             try:
                 load.run(outbound(codec, probe), idle=False)  # waits for the group joins
                 yield load
@@ -1194,6 +1217,15 @@ def _latency_rows(fig: _Figures, latency_s: float) -> list[Row]:
                 None,
                 f"{len(ceiling.hops.get(HOPS[0][0], [])):,} executed proposals",
             ),
+            Row(
+                f"kafka broker CPU at {rate}/s: pipeline (ceiling)",
+                f"{_cores(mine.broker_cores)} ({_cores(ceiling.broker_cores)}) "
+                f"of {os.cpu_count()} cores",
+                "",
+                None,
+                "the broker process alone, averaged over the timed load: what it leaves to "
+                "the six processes (docs/benchmarks.md, 'Broker work per proposal')",
+            ),
         ]
     return rows
 
@@ -1215,6 +1247,10 @@ def _plot_row(fig: _Figures, plot: str) -> list[Row]:
             ),
         )
     ]
+
+
+def _cores(cores: float | None) -> str:
+    return "?" if cores is None else f"{cores:.2f}"
 
 
 def _hops(result: Result) -> str:

@@ -110,7 +110,7 @@ Key = tuple[int, str]  # (partition, partition_key)
 # recently touched key); bounded so that memory does not grow with the number of keys.
 STATE_CACHE_KEYS = 2048
 # A cycle that emitted nothing and changed no state commits its input positions with the
-# next transaction, when the runner is idle, or after this long (``_commit``).
+# next transaction, or at the first cycle this long after it (``_commit``).
 NOOP_COMMIT_DELAY_S = 0.5
 # Failover bounds (ADR 0015): a SIGKILLed instance is out of its groups after
 # ``session.timeout.ms``; its open transaction, which holds back ``read_committed`` readers
@@ -266,6 +266,7 @@ class KafkaRunner:
         self._deferred: dict[tuple[str, int], int] = {}
         self._deferred_since = 0.0
         self._started = False
+        self.transactions = 0  # committed by this runner: the broker's work scales with it
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -325,7 +326,7 @@ class KafkaRunner:
             for msg in msgs:
                 self._handle_record(txn, msg, now)
             self._fire_due(txn, now)
-            self._commit(txn, idle=not msgs)
+            self._commit(txn)
             self._follow_up(txn, now)
             self._failures = 0
         except Exception as exc:
@@ -521,16 +522,19 @@ class KafkaRunner:
             except BufferError:  # local queue full: let deliveries drain
                 self._producer.poll(0.1)
 
-    def _commit(self, txn: _Txn, idle: bool = False) -> None:
+    def _commit(self, txn: _Txn) -> None:
         """Steps 4-7 of the commit sequence.
 
         A cycle that emitted nothing and changed no state (most cycles of the pending and
         decisions projections, many of the executor's) does not commit on its own: its input
-        positions go with the next transaction, or are committed when the runner is idle or
-        after ``NOOP_COMMIT_DELAY_S``. Each transaction costs the broker about a millisecond
-        of CPU (docs/benchmarks.md). Exactly-once holds: every commit carries all deferred
-        positions, so an uncommitted deferred record was handled against the state that is
-        still the committed one, and handling it again after a rewind is again a no-op.
+        positions go with the next transaction, or are committed by the first cycle
+        ``NOOP_COMMIT_DELAY_S`` after the oldest of them. Not when the runner falls idle:
+        between two calls at low load it is idle after nearly every record, and those
+        offsets-only transactions were a third of all a deployment's transactions at 20
+        proposals/s (docs/benchmarks.md, "Broker work per proposal"). Exactly-once holds:
+        every commit carries all deferred positions, so an uncommitted deferred record was
+        handled against the state that is still the committed one, and handling it again
+        after a rewind is again a no-op.
         """
         process, immutable, origin = self.process, self._immutable, txn.origin
         changes: dict[int, dict[str, bytes]] = {}
@@ -550,7 +554,7 @@ class KafkaRunner:
             self._deferred.update(txn.positions)
             self._keep(txn)  # unchanged: still the committed states
             due = time.monotonic() - self._deferred_since >= NOOP_COMMIT_DELAY_S
-            if not self._deferred or not (idle or due):
+            if not self._deferred or not due:
                 return
         positions = {**self._deferred, **txn.positions}
         bounds: dict[int, int] = {}
@@ -583,6 +587,7 @@ class KafkaRunner:
                 offsets, self._consumer.consumer_group_metadata(), 60
             )
         self._commit_transaction()
+        self.transactions += 1
         self._committed_at = time.monotonic()
         txn.started = False
         if txn.views and self._on_views is not None:

@@ -82,6 +82,11 @@ class TansuBroker:
             raise BrokerUnavailable("broker is not running")
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def pid(self) -> int | None:
+        """The broker's process id while it runs (the bench reads its CPU time)."""
+        return self._proc.pid if self._proc is not None else None
+
     def start(self) -> TansuBroker:
         binary = self._binary or find_tansu()
         for _ in range(3):  # the free port may be taken between probe and bind: retry
