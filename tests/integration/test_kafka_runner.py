@@ -138,11 +138,12 @@ class Deployment:
         clock: Callable[[], int],
         batch_size: int = 200,
         join_overdue_s: float = JOIN_OVERDUE_S,
+        batch_linger_ms: float = 0.0,
     ) -> KafkaRunner:
         return KafkaRunner(
             process, CODEC, self.topics, self.bootstrap, "i1", state_dir, clock,
             batch_size=batch_size, batch_timeout_ms=50, consumer_overrides=FAST_GROUP_SETTINGS,
-            views=JsonViews(), join_overdue_s=join_overdue_s,
+            views=JsonViews(), join_overdue_s=join_overdue_s, batch_linger_ms=batch_linger_ms,
         )  # fmt: skip
 
 
@@ -391,6 +392,39 @@ def test_no_op_inputs_one_at_a_time_do_not_each_cost_a_transaction(
     # 2 s of no-op records: a deferred commit every 0.5 s at most, and the counted input's.
     assert 1 <= spent <= 7, f"{spent} transactions for 20 no-op records and 1 counted one"
     assert_counted_exactly_once(dep, "counter", keys, ignored)
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("linger_ms", [0.0, 400.0])
+def test_a_lingering_runner_commits_records_arriving_apart_together(
+    kafka_bootstrap: str,
+    tmp_path: Path,
+    running: Callable[[KafkaRunner], Running],
+    linger_ms: float,
+) -> None:
+    """``batch_linger_ms`` (the audit projection's, ``worker.BATCH_LINGER_MS``): a cycle
+    collects that long after its first record, so 12 records 50 ms apart take a couple of
+    transactions instead of about one each; every input still counts exactly once."""
+    keys = [f"k{i % 4}" for i in range(12)]
+    process = Counting()
+    dep = Deployment.fresh(kafka_bootstrap, process)
+    runner = dep.runner(process, tmp_path, wall_clock, batch_linger_ms=linger_ms)
+    run = running(runner)
+    wait_for(lambda: len(runner.owned_partitions) == PARTITIONS, 60, "the group join")
+    before = runner.transactions
+    producer = make_producer(kafka_bootstrap)
+    for i, key in enumerate(keys):
+        time.sleep(0.05)
+        publish(producer, CODEC, dep.topics, [proposal(i, key)])
+    wait_for(lambda: dep.committed_inputs("counter") == len(keys), 60, "all inputs committed")
+    spent = runner.transactions - before
+    run.stop()
+
+    if linger_ms:
+        assert spent <= 4, f"{spent} transactions for 12 records within 0.6 s"
+    else:
+        assert spent >= 6, f"{spent} transactions: records 50 ms apart were not taken apart"
+    assert_counted_exactly_once(dep, "counter", keys)
 
 
 # --- poison ----------------------------------------------------------------------------------

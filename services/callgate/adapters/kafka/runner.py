@@ -8,7 +8,9 @@ The commit sequence (Quix-style; this is exactly what ``poll_once`` does):
 
 1. consume a batch of the process's input topics (``read_committed``, no auto commit): wait
    up to ``batch_timeout_ms`` for the first record, then take what is already fetched, up
-   to ``batch_size`` (under load records queue up while a commit runs);
+   to ``batch_size`` (under load records queue up while a commit runs); with
+   ``batch_linger_ms``, keep collecting that long after the first record (a process no
+   caller waits on, such as the audit projection: fewer, larger transactions);
 2. for each record, in order: decode it. A record that does not decode, whose event type does
    not belong on its topic, or whose Kafka key is not its ``partition_key``, is dead-lettered
    (``EventDeadLettered``, code ``malformed_event``, reason, source topic/partition/offset,
@@ -204,6 +206,7 @@ class KafkaRunner:
         batch_size: int = 500,
         batch_timeout_ms: int = 100,
         consumer_overrides: Mapping[str, Any] | None = None,
+        batch_linger_ms: float = 0.0,
         max_retries: int = 8,
         on_views: Callable[[Sequence[ViewRecord]], None] | None = None,
         views: ViewEncoder | None = None,
@@ -214,7 +217,10 @@ class KafkaRunner:
         (``callgate serve`` prints a line per settled decision from the status view).
         ``transaction_gap_ms``: begin a transaction no sooner than this after the last
         commit; ``callgate serve``'s workers pass ``TRANSACTION_GAP_MS`` (Apache Kafka),
-        0 begins at once (tansu needs no gap). ``join_overdue_s``: ``JOIN_OVERDUE_S``."""
+        0 begins at once (tansu needs no gap). ``join_overdue_s``: ``JOIN_OVERDUE_S``.
+        ``batch_linger_ms``: after a cycle's first record, wait this long for more (0: take
+        only what is already fetched); the worker gives it to the processes no caller waits
+        on (``worker.BATCH_LINGER_MS``)."""
         self.process = process
         self._on_views = on_views
         self._codec = codec
@@ -223,6 +229,7 @@ class KafkaRunner:
         self._clock = clock
         self._batch_size = batch_size
         self._batch_timeout_s = batch_timeout_ms / 1000
+        self._linger_s = batch_linger_ms / 1000
         self._gap_s = transaction_gap_ms / 1000
         self._committed_at = 0.0  # time.monotonic() when the last commit returned
         self._max_retries = max_retries
@@ -339,7 +346,11 @@ class KafkaRunner:
             timeout = max(0.0, min(timeout, (self._due_heap[0][0] - self._clock()) / 1000))
         msgs: list[Message] = self._consumer.consume(1, timeout)
         if msgs and self._batch_size > 1:
-            msgs += self._consumer.consume(self._batch_size - 1, 0)
+            linger = self._linger_s
+            if linger and self._due_heap:  # a timer due sooner is not held back
+                linger = max(0.0, min(linger, (self._due_heap[0][0] - self._clock()) / 1000))
+            # Returns when the batch is full or ``linger`` has passed.
+            msgs += self._consumer.consume(self._batch_size - 1, linger)
         return msgs
 
     def _handle_record(self, txn: _Txn, msg: Message, now: int) -> None:

@@ -37,6 +37,12 @@ SETTLED_REPORTER = "status-projection"
 PR_SET_PDEATHSIG = 1  # prctl(2)
 SUPERVISOR_ENV = "CALLGATE_SUPERVISOR_PID"  # set by ``serve.worker_env``
 EXIT_FENCED = 3  # the supervisor tells this exit from a crash (``serve.Supervisor``)
+# Processes no caller waits on, and how long each cycle collects records after its first
+# (``KafkaRunner`` ``batch_linger_ms``): the audit trail is read by compliance, not by a
+# call in flight, and it reacts to every event, so at low load it committed a transaction
+# per event batch (docs/benchmarks.md, "Broker work per proposal"). The status, pending
+# and decisions views are read by callers and approvers waiting on them: not held.
+BATCH_LINGER_MS = {"audit-projection": 100.0}
 
 
 def kafka_state_dir(settings: Settings) -> Path:
@@ -103,6 +109,13 @@ def main(argv: list[str] | None = None) -> int:
         f"(default {TRANSACTION_GAP_MS}; docs/adr/0020-transaction-gap.md)",
     )
     parser.add_argument(
+        "--batch-linger-ms",
+        type=float,
+        default=None,
+        help="after a cycle's first record, collect this long before committing "
+        "(default: 100 for the audit projection, 0 for the rest)",
+    )
+    parser.add_argument(
         "--report-settled", action="store_true", help="a line per settled decision on stderr"
     )
     parser.add_argument("-X", dest="consumer", action="append", default=[], metavar="KEY=VALUE")
@@ -135,6 +148,11 @@ def main(argv: list[str] | None = None) -> int:
         batch_timeout_ms=ns.batch_timeout_ms,
         consumer_overrides=consumer_overrides(ns.consumer),
         transaction_gap_ms=ns.transaction_gap_ms,
+        batch_linger_ms=(
+            BATCH_LINGER_MS.get(ns.process, 0.0)
+            if ns.batch_linger_ms is None
+            else ns.batch_linger_ms
+        ),
         on_views=(
             SettledLog(log_format) if ns.report_settled and ns.process == SETTLED_REPORTER else None
         ),
