@@ -6,6 +6,15 @@ parsed once and reused; so are the Cedar entities (the principal's, and the prin
 with a resource's), kept in bounded caches that live as long as the engine, that is one
 policy version. Cedar still evaluates every call: only parsing is saved.
 
+Each call is evaluated against the policies whose action scope can match its tool
+(``_for_action``): the whole set less those scoped to other actions, cut once per tool
+from the parsed set's nodes with their ids kept. A policy whose scope is
+``action == Action::"other"`` or ``action in [...]`` without the tool is never satisfied
+by the call and Cedar never evaluates its conditions (no ``Action`` entities are given,
+so ``in`` is equality), so the decision, its determining policies and its errors are the
+whole set's (``tests/unit/test_policy_slices.py``); a set the nodes cannot represent is
+used whole.
+
 Each decision evaluates, for the *session* principal (C6), ``User::"<user>"`` doing
 ``Action::"<tool>"`` on ``Resource::"<target>"``, after the arguments were validated
 (C7). Reads need nothing more than this ACL decision (C2); mutations need it as their
@@ -26,6 +35,7 @@ from typing import Any, Final
 import cedarpy
 import orjson
 from cedarpy import _internal as cedar_engine
+from cedarpy import pst
 
 from callgate.domain.canonical import canonical_json
 from callgate.domain.catalog import Profile, ProfileError, ToolSpec
@@ -142,6 +152,24 @@ class PolicyEngine:
             raise ProfileError(f"{where}: cannot combine with generated policies: {exc}") from exc
         self._principals: dict[tuple[str, str, tuple[str, ...]], Any] = {}
         self._pairs: dict[tuple[tuple[str, str, tuple[str, ...]], str], Any] = {}
+        self._nodes = _static_nodes(self._policies)
+        self._slices: dict[str, Any] = {}
+
+    def _for_action(self, action: str) -> Any:
+        """The parsed policies that can apply to ``Action::"<action>"`` (module docstring),
+        cut once per action; the whole set when it cannot be cut."""
+        found = self._slices.get(action)
+        if found is None:
+            found = self._policies
+            if self._nodes is not None:
+                kept = {k: t for k, t in self._nodes.items() if _may_match(t.action, action)}
+                if len(kept) < len(self._nodes):
+                    try:
+                        found = cedarpy.PolicySet.from_pst(pst.PolicySet({}, kept, ()))
+                    except (TypeError, ValueError):
+                        found = self._policies
+            self._slices[action] = found
+        return found
 
     @property
     def policy_version(self) -> str:
@@ -228,7 +256,9 @@ class PolicyEngine:
             # wrapper's ``json.loads`` and result objects cost an eighth of a decision.
             # The version is pinned by the lock and test_policy checks every field read.
             answer = orjson.loads(
-                cedar_engine.is_authorized(request, self._policies, entities, None, False)
+                cedar_engine.is_authorized(
+                    request, self._for_action(spec.name), entities, None, False
+                )
             )
             diagnostics = answer["diagnostics"]
             errors = tuple(str(e) for e in diagnostics.get("errors", ()))
@@ -241,6 +271,28 @@ class PolicyEngine:
         except Exception as exc:  # any engine failure is a deny, never a crash-through
             return PolicyDecision(False, (), version, (f"policy evaluation failed: {exc}",))
         return PolicyDecision(allowed, determining, version)
+
+
+def _static_nodes(policies: Any) -> dict[str, pst.Template] | None:
+    """The set's static policies as nodes by id; None (use the set whole) when it holds
+    templates or syntax the nodes do not model."""
+    try:
+        nodes = policies.to_pst()
+    except ValueError:
+        return None
+    if nodes.templates or nodes.template_links:
+        return None
+    return dict(nodes.static_policies)
+
+
+def _may_match(scope: Any, action: str) -> bool:
+    """False only for an action scope that ``Action::"<action>"`` cannot satisfy."""
+    wanted = pst.EntityUid(pst.EntityType("Action", ()), action)
+    if isinstance(scope, pst.ActionEq):
+        return bool(scope.entity == wanted)
+    if isinstance(scope, pst.ActionIn):
+        return wanted in scope.entities
+    return True  # ``action`` unconstrained, or a scope this code does not know: kept
 
 
 def _put(cache: dict[Any, Any], key: Any, value: Any, bound: int) -> None:
