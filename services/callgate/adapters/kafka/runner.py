@@ -541,8 +541,8 @@ class KafkaRunner:
         positions go with the next transaction, or are committed by the first cycle
         ``NOOP_COMMIT_DELAY_S`` after the oldest of them. Not when the runner falls idle:
         between two calls at low load it is idle after nearly every record, and those
-        offsets-only transactions were a third of all a deployment's transactions at 20
-        proposals/s (docs/benchmarks.md, "Broker work per proposal"). Exactly-once holds:
+        offsets-only transactions were more than a quarter of a deployment's transactions at
+        20 proposals/s (docs/benchmarks.md, "Broker work per proposal"). Exactly-once holds:
         every commit carries all deferred positions, so an uncommitted deferred record was
         handled against the state that is still the committed one, and handling it again
         after a rewind is again a no-op.
