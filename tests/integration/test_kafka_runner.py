@@ -163,6 +163,7 @@ class Running:
     """A runner on a thread; ``stop()`` joins it and re-raises what ended it."""
 
     def __init__(self, runner: KafkaRunner) -> None:
+        self.runner = runner
         self.stop_event = threading.Event()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, args=(runner,), daemon=True)
@@ -365,6 +366,24 @@ def test_no_op_cycles_commit_later_and_are_redone_as_no_ops(
     assert_counted_exactly_once(dep, "counter", keys, ignored)
 
 
+def transactions_for_paced_inputs(
+    dep: Deployment, run: Running, keys: Sequence[str], gap_s: float
+) -> int:
+    """Once ``run``'s runner owns every partition, publish an input per key ``gap_s`` apart;
+    when all are committed, stop it. Returns the transactions it committed meanwhile."""
+    runner = run.runner
+    wait_for(lambda: len(runner.owned_partitions) == PARTITIONS, 60, "the group join")
+    before = runner.transactions
+    producer = make_producer(dep.bootstrap)
+    for i, key in enumerate(keys):
+        time.sleep(gap_s)
+        publish(producer, CODEC, dep.topics, [proposal(i, key)])
+    wait_for(lambda: dep.committed_inputs("counter") == len(keys), 60, "all inputs committed")
+    spent = runner.transactions - before
+    run.stop()
+    return spent
+
+
 @pytest.mark.kafka
 def test_no_op_inputs_one_at_a_time_do_not_each_cost_a_transaction(
     kafka_bootstrap: str, tmp_path: Path, running: Callable[[KafkaRunner], Running]
@@ -378,16 +397,7 @@ def test_no_op_inputs_one_at_a_time_do_not_each_cost_a_transaction(
     process = CountingSome(frozenset(f"in-{i}" for i in ignored), frozenset())
     dep = Deployment.fresh(kafka_bootstrap, process)
     runner = dep.runner(process, tmp_path, wall_clock)  # waits 50 ms for a first record
-    run = running(runner)
-    wait_for(lambda: len(runner.owned_partitions) == PARTITIONS, 60, "the group join")
-    before = runner.transactions
-    producer = make_producer(kafka_bootstrap)
-    for i, key in enumerate(keys):
-        time.sleep(0.1)  # the runner polls in vain in between: it is idle
-        publish(producer, CODEC, dep.topics, [proposal(i, key)])
-    wait_for(lambda: dep.committed_inputs("counter") == len(keys), 60, "all inputs committed")
-    spent = runner.transactions - before
-    run.stop()
+    spent = transactions_for_paced_inputs(dep, running(runner), keys, gap_s=0.1)  # idle between
 
     # 2 s of no-op records: a deferred commit every 0.5 s at most, and the counted input's.
     assert 1 <= spent <= 7, f"{spent} transactions for 20 no-op records and 1 counted one"
@@ -409,16 +419,7 @@ def test_a_lingering_runner_commits_records_arriving_apart_together(
     process = Counting()
     dep = Deployment.fresh(kafka_bootstrap, process)
     runner = dep.runner(process, tmp_path, wall_clock, batch_linger_ms=linger_ms)
-    run = running(runner)
-    wait_for(lambda: len(runner.owned_partitions) == PARTITIONS, 60, "the group join")
-    before = runner.transactions
-    producer = make_producer(kafka_bootstrap)
-    for i, key in enumerate(keys):
-        time.sleep(0.05)
-        publish(producer, CODEC, dep.topics, [proposal(i, key)])
-    wait_for(lambda: dep.committed_inputs("counter") == len(keys), 60, "all inputs committed")
-    spent = runner.transactions - before
-    run.stop()
+    spent = transactions_for_paced_inputs(dep, running(runner), keys, gap_s=0.05)
 
     if linger_ms:
         assert spent <= 4, f"{spent} transactions for 12 records within 0.6 s"

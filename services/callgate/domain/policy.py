@@ -160,16 +160,19 @@ class PolicyEngine:
         cut once per action; the whole set when it cannot be cut."""
         found = self._slices.get(action)
         if found is None:
-            found = self._policies
-            if self._nodes is not None:
-                kept = {k: t for k, t in self._nodes.items() if _may_match(t.action, action)}
-                if len(kept) < len(self._nodes):
-                    try:
-                        found = cedarpy.PolicySet.from_pst(pst.PolicySet({}, kept, ()))
-                    except (TypeError, ValueError):
-                        found = self._policies
-            self._slices[action] = found
+            found = self._slices[action] = self._cut(action)
         return found
+
+    def _cut(self, action: str) -> Any:
+        if self._nodes is None:
+            return self._policies
+        kept = {k: t for k, t in self._nodes.items() if _may_match(t.action, action)}
+        if len(kept) == len(self._nodes):
+            return self._policies
+        try:
+            return cedarpy.PolicySet.from_pst(pst.PolicySet({}, kept, ()))
+        except (TypeError, ValueError):
+            return self._policies
 
     @property
     def policy_version(self) -> str:

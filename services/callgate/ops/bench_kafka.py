@@ -67,7 +67,7 @@ from callgate.adapters.kafka.runner import (
 from callgate.adapters.kafka.serve import Supervisor, create_topics, views_of
 from callgate.adapters.kafka.tansu import TansuBroker
 from callgate.adapters.kafka.topics import Topics, ensure_topics
-from callgate.adapters.kafka.worker import BATCH_LINGER_MS, consumer_overrides
+from callgate.adapters.kafka.worker import batch_linger_ms, consumer_overrides
 from callgate.adapters.view_codec import ViewCodec, ViewSchemaError
 from callgate.bootstrap import App, Settings, bootstrap
 from callgate.domain import events as ev
@@ -381,7 +381,7 @@ def replay_worker(argv: Sequence[str] | None = None) -> int:
         batch_timeout_ms=ns.batch_timeout_ms,
         consumer_overrides=consumer_overrides(ns.consumer),
         transaction_gap_ms=ns.transaction_gap_ms,
-        batch_linger_ms=BATCH_LINGER_MS.get(process.name, 0.0),  # as the real worker's
+        batch_linger_ms=batch_linger_ms(process.name),  # as the real worker's
     )
     try:
         runner.run(stop)

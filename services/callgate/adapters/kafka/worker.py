@@ -45,6 +45,11 @@ EXIT_FENCED = 3  # the supervisor tells this exit from a crash (``serve.Supervis
 BATCH_LINGER_MS = {"audit-projection": 100.0}
 
 
+def batch_linger_ms(process: str) -> float:
+    """``process``'s linger (``BATCH_LINGER_MS``; 0 for a process a caller waits on)."""
+    return BATCH_LINGER_MS.get(process, 0.0)
+
+
 def kafka_state_dir(settings: Settings) -> Path:
     """This instance's state stores. Instances of one deployment may share the state
     directory (its keys and the simulated providers' ledger are the deployment's, not an
@@ -149,9 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         consumer_overrides=consumer_overrides(ns.consumer),
         transaction_gap_ms=ns.transaction_gap_ms,
         batch_linger_ms=(
-            BATCH_LINGER_MS.get(ns.process, 0.0)
-            if ns.batch_linger_ms is None
-            else ns.batch_linger_ms
+            batch_linger_ms(ns.process) if ns.batch_linger_ms is None else ns.batch_linger_ms
         ),
         on_views=(
             SettledLog(log_format) if ns.report_settled and ns.process == SETTLED_REPORTER else None
