@@ -1,6 +1,7 @@
 """C1: a call is decided by the policies whose action scope can match its tool, exactly as
 by the whole set (``PolicyEngine._for_action``): same decision, same determining policies
-(ids kept, for policies without ``@id`` too), same evaluation errors."""
+(ids kept, for policies without ``@id`` too), same evaluation errors. A slice none of whose
+policies reads ``context`` is given an empty one, and decides as with the full context."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.unit.test_policy import ACME_TARGETS, ARGS, PROFILE, engine_with, spec
 
-from callgate.domain.policy import PolicyEngine
+from callgate.domain.policy import PolicyEngine, _Slice
 from callgate.domain.principal import Principal
 
 # Scoped and unscoped, annotated and not, one that errors for one tool only, an `in` list.
@@ -30,29 +31,47 @@ when { principal.roles.contains("auditor") };
 forbid (principal, action, resource)
 when { context.mutation && principal.roles.contains("readonly") };
 """
+# The same, with the context-reading forbid scoped: the tools it does not name read no
+# context, and one that reads it only deep in an expression.
+SCOPED_CONTEXT = EXTRA.replace(
+    "forbid (principal, action, resource)\nwhen { context.mutation && ",
+    'forbid (principal, action == Action::"users.delete", resource)\n'
+    'when { (if true then {"a": [context.mutation]} else {"a": []}).a.contains(true) && ',
+)
 ROLES = ("support", "admin", "finance", "release", "viewer", "auditor", "readonly")
 TENANTS = ("acme", "globex", "")
 
 
-@pytest.fixture(scope="module")
-def sliced(tmp_path_factory: pytest.TempPathFactory) -> PolicyEngine:
-    return engine_with(tmp_path_factory.mktemp("slices"), EXTRA)
+@pytest.fixture(scope="module", params=[EXTRA, SCOPED_CONTEXT], ids=["unscoped", "scoped"])
+def sliced(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> PolicyEngine:
+    return engine_with(tmp_path_factory.mktemp("slices"), request.param)
 
 
 def whole(engine: PolicyEngine) -> PolicyEngine:
-    """The same engine deciding every tool with the whole set (no slices)."""
+    """The same engine deciding every tool with the whole set and the full context."""
     twin = PolicyEngine(engine._profile)
-    twin._slices = {name: twin._policies for name in engine._profile.tools}
+    twin._slices = {name: _Slice(twin._policies, True) for name in engine._profile.tools}
     return twin
 
 
 def test_each_tool_is_decided_by_fewer_policies_than_the_whole_set(sliced: PolicyEngine) -> None:
     total = len(sliced._policies)
     for name in PROFILE.tools:
-        assert len(sliced._for_action(name)) < total, name
-    # The unscoped policies are in every slice: tenant isolation and the one above.
+        assert len(sliced._for_action(name).policies) < total, name
+    # Its generated permit, the `in` permit, tenant isolation, and the unscoped forbid that
+    # reads context where it is unscoped.
     read = sliced._for_action("tickets.read")
-    assert len(read) == 4  # its generated permit, the `in` permit, two unscoped forbids
+    assert len(read.policies) == (4 if read.reads_context else 3)
+
+
+def test_only_the_slices_whose_policies_read_context_are_given_one(tmp_path: Path) -> None:
+    default = PolicyEngine(PROFILE)
+    assert not any(default._for_action(name).reads_context for name in PROFILE.tools)
+    scoped = engine_with(tmp_path, SCOPED_CONTEXT)
+    reading = {name for name in PROFILE.tools if scoped._for_action(name).reads_context}
+    assert reading == {"refunds.issue", "users.delete"}
 
 
 @settings(
@@ -109,4 +128,4 @@ def test_a_set_with_templates_is_used_whole(tmp_path: Path) -> None:
     engine = engine_with(
         tmp_path, 'permit (principal == ?principal, action == Action::"x", resource);'
     )
-    assert engine._for_action("tickets.read") is engine._policies
+    assert engine._for_action("tickets.read") == _Slice(engine._policies, reads_context=True)

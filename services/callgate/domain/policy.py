@@ -13,7 +13,9 @@ from the parsed set's nodes with their ids kept. A policy whose scope is
 by the call and Cedar never evaluates its conditions (no ``Action`` entities are given,
 so ``in`` is equality), so the decision, its determining policies and its errors are the
 whole set's (``tests/unit/test_policy_slices.py``); a set the nodes cannot represent is
-used whole.
+used whole. A slice none of whose policies reads ``context`` gets an empty one: Cedar
+reaches a request's context only through that variable, so its value cannot change the
+answer, and building and parsing it was a third of a decision.
 
 Each decision evaluates, for the *session* principal (C6), ``User::"<user>"`` doing
 ``Action::"<tool>"`` on ``Resource::"<target>"``, after the arguments were validated
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, Final
 
 import cedarpy
@@ -153,9 +155,9 @@ class PolicyEngine:
         self._principals: dict[tuple[str, str, tuple[str, ...]], Any] = {}
         self._pairs: dict[tuple[tuple[str, str, tuple[str, ...]], str], Any] = {}
         self._nodes = _static_nodes(self._policies)
-        self._slices: dict[str, Any] = {}
+        self._slices: dict[str, _Slice] = {}
 
-    def _for_action(self, action: str) -> Any:
+    def _for_action(self, action: str) -> _Slice:
         """The parsed policies that can apply to ``Action::"<action>"`` (module docstring),
         cut once per action; the whole set when it cannot be cut."""
         found = self._slices.get(action)
@@ -163,16 +165,17 @@ class PolicyEngine:
             found = self._slices[action] = self._cut(action)
         return found
 
-    def _cut(self, action: str) -> Any:
+    def _cut(self, action: str) -> _Slice:
         if self._nodes is None:
-            return self._policies
+            return _Slice(self._policies, reads_context=True)
         kept = {k: t for k, t in self._nodes.items() if _may_match(t.action, action)}
+        reads_context = _reads_context(kept)
         if len(kept) == len(self._nodes):
-            return self._policies
+            return _Slice(self._policies, reads_context)
         try:
-            return cedarpy.PolicySet.from_pst(pst.PolicySet({}, kept, ()))
+            return _Slice(cedarpy.PolicySet.from_pst(pst.PolicySet({}, kept, ())), reads_context)
         except (TypeError, ValueError):
-            return self._policies
+            return _Slice(self._policies, reads_context=True)
 
     @property
     def policy_version(self) -> str:
@@ -239,29 +242,31 @@ class PolicyEngine:
         if not principal.tenant:
             return PolicyDecision(False, (), version, ("principal has no tenant",))
         resource = self._resource(principal, spec, target, facts)
-        context = {
-            "tool": spec.name,
-            "mutation": spec.mutation,
-            "high_impact": spec.is_high_impact(args),
-            "args": _cedar_value(args),
-        }
+        policies = self._for_action(spec.name)
+        context = "{}"
+        if policies.reads_context:
+            # JSON text: cedarpy would ``json.dumps`` a dict, a quarter of a decision.
+            context = _to_json(
+                {
+                    "tool": spec.name,
+                    "mutation": spec.mutation,
+                    "high_impact": spec.is_high_impact(args),
+                    "args": _cedar_value(args),
+                }
+            )
         try:
-            # The context goes in as JSON text: cedarpy would ``json.dumps`` a dict, which
-            # cost a quarter of a decision; orjson encodes it in one C call.
             request = {
                 "principal": {"type": "User", "id": principal.user},
                 "action": {"type": "Action", "id": spec.name},
                 "resource": resource["uid"],
-                "context": _to_json(context),
+                "context": context,
             }
             entities = self._entities(principal, resource)
             # cedarpy's Rust entry point, called as its ``is_authorized`` wrapper does; the
             # wrapper's ``json.loads`` and result objects cost an eighth of a decision.
             # The version is pinned by the lock and test_policy checks every field read.
             answer = orjson.loads(
-                cedar_engine.is_authorized(
-                    request, self._for_action(spec.name), entities, None, False
-                )
+                cedar_engine.is_authorized(request, policies.policies, entities, None, False)
             )
             diagnostics = answer["diagnostics"]
             errors = tuple(str(e) for e in diagnostics.get("errors", ()))
@@ -274,6 +279,33 @@ class PolicyEngine:
         except Exception as exc:  # any engine failure is a deny, never a crash-through
             return PolicyDecision(False, (), version, (f"policy evaluation failed: {exc}",))
         return PolicyDecision(allowed, determining, version)
+
+
+@dataclass(frozen=True, slots=True)
+class _Slice:
+    """The policies one action is evaluated against, and whether any of them reads
+    ``context`` (when none does, the request carries an empty one)."""
+
+    policies: Any
+    reads_context: bool
+
+
+def _reads_context(nodes: Mapping[str, pst.Template]) -> bool:
+    """True when ``Var("context")`` occurs anywhere in ``nodes``; a node of a kind this
+    walk does not know is read as its fields, so nothing is missed."""
+    stack: list[Any] = list(nodes.values())
+    while stack:
+        value = stack.pop()
+        if isinstance(value, pst.Var):
+            if value.name == "context":
+                return True
+        elif isinstance(value, Mapping):
+            stack.extend(value.values())
+        elif isinstance(value, tuple):
+            stack.extend(value)
+        elif is_dataclass(value) and not isinstance(value, type):
+            stack.extend(getattr(value, f.name) for f in fields(value))
+    return False
 
 
 def _static_nodes(policies: Any) -> dict[str, pst.Template] | None:

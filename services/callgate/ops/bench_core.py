@@ -122,8 +122,8 @@ def bench_policy(n: int) -> list[Row]:
             "≤ 30 µs",
             median_us <= 30,
             "policy set and (session, resource) entities parsed once per policy version, "
-            "one Cedar is_authorized per call against the policies that can match its tool; "
-            "1,000 targets cycled",
+            "one Cedar is_authorized per call against the policies that can match its tool "
+            "(with the call's context where one of them reads it); 1,000 targets cycled",
         ),
         Row(
             "policy evaluation, p99 CPU per decision",
