@@ -16,8 +16,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from callgate.adapters.kafka.connection import Property, check_connection, use_connection
 from callgate.config import (
@@ -60,7 +59,7 @@ def default_instance_id() -> str:
     return re.sub(r"[^\w.-]", "-", os.uname().nodename) or "callgate"
 
 
-class Settings(BaseSettings):
+class Settings(BaseModel):
     """Everything configurable, frozen (docs/contract.md "Command line" global options;
     the configuration file's keys: docs/configuration.md).
 
@@ -69,7 +68,7 @@ class Settings(BaseSettings):
     they pass.
     """
 
-    model_config = SettingsConfigDict(frozen=True, extra="forbid", validate_default=False)
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=False)
 
     # The default is found, not assumed to be the current directory (``callgate.state_dir``).
     state_dir: Path = Field(default_factory=default_state_dir)
@@ -105,17 +104,6 @@ class Settings(BaseSettings):
     def _connection_only(cls, value: dict[str, Property]) -> dict[str, Property]:
         check_connection(value)
         return value
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings,)  # the file and the environment are read by ``from_env`` only
 
     @classmethod
     def from_env(

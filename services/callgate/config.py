@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import os
 import tomllib
+import types
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic_settings import BaseSettings, EnvSettingsSource
 
 if TYPE_CHECKING:
     from callgate.domain.identity import TrustedIssuer
@@ -38,7 +39,7 @@ Algorithm = Literal["EdDSA", "ES256", "RS256"]
 REDACTED = "<redacted>"
 _SECRET_WORDS = ("password", "secret", "token", "credential", "key.pem", "private")
 
-S = TypeVar("S", bound=BaseSettings)
+S = TypeVar("S", bound=BaseModel)
 
 
 class ConfigError(ValueError):
@@ -152,25 +153,62 @@ def _rebased(value: Any, base: Path) -> Any:
     return value
 
 
-class _Environment(EnvSettingsSource):
-    """``CALLGATE_*`` variables of a given mapping (``os.environ`` by default)."""
+def _environment(model: type[BaseModel], environ: Mapping[str, str]) -> dict[str, Any]:
+    """The ``CALLGATE_*`` variables that name a key of ``model``, as nested values.
 
-    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
-        self._environ = environ
-        super().__init__(
-            settings_cls,
-            case_sensitive=False,
-            env_prefix=ENV_PREFIX,
-            env_nested_delimiter="__",
-            env_ignore_empty=True,
-        )
+    Names are case-insensitive, nested keys are joined by ``__``, lists and tables are
+    JSON, empty variables are not set; other ``CALLGATE_*`` variables are not keys
+    (``CALLGATE_CONFIG``). Values stay text for the model to validate, so an error names
+    the variable (``load_settings``).
+    """
+    values = {
+        k.upper(): v for k, v in environ.items() if v != "" and k.upper().startswith(ENV_PREFIX)
+    }
+    for old, new in ENV_ALIASES.items():  # names older than the file
+        if old in values:
+            values.setdefault(new, values.pop(old))
+    return _keys(model, ENV_PREFIX, values)
 
-    def _load_env_vars(self) -> Mapping[str, str | None]:
-        values: dict[str, str | None] = {k.lower(): v for k, v in self._environ.items() if v != ""}
-        for old, new in ENV_ALIASES.items():  # names older than the file
-            if old.lower() in values:
-                values.setdefault(new.lower(), values.pop(old.lower()))
-        return values
+
+def _keys(model: type[BaseModel], prefix: str, values: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        variable = prefix + name.upper()
+        if variable in values:
+            out[name] = _decoded(variable, values[variable], field.annotation)
+        section = _section(field.annotation)
+        nested = _keys(section, variable + "__", values) if section is not None else {}
+        if nested:
+            whole = out.get(name)
+            out[name] = _merge(whole, nested) if isinstance(whole, dict) else nested
+    return out
+
+
+def _decoded(variable: str, text: str, annotation: Any) -> Any:
+    if not _structured(annotation):
+        return text
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(f"environment {variable}: not valid JSON: {exc}") from None
+
+
+def _section(annotation: Any) -> type[BaseModel] | None:
+    is_section = isinstance(annotation, type) and issubclass(annotation, BaseModel)
+    return annotation if is_section else None
+
+
+def _structured(annotation: Any) -> bool:
+    """A list, a table or a section: given as JSON in a variable."""
+    origin = get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        return any(_structured(a) for a in get_args(annotation) if a is not type(None))
+    if origin is Annotated:
+        return _structured(get_args(annotation)[0])
+    target = origin or annotation
+    return isinstance(target, type) and issubclass(
+        target, dict | list | tuple | set | frozenset | BaseModel
+    )
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -207,7 +245,7 @@ def load_settings(
             ) from None
         file_values = _rebased(parsed.model_dump(exclude_unset=True), path.parent)
         file_values["config_file"] = path
-    env_values = dict(_Environment(cls, environ)())
+    env_values = _environment(cls, environ)
     env_values.pop("config_file", None)  # set from CALLGATE_CONFIG / --config only
     merged = _merge(_merge(file_values, env_values), given)
     try:

@@ -116,6 +116,22 @@ def test_a_missing_file_and_a_bad_variable_are_named(tmp_path: Path) -> None:
         match=r"^environment CALLGATE_SESSIONS__ISSUERS: key 'sessions\.issuers\[0\]\.issuer': ",
     ):
         Settings.from_env(environ={"CALLGATE_SESSIONS__ISSUERS": '[{"audience": "x"}]'})
+    with pytest.raises(ConfigError, match=r"^environment CALLGATE_FAULTS: not valid JSON: "):
+        Settings.from_env(environ={"CALLGATE_FAULTS": "{latency_ms: 5}"})
+
+
+def test_variables_are_case_insensitive_nested_and_empty_ones_unset() -> None:
+    env = {
+        "callgate_approvals__signing_kid": "apr-2",
+        "CALLGATE_APPROVALS__PEM_FILES": '{"apr-1": "/keys/apr-1.pem"}',
+        "CALLGATE_TIMEOUT": "5",  # the option's name, an alias of timeout_s
+        "CALLGATE_PARTITIONS": "",
+        "CALLGATE_TOPIC_PREFIX_EXTRA": "not a key",
+    }
+    s = Settings.from_env(environ=env)
+    assert s.approvals.signing_kid == "apr-2"
+    assert s.approvals.pem_files == {"apr-1": Path("/keys/apr-1.pem")}
+    assert (s.timeout_s, s.partitions, s.topic_prefix) == (5.0, 6, "callgate")
 
 
 def test_key_files_are_checked_at_start_naming_the_key(tmp_path: Path) -> None:

@@ -22,10 +22,9 @@ bug or a hostile input, and neither goes away by retrying.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any
-
-from confluent_kafka import KafkaException
 
 from callgate.domain import events as ev
 from callgate.domain.canonical import canonical_json, derive_id
@@ -35,7 +34,6 @@ from callgate.providers.base import INFRASTRUCTURE_ERRORS
 # Infrastructure failures: the same input can succeed once the infrastructure is back.
 TRANSIENT_TYPES: tuple[type[BaseException], ...] = (
     *INFRASTRUCTURE_ERRORS,  # disk, sockets, a locked or busy database, memory
-    KafkaException,  # broker errors (fatal and fenced ones are handled by the Kafka runner)
     BufferError,  # a full producer queue
 )
 # Codes a dropped request may carry (docs/contract.md vocabulary); anything else is malformed_event.
@@ -62,7 +60,7 @@ class Deterministic:
 
 def classify(exc: BaseException) -> Transient | Deterministic:
     """The one rule both runners apply to an exception out of ``handle`` (module docstring)."""
-    if isinstance(exc, TRANSIENT_TYPES):
+    if isinstance(exc, TRANSIENT_TYPES) or _is_broker_error(exc):
         return Transient(describe(exc))
     if isinstance(exc, Unanswerable):
         return Deterministic(exc.code, exc.message, answer=False)
@@ -72,6 +70,16 @@ def classify(exc: BaseException) -> Transient | Deterministic:
     if isinstance(exc, UnicodeError):
         return Deterministic(Code.INVALID_ARGUMENTS, f"text is not valid Unicode: {describe(exc)}")
     return Deterministic(Code.MALFORMED_EVENT, describe(exc))
+
+
+def _is_broker_error(exc: BaseException) -> bool:
+    """A ``KafkaException``: broker errors (the Kafka runner handles fatal and fenced ones).
+
+    Read from ``sys.modules`` so that the embedded backend does not load librdkafka: while
+    ``confluent_kafka`` is not imported, no exception can be one of its own.
+    """
+    kafka = sys.modules.get("confluent_kafka")
+    return kafka is not None and isinstance(exc, kafka.KafkaException)
 
 
 def describe(exc: BaseException) -> str:
