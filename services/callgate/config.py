@@ -21,7 +21,7 @@ import types
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union, get_args, get_origin
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -199,12 +199,11 @@ def _section(annotation: Any) -> type[BaseModel] | None:
 
 
 def _structured(annotation: Any) -> bool:
-    """A list, a table or a section: given as JSON in a variable."""
+    """A list, a table or a section: given as JSON in a variable. (pydantic keeps a field's
+    ``Annotated`` metadata apart from its annotation, so none arrives here.)"""
     origin = get_origin(annotation)
     if origin in (Union, types.UnionType):
         return any(_structured(a) for a in get_args(annotation) if a is not type(None))
-    if origin is Annotated:
-        return _structured(get_args(annotation)[0])
     target = origin or annotation
     return isinstance(target, type) and issubclass(
         target, dict | list | tuple | set | frozenset | BaseModel
