@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -53,6 +54,8 @@ FAST_GROUPS = "session.timeout.ms=6000,heartbeat.interval.ms=500"
 CODEC = AvroCodec.default()
 VIEWS = ViewCodec.default()
 WORKER_MODULE = "callgate.adapters.kafka.worker"
+# A serve log line reporting a settled call (``--report-settled``): time, invocation, tool, code.
+SETTLED_LINE = re.compile(r"^\S+Z [0-9a-f]{32}\.[0-9a-f]{32}  \S+  \S+$")
 WORKER_NAMES = (
     "decider", "executor", "status-projection", "pending-projection", "audit-projection",
     "decisions-projection",
@@ -357,6 +360,31 @@ class KafkaServe:
     def worker_pids(self) -> list[int]:
         """The pids of every live child of this serve."""
         return [pid for name in WORKER_NAMES if (pid := self.worker_pid(name)) is not None]
+
+    def diagnosis(self, logs: Sequence[Path]) -> str:
+        """Why calls may not settle: the children alive now, every line of ``logs`` (this
+        deployment's serve logs) that is not a settled call, and each group's committed
+        positions on the topics every process reads."""
+        alive = {name: self.worker_pid(name) is not None for name in WORKER_NAMES}
+        lines = [
+            f"{log.name}: {line}"
+            for log in logs
+            for line in log.read_text(errors="replace").splitlines()
+            if line and not SETTLED_LINE.match(line)
+        ]
+        positions = {
+            name: {
+                topic: sum(max(0, o) for o in committed_offsets(
+                    self.dep.bootstrap, self.dep.topics.group(name),
+                    self.dep.topics.physical(topic), PARTITIONS,
+                ).values())
+                for topic in ("requests", "events")
+            }
+            for name in WORKER_NAMES
+        }  # fmt: skip
+        return f"serve alive: {self.proc.poll() is None}; children alive: {alive}; " + (
+            f"committed positions: {positions}; log lines: {lines[-40:]}"
+        )
 
     def kill_instance(self) -> None:
         """SIGKILL this serve and every child at once, as the loss of its host would."""

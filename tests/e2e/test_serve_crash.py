@@ -214,7 +214,10 @@ def test_sigkill_serve_on_kafka_mid_stream_settles_everything_exactly_once(
                     i for i in ids if not (gate.backend.view("status", i) or {}).get("settled")
                 }
                 trail = {i: dep.event_types(i) for i in sorted(open_ids)[:5]}
-                raise AssertionError(f"{len(open_ids)} proposals never settled: {trail}")
+                logs = [tmp_path / f"serve-{n}.log" for n in range(kills + 1)]
+                raise AssertionError(
+                    f"{len(open_ids)} proposals never settled: {trail}; {serve.diagnosis(logs)}"
+                )
 
             # The audit and pending projections are children of their own: after a restart
             # they may still be catching up with the status view, and only a running serve
