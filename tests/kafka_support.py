@@ -50,7 +50,8 @@ from callgate.surfaces.sdk import Gateway, connect
 from tests.e2e.helpers import REPO, Run, callgate_argv, checked_answer, cli_env, propose_argv
 
 PARTITIONS = 3  # few partitions keep joins and restores short; >1 exercises co-partitioning
-FAST_GROUPS = "session.timeout.ms=6000,heartbeat.interval.ms=500"
+GROUP_SESSION_S = 6.0  # a member that stops heartbeating is out of its group after this
+FAST_GROUPS = f"session.timeout.ms={GROUP_SESSION_S * 1000:.0f},heartbeat.interval.ms=500"
 CODEC = AvroCodec.default()
 VIEWS = ViewCodec.default()
 WORKER_MODULE = "callgate.adapters.kafka.worker"
@@ -82,6 +83,12 @@ class Broker:
     @property
     def describes_members(self) -> bool:
         """Does DescribeGroups list a group's members? (tansu: stable, with none)"""
+        return self.kind != "tansu"
+
+    @property
+    def rebalances_after_quick_kills(self) -> bool:
+        """After group members are SIGKILLed seconds apart, does the group always rebalance
+        onto the live ones? (tansu: not always; docs/contract.md "Known tansu gaps")"""
         return self.kind != "tansu"
 
     @property
