@@ -402,12 +402,20 @@ class KafkaServe:
         self.proc.wait(timeout=10)
         self._stderr.close()
 
-    def kill_worker(self, process: str, timeout_s: float = 10.0) -> tuple[int, int]:
+    def kill_worker(
+        self, process: str, timeout_s: float = 10.0, hold_s: float = 0.0
+    ) -> tuple[int, int]:
         """SIGKILL the child running ``process``; returns (old pid, pid of its replacement
-        once the supervisor has started it)."""
+        once the supervisor has started it). ``hold_s``: the supervisor is stopped that long
+        first, so the replacement starts no sooner."""
         old = self.worker_pid(process)
         assert old is not None, f"no live {process} child of serve {self.proc.pid}"
+        if hold_s:
+            os.kill(self.proc.pid, signal.SIGSTOP)
         os.kill(old, signal.SIGKILL)
+        if hold_s:
+            time.sleep(hold_s)
+            os.kill(self.proc.pid, signal.SIGCONT)
         new: list[int] = []
 
         def restarted() -> bool:
