@@ -259,6 +259,26 @@ class Deployment:
                 continue
         return out
 
+    def readable_ends(self) -> str:
+        """The last offset per partition of ``requests`` and ``events`` that a
+        ``read_committed`` reader reaches, against a ``read_uncommitted`` one: a transaction
+        left open holds every ``read_committed`` reader at its first record."""
+        ends: dict[str, dict[int, int]] = {}
+        for logical in ("requests", "events"):
+            for isolation in ("read_committed", "read_uncommitted"):
+                last: dict[int, int] = {}
+                try:
+                    records = read_partitions_to_end(
+                        self.bootstrap, self.topics.physical(logical), isolation=isolation,
+                        timeout_s=20,
+                    )  # fmt: skip
+                except TimeoutError as exc:
+                    return f"{logical} {isolation}: {exc}"
+                for record in records:
+                    last[record.partition] = record.offset
+                ends[f"{logical} {isolation}"] = dict(sorted(last.items()))
+        return f"last offsets: {ends}"
+
     def event_types(self, invocation_id: str) -> list[str]:
         """The types of the ``events`` records of one invocation, in log order."""
         return [e.event_type for _, e in self.events() if e.invocation_id == invocation_id]
@@ -390,7 +410,8 @@ class KafkaServe:
             for name in WORKER_NAMES
         }  # fmt: skip
         return f"serve alive: {self.proc.poll() is None}; children alive: {alive}; " + (
-            f"committed positions: {positions}; log lines: {lines[-40:]}"
+            f"committed positions: {positions}; {self.dep.readable_ends()}; "
+            f"log lines: {lines[-40:]}"
         )
 
     def kill_instance(self) -> None:

@@ -406,4 +406,5 @@ def unsettled_report(dep: Deployment, gate: Gateway, plan: list[Planned]) -> str
     for p in stuck[:8]:
         lines.append(f"  {p.tool} key={p.key} expect={p.expect}: {rows.get(p.invocation_id)}")
         lines.append(f"    events: {events.get(p.invocation_id)}")
+    lines.append(dep.readable_ends())
     return "\n".join(lines)
