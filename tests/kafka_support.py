@@ -390,8 +390,8 @@ class KafkaServe:
 
     def diagnosis(self, logs: Sequence[Path]) -> str:
         """Why calls may not settle: the children alive now, every line of ``logs`` (this
-        deployment's serve logs) that is not a settled call, and each group's committed
-        positions on the topics every process reads."""
+        deployment's serve logs) that is not a settled call, each group's committed
+        positions on ``requests`` and ``events``, and how far ``read_committed`` reaches."""
         alive = {name: self.worker_pid(name) is not None for name in WORKER_NAMES}
         lines = [
             f"{log.name}: {line}"
