@@ -32,15 +32,7 @@ from tests.e2e.helpers import (
     start_publisher,
     write_plan,
 )
-from tests.kafka_support import (
-    GROUP_SESSION_S,
-    Broker,
-    Deployment,
-    KafkaServe,
-    operator,
-    token,
-    unique_prefix,
-)
+from tests.kafka_support import Broker, Deployment, KafkaServe, operator, token, unique_prefix
 
 pytestmark = pytest.mark.e2e
 
@@ -213,10 +205,8 @@ def test_sigkill_serve_on_kafka_mid_stream_settles_everything_exactly_once(
                 serve.kill_instance()
                 kills += 1
                 more = (publisher.poll() is None or kills < KAFKA_KILLS) and kills < 6
-                if not more and not kafka_broker.rebalances_after_quick_kills:
-                    # tansu can leave partitions with the members it evicted: the instance
-                    # that must finish the work joins once the killed ones are out.
-                    time.sleep(GROUP_SESSION_S + 1)
+                if not more:
+                    time.sleep(kafka_broker.restart_after_kill_s)
                 serve = KafkaServe(dep, tmp_path / f"serve-{kills}.log", extra_env=SLOW_TICKETS)
                 serve.wait_started()
             assert publisher.wait(timeout=60) == 0

@@ -30,7 +30,6 @@ import pytest
 from tests.e2e.helpers import Planned, make_plan
 from tests.kafka_support import (
     CODEC,
-    GROUP_SESSION_S,
     PARTITIONS,
     REFUND,
     Broker,
@@ -221,9 +220,6 @@ def test_sigkill_the_decider_mid_stream_settles_everything_exactly_once(
     # is left flows in while the last replacement is still joining its group.
     stream = Stream(dep, gate, plan)
     kills: list[tuple[dict[int, int], dict[int, int]]] = []  # (committed, published)
-    # tansu can leave partitions with a member it evicted after a quick kill (docs/contract.md
-    # "Known tansu gaps"): there the replacement starts once the killed one's session expired.
-    hold = 0.0 if kafka_broker.rebalances_after_quick_kills else GROUP_SESSION_S + 1
     for _ in range(3):
         before = decider_positions(dep)
         deadline, trickled = time.monotonic() + 120, 0
@@ -239,7 +235,7 @@ def test_sigkill_the_decider_mid_stream_settles_everything_exactly_once(
         stream.publish(150)
         time.sleep(rng.uniform(0.0, 0.1))  # the decider commits such a burst after 0.1-0.2 s
         published = dict(stream.ends)
-        serve.kill_worker("decider", hold_s=hold)
+        serve.kill_worker("decider", hold_s=kafka_broker.restart_after_kill_s)
         kills.append((decider_positions(dep), published))
     stream.publish(len(plan))
     assert stream.sent == len(plan)
