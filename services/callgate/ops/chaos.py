@@ -53,7 +53,6 @@ from rich.table import Table
 from callgate.adapters.kafka.client import make_admin
 from callgate.adapters.kafka.gateway import KafkaBackend
 from callgate.adapters.kafka.serve import Supervisor, create_topics, worker_env
-from callgate.adapters.kafka.tansu import BrokerUnavailable, TansuBroker
 from callgate.adapters.kafka.topics import Topics
 from callgate.bootstrap import App, Settings, bootstrap
 from callgate.domain import events as ev
@@ -740,7 +739,7 @@ def run_chaos(
     kills: int = 10,
     seed: int = 7,
     *,
-    broker: str = "tansu",
+    broker: str = "apache",
     instances: int = 1,
     time_limit_s: float | None = None,
     keep_state: bool = False,
@@ -751,11 +750,11 @@ def run_chaos(
         return 2
     limit = time_limit_s or max(180.0, 0.45 * proposals)  # 15 minutes for 2,000
     started = time.monotonic()
-    own: TansuBroker | ApacheKafka | None = None
+    own: ApacheKafka | None = None
     if not settings.bootstrap_servers:
         try:
-            own = (ApacheKafka() if broker == "apache" else TansuBroker()).start()
-        except (KafkaUnavailable, BrokerUnavailable) as exc:
+            own = ApacheKafka().start()
+        except KafkaUnavailable as exc:
             out.error(Code.BROKER_UNAVAILABLE, f"chaos: no {broker} broker: {exc}")
             return 1
     state = Path(tempfile.mkdtemp(prefix="callgate-chaos-"))

@@ -35,10 +35,9 @@ def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type
     )
     be.add_argument(
         "--broker",
-        choices=["tansu", "apache", "both"],
+        choices=["apache"],
         default=None,
-        help="what the Kafka section runs on: tansu, Apache Kafka from Maven (Java 17), or "
-        "both (default: both where Java 17 and the Apache Kafka jars are here, else tansu)",
+        help="what the Kafka section runs on: Apache Kafka from Maven (Java 17; the default)",
     )
 
     ch = add_command(
@@ -49,10 +48,10 @@ def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type
     ch.add_argument("--seed", type=int, default=7, help="default: 7")
     ch.add_argument(
         "--broker",
-        choices=["tansu", "apache"],
-        default="tansu",
-        help="the broker the run starts unless --bootstrap-servers: tansu, or Apache Kafka "
-        "from Maven (needs Java 17 and mvn; default: tansu)",
+        choices=["apache"],
+        default="apache",
+        help="the broker the run starts unless --bootstrap-servers: Apache Kafka from Maven "
+        "(needs Java 17 and mvn)",
     )
     ch.add_argument(
         "--instances",
