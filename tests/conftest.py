@@ -5,7 +5,7 @@ every test without ``kafka``, ``browser`` or ``fuzz``; ``make test-kafka``, ``ma
 test-browser`` and ``make test-fuzz`` run those. A test that takes the broker fixture is
 marked ``kafka`` here even where its module forgot to say so.
 
-The broker: Apache Kafka from Maven (``callgate.ops.apache_kafka``), the reference broker,
+The broker: Apache Kafka from Maven (``tools.apache_kafka``), the reference broker,
 started once per test session (under pytest-xdist: once per worker) and stopped at its
 end; tests keep apart by topic prefix. Where it cannot start (no Java 17, no jars) its
 tests skip with the reason printed, unless ``CALLGATE_REQUIRE_APACHE_KAFKA=1`` (``make
@@ -23,8 +23,8 @@ import os
 from collections.abc import Iterator
 
 import pytest
+from tools.apache_kafka import ApacheKafka
 
-from callgate.ops.apache_kafka import ApacheKafka
 from tests.kafka_support import Broker, require_broker
 
 BROKER_FIXTURES = {"kafka_broker", "kafka_bootstrap"}

@@ -33,6 +33,7 @@ from typing import Any, TextIO
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from tools.apache_kafka import CACHE_ENV, JAVA_ENV
 
 from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
 from callgate.adapters.kafka.client import Record, read_partitions_to_end
@@ -41,7 +42,6 @@ from callgate.adapters.view_codec import ViewCodec
 from callgate.bootstrap import Settings
 from callgate.domain import events as ev
 from callgate.domain.scope import OPERATOR_ROLE
-from callgate.ops.apache_kafka import CACHE_ENV, JAVA_ENV
 from callgate.surfaces.sdk import Gateway, connect
 from tests.e2e.helpers import REPO, Run, callgate_argv, checked_answer, cli_env, propose_argv
 
@@ -73,7 +73,7 @@ class Broker:
 def require_broker() -> None:
     """Skip, printing why, where Apache Kafka cannot start here (no Java 17, no jars); fail
     instead when ``CALLGATE_REQUIRE_APACHE_KAFKA=1`` (``make test-kafka``, CI)."""
-    from callgate.ops.apache_kafka import unavailable
+    from tools.apache_kafka import unavailable
 
     reason = unavailable()
     if reason is None:
@@ -85,20 +85,27 @@ def require_broker() -> None:
     pytest.skip(message)
 
 
-def run_with_own_broker(
-    state_dir: Path, *args: str, timeout: float
-) -> subprocess.CompletedProcess[str]:
-    """``callgate --json --state-dir D ARGS`` of the Python running the tests, for commands
-    that start a broker of their own (``bench``, ``chaos --broker``); skips, as the suite's
-    broker fixture does, only where that broker cannot start."""
-    require_broker()
-    argv = [sys.executable, "-m", "callgate.surfaces.cli", "--json", "--state-dir", str(state_dir)]
+def run_tool(state_dir: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``python -m tools --json --state-dir D ARGS`` (``bench``, ``chaos``) of the Python
+    running the tests, with no ``CALLGATE_*`` setting of this process but where Java and
+    the Apache Kafka jars are."""
+    argv = [sys.executable, "-m", "tools", "--json", "--state-dir", str(state_dir)]
     keep = {CACHE_ENV, JAVA_ENV}  # where the Apache Kafka jars and Java are: not settings
     env = {k: v for k, v in os.environ.items() if not k.startswith("CALLGATE_") or k in keep}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "services"), str(REPO / "projections")])
+    paths = [REPO / "services", REPO / "projections", REPO]
+    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in paths)
     return subprocess.run(
         [*argv, *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
     )
+
+
+def run_with_own_broker(
+    state_dir: Path, *args: str, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``run_tool`` for the tools that start a broker of their own (``bench``, ``chaos``);
+    skips, as the suite's broker fixture does, only where that broker cannot start."""
+    require_broker()
+    return run_tool(state_dir, *args, timeout=timeout)
 
 
 # What librdkafka's own log lines look like when they reach stderr (``%3|1700000000.123|FAIL|``

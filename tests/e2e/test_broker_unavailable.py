@@ -43,7 +43,7 @@ def kafka_args(bootstrap: str) -> list[str]:
 @pytest.fixture
 def nothing_listening() -> str:
     """A loopback port that nothing listens on."""
-    from callgate.ops.apache_kafka import free_port
+    from tools.apache_kafka import free_port
 
     return f"127.0.0.1:{free_port()}"
 
@@ -51,8 +51,9 @@ def nothing_listening() -> str:
 @pytest.fixture
 def stopped_broker() -> Iterator[str]:
     """The address of an Apache Kafka broker that answered metadata, then was stopped."""
+    from tools.apache_kafka import ApacheKafka
+
     from callgate.adapters.kafka.client import probe
-    from callgate.ops.apache_kafka import ApacheKafka
 
     require_broker()
     broker = ApacheKafka().start()

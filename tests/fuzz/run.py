@@ -65,7 +65,8 @@ def embedded(seconds: float, max_examples: int = 1_000_000) -> Figures:
 
 
 def on_kafka(seconds: float, max_examples: int = 100_000) -> Figures:
-    from callgate.ops.apache_kafka import ApacheKafka
+    from tools.apache_kafka import ApacheKafka
+
     from tests.kafka_support import Deployment, KafkaServe, unique_prefix
 
     with ApacheKafka() as broker, tempfile.TemporaryDirectory(prefix="callgate-fuzz-") as tmp:

@@ -5,7 +5,7 @@ is checked is that the command works end to end: one JSON value, machine details
 every section (the Kafka section on its own tansu broker), no ``FAILED`` row, and the latency
 plot written to the state directory; and the Kafka section alone on an Apache Kafka broker
 of its own (``--broker apache``), with its rows labelled by the broker; and the step timing
-of one transactional hop (``callgate.ops.bench_txn``) on the suite's brokers.
+of one transactional hop (``tools.bench_txn``) on the suite's brokers.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from statistics import median
 
 import pytest
 from tests.kafka_support import Broker, librdkafka_lines, run_with_own_broker, unique_prefix
+from tools.bench_txn import STEPS, time_transactions
 
 from callgate.adapters.kafka.runner import TRANSACTION_GAP_MS
-from callgate.ops.bench_txn import STEPS, time_transactions
 
 RETRY_MS = 20  # librdkafka's fixed wait after CONCURRENT_TRANSACTIONS
 
@@ -89,7 +89,7 @@ def test_quick_history_bench_measures_both_logs(tmp_path: Path) -> None:
 
 @pytest.mark.kafka
 def test_one_transactional_hop_is_timed_step_by_step(kafka_broker: Broker) -> None:
-    """``python -m callgate.ops.bench_txn``'s timing: every step of every transaction."""
+    """``python -m tools.bench_txn``'s timing: every step of every transaction."""
     steps = time_transactions(kafka_broker.bootstrap, 10, 0.0, True, unique_prefix("txn"))
     assert list(steps) == list(STEPS)
     assert all(len(xs) == 10 and all(x > 0 for x in xs) for xs in steps.values()), steps

@@ -19,11 +19,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from tests.kafka_support import librdkafka_lines, run_with_own_broker
+from tools.chaos import Call, Evidence, Verdict, verify
 
 from callgate.bootstrap import Settings, bootstrap
 from callgate.domain import events as ev
 from callgate.domain.catalog import Profile, default_profile_path, load_profile
-from callgate.ops.chaos import Call, Evidence, Verdict, verify
 
 PROFILE: Profile = load_profile(default_profile_path())
 CHAOS_ARGS = ("--proposals", "300", "--kills", "3", "--seed", "11")
@@ -358,7 +358,7 @@ def test_a_retry_that_runs_an_approved_call_names_its_approval(
 
 
 def _unapproved(applied: Mapping[str, Any], audit: list[dict[str, Any]]) -> list[str]:
-    from callgate.ops.chaos import unapproved_high_impact
+    from tools.chaos import unapproved_high_impact
 
     return unapproved_high_impact([applied], audit, PROFILE)
 

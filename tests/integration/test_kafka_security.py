@@ -23,9 +23,9 @@ from tests.kafka_support import (
     cli_session,
     require_broker,
 )
+from tools.apache_kafka import ApacheKafka
 
 from callgate.adapters.kafka.connection import use_connection
-from callgate.ops.apache_kafka import ApacheKafka
 
 pytestmark = pytest.mark.kafka
 

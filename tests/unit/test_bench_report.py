@@ -3,15 +3,14 @@ which brokers it runs on."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
-
-from callgate.adapters.view_codec import ViewCodec
-from callgate.domain.canonical import canonical_json
-from callgate.ops.apache_kafka import KafkaUnavailable, find_java, java_major
-from callgate.ops.bench_core import Row
-from callgate.ops.bench_kafka import (
+from tests.kafka_support import run_tool
+from tools.apache_kafka import KafkaUnavailable, find_java, java_major
+from tools.bench_core import Row
+from tools.bench_kafka import (
     Result,
     _labelled,
     _stuck_at,
@@ -20,6 +19,9 @@ from callgate.ops.bench_kafka import (
     kafka_brokers,
     shown,
 )
+
+from callgate.adapters.view_codec import ViewCodec
+from callgate.domain.canonical import canonical_json
 
 
 def in_progress(invocation_id: str) -> bytes:
@@ -93,3 +95,11 @@ def test_the_java_release_is_read_from_the_runtime_itself() -> None:
         pytest.skip(f"no Java runtime here: {exc}")
     major = java_major(java)
     assert major is not None and major >= 8
+
+
+def test_an_unknown_bench_section_is_a_usage_error(tmp_path: Path) -> None:
+    """``python -m tools bench --only embeded``: refused (never an empty table)."""
+    run = run_tool(tmp_path, "bench", "--only", "embeded", timeout=60)
+    assert run.returncode == 2, run
+    assert json.loads(run.stdout)["error"]["code"] == "usage"
+    assert run.stderr == ""

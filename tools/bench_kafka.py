@@ -73,8 +73,9 @@ from callgate.domain import events as ev
 from callgate.domain.codes import TERMINAL, Rejection
 from callgate.domain.process import Output, Process, ViewRecord, reacts_to
 from callgate.gc_settings import apply_gc_settings
-from callgate.ops.bench_core import Row, mixed_proposals
 from callgate_projections.status import outcome_for
+from tools import child_env
+from tools.bench_core import Row, mixed_proposals
 
 BATCH_SIZE = 500  # ``callgate.adapters.kafka.worker`` defaults, passed explicitly to both
 BATCH_TIMEOUT_MS = 20
@@ -134,7 +135,7 @@ class _Brokers:
         self.pid: int | None = None  # the broker of the current measurement
 
     def __enter__(self) -> _Brokers:
-        from callgate.ops.apache_kafka import ApacheKafka
+        from tools.apache_kafka import ApacheKafka
 
         self._shared = ApacheKafka().start()
         self.pid = self._shared.pid
@@ -321,7 +322,7 @@ def _decode(step: Step, codec: AvroCodec) -> tuple[bytes | None, tuple[Output, .
 
 
 def replay_worker(argv: Sequence[str] | None = None) -> int:
-    """``python -m callgate.ops.bench_kafka RECORDING ...``: one ``Replay`` under a
+    """``python -m tools.bench_kafka RECORDING ...``: one ``Replay`` under a
     ``KafkaRunner``, built as ``callgate.adapters.kafka.worker`` builds a real process."""
     parser = argparse.ArgumentParser(description="Run one replay process (callgate bench).")
     parser.add_argument("recording", type=Path)
@@ -377,7 +378,7 @@ class ClientLog(logging.Handler):
         self.last.append(record.getMessage()[:160])
 
 
-CLIENT_LOGGER = "callgate.ops.bench.kafka_clients"
+CLIENT_LOGGER = "tools.bench.kafka_clients"
 
 
 def client_logger() -> logging.Logger:
@@ -417,7 +418,7 @@ def _reader(bootstrap: str, fetch_wait_ms: str) -> Consumer:
     return Consumer(
         {
             "bootstrap.servers": bootstrap,
-            "group.id": "callgate.ops.bench",
+            "group.id": "tools.bench",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             "fetch.wait.max.ms": fetch_wait_ms,
@@ -697,8 +698,8 @@ def replay_processes(
         str(state_dir),
         *kind.runner_args(),
     ]
-    module = [sys.executable, "-m", "callgate.ops.bench_kafka"]
-    children = [subprocess.Popen([*module, str(f), *args]) for f in files]
+    module = [sys.executable, "-m", "tools.bench_kafka"]
+    children = [subprocess.Popen([*module, str(f), *args], env=child_env()) for f in files]
     try:
         yield
     finally:

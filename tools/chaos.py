@@ -3,7 +3,7 @@
 Issue "Execution reliability, fault injection and hostile input", part 4. One run:
 
 1. its own broker (``--broker tansu``, the default, or ``apache``: Apache Kafka from Maven,
-   ``callgate.ops.apache_kafka``; none with ``--bootstrap-servers``), a fresh state
+   ``tools.apache_kafka``; none with ``--bootstrap-servers``), a fresh state
    directory and topic prefix, and ``--instances`` instances of ``callgate serve``'s
    ``Supervisor`` (ids ``chaos-0``, ``chaos-1``, ...; one state directory, as instances of
    one deployment share its keys and the simulated providers' ledger) with one worker child
@@ -60,12 +60,12 @@ from callgate.domain.canonical import partition_key
 from callgate.domain.catalog import Profile
 from callgate.domain.codes import TERMINAL, Code
 from callgate.domain.scope import OPERATOR_ROLE, bound_id
-from callgate.ops.apache_kafka import ApacheKafka, KafkaUnavailable
 from callgate.ops.replay import replay
 from callgate.surfaces.render import Renderer
 from callgate.surfaces.sdk import Gateway
 from callgate_projections.audit import VerifyResult
 from callgate_projections.status import outcome_for, subject_of
+from tools.apache_kafka import ApacheKafka, KafkaUnavailable
 
 # Every simulated provider times out after applying 5% of effects and before applying 3%
 # (C12: reconciliation finds the effect, or finds nothing and the retry runs it); latency

@@ -29,10 +29,10 @@ from callgate.adapters.kafka.gateway import KafkaBackend
 from callgate.adapters.kafka.serve import create_topics
 from callgate.adapters.kafka.topics import Topics
 from callgate.bootstrap import Settings, bootstrap
-from callgate.ops.apache_kafka import ApacheKafka
-from callgate.ops.bench_core import Row, mixed_proposals
-from callgate.ops.bench_kafka import BENCH_BROKERS, Load, outbound, pipeline_processes, wait_idle
 from callgate.surfaces.sdk import Gateway
+from tools.apache_kafka import ApacheKafka
+from tools.bench_core import Row, mixed_proposals
+from tools.bench_kafka import BENCH_BROKERS, Load, outbound, pipeline_processes, wait_idle
 
 # Within this factor (plus a small allowance for a loaded machine) of the empty log.
 GROWTH_FACTOR = 2.0

@@ -1,4 +1,4 @@
-"""One transactional hop, timed step by step: ``python -m callgate.ops.bench_txn``.
+"""One transactional hop, timed step by step: ``python -m tools.bench_txn``.
 
 Where a Kafka transaction's time goes on a broker of its own (tansu or Apache Kafka), as
 ``KafkaRunner`` spends it per cycle: the first produce of a 400-byte record and its flush
@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from callgate.adapters.kafka.runner import CONSUMER_LATENCY, PRODUCER_LATENCY
-from callgate.ops.apache_kafka import ApacheKafka
+from tools.apache_kafka import ApacheKafka
 
 STEPS = ("produce + flush", "send offsets", "commit", "hand-off")
 WARM_UP = 20  # transactions left out of the figures (coordinator lookups, a cold JVM)
