@@ -55,8 +55,10 @@ DEFAULT_PORT = 9092  # ``make kafka``: Kafka's usual port, callgate's default bo
 
 
 def port_is_free(port: int) -> bool:
-    """Can a listener bind 127.0.0.1:``port`` right now?"""
+    """Can a listener bind 127.0.0.1:``port`` right now? (as the broker binds it: connections
+    of a stopped broker in TIME_WAIT do not count)"""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
