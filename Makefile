@@ -31,12 +31,20 @@ lock: $(UV)
 upgrade: $(UV)
 	$(UV) lock --upgrade --python $(PYTHON)
 
+## The runtime alone, for `make run`: the locked runtime dependencies, no development tool
+## (no pytest, mypy, Playwright, Schemathesis, atheris), in an environment of its own.
+RUN_VENV  := .venv-run
+RUN_STAMP := $(RUN_VENV)/.installed
+$(RUN_STAMP): $(UV) pyproject.toml uv.lock
+	UV_PROJECT_ENVIRONMENT=$(RUN_VENV) $(UV) sync --locked --python $(PYTHON) --compile-bytecode
+	touch $(RUN_STAMP)
+
 ## The main job: callgate serve on the embedded backend with the default profile, in
 ## development mode (development session tokens are trusted; it says so on start); state in
 ## ./.callgate, which every callgate command run below this directory then finds.
-run: $(STAMP)
+run: $(RUN_STAMP)
 	mkdir -p .callgate
-	$(BIN)/callgate --dev serve
+	$(RUN_VENV)/bin/callgate --dev serve
 
 ## The service with the HTTP API and the approval console on http://127.0.0.1:8787/.
 serve-http: $(STAMP)
@@ -159,4 +167,4 @@ down:
 	docker compose down -v
 
 clean:
-	rm -rf $(VENV) $(TOOLS) .callgate .mypy_cache .ruff_cache .pytest_cache .fuzz-corpus
+	rm -rf $(VENV) $(RUN_VENV) $(TOOLS) .callgate .mypy_cache .ruff_cache .pytest_cache .fuzz-corpus
