@@ -7,7 +7,7 @@ Where a Kafka transaction's time goes on a broker of its own (tansu or Apache Ka
 record. ``--gap-ms`` waits that long after each commit before the next transaction begins
 (the runner's ``TRANSACTION_GAP_MS``, docs/adr/0020-transaction-gap.md); ``--no-hand-off``
 begins the next transaction right after the commit instead of after the hand-off, as a
-runner with records waiting does. Figures: docs/benchmarks.md "The critical path".
+runner with records waiting does. Figures: docs/explanation/benchmarks.md "The critical path".
 """
 
 from __future__ import annotations
