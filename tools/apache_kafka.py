@@ -1,6 +1,6 @@
 """Start a single-node Apache Kafka broker (KRaft, combined mode) on loopback, from Maven.
 
-Used by the test suite, ``callgate chaos --broker apache`` and anyone who wants the real
+Used by the test suite, ``python -m tools chaos --broker apache`` and anyone who wants the real
 broker without Docker (docs/adr/0015-apache-kafka-and-many-instances.md). The broker's jars are
 ``org.apache.kafka:kafka_2.13:KAFKA_VERSION`` and its runtime dependencies, fetched once by
 Maven (``mvn dependency:copy-dependencies``) into a cache directory; the broker runs as

@@ -1,8 +1,7 @@
-"""The Kafka section of ``callgate bench``: ceiling, pipeline throughput, latency.
+"""The Kafka section of ``python -m tools bench``: ceiling, pipeline throughput, latency.
 
-Per broker (tansu, Apache Kafka: ``kafka_brokers``), every measurement runs on fresh topics
-on a broker this module starts on loopback (``_Brokers``: a new tansu broker each time, or
-one Apache Kafka broker with a new topic prefix each time), with the deployment's topic
+Every measurement runs on fresh topics on an Apache Kafka broker this module starts on
+loopback (``_Brokers``: one broker, a new topic prefix each time), with the deployment's topic
 layout and ``callgate serve``'s process layout: one OS process per
 process, each a ``KafkaRunner`` with the same batch, transaction and consumer settings
 (``BenchBroker.runner_args``). Method and figures: docs/explanation/benchmarks.md.

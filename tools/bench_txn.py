@@ -1,6 +1,6 @@
 """One transactional hop, timed step by step: ``python -m tools.bench_txn``.
 
-Where a Kafka transaction's time goes on a broker of its own (tansu or Apache Kafka), as
+Where a Kafka transaction's time goes on an Apache Kafka broker of its own, as
 ``KafkaRunner`` spends it per cycle: the first produce of a 400-byte record and its flush
 (with librdkafka's ``AddPartitionsToTxn``), ``send_offsets_to_transaction``,
 ``commit_transaction``, and the hand-off: until a ``read_committed`` consumer has the

@@ -1,4 +1,4 @@
-"""The Kafka runner on real brokers (tansu, Apache Kafka): exactly once, kill -9, timers.
+"""The Kafka runner on Apache Kafka: exactly once, kill -9, timers.
 
 Toy processes (``tests.toys``) stand in for the deciders; what is under test is the runner's
 commit sequence (outputs + changelog state + input offsets in one Kafka transaction), its
