@@ -59,6 +59,8 @@ class Code(StrEnum):
     INTERNAL_ERROR = "internal_error"
     # a development-only operation (``session issue``) asked of a process not in development mode.
     DEVELOPMENT_MODE_REQUIRED = "development_mode_required"
+    # an operator's command (``policy simulate``) asked by a session without the operator role.
+    OPERATOR_REQUIRED = "operator_required"
 
 
 # Outcomes after which an invocation will not change by itself.
