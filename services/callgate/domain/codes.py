@@ -59,6 +59,9 @@ class Code(StrEnum):
     INTERNAL_ERROR = "internal_error"
     # a development-only operation (``session issue``) asked of a process not in development mode.
     DEVELOPMENT_MODE_REQUIRED = "development_mode_required"
+    # a state-changing HTTP request authenticated by the console's session cookie came
+    # without the matching X-CSRF-Token header: refused before anything runs.
+    CSRF_FAILED = "csrf_failed"
 
 
 # Outcomes after which an invocation will not change by itself.
@@ -97,6 +100,7 @@ COMMAND_ERRORS: frozenset[Code] = frozenset(
         Code.BUSY,
         Code.BROKER_UNAVAILABLE,
         Code.DEVELOPMENT_MODE_REQUIRED,
+        Code.CSRF_FAILED,
         Code.USAGE,
         Code.INTERNAL_ERROR,
     }
