@@ -9,7 +9,7 @@ UV     := $(TOOLS)/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: bench-simulate install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast test-kafka test-browser test-fuzz test-all kafka-fetch lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress chaos-instances kafka kafka-stop kafka-clean fuzz fuzz-atheris up down clean
+.PHONY: bench-simulate install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast test-kafka test-browser test-fuzz test-all kafka-fetch lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress chaos-instances kafka kafka-stop kafka-clean fuzz fuzz-atheris up down clean oidc-provider chaos-apache
 
 $(UV): requirements/uv.txt
 	$(PYTHON) -m venv $(TOOLS)
@@ -22,6 +22,11 @@ $(STAMP): $(UV) pyproject.toml uv.lock
 	touch $(STAMP)
 
 install: $(STAMP)
+
+## The OpenID Connect provider the console's sign-in tests start (oidc-provider from npm,
+## the version pinned in tests/oidc/package-lock.json).
+oidc-provider:
+	cd tests/oidc && npm ci --no-audit --no-fund
 
 ## Re-resolves the lock after a change of pyproject.toml (keeps pinned versions where it can).
 lock: $(UV)
