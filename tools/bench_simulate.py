@@ -48,6 +48,7 @@ def proposals(gate: Gateway, n: int, seed: int) -> list[ev.ToolCallProposed]:
         token = tokens[tenant]
         inv = bound_id(token, str(uuid.UUID(int=rng.getrandbits(128))))
         key: str | None = None
+        args: dict[str, object]
         if rng.random() < 0.6:
             tool, args = "tickets.read", {"ticket_id": f"T-{rng.randrange(10_000)}"}
         else:
