@@ -9,7 +9,7 @@ UV     := $(TOOLS)/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast test-kafka test-browser test-fuzz test-all kafka-fetch lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress chaos-instances kafka kafka-stop kafka-clean fuzz fuzz-atheris up down clean
+.PHONY: bench-simulate install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast test-kafka test-browser test-fuzz test-all kafka-fetch lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress chaos-instances kafka kafka-stop kafka-clean fuzz fuzz-atheris up down clean oidc-provider
 
 $(UV): requirements/uv.txt
 	$(PYTHON) -m venv $(TOOLS)
@@ -22,6 +22,11 @@ $(STAMP): $(UV) pyproject.toml uv.lock
 	touch $(STAMP)
 
 install: $(STAMP)
+
+## The OpenID Connect provider the console's sign-in tests start (oidc-provider from npm,
+## the version pinned in tests/oidc/package-lock.json).
+oidc-provider:
+	cd tests/oidc && npm ci --no-audit --no-fund
 
 ## Re-resolves the lock after a change of pyproject.toml (keeps pinned versions where it can).
 lock: $(UV)
@@ -168,3 +173,8 @@ down:
 
 clean:
 	rm -rf $(VENV) $(RUN_VENV) $(TOOLS) .callgate .mypy_cache .ruff_cache .pytest_cache .fuzz-corpus
+
+## `callgate policy simulate` throughput on a recorded history of 100,000 proposals
+## (recorded once into ~/.cache/callgate/bench-simulate; prints one row).
+bench-simulate: $(STAMP)
+	$(PY) -m tools.bench_simulate --proposals 100000
