@@ -287,7 +287,7 @@ def check_identity(
     tenant. Its value must equal the session's identifier exactly: any other value,
     another spelling of it included, raises ``Rejection(IDENTITY_SPOOF, ...,
     {"field": "dotted.path"})``. Any other string that is not a session identifier but
-    folds together with one (``ALICE``, ``ａｌｉｃｅ``, a Cyrillic look-alike) is refused
+    folds together with one (``ALICE``, full-width ``alice``, a Cyrillic look-alike) is refused
     the same way, with ``details.reason`` ``look-alike``: folding only ever denies.
     Returns a copy of ``args``.
     """
@@ -346,8 +346,8 @@ __all__ = [
     "REQUIRED_CLAIMS",
     "SessionIssuer",
     "SessionVerifier",
-    "check_identity",
     "canonical_problem",
+    "check_identity",
     "fold_identity",
     "looks_alike",
 ]

@@ -75,7 +75,7 @@ def fold_identity(value: str) -> str:
 
     NFKC, case folding and NFKC again (a fixed point), surrounding white space and
     default-ignorable code points removed, then the UTS #39 confusable skeleton (ICU's
-    SpoofChecker): ``ACME``, ``ａｃｍｅ``, ``acme `` and the Cyrillic ``асме`` all fold to
+    SpoofChecker): ``ACME``, full-width ``acme``, ``acme `` and the Cyrillic ``асме`` all fold to
     the skeleton of ``acme``.
     """
     folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", value).casefold())
