@@ -33,7 +33,7 @@ from callgate.adapters.avro_codec import MARKER, AvroCodec
 from callgate.bootstrap import App
 from callgate.domain import events as ev
 from callgate.domain.canonical import args_hash, partition_key
-from callgate.domain.codes import Code, Rejection
+from callgate.domain.codes import Code
 from callgate.domain.identity import AUDIENCE, DEV_ISSUER, SessionIssuer
 from callgate.domain.keys import KeyRing
 from callgate.domain.scope import OPERATOR_ROLE, bound_id
@@ -123,10 +123,11 @@ class Surface(ABC):
         sdk = self.sdk()
         if sdk is None:
             return self.submit(build_proposal(token, tool, args, self.now_ms, key, approval_id))
-        try:
-            answer = sdk.propose(token, tool, args, key, approval_id, timeout_s=SETTLE_S)
-        except Rejection as r:  # refused at the entry (domain/limits.py): nothing published
-            return Verdict("", r.code.value, r.message, r.details)
+        answer = sdk.propose(token, tool, args, key, approval_id, timeout_s=SETTLE_S)
+        if answer["invocation_id"] is None:  # refused at the entry: nothing published
+            error = answer["error"]
+            assert error["code"] == answer["outcome"], answer
+            return Verdict("", error["code"], error["message"], error.get("details", {}))
         inv = str(answer["invocation_id"])
         return verdict_from_status(inv, sdk.status(inv, self.operator()))
 

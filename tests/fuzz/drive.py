@@ -186,11 +186,7 @@ class Campaign:
         )
         for tool, args, owner, callers in calls:
             self.figures.spelled_tried += 1
-            try:
-                answer = self.gate.propose(token, tool, args, timeout_s=self.settle_s)
-            except Rejection as r:
-                self._code(r.code.value, "sdk refusal")
-                continue
+            answer = self.gate.propose(token, tool, args, timeout_s=self.settle_s)
             outcome = str(answer.get("outcome"))
             self._code(outcome, f"spelled {answer}")
             granted = outcome in GRANTED
@@ -234,13 +230,12 @@ class Campaign:
             )
 
     def _through_sdk(self, case: Case, token: str) -> None:
-        try:
-            answer = self.gate.propose(
-                token, case.tool, case.args_json, case.key, timeout_s=self.settle_s
-            )
-        except Rejection as r:
+        answer = self.gate.propose(
+            token, case.tool, case.args_json, case.key, timeout_s=self.settle_s
+        )
+        if answer["invocation_id"] is None:
             self.figures.refused_at_entry += 1
-            self._code(r.code.value, "sdk refusal")
+            self._code(str(answer["outcome"]), "sdk refusal")
             return
         inv = str(answer["invocation_id"])
         if case.token.kind in GENUINE and case.tool in NO_CONFIRMATION:

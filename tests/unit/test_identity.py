@@ -165,9 +165,17 @@ def test_platform_issuer_tokens_verify_without_nbf_or_sid() -> None:
     claims = _claims(iss="https://platform.example", nbf=None, sid=None)
     token = jwt.encode(claims, platform, "EdDSA", {"kid": "platform-1"})
     assert verifier.verify(token, T0) == Principal("alice", "acme", ("support",), "", ALICE_EXP)
-    # The development issuer is not trusted by that verifier.
-    with pytest.raises(Rejection, match="unknown key id"):
+    # The development issuer is not trusted by that verifier, and the refusal says why.
+    with pytest.raises(Rejection) as refused:
         verifier.verify(ISSUER.issue("alice", "acme", [], T0), T0)
+    assert refused.value.code is Code.UNAUTHENTICATED
+    assert refused.value.message == (
+        "development session token: development mode is off (use --dev or CALLGATE_DEV=1)"
+    )
+    # A token of an unknown key from another issuer still names the key.
+    other = jwt.encode(claims, platform, "EdDSA", {"kid": "platform-2"})
+    with pytest.raises(Rejection, match="unknown key id 'platform-2'"):
+        verifier.verify(other, T0)
 
 
 @given(

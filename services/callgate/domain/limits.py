@@ -44,7 +44,6 @@ DEFAULT_MAX_DEPTH = 8
 MAX_RECORD_BYTES = 1_000_000 - 4_096
 
 
-
 def _reject(message: str, limit: str, field: str = "") -> Rejection:
     details = {"limit": limit}
     if field:
