@@ -268,9 +268,7 @@ def _valid_text(value: str) -> bool:
     return True
 
 
-DEV_MODE_OFF = (
-    "development session token: development mode is off (use --dev or CALLGATE_DEV=1)"
-)
+DEV_MODE_OFF = "development session token: development mode is off (use --dev or CALLGATE_DEV=1)"
 
 
 def _unverified_issuer(token: str) -> object:
