@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from mcp.shared.message import SessionMessage
-from mcp_types import jsonrpc_message_adapter as _adapter
+from mcp.types import jsonrpc_message_adapter as _adapter
 from starlette.responses import JSONResponse
 
 from callgate.bootstrap import App
