@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -24,11 +25,14 @@ from callgate.decider.proposals import UnreadableRecord
 from callgate.domain import events as ev
 from callgate.domain.approvals import ApprovalBinding, check_approver, compare_binding
 from callgate.domain.canonical import partition_key
+from callgate.domain.catalog import ProfileError, load_profile
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.identity import SessionIssuer, SessionVerifier, check_identity
 from callgate.domain.keys import KeyRing
+from callgate.domain.limits import parse_document
 from callgate.domain.principal import Principal, fold_identity
 from callgate.domain.scope import may_read
+from callgate.providers.simulated import FaultPlan
 
 RING = KeyRing.generate()
 ISSUER = SessionIssuer(RING.session_signing_key, RING.session_kid)
@@ -184,3 +188,23 @@ def test_the_seed_spellings_are_each_refused() -> None:
         assert p is not None and not p.has_any_role(("admin",))
     assert principal("ivan", "acme ", ["support"]) is None
     assert principal("ivan", "acme", [" admin"]) is None
+
+
+# --- the strict reader also reads configuration -----------------------------------------------
+
+
+def test_a_profile_with_a_duplicate_key_does_not_load(tmp_path: Path) -> None:
+    profile = tmp_path / "profile.yaml"
+    profile.write_text("version: 1\nversion: 2\ntools: {}\n", encoding="utf-8")
+    with pytest.raises(ProfileError, match="duplicate key 'version'"):
+        load_profile(profile)
+
+
+@pytest.mark.parametrize(
+    "text", ['{"a": {}, "a": {}}', '{"a": {}, "\\u0061": {}}', '{"a": NaN}', '{"a": "\\ud800"}']
+)
+def test_json_in_settings_and_fault_plans_is_read_strictly(text: str) -> None:
+    with pytest.raises(ValueError):
+        FaultPlan.from_env({"CALLGATE_FAULTS": text})
+    with pytest.raises(ValueError):
+        parse_document(text)

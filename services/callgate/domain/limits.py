@@ -217,6 +217,19 @@ def _check_depth(value: Any, max_depth: int) -> None:
         ]
 
 
+MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
+MAX_DOCUMENT_DEPTH = 64
+
+
+def parse_document(data: str | bytes) -> Any:
+    """A configuration or key document (JSON in a setting, a JWKS file): the same strict
+    reader, with room for documents (4 MiB, 64 levels). ``ValueError`` naming the problem."""
+    try:
+        return parse_json(data, MAX_DOCUMENT_BYTES, MAX_DOCUMENT_DEPTH)
+    except Rejection as r:
+        raise ValueError(r.message.replace("arguments", "the document", 1)) from None
+
+
 def parse_args(
     data: str | bytes, max_bytes: int = DEFAULT_MAX_BYTES, max_depth: int = DEFAULT_MAX_DEPTH
 ) -> dict[str, Any]:
