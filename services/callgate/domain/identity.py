@@ -203,6 +203,12 @@ class SessionVerifier:
             self._verified.popitem(last=False)
         return verified
 
+    def verify_with_claims(self, token: str, now_ms: int) -> tuple[Principal, Mapping[str, Any]]:
+        """``verify``, and the token's verified claims (an OpenID Connect sign-in checks
+        its ``nonce`` there)."""
+        principal = self.verify(token, now_ms)
+        return principal, MappingProxyType(dict(self._claims(token)[0]))
+
     def verify(self, token: str, now_ms: int) -> Principal:
         """Raise ``Rejection(UNAUTHENTICATED, reason)`` unless ``token`` is valid at ``now_ms``."""
         claims, kid = self._claims(token)
