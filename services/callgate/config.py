@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union, get_args, get_or
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from callgate.domain.limits import parse_document
+
 if TYPE_CHECKING:
     from callgate.domain.identity import TrustedIssuer
     from callgate.domain.keys import KeyRing, PrivateKey, PublicKey
@@ -218,8 +220,8 @@ def _decoded(variable: str, text: str, annotation: Any) -> Any:
     if not _structured(annotation):
         return text
     try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
+        return parse_document(text)  # the one strict reader: no duplicate keys, no NaN
+    except ValueError as exc:
         raise ConfigError(f"environment {variable}: not valid JSON: {exc}") from None
 
 
