@@ -25,7 +25,6 @@ from tests.kafka_support import (
     selected_brokers,
 )
 
-from callgate.adapters.kafka.connection import use_connection
 from callgate.ops.apache_kafka import ApacheKafka
 
 pytestmark = pytest.mark.kafka
@@ -77,7 +76,6 @@ def test_serve_and_clients_authenticate_with_the_configured_credentials(
         assert answer["outcome"] == "executed", answer
         assert cli(dep, "audit", "verify").value["ok"] is True
     finally:
-        use_connection({})  # wait_ready's in-process client wired this test process
         assert serve.stop() == 0, serve.log.read_text()
     assert PASSWORD not in serve.log.read_text()  # the password is never logged
 

@@ -540,7 +540,7 @@ class ChaosSupervisor(Supervisor):
         self.down = False  # the whole instance is killed: nothing restarts until ``revive``
 
     def spawn(self, name: str) -> subprocess.Popen[bytes]:
-        cmd = [sys.executable, "-m", "callgate.adapters.kafka.worker", name, *self.extra_args]
+        cmd = [sys.executable, "-m", "callgate.kafka_worker", name, *self.extra_args]
         with (self.logs / f"{name}.log").open("ab") as log:
             child = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         self.children[name] = child

@@ -85,6 +85,7 @@ from confluent_kafka import (
 from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
 from callgate.adapters.failures import Deterministic, Transient, answers, classify, dead_letter
 from callgate.adapters.kafka.client import EventCodec, make_consumer, make_producer, position
+from callgate.adapters.kafka.connection import BrokerAddress
 from callgate.adapters.kafka.state import (
     HEADER_PREV,
     HEADER_TXN,
@@ -199,7 +200,7 @@ class KafkaRunner:
         process: Process[Any],
         codec: EventCodec,
         topics: Topics,
-        bootstrap: str,
+        bootstrap: BrokerAddress,
         instance_id: str,
         state_dir: Path | str,
         clock: Callable[[], int],
@@ -842,7 +843,7 @@ def load_process(ref: str) -> Process[Any]:
 
 def run_process_main(
     process_ref: str,
-    bootstrap: str,
+    bootstrap: BrokerAddress,
     instance_id: str,
     state_dir: str,
     prefix: str = DEFAULT_PREFIX,

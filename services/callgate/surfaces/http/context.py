@@ -7,15 +7,14 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from callgate.domain.identity import SessionVerifier
-from callgate.surfaces.sdk import Gateway
+from callgate.surfaces.gateway import Gateway
+from callgate.surfaces.http.metrics import ApiMetrics, PendingSource, ServiceStats
 
-if TYPE_CHECKING:
-    from callgate.surfaces.http.metrics import ApiMetrics
+__all__ = ["HttpOptions", "PendingSource", "ServerContext", "ServiceStats"]
 
 
 class HttpOptions(BaseModel):
@@ -61,24 +60,6 @@ _ENV = {
 }
 
 
-class ServiceStats(Protocol):
-    """Backend figures for /metrics and /readyz that no view holds."""
-
-    def consumer_lag(self) -> dict[str, int]:
-        """Per process: input records not yet processed."""
-        ...
-
-    def decisions(self) -> dict[tuple[str, str], int]:
-        """Invocations per (current outcome code, tool)."""
-        ...
-
-    def dead_letters(self) -> int: ...
-
-    def not_ready(self) -> str | None:
-        """Why the service cannot answer yet, or None when it can."""
-        ...
-
-
 @dataclass
 class ServerContext:
     gateway: Gateway
@@ -104,12 +85,3 @@ class ServerContext:
     def published_by(self, invocation_id: str) -> str | None:
         with self.lock:
             return self.published.get(invocation_id)
-
-
-class PendingSource(Protocol):
-    """The pending view and a version number that moves whenever it changes."""
-
-    @property
-    def version(self) -> int: ...
-
-    def rows(self) -> list[dict[str, object]]: ...

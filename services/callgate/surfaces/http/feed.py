@@ -13,7 +13,7 @@ import logging
 import threading
 from typing import Any
 
-from callgate.surfaces.sdk import Backend
+from callgate.surfaces.gateway import Backend
 
 log = logging.getLogger("callgate.http")
 

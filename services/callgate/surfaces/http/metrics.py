@@ -16,14 +16,40 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from callgate.surfaces.http.context import PendingSource, ServiceStats
-
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class PendingSource(Protocol):
+    """The pending view and a version number that moves whenever it changes."""
+
+    @property
+    def version(self) -> int: ...
+
+    def rows(self) -> list[dict[str, object]]: ...
+
+
+class ServiceStats(Protocol):
+    """Backend figures for /metrics and /readyz that no view holds."""
+
+    def consumer_lag(self) -> dict[str, int]:
+        """Per process: input records not yet processed."""
+        ...
+
+    def decisions(self) -> dict[tuple[str, str], int]:
+        """Invocations per (current outcome code, tool)."""
+        ...
+
+    def dead_letters(self) -> int: ...
+
+    def not_ready(self) -> str | None:
+        """Why the service cannot answer yet, or None when it can."""
+        ...
 
 
 class StateCollector(Collector):
