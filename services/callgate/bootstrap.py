@@ -60,15 +60,16 @@ class App:
 
     @cached_property
     def profile(self) -> Profile:
-        from callgate.domain.catalog import default_profile_path, load_profile
+        from callgate.adapters.profiles import load_profile
+        from callgate.domain.catalog import default_profile_path
 
         return load_profile(self.settings.profile or default_profile_path())
 
     @cached_property
     def keys(self) -> KeyRing:
-        from callgate.domain.keys import KeyRing
+        from callgate.adapters.keyfiles import load_or_create_keyring
 
-        return KeyRing.load_or_create(self.settings.state_dir)
+        return load_or_create_keyring(self.settings.state_dir)
 
     @cached_property
     def session_issuer(self) -> SessionIssuer:

@@ -280,7 +280,7 @@ def _where(settings: Any, key: str) -> str:
 def _public_keys(
     settings: Any, key: str, jwks_file: Path | None, pem_files: Mapping[str, Path]
 ) -> dict[str, PublicKey]:
-    from callgate.domain.keysets import KeyFileError, load_jwks, load_public_key
+    from callgate.adapters.keyfiles import KeyFileError, load_jwks, load_public_key
 
     keys: dict[str, PublicKey] = {}
     try:
@@ -346,7 +346,7 @@ def approval_keys(settings: Any, state_keys: KeyRing) -> ApprovalKeys:
             state_keys.approval_signing_key,
             state_keys.approval_verification_keys(),
         )
-    from callgate.domain.keysets import KeyFileError, load_private_key
+    from callgate.adapters.keyfiles import KeyFileError, load_private_key
 
     if not conf.signing_kid or conf.signing_key_file is None:
         missing = "approvals.signing_kid" if not conf.signing_kid else "approvals.signing_key_file"
@@ -368,7 +368,7 @@ def approval_keys(settings: Any, state_keys: KeyRing) -> ApprovalKeys:
 
 
 def _raw(key: PublicKey) -> bytes:
-    from callgate.domain.keysets import public_pem
+    from callgate.adapters.keyfiles import public_pem
 
     return public_pem(key)
 

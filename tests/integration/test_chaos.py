@@ -20,9 +20,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tests.kafka_support import librdkafka_lines, run_with_own_broker, selected_brokers
 
+from callgate.adapters.profiles import load_profile
 from callgate.bootstrap import Settings, bootstrap
 from callgate.domain import events as ev
-from callgate.domain.catalog import Profile, default_profile_path, load_profile
+from callgate.domain.catalog import Profile, default_profile_path
 from callgate.ops.chaos import Call, Evidence, Verdict, verify
 
 PROFILE: Profile = load_profile(default_profile_path())

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from callgate.adapters.keyfiles import generate_key_pair
 from callgate.bootstrap import Settings, bootstrap
 from callgate.config import REDACTED, ConfigError, redacted
-from callgate.domain.keysets import generate_key_pair
 
 
 def write(path: Path, text: str) -> Path:

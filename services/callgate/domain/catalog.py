@@ -10,7 +10,7 @@ recorded on every decision and bound into approvals (C4, C11).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 from fnmatch import translate
 from functools import cached_property
@@ -133,7 +133,8 @@ class ToolSpec(_Frozen):
 
 
 class Profile(_Frozen):
-    """A loaded adoption profile. Build it with ``load_profile``."""
+    """A checked adoption profile: ``parse_profile`` builds it (from a file:
+    ``adapters.profiles.load_profile``)."""
 
     version: Literal[1]
     tools: dict[str, ToolSpec]
@@ -246,23 +247,18 @@ def _tool_problems(spec: ToolSpec) -> list[tuple[str, str]]:
     return problems
 
 
-def _read(path: Path, what: str) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProfileError(f"{what} {path}: cannot read: {exc}") from exc
-
-
 # libyaml's safe loader where PyYAML has it (eight times quicker: every command loads the
 # profile), else the pure-Python one; both build plain Python values only.
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def load_profile(path: Path) -> Profile:
-    """Load and check an adoption profile (C10); any problem raises ``ProfileError``."""
+def parse_profile(text: str, path: Path, read_policy: Callable[[Path], str]) -> Profile:
+    """Check an adoption profile (C10) read from ``path``; any problem raises
+    ``ProfileError``. ``read_policy`` gives the text of the policy file it names (the file
+    reading is the caller's: ``callgate.adapters.profiles.load_profile``)."""
     where = f"profile {path}"
     try:
-        raw = yaml.load(_read(path, "profile"), Loader=_SAFE_LOADER)
+        raw = yaml.load(text, Loader=_SAFE_LOADER)
     except yaml.YAMLError as exc:
         raise ProfileError(f"{where}: invalid YAML: {exc}") from exc
     if not isinstance(raw, dict):
@@ -299,7 +295,7 @@ def load_profile(path: Path) -> Profile:
         if not isinstance(body.get("kind"), str):
             raise ProfileError(f"{where}: providers.{name}.kind: required (the provider kind)")
     policy_path = path.parent / top.policy_file
-    policy_text = _read(policy_path, f"{where}: policy_file")
+    policy_text = read_policy(policy_path)
     catalog = {
         "version": top.version,
         "limits": top.limits.model_dump(mode="json"),

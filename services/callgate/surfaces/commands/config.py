@@ -45,8 +45,8 @@ def check(ctx: Context) -> int:
 
 def generate(ctx: Context) -> int:
     """Needs no configuration: it writes the files one names."""
+    from callgate.adapters.keyfiles import generate_key_pair
     from callgate.domain.codes import Code
-    from callgate.domain.keysets import generate_key_pair
     from callgate.surfaces.report import report_error
 
     ns = ctx.ns
