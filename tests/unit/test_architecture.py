@@ -50,7 +50,9 @@ LAYERS: dict[str, int] = {
     "callgate.surfaces.sdk": ENTRY,
     "callgate.surfaces.http.server": ENTRY,
     "callgate.surfaces.mcp.serve": ENTRY,
-    "callgate.ops": ENTRY,
+    "callgate.ops": ENTRY,  # commands' work: demo
+    "callgate.ops.replay": SURFACE,  # folds a gateway's log (``records rebuild``)
+    "callgate.ops.simulate": SURFACE,  # policy simulation over a gateway's log
 }
 PURE = (DOMAIN, CORE)
 # What a pure module may not import or call: files, processes, sockets, the environment.
