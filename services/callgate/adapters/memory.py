@@ -14,9 +14,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from callgate.adapters.failures import Transient, answers, classify, dead_letter
+from callgate.adapters.engine import react, reacts
+from callgate.adapters.failures import answers, dead_letter
 from callgate.domain.events import Event
-from callgate.domain.process import Output, Process, ViewRecord
+from callgate.domain.process import Output, Process, ViewRecord, reacts_to
 
 CrashMode = Literal["before", "after"]
 
@@ -60,6 +61,7 @@ class MemoryRunner:
         chaos: Chaos | None = None,
     ) -> None:
         self.processes = list(processes)
+        self._reacts_to = {p.name: reacts_to(p) for p in self.processes}
         self.now_ms = now_ms
         self.chaos = chaos
         self.log = MemoryLog()
@@ -132,6 +134,7 @@ class MemoryRunner:
         """
         if processes is not None:
             self.processes = list(processes)
+            self._reacts_to = {p.name: reacts_to(p) for p in self.processes}
         for proc in self.processes:
             if not proc.recovers:
                 continue
@@ -180,16 +183,20 @@ class MemoryRunner:
         return event
 
     def _deliver(self, proc: Process[Any], event: Event) -> None:
+        if not reacts(self._reacts_to[proc.name], event):
+            return  # consumed: ``handle`` would change nothing (``process.reacts_to``)
         key = (proc.name, event.partition_key)
-        state = self._state.get(key)
-        # Round-trip stored state through bytes, as durable runners do.
-        state = proc.initial_state() if state is None else proc.load_state(proc.dump_state(state))
-        try:
-            state, outs = proc.handle(state, event, self.now_ms)
-        except Exception as exc:  # the rule both durable runners apply (adapters/failures.py)
-            failure = classify(exc)
-            if isinstance(failure, Transient):
-                raise
+
+        def load() -> Any:
+            # Round-trip stored state through bytes, as durable runners do.
+            state = self._state.get(key)
+            if state is None:
+                return proc.initial_state()
+            return proc.load_state(proc.dump_state(state))
+
+        handled: list[tuple[Any, Sequence[Output]]] = []
+        failure = react(proc, load, event, self.now_ms, lambda s, o: handled.append((s, o)))
+        if failure is not None:  # the rule both durable runners apply (adapters/engine.py)
             seq = len(self.log.events)
             source = (event.TOPIC, 0, seq)
             dead = dead_letter(
@@ -204,6 +211,7 @@ class MemoryRunner:
             )
             self._route([dead, *answers(event, failure, proc.name, self.now_ms)])
             return
+        [(state, outs)] = handled
         self._state[key] = state
         self._route(outs)
         self._follow(proc, event.partition_key, outs)
