@@ -20,7 +20,7 @@ A runner is only its I/O and transaction boundary around these steps: Kafka tran
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from callgate.adapters.avro_codec import MalformedEvent
@@ -111,3 +111,20 @@ def restore(process: Process[Any], blob: bytes | None, handled: Sequence[Event],
     for event in handled:
         state, _ = process.handle(state, event, now)
     return state
+
+
+def follow_up_round(
+    process: Process[Any],
+    emitted: Mapping[K, Sequence[Event]],
+    state_of: Callable[[K], Any],
+    keep: Callable[[K, Any, Sequence[Output]], None],
+    now: int,
+) -> None:
+    """One round of ``follow_up``: for each key, the events its last commit made durable,
+    on the key's committed state (``state_of`` starts the next transaction from it); the
+    runner ``keep``s the results and commits them, then calls again for what that commit
+    emitted, until a round emits none. A crash between the commits loses no input: the
+    process's ``recover`` finds the started-but-unfinished work on restart (C12)."""
+    for key, committed in emitted.items():
+        state, outputs = process.follow_up(state_of(key), committed, now)
+        keep(key, state, outputs)

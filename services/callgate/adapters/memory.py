@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from callgate.adapters.engine import react, reacts
+from callgate.adapters.engine import follow_up_round, react, reacts
 from callgate.adapters.failures import answers, dead_letter
 from callgate.domain.events import Event
 from callgate.domain.process import Output, Process, ViewRecord, reacts_to
@@ -61,7 +61,6 @@ class MemoryRunner:
         chaos: Chaos | None = None,
     ) -> None:
         self.processes = list(processes)
-        self._reacts_to = {p.name: reacts_to(p) for p in self.processes}
         self.now_ms = now_ms
         self.chaos = chaos
         self.log = MemoryLog()
@@ -134,7 +133,6 @@ class MemoryRunner:
         """
         if processes is not None:
             self.processes = list(processes)
-            self._reacts_to = {p.name: reacts_to(p) for p in self.processes}
         for proc in self.processes:
             if not proc.recovers:
                 continue
@@ -183,7 +181,7 @@ class MemoryRunner:
         return event
 
     def _deliver(self, proc: Process[Any], event: Event) -> None:
-        if not reacts(self._reacts_to[proc.name], event):
+        if not reacts(reacts_to(proc), event):
             return  # consumed: ``handle`` would change nothing (``process.reacts_to``)
         key = (proc.name, event.partition_key)
 
@@ -228,9 +226,17 @@ class MemoryRunner:
                 copy = proc.load_state(proc.dump_state(self._state[(proc.name, pk)]))
                 proc.follow_up(copy, committed, self.now_ms)
             return
-        state, more = proc.follow_up(self._state[(proc.name, pk)], committed, self.now_ms)
-        self._state[(proc.name, pk)] = state
-        self._route(more)
+        emitted: list[Output] = []
+
+        def keep(key: tuple[str, str], state: Any, more: Sequence[Output]) -> None:
+            self._state[key] = state
+            self._route(more)
+            emitted.extend(more)
+
+        follow_up_round(
+            proc, {(proc.name, pk): committed}, self._state.__getitem__, keep, self.now_ms
+        )
+        self._follow(proc, pk, emitted)  # until a round emits none, as the durable runners
 
     def _route(self, outs: Iterable[Output]) -> None:
         for out in outs:

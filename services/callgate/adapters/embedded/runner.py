@@ -54,6 +54,7 @@ from callgate.adapters.engine import (
     STATE_CACHE_KEYS,
     StateCache,
     decode_input,
+    follow_up_round,
     react,
     reacts,
     restore,
@@ -530,10 +531,17 @@ class EmbeddedRunner:
             for batch in pending:
                 process = batch.process
                 nxt = _Batch(process, batch.immutable, batch.observed)
-                for key, committed in batch.committed.items():
+
+                def state_of(key: str, batch: _Batch = batch, nxt: _Batch = nxt) -> Any:
                     nxt.seed(key, batch.states[key], batch.stored[key])
-                    state, outputs = process.follow_up(batch.states[key], committed, now)
+                    return batch.states[key]
+
+                def keep(
+                    key: str, state: Any, outputs: Sequence[Output], nxt: _Batch = nxt
+                ) -> None:
                     nxt.apply(key, state, outputs, self._codec)
+
+                follow_up_round(process, batch.committed, state_of, keep, now)
                 nexts.append((nxt, nxt.changes(self._initial_blobs[process.name])))
             work = [(nxt, changes) for nxt, changes in nexts if changes or nxt.emitted]
             if work:

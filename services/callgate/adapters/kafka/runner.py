@@ -82,7 +82,14 @@ from confluent_kafka import (
 )
 
 from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
-from callgate.adapters.engine import StateCache, decode_input, react, reacts, restore
+from callgate.adapters.engine import (
+    StateCache,
+    decode_input,
+    follow_up_round,
+    react,
+    reacts,
+    restore,
+)
 from callgate.adapters.failures import Deterministic, answers, dead_letter
 from callgate.adapters.kafka.client import EventCodec, make_consumer, make_producer, position
 from callgate.adapters.kafka.connection import BrokerAddress
@@ -632,14 +639,22 @@ class KafkaRunner:
         """Step 8: ``follow_up`` for keys whose events are now durable, until none emit."""
         while txn.emitted:
             nxt = self._new_txn()
-            for key, committed in txn.emitted.items():
-                if key[0] not in self._stores:
-                    continue
-                self._seed(nxt, key, txn.states[key], txn.dumped.get(key))
-                state, outputs = self.process.follow_up(txn.states[key], committed, now)
-                self._emit(nxt, key, state, outputs)
+            self._follow_up_round(txn, nxt, now)
             self._commit(nxt)
             txn = nxt
+
+    def _follow_up_round(self, done: _Txn, nxt: _Txn, now: int) -> None:
+        """``follow_up`` (``engine.follow_up_round``) for what ``done`` emitted, into ``nxt``."""
+
+        def state_of(key: Key) -> Any:
+            self._seed(nxt, key, done.states[key], done.dumped.get(key))
+            return done.states[key]
+
+        def keep(key: Key, state: Any, outputs: Sequence[Output]) -> None:
+            self._emit(nxt, key, state, outputs)
+
+        owned = {k: v for k, v in done.emitted.items() if k[0] in self._stores}
+        follow_up_round(self.process, owned, state_of, keep, now)
 
     # --- timers ------------------------------------------------------------------------------
 
