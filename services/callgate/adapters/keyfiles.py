@@ -38,6 +38,7 @@ from callgate.domain.keys import (
     algorithm_of,
     private_key_to_pem,
 )
+from callgate.domain.limits import parse_document
 
 KINDS = ("session", "approval")
 
@@ -114,7 +115,7 @@ def load_jwks(path: Path) -> dict[str, PublicKey]:
     """The public keys of a JWKS file, by ``kid`` (``parse_jwks``)."""
     data = _read(path)
     try:
-        doc = json.loads(data)
+        doc = parse_document(data)  # the one strict reader: no duplicate keys
     except ValueError as exc:
         raise KeyFileError(f"{path}: not JSON ({exc})") from None
     return parse_jwks(doc, str(path))
