@@ -26,7 +26,7 @@ from callgate.domain.canonical import partition_key
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.limits import check_text_field, check_value, parse_args
 from callgate.domain.principal import Principal
-from callgate.domain.scope import bound_id, may_read
+from callgate.domain.scope import OPERATOR_ROLE, bound_id, may_read
 from callgate_projections.audit import VerifyResult, verify_chain
 
 
@@ -211,6 +211,21 @@ class Gateway:
         if invocation_id is not None:
             rows = [r for r in rows if r.get("invocation_id") == invocation_id]
         return sorted(rows, key=lambda r: (r.get("partition_key", ""), r.get("seq", 0)))
+
+    def audit_chains(self, session: str) -> list[dict[str, Any]]:
+        """Every audit record of every chain, for an export: an operator's read only.
+
+        A chain is exported whole or not at all (a gap would stop the export there), and a
+        tenant's chain may hold a record no verified session owns, so a session without
+        ``OPERATOR_ROLE`` is refused (``unauthenticated``) rather than given a partial one.
+        """
+        reader = self._reader(session)
+        if not reader.has_any_role((OPERATOR_ROLE,)):
+            raise Rejection(
+                Code.UNAUTHENTICATED,
+                f"the audit export needs a session with the {OPERATOR_ROLE} role",
+            )
+        return [value for _, value in self.backend.view_items("audit")]
 
     def verify_audit(self, tenant: str | None = None) -> VerifyResult:
         """Check every per-partition hash chain against its head (detects a cut-off tail).
