@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from callgate.domain.keys import KeyRing
     from callgate.domain.policy import PolicyEngine
     from callgate.domain.process import Process
+    from callgate.domain.redaction import Redactor
     from callgate.executor.process import Executor
     from callgate.providers.ledger import EffectLedger
     from callgate.providers.registry import ProviderRegistry
@@ -138,6 +139,18 @@ class App:
         return KeyRing.load_or_create(self.settings.state_dir)
 
     @cached_property
+    def redactor(self) -> Redactor:
+        """Digests in place of the catalog's sensitive fields (ADR 0035); no key is read or
+        created while no tool has one."""
+        from callgate.domain.keys import redaction_key
+        from callgate.domain.redaction import NO_REDACTION, redactor_for
+
+        paths = self.profile.sensitive_paths()
+        if not paths:
+            return NO_REDACTION
+        return redactor_for(redaction_key(self.settings.state_dir), paths)
+
+    @cached_property
     def session_issuer(self) -> SessionIssuer:
         """The development issuer; only in development mode (production verifies the
         platform's tokens instead). Raises ``Rejection(DEVELOPMENT_MODE_REQUIRED)``."""
@@ -222,7 +235,13 @@ class App:
         from callgate_projections.pending import PendingProjection
         from callgate_projections.status import StatusProjection
 
-        return [StatusProjection(), PendingProjection(), AuditProjection(), DecisionsProjection()]
+        redactor = self.redactor
+        return [
+            StatusProjection(redactor),
+            PendingProjection(redactor),
+            AuditProjection(redactor),
+            DecisionsProjection(),
+        ]
 
     def processes(self) -> list[Process[Any]]:
         """Every process `callgate serve` runs, in pipeline order."""
