@@ -18,13 +18,14 @@ import shutil
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import yaml
 
 from callgate.domain.redaction import PREFIX
-from tests.e2e.helpers import DEFAULT_PROFILE, cg, propose, run, session
+from tests.e2e.helpers import DEFAULT_PROFILE, propose, run, session
 from tests.http_support import HttpServe
 
 pytestmark = pytest.mark.e2e
@@ -72,7 +73,7 @@ def test_sensitive_values_reach_no_output(served: HttpServe, tmp_path: Path) -> 
     state, profile = served.state_dir, served.profile
     outputs: dict[str, str] = {}
 
-    def cli(label: str, *args: str) -> object:
+    def cli(label: str, *args: str) -> Any:
         result = run(state, *args, profile=profile)
         outputs[label] = result.stdout + result.stderr
         return result.value
@@ -86,7 +87,7 @@ def test_sensitive_values_reach_no_output(served: HttpServe, tmp_path: Path) -> 
     inv = first["invocation_id"]
 
     pending = cli("pending", "pending", "--session", operator)
-    [item] = [p for p in pending if p["invocation_id"] == inv]  # type: ignore[union-attr]
+    [item] = [p for p in pending if p["invocation_id"] == inv]
     assert item["args"]["order_id"].startswith(PREFIX) and item["args"]["amount_cents"] == 5000
     assert item["args"]["reason"].startswith(PREFIX)
     http = served.client(alice)
@@ -95,7 +96,7 @@ def test_sensitive_values_reach_no_output(served: HttpServe, tmp_path: Path) -> 
     outputs["console page"] = http.get("/").text
 
     approval = cli("approve", "approve", inv, "--session", alice)
-    approval_id = approval["approval_id"]  # type: ignore[index]
+    approval_id = approval["approval_id"]
     done = propose(state, alice, "refunds.issue", refund, "r-1", approval_id, profile=profile)
     outputs["propose (executed)"] = json.dumps(done)
     assert done["outcome"] == "executed", done
@@ -120,7 +121,7 @@ def test_sensitive_values_reach_no_output(served: HttpServe, tmp_path: Path) -> 
     ).stdout
     outputs["http audit"] = served.client(operator).get("/v1/audit").text
     outputs["metrics"] = http.get("/metrics").text
-    assert cli("replay", "replay")["equal"] is True  # type: ignore[index]
+    assert cli("replay", "replay")["equal"] is True
     for fmt in ("cloudevents", "ocsf"):
         out = tmp_path / f"export.{fmt}.jsonl"
         cli(f"export {fmt}", "audit", "export", "--session", operator, "--format", fmt,
