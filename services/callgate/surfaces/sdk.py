@@ -23,10 +23,12 @@ from callgate.bootstrap import App, Settings, bootstrap
 from callgate.domain import events as ev
 from callgate.domain.approvals import peek_partition_key
 from callgate.domain.canonical import partition_key
+from callgate.domain.catalog import Profile
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.limits import check_text_field, check_value, parse_args
 from callgate.domain.principal import Principal
 from callgate.domain.scope import OPERATOR_ROLE, bound_id, may_read
+from callgate.domain.simulation import SimulationReport, Simulator
 from callgate_projections.audit import VerifyResult, verify_chain
 
 
@@ -60,8 +62,9 @@ class Backend(Protocol):
         """The view as stored: key and canonical JSON value (replay compares bytes)."""
         ...
 
-    def read_events(self) -> Iterator[ev.Event]:
-        """The authoritative ``events`` log from the start, in log order per partition."""
+    def read_events(self, only: type[ev.Event] | None = None) -> Iterator[ev.Event]:
+        """The authoritative ``events`` log from the start, in log order per partition
+        (``only``: just the events of that class, the others skipped undecoded)."""
         ...
 
     def wait(self, predicate: Callable[[], bool], timeout_s: float) -> bool: ...
@@ -212,18 +215,53 @@ class Gateway:
             rows = [r for r in rows if r.get("invocation_id") == invocation_id]
         return sorted(rows, key=lambda r: (r.get("partition_key", ""), r.get("seq", 0)))
 
+    def simulate(
+        self,
+        candidate: Profile,
+        *,
+        session: str,
+        tenant: str | None = None,
+        since_ms: int | None = None,
+        workers: int | None = None,
+    ) -> SimulationReport:
+        """Every recorded decision decided again under ``candidate``: what would change.
+
+        An operator's read of every tenant's history (``operator_required`` otherwise);
+        nothing is published and no provider is called (``callgate.domain.simulation``).
+        """
+        reader = self._reader(session)
+        if not reader.has_any_role((OPERATOR_ROLE,)):
+            raise Rejection(
+                Code.OPERATOR_REQUIRED, f"policy simulate needs the {OPERATOR_ROLE} role"
+            )
+        from callgate.ops.simulate import simulate
+
+        live = self.app.profile
+        simulator = Simulator(candidate, known={live.digest: live})
+        decisions = [
+            e for e in self.backend.read_events(only=ev.PolicyDecided)
+            if isinstance(e, ev.PolicyDecided)
+        ]  # fmt: skip
+        return simulate(
+            simulator,
+            decisions,
+            lambda invocation_id: (self._status(invocation_id) or {}).get("outcome"),
+            tenant=tenant,
+            since_ms=since_ms,
+            workers=workers,
+        )
+
     def audit_chains(self, session: str) -> list[dict[str, Any]]:
         """Every audit record of every chain, for an export: an operator's read only.
 
         A chain is exported whole or not at all (a gap would stop the export there), and a
         tenant's chain may hold a record no verified session owns, so a session without
-        ``OPERATOR_ROLE`` is refused (``unauthenticated``) rather than given a partial one.
+        ``OPERATOR_ROLE`` is refused (``operator_required``) rather than given a partial one.
         """
         reader = self._reader(session)
         if not reader.has_any_role((OPERATOR_ROLE,)):
             raise Rejection(
-                Code.UNAUTHENTICATED,
-                f"the audit export needs a session with the {OPERATOR_ROLE} role",
+                Code.OPERATOR_REQUIRED, f"audit export needs the {OPERATOR_ROLE} role"
             )
         return [value for _, value in self.backend.view_items("audit")]
 

@@ -22,6 +22,7 @@ from callgate.surfaces.http.routers import (
     console,
     dev,
     invocations,
+    oidc,
     ops,
     pending,
     proposals,
@@ -60,7 +61,7 @@ def create_app(
     )
     api.state.context = ctx
     errors.install(api)
-    for module in (proposals, invocations, pending, audit, session, ops, console):
+    for module in (proposals, invocations, pending, audit, session, oidc, ops, console):
         api.include_router(module.router)
     if dev_mode:
         api.include_router(dev.router)

@@ -127,6 +127,15 @@ class SessionInfo(BaseModel):
     tenant: str
     roles: list[str]
     expires_at: int
+    # Signed in by the console's session cookie: the value to send as X-CSRF-Token on
+    # every state-changing request. None for a bearer token.
+    csrf_token: str | None = None
+
+
+class SignInProvider(BaseModel):
+    name: str
+    issuer: str
+    sign_in_url: str
 
 
 class Health(BaseModel):

@@ -1,6 +1,6 @@
-"""``callgate bench``: one table of figures, with machine details, measured in one run.
+"""``python -m tools bench``: one table of figures, with machine details, measured in one run.
 
-Sections (issue "Performance"): per broker (tansu, Apache Kafka: ``--broker``), the
+Sections (issue "Performance"): on Apache Kafka (``--broker``), the
 ceiling (same topology, no logic) and pipeline throughput with its ratio, latency at fixed
 offered loads and per hop; replay; policy CPU time;
 embedded durable throughput; decider memory with many keys. ``--only history`` (not in
@@ -19,7 +19,8 @@ from typing import Any
 from rich.table import Table
 
 from callgate.bootstrap import Settings
-from callgate.ops.bench_core import (
+from callgate.surfaces.render import Renderer
+from tools.bench_core import (
     Row,
     bench_embedded,
     bench_memory,
@@ -27,7 +28,6 @@ from callgate.ops.bench_core import (
     bench_replay,
     machine,
 )
-from callgate.surfaces.render import Renderer
 
 FULL = {
     "policy": 20_000,
@@ -59,8 +59,7 @@ def run_bench(
 ) -> int:
     """Run the sections in ``only`` (default all); ``plot``: where the Kafka section writes
     its latency plot (default ``<state_dir>/latency.png``; docs/latency.png for the docs);
-    ``broker``: what the Kafka section runs on (``tansu``, ``apache``, ``both``; default
-    both where Apache Kafka can start without fetching anything, else tansu)."""
+    ``broker``: what the Kafka section runs on (``apache``, the only one)."""
     counts = QUICK if quick else FULL
     wanted = set(only or ["kafka", "policy", "embedded", "replay", "memory"])
     rows: list[Row] = []
@@ -117,7 +116,7 @@ def run_bench(
 
 
 def _history(settings: Settings, counts: dict[str, float]) -> list[Row]:
-    from callgate.ops.bench_history import bench_history
+    from tools.bench_history import bench_history
 
     return bench_history(settings, int(counts["history"]), int(counts["history_samples"]))
 
@@ -125,6 +124,6 @@ def _history(settings: Settings, counts: dict[str, float]) -> list[Row]:
 def _kafka(
     settings: Settings, counts: dict[str, float], plot: Path | None, broker: str | None
 ) -> list[Row]:
-    from callgate.ops.bench_kafka import bench_kafka
+    from tools.bench_kafka import bench_kafka
 
     return bench_kafka(settings, int(counts["kafka"]), float(counts["latency_s"]), plot, broker)
