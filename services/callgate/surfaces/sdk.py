@@ -260,9 +260,7 @@ class Gateway:
         """
         reader = self._reader(session)
         if not reader.has_any_role((OPERATOR_ROLE,)):
-            raise Rejection(
-                Code.OPERATOR_REQUIRED, f"audit export needs the {OPERATOR_ROLE} role"
-            )
+            raise Rejection(Code.OPERATOR_REQUIRED, f"audit export needs the {OPERATOR_ROLE} role")
         return [value for _, value in self.backend.view_items("audit")]
 
     def verify_audit(self, tenant: str | None = None) -> VerifyResult:
