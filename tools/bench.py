@@ -37,6 +37,7 @@ FULL = {
     "latency_s": 10.0,
     "history": 100_000,
     "history_samples": 30,
+    "simulate": 100_000,
 }
 QUICK = {
     "policy": 300,
@@ -46,6 +47,7 @@ QUICK = {
     "latency_s": 1.5,
     "history": 300,
     "history_samples": 5,
+    "simulate": 300,
 }
 
 
@@ -61,7 +63,7 @@ def run_bench(
     its latency plot (default ``<state_dir>/latency.png``; docs/latency.png for the docs);
     ``broker``: what the Kafka section runs on (``apache``, the only one)."""
     counts = QUICK if quick else FULL
-    wanted = set(only or ["kafka", "policy", "embedded", "replay", "memory"])
+    wanted = set(only or ["kafka", "policy", "embedded", "replay", "memory", "simulate"])
     rows: list[Row] = []
 
     def section(name: str, fn: Callable[[], list[Row]]) -> None:
@@ -90,6 +92,7 @@ def run_bench(
         shutil.rmtree(state, ignore_errors=True)
     section("memory", lambda: bench_memory(int(counts["memory"])))
     section("history", lambda: _history(settings, counts))
+    section("simulate", lambda: _simulate(counts))
 
     info = machine() | {"quick": quick}
     report: dict[str, Any] = {
@@ -113,6 +116,12 @@ def run_bench(
 
     out.value(report, human)
     return 0
+
+
+def _simulate(counts: dict[str, float]) -> list[Row]:
+    from tools.bench_simulate import bench_simulate
+
+    return bench_simulate(int(counts["simulate"]))
 
 
 def _history(settings: Settings, counts: dict[str, float]) -> list[Row]:

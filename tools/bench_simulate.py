@@ -14,6 +14,7 @@ import json
 import os
 import random
 import shutil
+import sys
 import tempfile
 import time
 import uuid
@@ -25,6 +26,7 @@ from callgate.domain.canonical import partition_key
 from callgate.domain.catalog import default_profile_path, load_profile
 from callgate.domain.scope import OPERATOR_ROLE, bound_id
 from callgate.surfaces.sdk import Gateway, connect
+from tools.bench_core import Row
 
 CANDIDATE_POLICY = """
 @id("refunds-over-500-eur")
@@ -92,18 +94,17 @@ def recorded_history(n: int) -> Path:
         last = batch[-1].invocation_id
         if not gate.backend.wait(lambda: gate.backend.view("status", last) is not None, 3_600):
             raise SystemExit("the history did not settle within an hour")
-        print(f"recorded {n:,} proposals in {time.perf_counter() - started:,.0f} s")
+        took = time.perf_counter() - started
+        print(f"recorded {n:,} proposals in {took:,.0f} s", file=sys.stderr)
     finally:
         gate.close()
     (state / "complete").touch()
     return state
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--proposals", type=int, default=100_000)
-    ns = parser.parse_args()
-    state = recorded_history(ns.proposals)
+def bench_simulate(n: int) -> list[Row]:
+    """The row of ``callgate bench``: decisions decided again per second on ``n`` proposals."""
+    state = recorded_history(n)
     with tempfile.TemporaryDirectory() as tmp:
         profile = Path(tmp) / "default.yaml"
         shutil.copy(default_profile_path(), profile)
@@ -119,13 +120,25 @@ def main() -> None:
     finally:
         gate.close()
     rate = report.decided / seconds
-    verdict = "met" if rate >= TARGET_PER_S else "NOT met"
-    print(f"{'policy simulate: recorded decisions decided again per s':<58} {rate:>10,.0f}/s")
-    print(
-        f"  {report.decided:,} decisions, {report.changed:,} would change, "
-        f"{seconds:.2f} s wall, {cpu:.2f} s CPU in this process, "
-        f"load average {os.getloadavg()[0]:.1f}; target ≥ {TARGET_PER_S:,}/s: {verdict}"
-    )
+    return [
+        Row(
+            "policy simulate: recorded decisions decided again per s",
+            f"{rate:,.0f}/s",
+            f"≥ {TARGET_PER_S:,}/s",
+            rate >= TARGET_PER_S,
+            f"{report.decided:,} decisions, {report.changed:,} would change, {seconds:.2f} s "
+            f"wall, {cpu:.2f} s CPU in the parent, load average {os.getloadavg()[0]:.1f}",
+        )
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--proposals", type=int, default=100_000)
+    ns = parser.parse_args()
+    [row] = bench_simulate(ns.proposals)
+    print(f"{row.measure:<58} {row.value:>10}")
+    print(f"  {row.note}; target {row.target}: {'met' if row.ok else 'NOT met'}")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from callgate.surfaces.commands import Subcommands, add_command
 from callgate.surfaces.commands.context import Context
 
 # The sections of ``bench`` (tools.bench); an unknown name is a usage error.
-BENCH_SECTIONS = ("kafka", "policy", "embedded", "replay", "memory", "history")
+BENCH_SECTIONS = ("kafka", "policy", "embedded", "replay", "memory", "simulate", "history")
 
 
 def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
@@ -21,8 +21,8 @@ def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type
         action="append",
         default=[],
         choices=BENCH_SECTIONS,
-        help="only this section, repeatable: kafka, policy, embedded, replay, memory, or "
-        "history (not in the default run; default: all but history)",
+        help="only this section, repeatable: kafka, policy, embedded, replay, memory, "
+        "simulate, or history (not in the default run; default: all but history)",
     )
     be.add_argument(
         "--plot",

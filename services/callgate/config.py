@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union, get_args, get_origin
 
-import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from callgate.domain.limits import parse_document
 
 if TYPE_CHECKING:
     from callgate.domain.identity import TrustedIssuer
@@ -218,8 +219,8 @@ def _decoded(variable: str, text: str, annotation: Any) -> Any:
     if not _structured(annotation):
         return text
     try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
+        return parse_document(text)  # the one strict reader: no duplicate keys, no NaN
+    except ValueError as exc:
         raise ConfigError(f"environment {variable}: not valid JSON: {exc}") from None
 
 

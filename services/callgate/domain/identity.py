@@ -153,13 +153,17 @@ class SessionVerifier:
         # checks, which run on every call). Bounded; the oldest entry goes first.
         self._verified: OrderedDict[str, tuple[dict[str, Any], str]] = OrderedDict()
         self._cache_size = cache_size
+        self._development_off = False
 
     @classmethod
     def of_issuers(
         cls, trusted: Sequence[TrustedIssuer], cache_size: int = 4096
     ) -> SessionVerifier:
-        """A verifier trusting exactly ``trusted`` (none: every token is refused)."""
-        return cls({}, (), cache_size=cache_size, trusted=trusted)
+        """A verifier trusting exactly ``trusted`` (none: every token is refused), outside
+        development mode: a development token is refused saying so."""
+        verifier = cls({}, (), cache_size=cache_size, trusted=trusted)
+        verifier._development_off = True
+        return verifier
 
     @property
     def issuers(self) -> tuple[str, ...]:
@@ -178,6 +182,13 @@ class SessionVerifier:
             header = {}
         kid = header.get("kid")
         entry = self._by_kid.get(kid) if isinstance(kid, str) else None
+        if entry is None and self._development_off and _unverified_issuer(token) == DEV_ISSUER:
+            # Not a key problem: the development issuer is not trusted outside dev mode.
+            raise Rejection(
+                Code.UNAUTHENTICATED,
+                DEV_MODE_OFF,
+                {"reason": "development mode is off"},
+            )
         # An unknown kid gets every algorithm, so that the refusal names the kid.
         keys, algorithms = (
             (entry[0].frozen_keys, entry[0].algorithms) if entry else ({}, ALGORITHMS)
@@ -261,6 +272,19 @@ def _valid_text(value: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+DEV_MODE_OFF = "development session token: development mode is off (use --dev or CALLGATE_DEV=1)"
+
+
+def _unverified_issuer(token: str) -> object:
+    """The ``iss`` claim before any signature check: only to word a refusal."""
+    try:
+        payload = jwt.PyJWS().decode_complete(token, options={"verify_signature": False})
+        claims = json.loads(payload["payload"])
+    except (jwt.PyJWTError, ValueError, TypeError, KeyError):
+        return None
+    return claims.get("iss") if isinstance(claims, dict) else None
 
 
 def _unauthenticated(reason: str) -> Rejection:

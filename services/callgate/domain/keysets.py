@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
 from callgate.domain.keys import ALGORITHMS, PrivateKey, PublicKey, algorithm_of
+from callgate.domain.limits import parse_document
 
 KINDS = ("session", "approval")
 
@@ -103,7 +104,7 @@ def load_jwks(path: Path) -> dict[str, PublicKey]:
     """The public keys of a JWKS file, by ``kid`` (``parse_jwks``)."""
     data = _read(path)
     try:
-        doc = json.loads(data)
+        doc = parse_document(data)  # the one strict reader: no duplicate keys
     except ValueError as exc:
         raise KeyFileError(f"{path}: not JSON ({exc})") from None
     return parse_jwks(doc, str(path))

@@ -111,7 +111,9 @@ class Renderer:
         def human(c: Console) -> None:
             code = answer["outcome"]
             # Invocation ids are long (bound to the session): on a line of their own.
-            c.print(f"[{outcome_style(code)}]{code}[/]\n  invocation {answer['invocation_id']}")
+            inv = answer.get("invocation_id")
+            where = f"\n  invocation {inv}" if inv else "\n  (refused before publishing)"
+            c.print(f"[{outcome_style(code)}]{code}[/]{where}")
             if "error" in answer:
                 c.print(f"  {answer['error']['message']}")
             for field in ("dry_run", "result"):

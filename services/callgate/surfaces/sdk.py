@@ -93,24 +93,16 @@ class Gateway:
         """Publish a proposal and wait until it settles (docs/contract.md "Command line").
 
         The limits of every entry (``callgate.domain.limits``) run first: arguments that
-        break them, or text that cannot be encoded, raise ``Rejection(invalid_arguments)``
-        and nothing is published. The invocation id is bound to ``session``
-        (``callgate.domain.scope``), so no other session can address it.
+        break them, or text that cannot be encoded, are refused before anything is
+        published, answered in the one shape of a refused call (``refusal``) with no
+        invocation id: ``{"outcome": "invalid_arguments", "error": {...}}``. The
+        invocation id is bound to ``session`` (``callgate.domain.scope``), so no other
+        session can address it.
         """
-        limits = self.app.profile.limits
-        if isinstance(args, str):
-            parse_args(args, limits.max_args_bytes, limits.max_depth)
-            args_json = args
-        else:
-            args_json = check_value(args, limits.max_args_bytes, limits.max_depth)
-        for name, value in (
-            ("session", session),
-            ("tool", tool),
-            ("idempotency_key", idempotency_key),
-            ("approval_id", approval_id),
-        ):
-            if value is not None:
-                check_text_field(name, value)
+        try:
+            args_json = self._entry_checks(session, tool, args, idempotency_key, approval_id)
+        except Rejection as r:
+            return refusal(r)
         invocation_id = bound_id(session, uuid.uuid4().hex)
         proposal = ev.ToolCallProposed(
             event_id=str(uuid.uuid4()),
@@ -127,6 +119,31 @@ class Gateway:
         )
         status = self.backend.follow(proposal, "status", invocation_id, _settled, timeout_s)
         return _answer(invocation_id, status)
+
+    def _entry_checks(
+        self,
+        session: str,
+        tool: str,
+        args: Mapping[str, Any] | str,
+        idempotency_key: str | None,
+        approval_id: str | None,
+    ) -> str:
+        """The limits of every entry; the arguments' JSON text."""
+        limits = self.app.profile.limits
+        if isinstance(args, str):
+            parse_args(args, limits.max_args_bytes, limits.max_depth)
+            args_json = args
+        else:
+            args_json = check_value(args, limits.max_args_bytes, limits.max_depth)
+        for name, value in (
+            ("session", session),
+            ("tool", tool),
+            ("idempotency_key", idempotency_key),
+            ("approval_id", approval_id),
+        ):
+            if value is not None:
+                check_text_field(name, value)
+        return args_json
 
     def answer(self, invocation_id: str) -> dict[str, Any]:
         """The ``propose`` answer shape for an invocation this client proposed, from its
@@ -295,6 +312,21 @@ def _tenant_of(record: Mapping[str, Any]) -> object:
 
 def _settled(status: Mapping[str, Any]) -> bool:
     return bool(status.get("settled"))
+
+
+def refusal(rejection: Rejection) -> dict[str, Any]:
+    """The ``propose`` answer of a call refused before it was published: the same shape as
+    a refusal the decider made (``outcome`` equals ``error.code``), with no invocation id,
+    for nothing was published (docs/contract.md, "Command line")."""
+    error: dict[str, Any] = {"code": rejection.code.value, "message": rejection.message}
+    if rejection.details:
+        error["details"] = dict(rejection.details)
+    return {
+        "invocation_id": None,
+        "outcome": rejection.code.value,
+        "error": error,
+        "settled": True,
+    }
 
 
 def _answer(invocation_id: str, status: Mapping[str, Any] | None) -> dict[str, Any]:

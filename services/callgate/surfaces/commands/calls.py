@@ -46,12 +46,12 @@ def propose(ctx: Context) -> int:
 
     ns = ctx.ns
     limits = ctx.app.profile.limits
-    try:  # the limits of every entry, before any parser (domain/limits.py)
+    try:  # the strict reader of every entry (domain/limits.py)
         parse_args(ns.args, limits.max_args_bytes, limits.max_depth)
     except Rejection as e:
         if e.details.get("limit") in ("syntax", "type"):
             raise Misuse(f"--args must be a JSON object: {e.message}") from None
-        raise
+        # Over a limit: the gateway answers it as a refused call, exit 0 like any refusal.
     answer = ctx.gateway().propose(
         ns.session,
         ns.tool,

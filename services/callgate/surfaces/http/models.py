@@ -44,9 +44,10 @@ class OutcomeError(_Open):
 
 
 class ProposeAnswer(_Open):
-    """``callgate propose --json``; ``settled: false`` only when the wait ran out (202)."""
+    """``callgate propose --json``; ``settled: false`` only when the wait ran out (202);
+    ``invocation_id`` null for a call refused before it was published (422)."""
 
-    invocation_id: str
+    invocation_id: str | None
     outcome: Code
     error: OutcomeError | None = None
     result: Any = None
