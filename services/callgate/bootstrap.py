@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     # Imported where used: a command that needs only the keys (``session issue``) should
     # not pay for the policy engine, JSON Schema and the processes at start-up.
     from callgate.adapters.oidc import Discovery, OidcSignIn
+    from callgate.adapters.provider_metrics import ProviderMetrics
     from callgate.config import ApprovalKeys
     from callgate.decider import Decider
     from callgate.domain.catalog import Profile
@@ -222,10 +223,19 @@ class App:
     @cached_property
     def providers(self) -> ProviderRegistry:
         """The profile's ``providers:`` by kind (``ProfileError`` naming the key)."""
-        from callgate.providers.registry import build_registry, default_context
+        from callgate.adapters.provider_metrics import instrumented
+        from callgate.providers.registry import ProviderRegistry, build_registry, default_context
 
         context = default_context(lambda: self.ledger, self.settings.faults, self.profile)
-        return build_registry(self.profile, context)
+        built = build_registry(self.profile, context)
+        return ProviderRegistry(instrumented(p, self.provider_metrics) for p in built)
+
+    @cached_property
+    def provider_metrics(self) -> ProviderMetrics:
+        """Provider latency and errors of this process (``/metrics``)."""
+        from callgate.adapters.provider_metrics import ProviderMetrics
+
+        return ProviderMetrics()
 
     def decider(self) -> Decider:
         from callgate.decider import Decider, DeciderDeps

@@ -6,6 +6,10 @@
 - ``callgate_decision_latency_seconds{tool}``: from publishing a proposal to its settled
   answer, as the API observed it (a histogram);
 - ``callgate_pending_approvals{tool}``: the pending view;
+- ``callgate_pending_age_seconds{tool}``: how long the oldest pending approval has waited;
+- ``callgate_provider_call_seconds{provider,operation}`` and
+  ``callgate_provider_errors_total{provider,operation,error}``: provider latency and
+  errors of the executor in this process (``callgate.adapters.provider_metrics``);
 - ``callgate_consumer_lag{process}``: input records a process has not processed yet;
 - ``callgate_dead_letters``: records dead-lettered by the runners.
 
@@ -14,8 +18,9 @@ One registry per server (no module-level state), so tests can start several.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -44,9 +49,26 @@ class StateCollector(Collector):
         pending = GaugeMetricFamily(
             "callgate_pending_approvals", "Approvals waiting for a human.", labels=["tool"]
         )
-        for tool, n in sorted(Counter(str(r.get("tool")) for r in self._feed.rows()).items()):
+        rows = self._feed.rows()
+        for tool, n in sorted(Counter(str(r.get("tool")) for r in rows).items()):
             pending.add_metric([tool], n)
         yield pending
+
+        age = GaugeMetricFamily(
+            "callgate_pending_age_seconds",
+            "Age of the oldest approval still waiting, by tool.",
+            labels=["tool"],
+        )
+        oldest: dict[str, int] = {}
+        for r in rows:
+            at = r.get("requested_at")
+            if isinstance(at, int):
+                tool = str(r.get("tool"))
+                oldest[tool] = min(oldest.get(tool, at), at)
+        now_ms = time.time() * 1000
+        for tool, at in sorted(oldest.items()):
+            age.add_metric([tool], max(0.0, (now_ms - at) / 1000))
+        yield age
 
         lag = GaugeMetricFamily(
             "callgate_consumer_lag", "Input records not yet processed.", labels=["process"]
@@ -61,8 +83,12 @@ class StateCollector(Collector):
 
 
 class ApiMetrics:
-    def __init__(self, feed: PendingSource, stats: ServiceStats) -> None:
+    def __init__(
+        self, feed: PendingSource, stats: ServiceStats, collectors: Sequence[Collector] = ()
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
+        for collector in collectors:  # the providers' (callgate.adapters.provider_metrics)
+            self.registry.register(collector)
         self.latency = Histogram(
             "callgate_decision_latency_seconds",
             "From publishing a proposal to its settled answer, seen by the API.",
