@@ -7,6 +7,8 @@
   answer, as the API observed it (a histogram);
 - ``callgate_pending_approvals{tool}``: the pending view;
 - ``callgate_pending_age_seconds{tool}``: how long the oldest pending approval has waited;
+- ``callgate_approval_wait_seconds{tool,result}``: from an approval's request to its leaving
+  the pending view (granted, denied, expired; seen by this server's feed, to 0.2 s);
 - ``callgate_provider_call_seconds{provider,operation}`` and
   ``callgate_provider_errors_total{provider,operation,error}``: provider latency and
   errors of the executor in this process (``callgate.adapters.provider_metrics``);
@@ -20,7 +22,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -28,6 +31,7 @@ from prometheus_client.registry import Collector
 
 from callgate.surfaces.http.context import PendingSource, ServiceStats
 
+APPROVAL_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 14400.0)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -84,9 +88,21 @@ class StateCollector(Collector):
 
 class ApiMetrics:
     def __init__(
-        self, feed: PendingSource, stats: ServiceStats, collectors: Sequence[Collector] = ()
+        self,
+        feed: PendingSource,
+        stats: ServiceStats,
+        collectors: Sequence[Collector] = (),
+        statuses: Callable[[str], Mapping[str, Any] | None] = lambda _: None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
+        self._statuses = statuses
+        self.approval_wait = Histogram(
+            "callgate_approval_wait_seconds",
+            "From an approval's request to its leaving the pending view, by tool and result.",
+            labelnames=["tool", "result"],
+            buckets=APPROVAL_BUCKETS,
+            registry=self.registry,
+        )
         for collector in collectors:  # the providers' (callgate.adapters.provider_metrics)
             self.registry.register(collector)
         self.latency = Histogram(
@@ -97,3 +113,14 @@ class ApiMetrics:
             registry=self.registry,
         )
         self.registry.register(StateCollector(feed, stats))
+
+    def approval_closed(self, row: Mapping[str, Any]) -> None:
+        """A pending approval left the view: observe how long it waited, and how it ended
+        (the status view's ``approval.state``: granted, denied or expired)."""
+        requested_at = row.get("requested_at")
+        if not isinstance(requested_at, int):
+            return
+        status = self._statuses(str(row.get("invocation_id"))) or {}
+        result = str((status.get("approval") or {}).get("state") or "unknown")
+        waited = max(0.0, time.time() - requested_at / 1000)
+        self.approval_wait.labels(str(row.get("tool")), result).observe(waited)

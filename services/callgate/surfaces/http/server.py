@@ -44,12 +44,14 @@ def build_context(
 ) -> tuple[ServerContext, PendingFeed]:
     gateway = Gateway(surface, backend)
     feed = PendingFeed(backend)
+    metrics = ApiMetrics(feed, stats, collectors, lambda i: backend.view("status", i))
+    feed.on_closed = metrics.approval_closed
     ctx = ServerContext(
         gateway=gateway,
         options=options,
         stats=stats,
         feed=feed,
-        metrics=ApiMetrics(feed, stats, collectors),
+        metrics=metrics,
         verifier=surface.session_verifier,
         sign_in=surface.sign_in,
     )
