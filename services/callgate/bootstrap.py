@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from callgate.adapters.embedded.store import EmbeddedStore
     from callgate.adapters.kafka.live import LiveKafkaBackend
     from callgate.adapters.oidc import Discovery, OidcSignIn
-    from callgate.adapters.provider_metrics import ProviderMetrics
     from callgate.config import ApprovalKeys
     from callgate.decider import Decider
     from callgate.domain.catalog import Profile
@@ -50,6 +49,7 @@ if TYPE_CHECKING:
     from callgate.domain.redaction import Redactor
     from callgate.executor.process import Executor
     from callgate.providers.ledger import EffectLedger
+    from callgate.providers.metrics import ProviderMetrics
     from callgate.providers.registry import ProviderRegistry
     from callgate.surfaces.gateway import Backend, Gateway
 
@@ -157,7 +157,7 @@ class App:
     @cached_property
     def providers(self) -> ProviderRegistry:
         """The profile's ``providers:`` by kind (``ProfileError`` naming the key)."""
-        from callgate.adapters.provider_metrics import instrumented
+        from callgate.providers.metrics import instrumented
         from callgate.providers.registry import ProviderRegistry, build_registry, default_context
 
         context = default_context(lambda: self.ledger, self.settings.faults, self.profile)
@@ -167,7 +167,7 @@ class App:
     @cached_property
     def provider_metrics(self) -> ProviderMetrics:
         """Provider latency and errors of this process (``/metrics``)."""
-        from callgate.adapters.provider_metrics import ProviderMetrics
+        from callgate.providers.metrics import ProviderMetrics
 
         return ProviderMetrics()
 

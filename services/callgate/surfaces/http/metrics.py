@@ -11,7 +11,7 @@
   the pending view (granted, denied, expired; seen by this server's feed, to 0.2 s);
 - ``callgate_provider_call_seconds{provider,operation}`` and
   ``callgate_provider_errors_total{provider,operation,error}``: provider latency and
-  errors of the executor in this process (``callgate.adapters.provider_metrics``);
+  errors of the executor in this process (``callgate.providers.metrics``);
 - ``callgate_consumer_lag{process}``: input records a process has not processed yet;
 - ``callgate_dead_letters``: records dead-lettered by the runners.
 
@@ -128,7 +128,7 @@ class ApiMetrics:
             buckets=APPROVAL_BUCKETS,
             registry=self.registry,
         )
-        for collector in collectors:  # the providers' (callgate.adapters.provider_metrics)
+        for collector in collectors:  # the providers' (callgate.providers.metrics)
             self.registry.register(collector)
         self.latency = Histogram(
             "callgate_decision_latency_seconds",
