@@ -30,13 +30,13 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 
 from callgate.adapters.avro_codec import MARKER, AvroCodec
-from callgate.bootstrap import App
 from callgate.domain import events as ev
 from callgate.domain.canonical import args_hash, partition_key
 from callgate.domain.codes import Code
 from callgate.domain.identity import AUDIENCE, DEV_ISSUER, SessionIssuer
 from callgate.domain.keys import KeyRing
 from callgate.domain.scope import OPERATOR_ROLE, bound_id
+from callgate.surfaces.gateway import Surface as Wired
 from callgate.surfaces.sdk import Gateway
 from callgate.surfaces.sdk import _route as sdk_route
 
@@ -90,7 +90,7 @@ class Surface(ABC):
     else built by ``build_proposal``, which routes as the SDK does, and ``submit``-ted).
     """
 
-    def __init__(self, app: App, clock: Callable[[], int]) -> None:
+    def __init__(self, app: Wired, clock: Callable[[], int]) -> None:
         self.app = app
         self._clock = clock
 
@@ -210,26 +210,26 @@ def session_claims(now_ms: int, user: str = "alice", roles: tuple[str, ...] = ("
     }
 
 
-def forged_token(app: App, now_ms: int) -> str:
+def forged_token(app: Wired, now_ms: int) -> str:
     """Signed with a key of another deployment, under this deployment's own kid."""
     other = KeyRing.generate().session_signing_key
     issuer = SessionIssuer(other, app.keys.session_kid)
     return issuer.issue("alice", "acme", ["admin"], now_ms)
 
 
-def wrong_audience_token(app: App, now_ms: int) -> str:
+def wrong_audience_token(app: Wired, now_ms: int) -> str:
     keys = app.keys
     issuer = SessionIssuer(keys.session_signing_key, keys.session_kid, audience="billing-api")
     return issuer.issue("alice", "acme", ["admin"], now_ms)
 
 
-def alg_none_token(app: App, now_ms: int) -> str:
+def alg_none_token(app: Wired, now_ms: int) -> str:
     kid = app.keys.session_kid
     # "" is pyjwt's spelling of "no key" for alg none
     return jwt.encode(session_claims(now_ms), "", algorithm="none", headers={"kid": kid})
 
 
-def hs256_token(app: App, now_ms: int) -> str:
+def hs256_token(app: Wired, now_ms: int) -> str:
     """Algorithm confusion: HMAC keyed with the issuer's *public* key (which anyone has)."""
     public = app.keys.session_signing_key.public_key().public_bytes(
         serialization.Encoding.Raw, serialization.PublicFormat.Raw

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import jwt
 
+from callgate.adapters.keyfiles import jwks_file, load_private_key
 from callgate.domain.keys import algorithm_of
-from callgate.domain.keysets import jwks_file, load_private_key
 
 ISSUER = "https://idp.test.example"
 

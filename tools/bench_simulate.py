@@ -20,10 +20,11 @@ import time
 import uuid
 from pathlib import Path
 
+from callgate.adapters.profiles import load_profile
 from callgate.bootstrap import Settings
 from callgate.domain import events as ev
 from callgate.domain.canonical import partition_key
-from callgate.domain.catalog import default_profile_path, load_profile
+from callgate.domain.catalog import default_profile_path
 from callgate.domain.scope import OPERATOR_ROLE, bound_id
 from callgate.surfaces.sdk import Gateway, connect
 from tools.bench_core import Row

@@ -540,7 +540,7 @@ class ChaosSupervisor(Supervisor):
         self.down = False  # the whole instance is killed: nothing restarts until ``revive``
 
     def spawn(self, name: str) -> subprocess.Popen[bytes]:
-        cmd = [sys.executable, "-m", "callgate.adapters.kafka.worker", name, *self.extra_args]
+        cmd = [sys.executable, "-m", "callgate.kafka_worker", name, *self.extra_args]
         with (self.logs / f"{name}.log").open("ab") as log:
             child = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         self.children[name] = child
@@ -596,7 +596,7 @@ class Fleet:
             logs = app.settings.state_dir / "logs" / instance.instance_id
             self.sups.append(ChaosSupervisor(bootstrap(instance), logs))
         self.topics = Topics(app.settings.topic_prefix, app.settings.partitions)
-        self.admin = make_admin(app.settings.bootstrap_servers or "")
+        self.admin = make_admin(app.settings.brokers)
         self.groups = {self.topics.group(p.name): sorted(p.inputs) for p in app.processes()}
         self.process_of = {self.topics.group(p.name): p.name for p in app.processes()}
         self.takeovers: list[float] = []

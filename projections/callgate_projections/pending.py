@@ -3,8 +3,9 @@
 View ``pending``, key ``invocation_id``. ``ApprovalRequested`` puts the record in, with
 everything the approval will bind (C4, C11: tenant, actor, tool, target, policy version,
 ``args_hash``, ``dry_run_hash``, partition key, invocation), the arguments and the dry-run
-snapshot the human confirms (C5), who may confirm (``confirmation``, ``approver_roles``,
-``allow_self_approval``) and ``expires_at``, so a UI shows exactly what is being approved.
+snapshot the human confirms (C5; a tool's sensitive fields as digests, ADR 0035), who may
+confirm (``confirmation``, ``approver_roles``, ``allow_self_approval``) and ``expires_at``,
+so a UI shows exactly what is being approved.
 ``ApprovalGranted``, ``ApprovalDenied`` and ``ApprovalExpired(stage="pending")`` take it
 out again with a tombstone (``value=None``), so a compacted topic keeps only what is still
 pending. Every record and tombstone names its tenant (``ViewRecord.tenant``: the Kafka
@@ -24,6 +25,7 @@ from callgate.domain.events import (
     ApprovalRequested,
     Event,
 )
+from callgate.domain.redaction import NO_REDACTION, Redactor
 from callgate_projections import Projection, ViewRecord, load_json_object, parse_json_field
 
 VIEW = "pending"
@@ -32,17 +34,25 @@ VIEW = "pending"
 PendingState = Mapping[str, str]
 
 
-def _value(event: ApprovalRequested) -> dict[str, object]:
+def _value(event: ApprovalRequested, redactor: Redactor) -> dict[str, object]:
+    args = parse_json_field(event.args_json, "args_json")
+    dry_run = parse_json_field(event.dry_run_json, "dry_run_json")
+    target: object = event.target
+    if redactor.active(event.tool):  # sensitive fields: digests only (ADR 0035)
+        secrets = redactor.secrets(event.tool, args)
+        dry_run = redactor.scrub(event.tool, dry_run, secrets)
+        target = redactor.scrub(event.tool, target, secrets)
+        args = redactor.args(event.tool, args)
     return {
         "invocation_id": event.invocation_id,
         "partition_key": event.partition_key,
         "tool": event.tool,
         "tenant": event.tenant,
         "actor": event.actor,
-        "target": event.target,
-        "args": parse_json_field(event.args_json, "args_json"),
+        "target": target,
+        "args": args,
         "args_hash": event.args_hash,
-        "dry_run": parse_json_field(event.dry_run_json, "dry_run_json"),
+        "dry_run": dry_run,
         "dry_run_hash": event.dry_run_hash,
         "confirmation": event.confirmation,
         "approver_roles": list(event.approver_roles),
@@ -56,13 +66,15 @@ def _value(event: ApprovalRequested) -> dict[str, object]:
 _EMPTY: PendingState = MappingProxyType({})
 
 
-def project(state: PendingState, event: Event) -> tuple[PendingState, tuple[ViewRecord, ...]]:
+def project(
+    state: PendingState, event: Event, redactor: Redactor = NO_REDACTION
+) -> tuple[PendingState, tuple[ViewRecord, ...]]:
     """Open a pending approval on request; tombstone it once it is decided or expires."""
     key = event.invocation_id
     match event:
         case ApprovalRequested():
             opened = MappingProxyType({**state, key: event.tenant})
-            return opened, (ViewRecord.of(VIEW, key, _value(event), event.tenant),)
+            return opened, (ViewRecord.of(VIEW, key, _value(event, redactor), event.tenant),)
         case ApprovalGranted() | ApprovalDenied() | ApprovalExpired(stage="pending"):
             if key in state:
                 closed = MappingProxyType({k: t for k, t in state.items() if k != key})
@@ -75,13 +87,16 @@ class PendingProjection(Projection[PendingState]):
     views = frozenset({VIEW})
     reacts_to = frozenset({ApprovalRequested, ApprovalGranted, ApprovalDenied, ApprovalExpired})
 
+    def __init__(self, redactor: Redactor = NO_REDACTION) -> None:
+        self.redactor = redactor
+
     def initial_state(self) -> PendingState:
         return _EMPTY
 
     def project(
         self, state: PendingState, event: Event
     ) -> tuple[PendingState, Sequence[ViewRecord]]:
-        return project(state, event)
+        return project(state, event, self.redactor)
 
     def dump_state(self, state: PendingState) -> bytes:
         return canonical_json({"tenants": dict(state)}).encode()

@@ -7,29 +7,37 @@ imported when first wired, so each command loads only what it uses.
 
 from __future__ import annotations
 
-import os
-import re
-import time
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
-from callgate.adapters.kafka.connection import Property, check_connection, use_connection
-from callgate.config import (
-    ApprovalSettings,
-    ConfigError,
-    SessionSettings,
-    load_settings,
+from callgate.config import ConfigError
+from callgate.settings import (
+    Clock,
+    Settings,
+    SettingsError,
+    default_instance_id,
+    system_clock,
 )
-from callgate.state_dir import default_state_dir
+
+__all__ = [
+    "App",
+    "Clock",
+    "Settings",
+    "SettingsError",
+    "bootstrap",
+    "default_instance_id",
+    "system_clock",
+]
 
 if TYPE_CHECKING:
     # Imported where used: a command that needs only the keys (``session issue``) should
     # not pay for the policy engine, JSON Schema and the processes at start-up.
+    from callgate.adapters.avro_codec import AvroCodec
+    from callgate.adapters.embedded.gateway import EmbeddedBackend
+    from callgate.adapters.embedded.runner import EmbeddedRunner
+    from callgate.adapters.embedded.store import EmbeddedStore
+    from callgate.adapters.kafka.live import LiveKafkaBackend
     from callgate.adapters.oidc import Discovery, OidcSignIn
     from callgate.config import ApprovalKeys
     from callgate.decider import Decider
@@ -38,85 +46,12 @@ if TYPE_CHECKING:
     from callgate.domain.keys import KeyRing
     from callgate.domain.policy import PolicyEngine
     from callgate.domain.process import Process
+    from callgate.domain.redaction import Redactor
     from callgate.executor.process import Executor
     from callgate.providers.ledger import EffectLedger
+    from callgate.providers.metrics import ProviderMetrics
     from callgate.providers.registry import ProviderRegistry
-
-Clock = Callable[[], int]
-# A setting has a value callgate cannot use (the command line reports it as misuse); the
-# message names the file and key, the variable or the option (``callgate.config``).
-SettingsError = ConfigError
-
-
-def system_clock() -> int:
-    """Wall-clock epoch milliseconds: the only clock; passed in everywhere else."""
-    return time.time_ns() // 1_000_000
-
-
-def default_instance_id() -> str:
-    """The host name, made safe for Kafka ids: stable across restarts of this host's
-    instance. Two instances on one host need ``--instance-id`` (serve refuses a second one
-    with the same id and state directory)."""
-    return re.sub(r"[^\w.-]", "-", os.uname().nodename) or "callgate"
-
-
-class Settings(BaseModel):
-    """Everything configurable, frozen (docs/contract.md "Command line" global options;
-    the configuration file's keys: docs/configuration.md).
-
-    Built at the entry point by ``from_env`` (file, ``CALLGATE_*``, options); a direct
-    ``Settings(...)`` reads nothing from the environment, so tests get exactly what
-    they pass.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=False)
-
-    # The default is found, not assumed to be the current directory (``callgate.state_dir``).
-    state_dir: Path = Field(default_factory=default_state_dir)
-    backend: Literal["embedded", "kafka"] = "embedded"
-    bootstrap_servers: str | None = None
-    # librdkafka connection properties every Kafka client gets (TLS, SASL, socket): the
-    # ``[kafka_client]`` table, ``CALLGATE_KAFKA_CLIENT`` as JSON. Nothing else: callgate's
-    # delivery, isolation and transaction settings are not configurable (ADR 0013).
-    kafka_client: dict[str, Property] = Field(default_factory=dict)
-    profile: Path | None = None
-    topic_prefix: str = "callgate"
-    partitions: int = Field(default=6, ge=1)
-    faults: dict[str, Any] = Field(default_factory=dict)
-    # How long a command waits for an answer (a settled call, a broker): ``--timeout``.
-    timeout_s: float = Field(default=30.0, gt=0)
-    # Names one ``callgate serve`` on Kafka among those sharing the partitions: its
-    # transactional ids and its state stores hang off it (ADR 0015). Stable across restarts
-    # (the host name by default), unique among live instances.
-    instance_id: str = Field(default_factory=default_instance_id, pattern=r"^[\w.-]+$")
-    # Development mode: the development issuer (``callgate session issue``) is trusted and
-    # may issue tokens. Off unless asked for (``--dev``, ``CALLGATE_DEV=1``): anyone who can
-    # read the state directory could otherwise mint any identity (ADR 0013).
-    dev: bool = False
-    sessions: SessionSettings = SessionSettings()
-    approvals: ApprovalSettings = ApprovalSettings()
-    config_file: Path | None = None  # the file these settings were read from, if any
-    # How long requests (which carry bearer session tokens) are kept once consumed: the
-    # ``requests`` topic's ``retention.ms`` on Kafka, pruning on the embedded store.
-    requests_retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=0)
-
-    @field_validator("kafka_client")
-    @classmethod
-    def _connection_only(cls, value: dict[str, Property]) -> dict[str, Property]:
-        check_connection(value)
-        return value
-
-    @classmethod
-    def from_env(
-        cls,
-        config_file: Path | None = None,
-        environ: Mapping[str, str] | None = None,
-        **overrides: Any,
-    ) -> Settings:
-        """Defaults < ``callgate.toml`` < ``CALLGATE_*`` variables < ``overrides`` (the
-        command line's options; ``None`` means not given). Raises ``SettingsError``
-        (``ConfigError``) naming the source of a value that is not usable."""
-        return load_settings(cls, overrides, environ, config_file)
+    from callgate.surfaces.gateway import Backend, Gateway
 
 
 @dataclass
@@ -128,15 +63,28 @@ class App:
 
     @cached_property
     def profile(self) -> Profile:
-        from callgate.domain.catalog import default_profile_path, load_profile
+        from callgate.adapters.profiles import load_profile
+        from callgate.domain.catalog import default_profile_path
 
         return load_profile(self.settings.profile or default_profile_path())
 
     @cached_property
     def keys(self) -> KeyRing:
-        from callgate.domain.keys import KeyRing
+        from callgate.adapters.keyfiles import load_or_create_keyring
 
-        return KeyRing.load_or_create(self.settings.state_dir)
+        return load_or_create_keyring(self.settings.state_dir)
+
+    @cached_property
+    def redactor(self) -> Redactor:
+        """Digests in place of the catalog's sensitive fields (ADR 0035); no key is read or
+        created while no tool has one."""
+        from callgate.adapters.keyfiles import redaction_key
+        from callgate.domain.redaction import NO_REDACTION, redactor_for
+
+        paths = self.profile.sensitive_paths()
+        if not paths:
+            return NO_REDACTION
+        return redactor_for(redaction_key(self.settings.state_dir), paths)
 
     @cached_property
     def session_issuer(self) -> SessionIssuer:
@@ -209,10 +157,19 @@ class App:
     @cached_property
     def providers(self) -> ProviderRegistry:
         """The profile's ``providers:`` by kind (``ProfileError`` naming the key)."""
-        from callgate.providers.registry import build_registry, default_context
+        from callgate.providers.metrics import instrumented
+        from callgate.providers.registry import ProviderRegistry, build_registry, default_context
 
         context = default_context(lambda: self.ledger, self.settings.faults, self.profile)
-        return build_registry(self.profile, context)
+        built = build_registry(self.profile, context)
+        return ProviderRegistry(instrumented(p, self.provider_metrics) for p in built)
+
+    @cached_property
+    def provider_metrics(self) -> ProviderMetrics:
+        """Provider latency and errors of this process (``/metrics``)."""
+        from callgate.providers.metrics import ProviderMetrics
+
+        return ProviderMetrics()
 
     def decider(self) -> Decider:
         from callgate.decider import Decider, DeciderDeps
@@ -241,14 +198,65 @@ class App:
         from callgate_projections.pending import PendingProjection
         from callgate_projections.status import StatusProjection
 
-        return [StatusProjection(), PendingProjection(), AuditProjection(), DecisionsProjection()]
+        redactor = self.redactor
+        return [
+            StatusProjection(redactor),
+            PendingProjection(redactor),
+            AuditProjection(redactor),
+            DecisionsProjection(),
+        ]
 
     def processes(self) -> list[Process[Any]]:
         """Every process `callgate serve` runs, in pipeline order."""
         return [self.decider(), self.executor(), *self.projections()]
 
+    # -- backends and runners: built here, for every entry point ---------------------------
+
+    def backend(self) -> Backend:
+        """The SDK's backend on the store the settings name (embedded by default)."""
+        if self.settings.backend == "kafka":
+            from callgate.adapters.kafka.gateway import KafkaBackend
+
+            return KafkaBackend(self)
+        return self.embedded_backend()
+
+    def embedded_backend(self) -> EmbeddedBackend:
+        from callgate.adapters.embedded.gateway import EmbeddedBackend
+
+        return EmbeddedBackend(self)
+
+    def live_kafka_backend(self) -> LiveKafkaBackend:
+        """The HTTP server's read model on Kafka (view topics tailed continuously)."""
+        from callgate.adapters.kafka.live import LiveKafkaBackend
+
+        return LiveKafkaBackend(self)
+
+    def gateway(self) -> Gateway:
+        """A client on the backend the settings name."""
+        from callgate.surfaces.gateway import Gateway
+
+        return Gateway(self, self.backend())
+
+    def embedded_runner(
+        self, store: EmbeddedStore, codec: AvroCodec, **options: Any
+    ) -> EmbeddedRunner:
+        """The runner ``callgate serve`` drives on the embedded store (every process)."""
+        from callgate.adapters.embedded.runner import EmbeddedRunner
+
+        return EmbeddedRunner(
+            store,
+            self.processes(),
+            codec,
+            self.clock,
+            requests_retention_ms=self.settings.requests_retention_ms,
+            **options,
+        )
+
+    def again(self) -> App:
+        """A second wiring of the same settings and clock (a surface's own verifier cache)."""
+        return bootstrap(self.settings, self.clock)
+
 
 def bootstrap(settings: Settings, clock: Clock = system_clock) -> App:
     settings.state_dir.mkdir(parents=True, exist_ok=True)
-    use_connection(settings.kafka_client)
     return App(settings=settings, clock=clock)

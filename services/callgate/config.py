@@ -311,7 +311,7 @@ def _where(settings: Any, key: str) -> str:
 def _public_keys(
     settings: Any, key: str, jwks_file: Path | None, pem_files: Mapping[str, Path]
 ) -> dict[str, PublicKey]:
-    from callgate.domain.keysets import KeyFileError, load_jwks, load_public_key
+    from callgate.adapters.keyfiles import KeyFileError, load_jwks, load_public_key
 
     keys: dict[str, PublicKey] = {}
     try:
@@ -335,9 +335,9 @@ DiscoveredKeys = Callable[[IssuerSettings], Mapping[str, Any]]
 def trusted_issuers(settings: Any, discovered: DiscoveredKeys | None = None) -> list[TrustedIssuer]:
     """The configured session issuers with their keys read (C6): from their key files,
     or, for a console sign-in provider that names none, from ``discovered``."""
+    from callgate.adapters.keyfiles import parse_jwks
     from callgate.domain.identity import TrustedIssuer
     from callgate.domain.keys import algorithm_of
-    from callgate.domain.keysets import parse_jwks
 
     out: list[TrustedIssuer] = []
     owner: dict[str, str] = {}
@@ -392,7 +392,7 @@ def approval_keys(settings: Any, state_keys: KeyRing) -> ApprovalKeys:
             state_keys.approval_signing_key,
             state_keys.approval_verification_keys(),
         )
-    from callgate.domain.keysets import KeyFileError, load_private_key
+    from callgate.adapters.keyfiles import KeyFileError, load_private_key
 
     if not conf.signing_kid or conf.signing_key_file is None:
         missing = "approvals.signing_kid" if not conf.signing_kid else "approvals.signing_key_file"
@@ -414,7 +414,7 @@ def approval_keys(settings: Any, state_keys: KeyRing) -> ApprovalKeys:
 
 
 def _raw(key: PublicKey) -> bytes:
-    from callgate.domain.keysets import public_pem
+    from callgate.adapters.keyfiles import public_pem
 
     return public_pem(key)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from callgate.domain.catalog import load_profile
+from callgate.adapters.profiles import load_profile
 from tests.e2e.helpers import EXIT_MISUSE, cg, run
 from tests.mcp_support import DEFAULT_CEDAR, upstream_command
 

@@ -27,10 +27,11 @@ import atheris
 # cryptography, importlib.metadata) crashes the interpreter here, and they are not ours.
 with atheris.instrument_imports(include=["callgate", "callgate_projections"]):
     from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
+    from callgate.adapters.profiles import load_profile
     from callgate.domain.approvals import ApprovalVerifier
     from callgate.domain.arguments import normalize_args
     from callgate.domain.canonical import canonical_json
-    from callgate.domain.catalog import default_profile_path, load_profile
+    from callgate.domain.catalog import default_profile_path
     from callgate.domain.codes import Rejection
     from callgate.domain.identity import SessionIssuer, SessionVerifier
     from callgate.domain.keys import KeyRing

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from callgate.domain.keysets import generate_key_pair
+from callgate.adapters.keyfiles import generate_key_pair
 from tests.http_support import REFUND_BIG, HttpServe, free_port
 from tests.idp import IdentityProvider
 from tests.oidc_support import OpenIdProvider, missing

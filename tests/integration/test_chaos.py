@@ -21,9 +21,10 @@ from hypothesis import strategies as st
 from tests.kafka_support import librdkafka_lines, run_with_own_broker
 from tools.chaos import Call, Evidence, Verdict, verify
 
+from callgate.adapters.profiles import load_profile
 from callgate.bootstrap import Settings, bootstrap
 from callgate.domain import events as ev
-from callgate.domain.catalog import Profile, default_profile_path, load_profile
+from callgate.domain.catalog import Profile, default_profile_path
 
 PROFILE: Profile = load_profile(default_profile_path())
 CHAOS_ARGS = ("--proposals", "300", "--kills", "3", "--seed", "11")

@@ -25,8 +25,6 @@ from tests.kafka_support import (
 )
 from tools.apache_kafka import ApacheKafka
 
-from callgate.adapters.kafka.connection import use_connection
-
 pytestmark = pytest.mark.kafka
 
 PASSWORD = f"pw-{uuid.uuid4().hex[:12]}"
@@ -74,7 +72,6 @@ def test_serve_and_clients_authenticate_with_the_configured_credentials(
         assert answer["outcome"] == "executed", answer
         assert cli(dep, "audit", "verify").value["ok"] is True
     finally:
-        use_connection({})  # wait_ready's in-process client wired this test process
         assert serve.stop() == 0, serve.log.read_text()
     assert PASSWORD not in serve.log.read_text()  # the password is never logged
 

@@ -15,11 +15,11 @@ import jwt
 import pytest
 from tests.harness import DAY_S, T0, Gate
 
+from callgate.adapters.keyfiles import generate_key_pair, jwks_file
 from callgate.bootstrap import Settings, bootstrap
 from callgate.config import ApprovalSettings, ConfigError
 from callgate.domain.approvals import ApprovalBinding, ApprovalClaims, ApprovalSigner
 from callgate.domain.codes import Code, Rejection
-from callgate.domain.keysets import generate_key_pair, jwks_file
 
 BIG_REFUND = {"order_id": "ORD-77", "amount_cents": 25000, "currency": "EUR"}
 

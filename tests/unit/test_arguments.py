@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from callgate.adapters.profiles import load_profile
 from callgate.domain.arguments import normalize_args, target_of
 from callgate.domain.canonical import args_hash
-from callgate.domain.catalog import Limits, Profile, ToolSpec, default_profile_path, load_profile
+from callgate.domain.catalog import Limits, Profile, ToolSpec, default_profile_path
 from callgate.domain.codes import Code, Rejection
 
 PROFILE: Profile = load_profile(default_profile_path())

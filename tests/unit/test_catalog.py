@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 import yaml
 
+from callgate.adapters.profiles import load_profile
 from callgate.domain.catalog import (
     Confirmation,
     Impact,
     Profile,
     ProfileError,
     default_profile_path,
-    load_profile,
 )
 
 Edit = Callable[[dict[str, Any]], None]

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from callgate.adapters.keyfiles import generate_key_pair
 from callgate.bootstrap import Settings, bootstrap
 from callgate.config import REDACTED, ConfigError, redacted
-from callgate.domain.keysets import generate_key_pair
 
 
 def write(path: Path, text: str) -> Path:
@@ -167,33 +167,32 @@ def test_secrets_are_redacted_at_any_depth() -> None:
 
 
 def test_kafka_client_settings_reach_every_kafka_client(tmp_path: Path) -> None:
-    """Issue 12: the ``[kafka_client]`` table is in every client's configuration once the
-    composition root has wired the process (and only then)."""
+    """Issue 12: the ``[kafka_client]`` table is in the configuration of every client made
+    for the settings' brokers; issue 26: it travels with them (``Brokers``), so a client
+    made for a plain address gets none, and nothing is set process-wide."""
     from callgate.adapters.kafka.client import client_config
-    from callgate.adapters.kafka.connection import use_connection
 
     conf = write(
         tmp_path / "callgate.toml",
         '[kafka_client]\n"security.protocol" = "SASL_SSL"\n"sasl.mechanism" = "SCRAM-SHA-512"\n'
         '"sasl.username" = "callgate"\n"sasl.password" = "pw"\n"ssl.ca.location" = "ca.pem"\n',
     )
-    settings = Settings.from_env(config_file=conf, environ={}, state_dir=tmp_path / "s")
-    try:
-        bootstrap(settings)
-        config = client_config("b:9092", **{"group.id": "g"})
-        assert config["security.protocol"] == "SASL_SSL"
-        assert config["sasl.username"] == "callgate" and config["sasl.password"] == "pw"
-        assert config["ssl.ca.location"] == "ca.pem"
-        assert config["bootstrap.servers"] == "b:9092" and config["group.id"] == "g"
-        env = Settings.from_env(
-            environ={"CALLGATE_KAFKA_CLIENT": '{"security.protocol": "SSL"}'},
-            state_dir=tmp_path / "s",
-        )
-        bootstrap(env)
-        assert client_config("b:9092")["security.protocol"] == "SSL"
-        assert "sasl.password" not in client_config("b:9092")
-    finally:
-        use_connection({})
+    settings = Settings.from_env(
+        config_file=conf, environ={}, state_dir=tmp_path / "s", bootstrap_servers="b:9092"
+    )
+    config = client_config(settings.brokers, **{"group.id": "g"})
+    assert config["security.protocol"] == "SASL_SSL"
+    assert config["sasl.username"] == "callgate" and config["sasl.password"] == "pw"
+    assert config["ssl.ca.location"] == "ca.pem"
+    assert config["bootstrap.servers"] == "b:9092" and config["group.id"] == "g"
+    env = Settings.from_env(
+        environ={"CALLGATE_KAFKA_CLIENT": '{"security.protocol": "SSL"}'},
+        state_dir=tmp_path / "s",
+        bootstrap_servers="b:9092",
+    )
+    assert client_config(env.brokers)["security.protocol"] == "SSL"
+    assert "sasl.password" not in client_config(env.brokers)
+    assert "security.protocol" not in client_config("b:9092")
 
 
 @pytest.mark.parametrize(

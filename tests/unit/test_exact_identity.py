@@ -20,12 +20,13 @@ from hypothesis import strategies as st
 from tests.attacks import build_proposal
 from tests.harness import T0, Gate
 
+from callgate.adapters.profiles import load_profile
 from callgate.bootstrap import App, bootstrap
 from callgate.decider.proposals import UnreadableRecord
 from callgate.domain import events as ev
 from callgate.domain.approvals import ApprovalBinding, check_approver, compare_binding
 from callgate.domain.canonical import partition_key
-from callgate.domain.catalog import ProfileError, load_profile
+from callgate.domain.catalog import ProfileError
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.identity import SessionIssuer, SessionVerifier, check_identity
 from callgate.domain.keys import KeyRing

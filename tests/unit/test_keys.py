@@ -15,6 +15,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from callgate.adapters.keyfiles import load_or_create_keyring
 from callgate.domain.keys import (
     APPROVAL_KEY_FILE,
     SESSION_KEY_FILE,
@@ -50,13 +51,13 @@ def test_generate_gives_distinct_keys_and_kids_derived_from_public_keys() -> Non
 
 
 def test_load_or_create_writes_0600_pem_files_once_and_reuses_them(tmp_path: Path) -> None:
-    first = KeyRing.load_or_create(tmp_path)
+    first = load_or_create_keyring(tmp_path)
     for name in (SESSION_KEY_FILE, APPROVAL_KEY_FILE):
         path = tmp_path / "keys" / name
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         assert path.read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----")
     assert not list((tmp_path / "keys").glob(".tmp-*"))
-    second = KeyRing.load_or_create(tmp_path)
+    second = load_or_create_keyring(tmp_path)
     assert second.session_kid == first.session_kid
     assert second.approval_kid == first.approval_kid
     token = jwt.encode({"x": 1}, first.session_signing_key, "EdDSA", {"kid": first.session_kid})

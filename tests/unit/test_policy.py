@@ -14,12 +14,12 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from callgate.adapters.profiles import load_profile
 from callgate.domain.catalog import (
     Profile,
     ProfileError,
     ToolSpec,
     default_profile_path,
-    load_profile,
 )
 from callgate.domain.policy import PolicyEngine
 from callgate.domain.principal import Principal

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from callgate.domain.catalog import ProfileError, default_profile_path, load_profile
+from callgate.adapters.profiles import load_profile
+from callgate.domain.catalog import ProfileError, default_profile_path
 from callgate.providers.http import HttpProvider
 from callgate.providers.ledger import EffectLedger
 from callgate.providers.registry import BuildContext, build_registry, default_context

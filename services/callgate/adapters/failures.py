@@ -28,8 +28,7 @@ from typing import Any
 
 from callgate.domain import events as ev
 from callgate.domain.canonical import canonical_json, derive_id
-from callgate.domain.codes import Code, Rejection, Unanswerable
-from callgate.providers.base import INFRASTRUCTURE_ERRORS
+from callgate.domain.codes import INFRASTRUCTURE_ERRORS, Code, Rejection, Unanswerable
 
 # Infrastructure failures: the same input can succeed once the infrastructure is back.
 TRANSIENT_TYPES: tuple[type[BaseException], ...] = (

@@ -14,9 +14,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from callgate.adapters.failures import Transient, answers, classify, dead_letter
+from callgate.adapters.engine import follow_up_round, react, reacts
+from callgate.adapters.failures import answers, dead_letter
 from callgate.domain.events import Event
-from callgate.domain.process import Output, Process, ViewRecord
+from callgate.domain.process import Output, Process, ViewRecord, reacts_to
 
 CrashMode = Literal["before", "after"]
 
@@ -180,16 +181,20 @@ class MemoryRunner:
         return event
 
     def _deliver(self, proc: Process[Any], event: Event) -> None:
+        if not reacts(reacts_to(proc), event):
+            return  # consumed: ``handle`` would change nothing (``process.reacts_to``)
         key = (proc.name, event.partition_key)
-        state = self._state.get(key)
-        # Round-trip stored state through bytes, as durable runners do.
-        state = proc.initial_state() if state is None else proc.load_state(proc.dump_state(state))
-        try:
-            state, outs = proc.handle(state, event, self.now_ms)
-        except Exception as exc:  # the rule both durable runners apply (adapters/failures.py)
-            failure = classify(exc)
-            if isinstance(failure, Transient):
-                raise
+
+        def load() -> Any:
+            # Round-trip stored state through bytes, as durable runners do.
+            state = self._state.get(key)
+            if state is None:
+                return proc.initial_state()
+            return proc.load_state(proc.dump_state(state))
+
+        handled: list[tuple[Any, Sequence[Output]]] = []
+        failure = react(proc, load, event, self.now_ms, lambda s, o: handled.append((s, o)))
+        if failure is not None:  # the rule both durable runners apply (adapters/engine.py)
             seq = len(self.log.events)
             source = (event.TOPIC, 0, seq)
             dead = dead_letter(
@@ -204,6 +209,7 @@ class MemoryRunner:
             )
             self._route([dead, *answers(event, failure, proc.name, self.now_ms)])
             return
+        [(state, outs)] = handled
         self._state[key] = state
         self._route(outs)
         self._follow(proc, event.partition_key, outs)
@@ -220,9 +226,17 @@ class MemoryRunner:
                 copy = proc.load_state(proc.dump_state(self._state[(proc.name, pk)]))
                 proc.follow_up(copy, committed, self.now_ms)
             return
-        state, more = proc.follow_up(self._state[(proc.name, pk)], committed, self.now_ms)
-        self._state[(proc.name, pk)] = state
-        self._route(more)
+        emitted: list[Output] = []
+
+        def keep(key: tuple[str, str], state: Any, more: Sequence[Output]) -> None:
+            self._state[key] = state
+            self._route(more)
+            emitted.extend(more)
+
+        follow_up_round(
+            proc, {(proc.name, pk): committed}, self._state.__getitem__, keep, self.now_ms
+        )
+        self._follow(proc, pk, emitted)  # until a round emits none, as the durable runners
 
     def _route(self, outs: Iterable[Output]) -> None:
         for out in outs:

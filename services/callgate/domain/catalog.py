@@ -10,7 +10,7 @@ recorded on every decision and bound into approvals (C4, C11).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 from fnmatch import translate
 from functools import cached_property
@@ -100,6 +100,9 @@ class ToolSpec(_Frozen):
     upstream_tool: UpstreamName | None = None
     dry_run_tool: UpstreamName | None = None
     lookup_tool: UpstreamName | None = None
+    # Paths into the arguments (keys joined by dots) whose values no view, export, log or
+    # console shows, only a keyed digest (callgate.domain.redaction, ADR 0035).
+    sensitive: tuple[str, ...] = ()
 
     @property
     def upstream_name(self) -> str:
@@ -133,7 +136,8 @@ class ToolSpec(_Frozen):
 
 
 class Profile(_Frozen):
-    """A loaded adoption profile. Build it with ``load_profile``."""
+    """A checked adoption profile: ``parse_profile`` builds it (from a file:
+    ``adapters.profiles.load_profile``)."""
 
     version: Literal[1]
     tools: dict[str, ToolSpec]
@@ -187,6 +191,10 @@ class Profile(_Frozen):
         owners = [t for t, pattern in self.resource_patterns if pattern.match(target)]
         return owners[0] if len(owners) == 1 else None
 
+    def sensitive_paths(self) -> dict[str, tuple[str, ...]]:
+        """Per tool with any, its ``sensitive`` argument paths (ADR 0035)."""
+        return {name: spec.sensitive for name, spec in self.tools.items() if spec.sensitive}
+
     def catalog_view(self) -> list[dict[str, Any]]:
         """The tools with their flags and argument schemas (``callgate catalog``)."""
         return [spec.model_dump(mode="json") for spec in self.tools.values()]
@@ -233,6 +241,14 @@ def _tool_problems(spec: ToolSpec) -> list[tuple[str, str]]:
     for arg in spec.identity_args:
         if arg not in props:
             problems.append(("identity_args", f"'{arg}' is not an argument of the tool"))
+    for path in spec.sensitive:
+        schema: Any = spec.args_schema
+        for name in path.split("."):
+            found = schema.get("properties", {}).get(name) if isinstance(schema, dict) else None
+            if found is None:
+                problems.append(("sensitive", f"'{path}' is not a path into the arguments"))
+                break
+            schema = found
     if spec.high_impact_when is not None and spec.high_impact_when.arg not in props:
         arg = spec.high_impact_when.arg
         problems.append(("high_impact_when.arg", f"'{arg}' is not an argument of the tool"))
@@ -246,11 +262,13 @@ def _tool_problems(spec: ToolSpec) -> list[tuple[str, str]]:
     return problems
 
 
-def _read(path: Path, what: str) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProfileError(f"{what} {path}: cannot read: {exc}") from exc
+def _catalog_entry(spec: ToolSpec) -> dict[str, Any]:
+    """An entry as the profile digest covers it; ``sensitive`` only when set, so a profile
+    without sensitive fields keeps its digest (the policy version)."""
+    entry = spec.model_dump(mode="json")
+    if not entry["sensitive"]:
+        del entry["sensitive"]
+    return entry
 
 
 # libyaml's safe loader where PyYAML has it (eight times quicker: every command loads the
@@ -282,11 +300,13 @@ class StrictYamlLoader(_BASE_LOADER):  # type: ignore[misc]
 _SAFE_LOADER = StrictYamlLoader
 
 
-def load_profile(path: Path) -> Profile:
-    """Load and check an adoption profile (C10); any problem raises ``ProfileError``."""
+def parse_profile(text: str, path: Path, read_policy: Callable[[Path], str]) -> Profile:
+    """Check an adoption profile (C10) read from ``path``; any problem raises
+    ``ProfileError``. ``read_policy`` gives the text of the policy file it names (the file
+    reading is the caller's: ``callgate.adapters.profiles.load_profile``)."""
     where = f"profile {path}"
     try:
-        raw = yaml.load(_read(path, "profile"), Loader=_SAFE_LOADER)
+        raw = yaml.load(text, Loader=_SAFE_LOADER)
     except yaml.YAMLError as exc:
         raise ProfileError(f"{where}: invalid YAML: {exc}") from exc
     if not isinstance(raw, dict):
@@ -323,7 +343,7 @@ def load_profile(path: Path) -> Profile:
         if not isinstance(body.get("kind"), str):
             raise ProfileError(f"{where}: providers.{name}.kind: required (the provider kind)")
     policy_path = path.parent / top.policy_file
-    policy_text = _read(policy_path, f"{where}: policy_file")
+    policy_text = read_policy(policy_path)
     catalog = {
         "version": top.version,
         "limits": top.limits.model_dump(mode="json"),
@@ -331,7 +351,7 @@ def load_profile(path: Path) -> Profile:
         "resources": {k: list(v) for k, v in top.resources.items()},
         # Only when declared, so that a profile without providers keeps its digest.
         **({"providers": top.providers} if top.providers else {}),
-        "tools": {k: v.model_dump(mode="json") for k, v in tools.items()},
+        "tools": {k: _catalog_entry(v) for k, v in tools.items()},
     }
     return Profile(
         version=top.version,

@@ -7,6 +7,7 @@ can fail with before or around a decision (they never appear in an event).
 
 from __future__ import annotations
 
+import sqlite3
 from enum import StrEnum
 
 
@@ -123,3 +124,15 @@ class Unanswerable(Rejection):
     """A request that may not be answered under its own ids (an invocation id not bound to
     its session: docs/contract.md, "Tenant scope of identifiers"). Runners dead-letter it
     (``callgate.adapters.failures``) and give no answer under ids that may be another's."""
+
+
+# Failures of the machinery under a provider (sockets, disk, the simulated providers'
+# SQLite ledger): the runner retries the input (``callgate.adapters.failures``). Any other
+# exception out of a provider, or an answer that canonical JSON cannot hold (NaN, a number
+# past 2^53, nesting past the limits), is the provider misbehaving: the executor answers it
+# like a failure of that call (``callgate.executor.process``), never by retrying forever.
+INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    sqlite3.OperationalError,
+    MemoryError,
+)

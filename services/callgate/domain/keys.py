@@ -3,7 +3,7 @@
 Two separate key pairs: one signs development session tokens, one signs approval
 artifacts, so a leaked approval key cannot mint sessions and vice versa. Key ids
 (``kid``) of the development keys are derived from the public key, so a key reloaded
-from disk keeps its kid. Configured keys (``callgate.toml``, ``domain/keysets.py``) may be
+from disk keeps its kid. Configured keys (``callgate.toml``, ``adapters/keyfiles.py``) may be
 EdDSA (Ed25519), ES256 (P-256) or RS256 (RSA, 2048 bits or more); the algorithm of a
 token must be the one of the key its ``kid`` names.
 
@@ -17,11 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import jwt
@@ -135,49 +132,12 @@ class KeyRing:
             private_key_from_pem(session_pem), private_key_from_pem(approval_pem), kid_prefix
         )
 
-    @classmethod
-    def load_or_create(cls, directory: Path, kid_prefix: str = "dev") -> KeyRing:
-        """Keys under ``<directory>/keys/``: created (mode 0600) on first run, reused after.
-
-        These are the development issuer's key and the approval key used when the
-        configuration names none (one instance). Issuers to trust and shared approval
-        keys come from the configuration instead (docs/configuration.md). Concurrent
-        first runs agree on one key: each writes a temporary file and hard-links it
-        into place, and the loser reads the winner's.
-        """
-        key_dir = directory / "keys"
-        key_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        return cls.from_pem(
-            _load_or_create_private(key_dir / SESSION_KEY_FILE),
-            _load_or_create_private(key_dir / APPROVAL_KEY_FILE),
-            kid_prefix,
-        )
-
     def session_verification_keys(self) -> dict[str, PublicKey]:
         """The development issuer's public key, by kid."""
         return {self.session_kid: self.session_signing_key.public_key()}
 
     def approval_verification_keys(self) -> dict[str, PublicKey]:
         return {self.approval_kid: self.approval_signing_key.public_key()}
-
-
-def _load_or_create_private(path: Path) -> bytes:
-    if path.exists():
-        return path.read_bytes()
-    pem = private_key_to_pem(Ed25519PrivateKey.generate())
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".pem")  # mode 0600
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(pem)
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.link(tmp, path)  # atomic; fails if another process won the race
-        except FileExistsError:
-            return path.read_bytes()
-    finally:
-        os.unlink(tmp)
-    return pem
 
 
 def decode_signed(

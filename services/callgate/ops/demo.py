@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from callgate.adapters.kafka.connection import BrokerAddress
 from callgate.bootstrap import Settings
 from callgate.domain.codes import Rejection
 from callgate.domain.scope import OPERATOR_ROLE
@@ -60,8 +61,9 @@ def _kafka_serve(settings: Settings, probe_timeout_s: float) -> Iterator[None]:
     after it. Raises ``broker_unavailable`` at once when no broker answers."""
     from callgate.adapters.kafka.client import probe
 
-    bootstrap = settings.bootstrap_servers or ""
-    probe(bootstrap, probe_timeout_s)
+    brokers = settings.brokers  # the servers and their connection properties
+    bootstrap = brokers.servers
+    probe(brokers, probe_timeout_s)
     env = {k: v for k, v in os.environ.items() if not k.startswith("CALLGATE_")}
     env |= {
         "CALLGATE_STATE_DIR": str(settings.state_dir),
@@ -81,7 +83,7 @@ def _kafka_serve(settings: Settings, probe_timeout_s: float) -> Iterator[None]:
     try:
         requests = f"{settings.topic_prefix}.requests"
         deadline = time.monotonic() + KAFKA_TIMEOUT_S
-        while requests not in probe(bootstrap, probe_timeout_s):  # serve creates the topics
+        while requests not in probe(brokers, probe_timeout_s):  # serve creates the topics
             if serve.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"callgate serve did not start: {log.read_text()[-2000:]}")
             time.sleep(0.2)
@@ -94,10 +96,10 @@ def _kafka_serve(settings: Settings, probe_timeout_s: float) -> Iterator[None]:
             except subprocess.TimeoutExpired:
                 serve.kill()
                 serve.wait()
-        _delete_topics(bootstrap, settings.topic_prefix)
+        _delete_topics(brokers, settings.topic_prefix)
 
 
-def _delete_topics(bootstrap: str, prefix: str) -> None:
+def _delete_topics(bootstrap: BrokerAddress, prefix: str) -> None:
     """Best effort: the demo's topics are throwaway, a broker gone meanwhile keeps them."""
     from callgate.adapters.kafka.client import make_admin
 

@@ -28,8 +28,8 @@ from callgate.domain.process import Process, ViewRecord, reacts_to
 
 if TYPE_CHECKING:
     from callgate.adapters.embedded.store import EmbeddedStore, EventCodec
+    from callgate.surfaces.gateway import Gateway
     from callgate.surfaces.render import Renderer
-    from callgate.surfaces.sdk import Gateway
 
 T = TypeVar("T")
 # A view while rebuilding: key -> its last value (None: a tombstone).

@@ -17,21 +17,12 @@ other kind counts as ``ProviderTimeout`` for ``execute``, as ``ProviderError`` o
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-# Failures of the machinery under a provider (sockets, disk, the simulated providers'
-# SQLite ledger): the runner retries the input (``callgate.adapters.failures``). Any other
-# exception out of a provider, or an answer that canonical JSON cannot hold (NaN, a number
-# past 2^53, nesting past the limits), is the provider misbehaving: the executor answers it
-# like a failure of that call (``callgate.executor.process``), never by retrying forever.
-INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (
-    OSError,
-    sqlite3.OperationalError,
-    MemoryError,
-)
+# The failure kinds a runner retries, defined with the vocabulary (``domain.codes``).
+from callgate.domain.codes import INFRASTRUCTURE_ERRORS as INFRASTRUCTURE_ERRORS
 
 
 class ProviderTimeout(Exception):

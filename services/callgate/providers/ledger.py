@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from callgate.adapters.sqlite import connect_wal
+from callgate.sqlite import connect_wal
 
 LEDGER_FILE = "effects.sqlite"
 BUSY_TIMEOUT_MS = 30_000

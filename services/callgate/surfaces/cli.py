@@ -29,8 +29,8 @@ from callgate.surfaces.commands.context import (
     EXIT_MISUSE,
     Context,
     Misuse,
-    report_error,
 )
+from callgate.surfaces.report import report_error
 
 ENVIRONMENT = """\
 environment (the flag wins over the variable):

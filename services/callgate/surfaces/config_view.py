@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from callgate.bootstrap import App
 from callgate.config import redacted, trusted_issuers
 from callgate.domain.keys import algorithm_of
+from callgate.surfaces.gateway import Surface
 
 
-def effective_configuration(app: App) -> dict[str, Any]:
+def effective_configuration(app: Surface) -> dict[str, Any]:
     settings = app.settings
     trusted = [
         {

@@ -21,7 +21,7 @@ from rich.table import Table
 
 from callgate.domain.codes import Code
 from callgate.logs import LogFormat, iso_utc, serve_line
-from callgate.surfaces.commands.context import report_error
+from callgate.surfaces.report import report_error
 
 _OUTCOME_STYLE = {
     "executed": "green",

@@ -17,25 +17,19 @@ from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
 from callgate.adapters.embedded.runner import EmbeddedRunner
 from callgate.adapters.embedded.store import EmbeddedStore
 from callgate.adapters.following import follow_view
-from callgate.bootstrap import App
+from callgate.adapters.wiring import Wiring
 from callgate.domain.events import Event
 
 
 class EmbeddedBackend:
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: Wiring) -> None:
         self.app = app
         self.codec = AvroCodec.default()
         self.store = EmbeddedStore(app.settings.state_dir, self.codec)
 
     @cached_property
     def runner(self) -> EmbeddedRunner:
-        return EmbeddedRunner(
-            self.store,
-            self.app.processes(),
-            self.codec,
-            self.app.clock,
-            requests_retention_ms=self.app.settings.requests_retention_ms,
-        )
+        return self.app.embedded_runner(self.store, self.codec)
 
     def publish(self, events: Sequence[Event]) -> None:
         self.store.append(events)

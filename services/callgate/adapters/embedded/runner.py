@@ -38,7 +38,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from itertools import islice
+from functools import partial
 from typing import Any
 
 from callgate.adapters.avro_codec import MalformedEvent
@@ -50,17 +50,22 @@ from callgate.adapters.embedded.store import (
     StoreTx,
     event_row,
 )
-from callgate.adapters.failures import Deterministic, Transient, answers, classify, dead_letter
+from callgate.adapters.engine import (
+    STATE_CACHE_KEYS,
+    StateCache,
+    decode_input,
+    follow_up_round,
+    react,
+    reacts,
+    restore,
+)
+from callgate.adapters.failures import Deterministic, answers, dead_letter
 from callgate.domain.codes import Code
 from callgate.domain.events import Event
 from callgate.domain.process import Output, Process, ViewRecord, reacts_to
 from callgate_projections import keeps_states_immutable
 
 LOCK_FILE = "runner.lock"
-# Committed states kept per process (beyond that, the first cached go); others are read.
-# A burst of proposals reaches the decider's later events only after its requests, so the
-# cache must hold a burst's keys: with 4,096, a 10,000-proposal burst read most states back.
-STATE_CACHE_KEYS = 16_384
 # Input rows per process per round: a round costs one commit (an fsync) however many rows
 # it takes, so under a backlog bigger rounds are cheaper; an idle runner takes what is there.
 BATCH_SIZE = 2_000
@@ -83,34 +88,6 @@ class _Poison:
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
-
-
-class _StateCache:
-    """One process's committed state objects by key, with the bytes stored for each (None:
-    never stored). Bounded: the first-cached keys go first (a key keeps its place when
-    updated; an evicted hot key costs one read), cheaper than exact LRU."""
-
-    __slots__ = ("blobs", "limit", "states")
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.states: dict[str, Any] = {}
-        self.blobs: dict[str, bytes | None] = {}
-
-    def keep(self, states: dict[str, Any], blobs: dict[str, bytes | None]) -> None:
-        self.states.update(states)
-        self.blobs.update(blobs)
-        excess = len(self.states) - self.limit
-        if excess > 0:
-            for key in list(islice(self.states, excess)):
-                del self.states[key], self.blobs[key]
-
-    def clear(self) -> None:
-        self.states.clear()
-        self.blobs.clear()
-
-
-_MISSING = object()
 
 
 class _Batch:
@@ -146,18 +123,17 @@ class _Batch:
         self.views: list[ViewRecord] = []
         self.committed: dict[str, list[Event]] = {}
 
-    def load(self, tx: StoreTx, keys: Sequence[str], cache: _StateCache) -> None:
+    def load(self, tx: StoreTx, keys: Sequence[str], cache: StateCache[str]) -> None:
         """The states of ``keys``: from the cache of committed states, else from the store."""
         missing: list[str] = []
-        cached, blobs = cache.states, cache.blobs
         for key in dict.fromkeys(keys):
             if key in self.stored:
                 continue
-            state = cached.get(key, _MISSING)
-            if state is _MISSING:
+            cached = cache.take(key)
+            if cached is None:
                 missing.append(key)
             else:
-                self.seed(key, state, blobs[key])
+                self.seed(key, *cached)
         if not missing:
             return
         process = self.process
@@ -172,11 +148,7 @@ class _Batch:
         back to the stored state, then re-apply ``handled``, the events of the key this batch
         handled before. ``handle`` is deterministic, so their outputs (already kept) are not
         emitted again."""
-        blob = self.stored[key]
-        state = self.process.load_state(blob) if blob is not None else self.process.initial_state()
-        for event in handled:
-            state, _ = self.process.handle(state, event, now)
-        self.states[key] = state
+        self.states[key] = restore(self.process, self.stored[key], handled, now)
 
     def seed(self, key: str, state: Any, blob: bytes | None) -> None:
         self.states[key] = state
@@ -272,7 +244,9 @@ class EmbeddedRunner:
         self._initial_blobs = {p.name: p.dump_state(p.initial_state()) for p in processes}
         self._immutable = {p.name: keeps_states_immutable(p) for p in processes}
         self._reacts_to = {p.name: reacts_to(p) for p in processes}
-        self._states = {p.name: _StateCache(state_cache_keys) for p in processes}
+        self._states: dict[str, StateCache[str]] = {
+            p.name: StateCache(state_cache_keys) for p in processes
+        }
         self._decoded: dict[int, Event | _Poison] = {}
         self._decoded_order: deque[int] = deque()  # the keys of ``_decoded``, as inserted
         self._positions: dict[str, int] = {}
@@ -302,7 +276,8 @@ class EmbeddedRunner:
 
     def _keep(self, batch: _Batch) -> None:
         """Remember a committed batch's states (call only after its commit)."""
-        self._states[batch.process.name].keep(batch.states, batch.stored)
+        stored = batch.stored
+        self._states[batch.process.name].keep((k, s, stored[k]) for k, s in batch.states.items())
 
     def _prune_decoded(self) -> None:
         """Drop decoded rows every process has consumed (or all, past the bound)."""
@@ -432,23 +407,23 @@ class EmbeddedRunner:
             event = self._decode(tx, row, process, now, batch)
             # Consumed either way (the position moves past it); ``handle`` would change
             # nothing for a type the process does not react to (``process.reacts_to``).
-            if event is not None and (wanted is None or type(event) in wanted):
+            if event is not None and reacts(wanted, event):
                 events.append((row, event))
         batch.load(tx, [ev.partition_key for _, ev in events], self._states[process.name])
-        handle, states, codec = process.handle, batch.states, self._codec
+        states, codec = batch.states, self._codec
         failed: set[int] = set()
         for i, (row, event) in enumerate(events):
             key = event.partition_key
-            try:
-                state, outputs = handle(states[key], event, now)
+
+            def keep(state: Any, outputs: Sequence[Output], key: str = key) -> None:
                 if outputs:
                     batch.apply(key, state, outputs, codec)
                 else:
                     states[key] = state
-            except Exception as exc:  # classified: a poison input must not stop the stream
-                failure = classify(exc)
-                if isinstance(failure, Transient):
-                    raise  # the transaction rolls back; the round is retried
+
+            # A transient failure propagates: the transaction rolls back, the round is retried.
+            failure = react(process, partial(states.__getitem__, key), event, now, keep)
+            if failure is not None:
                 failed.add(i)
                 earlier = [
                     ev
@@ -469,10 +444,7 @@ class EmbeddedRunner:
         decoded = self._decoded.get(seq)
         if decoded is None:
             try:
-                decoded = self._codec.decode(row[4])
-                if topic != type(decoded).TOPIC:
-                    # Fail closed: a client must not inject service events through "requests".
-                    raise MalformedEvent(f"{decoded.event_type} does not belong on topic {topic}")
+                decoded = decode_input(self._codec.decode, row[4], topic)
             except MalformedEvent as exc:
                 decoded = _Poison(exc.reason)
             self._decoded[seq] = decoded
@@ -559,10 +531,17 @@ class EmbeddedRunner:
             for batch in pending:
                 process = batch.process
                 nxt = _Batch(process, batch.immutable, batch.observed)
-                for key, committed in batch.committed.items():
+
+                def state_of(key: str, batch: _Batch = batch, nxt: _Batch = nxt) -> Any:
                     nxt.seed(key, batch.states[key], batch.stored[key])
-                    state, outputs = process.follow_up(batch.states[key], committed, now)
+                    return batch.states[key]
+
+                def keep(
+                    key: str, state: Any, outputs: Sequence[Output], nxt: _Batch = nxt
+                ) -> None:
                     nxt.apply(key, state, outputs, self._codec)
+
+                follow_up_round(process, batch.committed, state_of, keep, now)
                 nexts.append((nxt, nxt.changes(self._initial_blobs[process.name])))
             work = [(nxt, changes) for nxt, changes in nexts if changes or nxt.emitted]
             if work:
@@ -594,8 +573,9 @@ class EmbeddedRunner:
         fired: set[str] = set()
         cache = self._states[process.name]
         for key, blob in tx.due_states(process.name, now, self._batch_size):
-            old = cache.states.get(key, _MISSING)
-            if old is _MISSING or cache.blobs[key] != blob:
+            cached = cache.take(key)
+            old = cached[0] if cached is not None and cached[1] == blob else None
+            if old is None:
                 old = process.load_state(blob)
             batch.seed(key, old, blob)
             state, outputs = process.due(old, now)

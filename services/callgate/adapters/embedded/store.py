@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from callgate.adapters.sqlite import connect_wal
 from callgate.domain.events import Event
+from callgate.sqlite import connect_wal
 
 DB_FILE = "events.sqlite3"
 _BUSY_TIMEOUT_MS = 30_000

@@ -5,7 +5,7 @@ Every producer uses the ``murmur2_random`` partitioner (the Java client's) and k
 (co-partitioning, see ``topics``).
 
 Every client is made from ``client_config``: it gets the connection's TLS/SASL settings
-(``connection``) and ``LIBRDKAFKA_LOG`` as its ``logger``:
+(``Brokers``) and ``LIBRDKAFKA_LOG`` as its ``logger``:
 librdkafka then hands its log lines to Python logging instead of writing them to stderr,
 and the command line shows them only with ``-v`` (``callgate.logs``). A broker
 that does not answer is reported once, by ``probe``, as ``broker_unavailable``.
@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from callgate.adapters.kafka.connection import connection
+from callgate.adapters.kafka.connection import BrokerAddress, properties_of, servers_of
 from callgate.adapters.kafka.topics import Topics
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.events import Event
@@ -34,27 +34,32 @@ Config = dict[str, Any]
 LIBRDKAFKA_LOG = logging.getLogger("callgate.librdkafka")
 
 
-def client_config(bootstrap: str, **settings: Any) -> Config:
-    """The settings every callgate client starts from: the brokers, the connection's
-    security settings (``kafka_client``: ``connection``) and the Python logger."""
-    return {"bootstrap.servers": bootstrap, "logger": LIBRDKAFKA_LOG, **connection(), **settings}
+def client_config(bootstrap: BrokerAddress, **settings: Any) -> Config:
+    """The settings every callgate client starts from: the brokers, their connection
+    properties (``kafka_client``, carried by ``Brokers``) and the Python logger."""
+    return {
+        "bootstrap.servers": servers_of(bootstrap),
+        "logger": LIBRDKAFKA_LOG,
+        **properties_of(bootstrap),
+        **settings,
+    }
 
 
-def make_admin(bootstrap: str, **overrides: Any) -> AdminClient:
+def make_admin(bootstrap: BrokerAddress, **overrides: Any) -> AdminClient:
     return AdminClient(client_config(bootstrap, **overrides))
 
 
-def broker_unavailable(bootstrap: str, timeout_s: float, detail: str = "") -> Rejection:
+def broker_unavailable(bootstrap: BrokerAddress, timeout_s: float, detail: str = "") -> Rejection:
     """The coded error of a command whose broker did not answer (names the servers)."""
     why = f" ({detail})" if detail else ""
     return Rejection(
         Code.BROKER_UNAVAILABLE,
         f"no Kafka broker answered at {bootstrap} within {timeout_s:g}s{why}",
-        {"bootstrap_servers": bootstrap},
+        {"bootstrap_servers": servers_of(bootstrap)},
     )
 
 
-def probe(bootstrap: str, timeout_s: float) -> set[str]:
+def probe(bootstrap: BrokerAddress, timeout_s: float) -> set[str]:
     """The broker's topic names; raise ``broker_unavailable`` unless a broker at
     ``bootstrap`` answers a metadata request within ``timeout_s``. Commands call this
     first: librdkafka itself would retry for minutes (``message.timeout.ms`` is 5 minutes)
@@ -84,7 +89,7 @@ def probe(bootstrap: str, timeout_s: float) -> set[str]:
     return set(metadata.topics)
 
 
-def not_deployed(bootstrap: str, topic: str) -> Rejection:
+def not_deployed(bootstrap: BrokerAddress, topic: str) -> Rejection:
     """The coded error of a client whose deployment's topics are not on the broker."""
     return Rejection(
         Code.NOT_FOUND,
@@ -136,7 +141,7 @@ class Record:
 
 
 def make_producer(
-    bootstrap: str, transactional_id: str | None = None, **overrides: Any
+    bootstrap: BrokerAddress, transactional_id: str | None = None, **overrides: Any
 ) -> Producer:
     """An idempotent producer (transactional when ``transactional_id`` is given)."""
     config = client_config(
@@ -154,7 +159,7 @@ def make_producer(
     return Producer(config)
 
 
-def make_consumer(bootstrap: str, group: str, **overrides: Any) -> Consumer:
+def make_consumer(bootstrap: BrokerAddress, group: str, **overrides: Any) -> Consumer:
     """A consumer that never commits by itself and reads only committed transactions.
 
     ``range`` assignment gives one member the same partition numbers of every input topic
@@ -228,7 +233,7 @@ def _produce(producer: Producer, topic: str, key: bytes, value: bytes, callback:
 
 
 def read_partitions_to_end(
-    bootstrap: str,
+    bootstrap: BrokerAddress,
     topic: str,
     partitions: Sequence[int] | None = None,
     *,
@@ -267,7 +272,7 @@ def read_partitions_to_end(
 
 
 def read_partition_to_end(
-    bootstrap: str, topic: str, partition: int, **kwargs: Any
+    bootstrap: BrokerAddress, topic: str, partition: int, **kwargs: Any
 ) -> list[Record]:
     """``read_partitions_to_end`` for one partition."""
     return read_partitions_to_end(bootstrap, topic, [partition], **kwargs)

@@ -8,14 +8,16 @@ transaction settings are callgate's own (they carry C8, C9 and C12), and a confi
 that tried to change them (``isolation.level``, ``enable.auto.commit``, ``acks`` …) is
 refused at start, naming the key.
 
-The composition root (``callgate.bootstrap.bootstrap``) calls ``use_connection`` once per
-process, before any client is made; ``client.client_config`` merges the result. This module
-imports no Kafka client, so the configuration can check the keys without loading librdkafka.
+The properties travel with the servers as one value, ``Brokers``, passed explicitly to every
+client (``client.client_config`` merges them): no module-global connection, so two clients
+in one process can reach two differently secured clusters. This module imports no Kafka
+client, so the configuration can check the keys without loading librdkafka.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 Property = str | int | float | bool
 
@@ -40,8 +42,6 @@ CONNECTION_PREFIXES = (
     "https.",
 )
 
-_connection: dict[str, Property] = {}
-
 
 def check_connection(properties: Mapping[str, object]) -> None:
     """Raise ``ValueError`` naming every key that ``kafka_client`` may not set (the
@@ -54,12 +54,26 @@ def check_connection(properties: Mapping[str, object]) -> None:
         )
 
 
-def use_connection(properties: Mapping[str, Property]) -> None:
-    """Every client made from now on in this process gets ``properties``."""
-    _connection.clear()
-    _connection.update(properties)
+@dataclass(frozen=True)
+class Brokers:
+    """Where the brokers are and how to connect to them: the servers and the connection
+    properties (TLS, SASL, socket) every client made for them gets. ``str()`` is the
+    servers, so messages naming the brokers read the same as a plain address."""
+
+    servers: str
+    properties: Mapping[str, Property] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return self.servers
 
 
-def connection() -> dict[str, Property]:
-    """The connection properties in force (a copy)."""
-    return dict(_connection)
+# A client's brokers: a ``Brokers``, or a plain address (no connection properties).
+BrokerAddress = str | Brokers
+
+
+def servers_of(brokers: BrokerAddress) -> str:
+    return brokers.servers if isinstance(brokers, Brokers) else brokers
+
+
+def properties_of(brokers: BrokerAddress) -> dict[str, Property]:
+    return dict(brokers.properties) if isinstance(brokers, Brokers) else {}

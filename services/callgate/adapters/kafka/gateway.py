@@ -48,7 +48,7 @@ from callgate.adapters.kafka.client import (
 from callgate.adapters.kafka.serve import views_of
 from callgate.adapters.kafka.topics import Topics
 from callgate.adapters.view_codec import ViewCodec
-from callgate.bootstrap import App
+from callgate.adapters.wiring import Wiring
 from callgate.domain.events import Event
 from callgate.domain.process import Process, ViewRecord
 
@@ -66,12 +66,12 @@ _READER = {
 
 
 class KafkaBackend:
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: Wiring) -> None:
         settings = app.settings
         if not settings.bootstrap_servers:
             raise ValueError("the Kafka backend needs bootstrap servers")
         self.app = app
-        self.bootstrap = settings.bootstrap_servers
+        self.bootstrap = settings.brokers
         self.timeout_s = settings.timeout_s
         # Fail fast and coded (``broker_unavailable``) when no broker answers, instead of
         # librdkafka retrying a record for minutes.

@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from callgate.adapters.following import follow_view
 from callgate.adapters.kafka.client import client_config, make_admin, position
 from callgate.adapters.kafka.gateway import KafkaBackend, _obj
-from callgate.bootstrap import App
+from callgate.adapters.wiring import Wiring
 from callgate.domain.events import Event
 from callgate.domain.process import Process
 
@@ -35,7 +35,7 @@ log = logging.getLogger("callgate.http")
 
 
 class LiveKafkaBackend(KafkaBackend):
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: Wiring) -> None:
         super().__init__(app)
         self._views: dict[str, dict[str, str]] = {v: {} for v in self._writers}
         self._changed = threading.Condition()

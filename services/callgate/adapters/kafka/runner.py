@@ -67,7 +67,6 @@ import signal
 import threading
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -83,8 +82,17 @@ from confluent_kafka import (
 )
 
 from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
-from callgate.adapters.failures import Deterministic, Transient, answers, classify, dead_letter
+from callgate.adapters.engine import (
+    StateCache,
+    decode_input,
+    follow_up_round,
+    react,
+    reacts,
+    restore,
+)
+from callgate.adapters.failures import Deterministic, answers, dead_letter
 from callgate.adapters.kafka.client import EventCodec, make_consumer, make_producer, position
+from callgate.adapters.kafka.connection import BrokerAddress
 from callgate.adapters.kafka.state import (
     HEADER_PREV,
     HEADER_TXN,
@@ -108,9 +116,6 @@ from callgate_projections import keeps_states_immutable
 log = logging.getLogger(__name__)
 
 Key = tuple[int, str]  # (partition, partition_key)
-# Committed state objects kept between transactions (saves a ``load_state`` per event of a
-# recently touched key); bounded so that memory does not grow with the number of keys.
-STATE_CACHE_KEYS = 2048
 # A cycle that emitted nothing and changed no state commits its input positions with the
 # next transaction, or at the first cycle this long after it (``_commit``).
 NOOP_COMMIT_DELAY_S = 0.5
@@ -199,7 +204,7 @@ class KafkaRunner:
         process: Process[Any],
         codec: EventCodec,
         topics: Topics,
-        bootstrap: str,
+        bootstrap: BrokerAddress,
         instance_id: str,
         state_dir: Path | str,
         clock: Callable[[], int],
@@ -268,7 +273,9 @@ class KafkaRunner:
         # key -> (committed state object, its bytes). A transaction takes an entry out
         # (processes may mutate the object) and only a commit puts it back, so an aborted
         # transaction never leaves uncommitted state here.
-        self._cache: OrderedDict[Key, tuple[Any, bytes]] = OrderedDict()
+        # Committed state objects kept between transactions (saves a ``load_state`` per
+        # event of a recently touched key; ``engine.STATE_CACHE_KEYS``).
+        self._cache: StateCache[Key] = StateCache()
         # Input positions of no-op cycles not committed yet, and since when (``_commit``).
         self._deferred: dict[tuple[str, int], int] = {}
         self._deferred_since = 0.0
@@ -376,26 +383,23 @@ class KafkaRunner:
                 # topic, or an unknown header, is decoded and dead-lettered below.
                 return
         try:
-            event = self._codec.decode(value)
-            if logical != type(event).TOPIC:
-                # Fail closed: a client must not inject service events through "requests".
-                raise MalformedEvent(f"{event.event_type} does not belong on topic {logical}")
+            event = decode_input(self._codec.decode, value, logical)
             if msg.key() != event.partition_key.encode():
                 # Its state lives under partition_key: on another partition it would split.
                 raise MalformedEvent("record key is not the event's partition_key")
         except MalformedEvent as exc:
             self._dead_letter(txn, msg, logical, exc.reason, now)
             return
-        if self._reacts_to is not None and type(event) not in self._reacts_to:
+        if not reacts(self._reacts_to, event):
             return  # consumed and committed; ``handle`` would change nothing (reacts_to)
         key = (partition, event.partition_key)
-        try:
-            state, outputs = self.process.handle(self._load(txn, key), event, now)
+
+        def keep(state: Any, outputs: Sequence[Output]) -> None:
             self._emit(txn, key, state, outputs)
-        except Exception as exc:  # classified: a poison input must not stall the partition
-            failure = classify(exc)
-            if isinstance(failure, Transient):
-                raise  # abort, rewind, retry (``_after_failure``)
+
+        # A transient failure propagates: abort, rewind, retry (``_after_failure``).
+        failure = react(self.process, lambda: self._load(txn, key), event, now, keep)
+        if failure is not None:
             self._reset(txn, key, now)
             self._drop(txn, msg, logical, event, failure, now)
             return
@@ -406,12 +410,7 @@ class KafkaRunner:
         back to the committed state, then re-apply the events of the key this transaction
         handled before. ``handle`` is deterministic, so their outputs (already produced) are
         not produced again."""
-        blob = txn.stored.get(key)
-        process = self.process
-        state = process.load_state(blob) if blob is not None else process.initial_state()
-        for event in txn.handled.get(key, []):
-            state, _ = process.handle(state, event, now)
-        txn.states[key] = state
+        txn.states[key] = restore(self.process, txn.stored.get(key), txn.handled.get(key, []), now)
 
     def _drop(
         self, txn: _Txn, msg: Message, logical: str, event: Event, failure: Deterministic, now: int
@@ -466,7 +465,7 @@ class KafkaRunner:
     def _load(self, txn: _Txn, key: Key) -> Any:
         if key in txn.states:
             return txn.states[key]
-        cached = self._cache.pop(key, None)
+        cached = self._cache.take(key)
         if cached is not None:
             txn.states[key], txn.stored[key] = cached
             txn.origin[key] = cached[0]
@@ -480,7 +479,7 @@ class KafkaRunner:
     def _seed(self, txn: _Txn, key: Key, state: Any, blob: bytes | None = None) -> None:
         """Start ``txn`` for ``key`` from a state that is already committed (``blob``: its
         bytes, when the commit already dumped it)."""
-        self._cache.pop(key, None)  # ``txn`` owns the object now
+        self._cache.take(key)  # ``txn`` owns the object now
         txn.states[key] = txn.origin[key] = state
         txn.stored[key] = self.process.dump_state(state) if blob is None else blob
 
@@ -614,12 +613,8 @@ class KafkaRunner:
 
     def _keep(self, txn: _Txn) -> None:
         """Cache ``txn``'s states, which are the committed ones now (bounded, LRU)."""
-        cache = self._cache
-        for key, state in txn.states.items():
-            cache[key] = (state, txn.dumped[key])
-            cache.move_to_end(key)
-        while len(cache) > STATE_CACHE_KEYS:
-            cache.popitem(last=False)
+        dumped = txn.dumped
+        self._cache.keep((key, state, dumped[key]) for key, state in txn.states.items())
 
     def _begin(self, txn: _Txn) -> None:
         """Begin ``txn``, no sooner than ``transaction_gap_ms`` after the last commit (its
@@ -644,14 +639,22 @@ class KafkaRunner:
         """Step 8: ``follow_up`` for keys whose events are now durable, until none emit."""
         while txn.emitted:
             nxt = self._new_txn()
-            for key, committed in txn.emitted.items():
-                if key[0] not in self._stores:
-                    continue
-                self._seed(nxt, key, txn.states[key], txn.dumped.get(key))
-                state, outputs = self.process.follow_up(txn.states[key], committed, now)
-                self._emit(nxt, key, state, outputs)
+            self._follow_up_round(txn, nxt, now)
             self._commit(nxt)
             txn = nxt
+
+    def _follow_up_round(self, done: _Txn, nxt: _Txn, now: int) -> None:
+        """``follow_up`` (``engine.follow_up_round``) for what ``done`` emitted, into ``nxt``."""
+
+        def state_of(key: Key) -> Any:
+            self._seed(nxt, key, done.states[key], done.dumped.get(key))
+            return done.states[key]
+
+        def keep(key: Key, state: Any, outputs: Sequence[Output]) -> None:
+            self._emit(nxt, key, state, outputs)
+
+        owned = {k: v for k, v in done.emitted.items() if k[0] in self._stores}
+        follow_up_round(self.process, owned, state_of, keep, now)
 
     # --- timers ------------------------------------------------------------------------------
 
@@ -842,7 +845,7 @@ def load_process(ref: str) -> Process[Any]:
 
 def run_process_main(
     process_ref: str,
-    bootstrap: str,
+    bootstrap: BrokerAddress,
     instance_id: str,
     state_dir: str,
     prefix: str = DEFAULT_PREFIX,

@@ -29,9 +29,10 @@ from confluent_kafka import KafkaException
 from callgate.adapters.kafka.client import broker_unavailable, make_admin, probe
 from callgate.adapters.kafka.topics import Topics, ensure_topics
 from callgate.adapters.kafka.worker import LOG_FORMAT_ENV, VERBOSE_ENV, consumer_overrides
-from callgate.bootstrap import App, Settings, SettingsError
+from callgate.adapters.wiring import Wiring
 from callgate.domain.codes import Code, Rejection
 from callgate.logs import serve_line
+from callgate.settings import Settings, SettingsError
 
 if TYPE_CHECKING:
     from callgate.logs import LogFormat
@@ -39,32 +40,33 @@ if TYPE_CHECKING:
 RETRY_MAX_S = 30.0  # the longest wait between two attempts to reach the broker
 
 
-def views_of(app: App) -> dict[str, str]:
+def views_of(app: Wiring) -> dict[str, str]:
     """view name -> the process that writes it."""
     return {view: p.name for p in app.projections() for view in getattr(p, "views", ())}
 
 
-def create_topics(app: App) -> list[str]:
+def create_topics(app: Wiring) -> list[str]:
     settings = app.settings
     assert settings.bootstrap_servers
     topics = Topics(settings.topic_prefix, settings.partitions, settings.requests_retention_ms)
-    admin = make_admin(settings.bootstrap_servers)
+    admin = make_admin(settings.brokers)
     specs = topics.specs(app.processes(), views_of(app))
     return ensure_topics(admin, specs, timeout_s=settings.timeout_s)
 
 
 def create_topics_when_reachable(
-    app: App, stop: threading.Event, log_format: LogFormat
+    app: Wiring, stop: threading.Event, log_format: LogFormat
 ) -> list[str] | None:
     """``create_topics`` once a broker answers: each failed attempt prints one line and
     waits (1 s, 2 s, 4 s, ... at most ``RETRY_MAX_S``); ``None`` if ``stop`` came first."""
-    bootstrap = app.settings.bootstrap_servers or ""
+    brokers = app.settings.brokers
+    bootstrap = brokers.servers
     timeout_s = app.settings.timeout_s
     attempt = 0
     while not stop.is_set():
         attempt += 1
         try:
-            probe(bootstrap, timeout_s)
+            probe(brokers, timeout_s)
             return create_topics(app)
         except (Rejection, KafkaException, TimeoutError) as exc:
             if isinstance(exc, Rejection) and exc.code is not Code.BROKER_UNAVAILABLE:
@@ -72,7 +74,7 @@ def create_topics_when_reachable(
             error = (
                 exc
                 if isinstance(exc, Rejection)
-                else broker_unavailable(bootstrap, timeout_s, str(exc))
+                else broker_unavailable(brokers, timeout_s, str(exc))
             )
             wait_s = min(RETRY_MAX_S, 2.0 ** (attempt - 1))
             serve_line(
@@ -146,7 +148,7 @@ class Supervisor:
 
     def __init__(
         self,
-        app: App,
+        app: Wiring,
         names: Sequence[str],
         extra_args: Sequence[str] = (),
         env: dict[str, str] | None = None,
@@ -160,7 +162,7 @@ class Supervisor:
         self.fenced: dict[str, list[float]] = {}
 
     def spawn(self, name: str) -> subprocess.Popen[bytes]:
-        cmd = [sys.executable, "-m", "callgate.adapters.kafka.worker", name, *self.extra_args]
+        cmd = [sys.executable, "-m", "callgate.kafka_worker", name, *self.extra_args]
         child = subprocess.Popen(cmd, env=self.env)
         self.children[name] = child
         return child
@@ -203,7 +205,7 @@ class Supervisor:
 
 
 def serve_kafka(
-    app: App,
+    app: Wiring,
     stop: threading.Event,
     only: Sequence[str],
     log_format: LogFormat = "text",

@@ -48,6 +48,7 @@ from callgate.adapters.kafka.client import (
     headers_of,
     position,
 )
+from callgate.adapters.kafka.connection import BrokerAddress
 from callgate.adapters.kafka.topics import Topics
 
 HEADER_TXN = "cg-txn"
@@ -226,7 +227,7 @@ class PartitionStore:
 class ChangelogReader:
     """Reads ``[start, bound)`` of a changelog partition, ending at the bound or at EOF."""
 
-    def __init__(self, bootstrap: str, timeout_s: float = 60.0) -> None:
+    def __init__(self, bootstrap: BrokerAddress, timeout_s: float = 60.0) -> None:
         self._timeout_s = timeout_s
         self._consumer = Consumer(
             {
@@ -342,7 +343,7 @@ class CommittedChangelog:
 
 
 def read_committed_changelog(
-    bootstrap: str, topics: Topics, process: str, timeout_s: float = 30.0
+    bootstrap: BrokerAddress, topics: Topics, process: str, timeout_s: float = 30.0
 ) -> CommittedChangelog:
     """Rebuild a process's committed state from its changelog (tests, ``replay``)."""
     changelog = topics.changelog(process)

@@ -1,7 +1,8 @@
 """One callgate process on Kafka, as its own OS process (``callgate serve`` spawns these).
 
-Settings come from the ``CALLGATE_*`` environment (the composition root builds the
-process exactly as the embedded backend does); the process is chosen by name.
+Settings come from the ``CALLGATE_*`` environment; the composition root builds the
+process exactly as for the embedded backend (``callgate.kafka_worker`` is the command that
+passes it in: this adapter never imports the root); the process is chosen by name.
 ``CALLGATE_KAFKA_CONSUMER`` (``key=value,key=value``) adds consumer settings, like ``-X``,
 so that ``callgate serve`` can hand them to every child: tests set
 ``session.timeout.ms=6000,heartbeat.interval.ms=500`` there (on tansu because its group
@@ -17,15 +18,17 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from callgate import logs
 from callgate.adapters.avro_codec import AvroCodec
 from callgate.adapters.kafka.runner import TRANSACTION_GAP_MS, KafkaRunner, ProducerFenced
 from callgate.adapters.kafka.topics import Topics
-from callgate.bootstrap import Settings, bootstrap
+from callgate.adapters.wiring import Wiring
 from callgate.gc_settings import apply_gc_settings
 from callgate.logs import SettledLog
+from callgate.settings import Settings
 
 CONSUMER_ENV = "CALLGATE_KAFKA_CONSUMER"
 LOG_FORMAT_ENV = "CALLGATE_LOG_FORMAT"
@@ -100,7 +103,8 @@ def stop_with_parent() -> None:
         os.kill(os.getpid(), signal.SIGTERM)  # the supervisor died before the prctl
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(wire: Callable[[Settings], Wiring], argv: list[str] | None = None) -> int:
+    """Run the named process until SIGTERM/SIGINT; ``wire`` is the composition root."""
     parser = argparse.ArgumentParser(description="Run one callgate process on Kafka.")
     parser.add_argument("process", help="process name, e.g. decider, executor")
     parser.add_argument("--instance-id", help="default: CALLGATE_INSTANCE_ID, else the host")
@@ -134,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings.from_env(instance_id=ns.instance_id)
     if not settings.bootstrap_servers:
         parser.error("CALLGATE_BOOTSTRAP_SERVERS is not set")
-    app = bootstrap(settings)
+    app = wire(settings)
     processes = {p.name: p for p in app.processes()}
     if ns.process not in processes:
         parser.error(f"unknown process {ns.process!r}; one of {sorted(processes)}")
@@ -145,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         processes[ns.process],
         AvroCodec.default(),
         Topics(settings.topic_prefix, settings.partitions),
-        settings.bootstrap_servers,
+        settings.brokers,
         settings.instance_id,
         kafka_state_dir(settings),
         app.clock,
@@ -170,7 +174,3 @@ def main(argv: list[str] | None = None) -> int:
         )
         return EXIT_FENCED
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

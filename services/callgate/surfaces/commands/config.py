@@ -45,9 +45,9 @@ def check(ctx: Context) -> int:
 
 def generate(ctx: Context) -> int:
     """Needs no configuration: it writes the files one names."""
+    from callgate.adapters.keyfiles import generate_key_pair
     from callgate.domain.codes import Code
-    from callgate.domain.keysets import generate_key_pair
-    from callgate.surfaces.commands.context import report_error
+    from callgate.surfaces.report import report_error
 
     ns = ctx.ns
     try:

@@ -8,14 +8,10 @@ time a handler asks for it.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
-
-from callgate.domain.codes import Code
 
 if TYPE_CHECKING:
     from callgate.bootstrap import App, Settings
@@ -27,16 +23,6 @@ EXIT_OK, EXIT_FAILED, EXIT_MISUSE = 0, 1, 2
 
 class Misuse(Exception):
     """The command was used wrongly: exit 2 with the message (code ``usage``)."""
-
-
-def report_error(code: Code, message: str, json_mode: bool) -> None:
-    """One JSON value on stdout with ``--json``; one line on stderr otherwise."""
-    if json_mode:
-        sys.stdout.write(json.dumps({"error": {"code": code.value, "message": message}}) + "\n")
-        sys.stdout.flush()
-    else:
-        label = "error" if code is Code.USAGE else code.value
-        sys.stderr.write(f"callgate: {label}: {message}\n")
 
 
 @dataclass

@@ -31,7 +31,7 @@ def duration_ms(text: str) -> int:
 
 
 def simulate(ctx: Context) -> int:
-    from callgate.domain.catalog import load_profile
+    from callgate.adapters.profiles import load_profile
 
     since = ctx.ns.since
     since_ms = ctx.app.clock() - duration_ms(since) if since else None

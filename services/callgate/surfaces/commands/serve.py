@@ -84,7 +84,6 @@ def serve(ctx: Context) -> int:
 
         return serve_kafka(app, stop, ctx.ns.only, ctx.ns.log_format, ctx.ns.verbose)
     from callgate.adapters.avro_codec import AvroCodec
-    from callgate.adapters.embedded.runner import EmbeddedRunner
     from callgate.adapters.embedded.store import EmbeddedStore
     from callgate.domain.codes import Code, Rejection
     from callgate.logs import SettledLog, serve_line
@@ -92,10 +91,7 @@ def serve(ctx: Context) -> int:
     codec = AvroCodec.default()
     store = EmbeddedStore(app.settings.state_dir, codec)
     settled = SettledLog(ctx.ns.log_format)
-    runner = EmbeddedRunner(
-        store, app.processes(), codec, app.clock, on_views=settled,
-        requests_retention_ms=app.settings.requests_retention_ms,
-    )  # fmt: skip
+    runner = app.embedded_runner(store, codec, on_views=settled)
     if not runner.acquire(timeout=5.0):
         store.close()
         lock = app.settings.state_dir / "runner.lock"

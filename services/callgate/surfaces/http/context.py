@@ -7,15 +7,15 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from callgate.domain.identity import SessionVerifier
-from callgate.surfaces.sdk import Gateway
+from callgate.surfaces.gateway import Gateway
+from callgate.surfaces.http.metrics import ApiMetrics, PendingSource, ServiceStats
 
-if TYPE_CHECKING:
-    from callgate.surfaces.http.metrics import ApiMetrics
+__all__ = ["HttpOptions", "PendingSource", "ServerContext", "ServiceStats"]
 
 
 class HttpOptions(BaseModel):
@@ -61,24 +61,6 @@ _ENV = {
 }
 
 
-class ServiceStats(Protocol):
-    """Backend figures for /metrics and /readyz that no view holds."""
-
-    def consumer_lag(self) -> dict[str, int]:
-        """Per process: input records not yet processed."""
-        ...
-
-    def decisions(self) -> dict[tuple[str, str], int]:
-        """Invocations per (current outcome code, tool)."""
-        ...
-
-    def dead_letters(self) -> int: ...
-
-    def not_ready(self) -> str | None:
-        """Why the service cannot answer yet, or None when it can."""
-        ...
-
-
 @dataclass
 class ServerContext:
     gateway: Gateway
@@ -122,12 +104,3 @@ class SignIn(Protocol):
     def finish(self, tx: Any, params: Mapping[str, str]) -> str:
         """The ID token for the callback's parameters (``SignInError`` otherwise)."""
         ...
-
-
-class PendingSource(Protocol):
-    """The pending view and a version number that moves whenever it changes."""
-
-    @property
-    def version(self) -> int: ...
-
-    def rows(self) -> list[dict[str, object]]: ...

@@ -19,8 +19,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.principal import Principal
+from callgate.surfaces.gateway import Gateway
 from callgate.surfaces.http.context import ServerContext
-from callgate.surfaces.sdk import Gateway
 
 bearer = HTTPBearer(auto_error=False, description="A callgate session token")
 

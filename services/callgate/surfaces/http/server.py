@@ -17,31 +17,41 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from callgate.bootstrap import App, bootstrap
+from callgate.bootstrap import App
 from callgate.domain.codes import Code
 from callgate.logs import SettledLog, serve_line
+from callgate.surfaces.gateway import Backend, Gateway
 from callgate.surfaces.http.context import HttpOptions, ServerContext, ServiceStats
 from callgate.surfaces.http.feed import PendingFeed
 from callgate.surfaces.http.metrics import ApiMetrics
-from callgate.surfaces.sdk import Backend, Gateway
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from prometheus_client.registry import Collector
+
     from callgate.surfaces.render import Renderer
 
 log = logging.getLogger("callgate.http")
 
 
 def build_context(
-    surface: App, backend: Backend, stats: ServiceStats, options: HttpOptions
+    surface: App,
+    backend: Backend,
+    stats: ServiceStats,
+    options: HttpOptions,
+    collectors: Sequence[Collector] = (),
 ) -> tuple[ServerContext, PendingFeed]:
     gateway = Gateway(surface, backend)
     feed = PendingFeed(backend)
+    metrics = ApiMetrics(feed, stats, collectors, lambda i: backend.view("status", i))
+    feed.on_closed = metrics.approval_closed
     ctx = ServerContext(
         gateway=gateway,
         options=options,
         stats=stats,
         feed=feed,
-        metrics=ApiMetrics(feed, stats),
+        metrics=metrics,
         verifier=surface.session_verifier,
         sign_in=surface.sign_in,
     )
@@ -79,7 +89,7 @@ def run_uvicorn(ctx: ServerContext, dev_mode: bool, stop: threading.Event) -> No
 def serve_http(
     app: App, options: HttpOptions, stop: threading.Event, out: Renderer, only: Sequence[str] = ()
 ) -> int:
-    surface = bootstrap(app.settings, app.clock)
+    surface = app.again()
     if app.settings.backend == "kafka":
         return _serve_kafka(app, surface, options, stop, out, only)
     return _serve_embedded(app, surface, options, stop, out)
@@ -94,18 +104,13 @@ def _serve_embedded(
     app: App, surface: App, options: HttpOptions, stop: threading.Event, out: Renderer
 ) -> int:
     from callgate.adapters.avro_codec import AvroCodec
-    from callgate.adapters.embedded.gateway import EmbeddedBackend
-    from callgate.adapters.embedded.runner import EmbeddedRunner
     from callgate.adapters.embedded.stats import EmbeddedStats
     from callgate.adapters.embedded.store import EmbeddedStore
 
     codec = AvroCodec.default()
     store = EmbeddedStore(app.settings.state_dir, codec)
     settled = SettledLog(out.log_format)
-    runner = EmbeddedRunner(
-        store, app.processes(), codec, app.clock, on_views=settled,
-        requests_retention_ms=app.settings.requests_retention_ms,
-    )  # fmt: skip
+    runner = app.embedded_runner(store, codec, on_views=settled)
     if not runner.acquire(timeout=5.0):
         out.error(
             Code.BUSY, f"another callgate serve holds {app.settings.state_dir / 'runner.lock'}"
@@ -122,9 +127,9 @@ def _serve_embedded(
             log.exception("the embedded runner stopped")
             stop.set()
 
-    backend = EmbeddedBackend(surface)
+    backend = surface.embedded_backend()
     stats = EmbeddedStats(backend.store, app.processes(), lambda: failure[0] if failure else None)
-    ctx, feed = build_context(surface, backend, stats, options)
+    ctx, feed = build_context(surface, backend, stats, options, app.provider_metrics.collectors)
     worker = threading.Thread(target=work, name="callgate-runner")
     worker.start()
     feed.start()
@@ -155,7 +160,7 @@ def _serve_kafka(
     out: Renderer,
     only: Sequence[str],
 ) -> int:
-    from callgate.adapters.kafka.live import KafkaStats, LiveKafkaBackend
+    from callgate.adapters.kafka.live import KafkaStats
     from callgate.adapters.kafka.serve import (
         Supervisor,
         create_topics_when_reachable,
@@ -178,10 +183,10 @@ def _serve_kafka(
         down = sorted(name for name, child in sup.children.items() if child.poll() is not None)
         return f"restarting {', '.join(down)}" if down else None
 
-    backend = LiveKafkaBackend(surface)
+    backend = surface.live_kafka_backend()
     backend.start()
     stats = KafkaStats(backend, app.processes(), children)
-    ctx, feed = build_context(surface, backend, stats, options)
+    ctx, feed = build_context(surface, backend, stats, options, app.provider_metrics.collectors)
     keeper = threading.Thread(target=supervise, name="callgate-supervisor")
     keeper.start()
     feed.start()

@@ -13,21 +13,20 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from callgate.bootstrap import App
-from callgate.surfaces.sdk import Gateway, connect
+from callgate.surfaces.gateway import Gateway, Surface
 
 T = TypeVar("T")
 
 
 class GatewayBridge:
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: Surface) -> None:
         self.app = app
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="callgate-gateway")
         self._gate: Gateway | None = None
 
     def _gateway(self) -> Gateway:
         if self._gate is None:  # made on the worker thread, used only there
-            self._gate = connect(self.app.settings, self.app)
+            self._gate = self.app.gateway()
         return self._gate
 
     async def run(self, call: Callable[[Gateway], T]) -> T:

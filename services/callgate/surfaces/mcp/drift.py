@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from callgate.bootstrap import App
+from callgate.surfaces.gateway import Surface
 
 
 def schema_drift(catalog: Mapping[str, Any], upstream: Mapping[str, Any]) -> list[str]:
@@ -32,7 +32,7 @@ def schema_drift(catalog: Mapping[str, Any], upstream: Mapping[str, Any]) -> lis
     return problems
 
 
-def upstream_drift(app: App) -> list[str]:
+def upstream_drift(app: Surface) -> list[str]:
     """Warnings for every catalog tool of an ``mcp`` provider that no longer fits it."""
     from callgate.providers.mcp import McpProvider
 

@@ -1,4 +1,5 @@
-"""Key files of a deployment: PEM key pairs and JWKS documents (``callgate keys generate``).
+"""Key files of a deployment: PEM key pairs, JWKS documents (``callgate keys generate``) and
+the state directory's development keys (``load_or_create_keyring``).
 
 A configured key is named by its ``kid`` and may be EdDSA (Ed25519), ES256 (P-256) or
 RS256 (RSA, at least 2048 bits); ``keys.algorithm_of`` says which. Private keys are PEM
@@ -7,11 +8,13 @@ JWKS document (RFC 7517), the form identity providers publish. Every loader rais
 ``KeyFileError`` naming the file and what is wrong with it, so that a broken
 configuration fails at start with a message an operator can act on.
 
-This module is an adapter (file I/O and key generation).
+An adapter (file I/O and key generation): the domain's keys (``callgate.domain.keys``)
+are values built from bytes, never read from disk there.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -26,7 +29,16 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
-from callgate.domain.keys import ALGORITHMS, PrivateKey, PublicKey, algorithm_of
+from callgate.domain.keys import (
+    ALGORITHMS,
+    APPROVAL_KEY_FILE,
+    SESSION_KEY_FILE,
+    KeyRing,
+    PrivateKey,
+    PublicKey,
+    algorithm_of,
+    private_key_to_pem,
+)
 from callgate.domain.limits import parse_document
 
 KINDS = ("session", "approval")
@@ -213,3 +225,56 @@ def _write(path: Path, data: bytes, mode: int) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def load_or_create_keyring(directory: Path, kid_prefix: str = "dev") -> KeyRing:
+    """Keys under ``<directory>/keys/``: created (mode 0600) on first run, reused after.
+
+    These are the development issuer's key and the approval key used when the
+    configuration names none (one instance). Issuers to trust and shared approval
+    keys come from the configuration instead (docs/configuration.md). Concurrent
+    first runs agree on one key: each writes a temporary file and hard-links it
+    into place, and the loser reads the winner's.
+    """
+    key_dir = directory / "keys"
+    key_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return KeyRing.from_pem(
+        _load_or_create_private(key_dir / SESSION_KEY_FILE),
+        _load_or_create_private(key_dir / APPROVAL_KEY_FILE),
+        kid_prefix,
+    )
+
+
+def _load_or_create_private(path: Path) -> bytes:
+    if path.exists():
+        return path.read_bytes()
+    pem = private_key_to_pem(Ed25519PrivateKey.generate())
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".pem")  # mode 0600
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(pem)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)  # atomic; fails if another process won the race
+        except FileExistsError:
+            return path.read_bytes()
+    finally:
+        os.unlink(tmp)
+    return pem
+
+
+REDACTION_KEY_FILE = "redaction.pem"
+
+
+def redaction_key(directory: Path) -> bytes:
+    """The HMAC key of sensitive-field digests (ADR 0035), from ``<directory>/keys/``.
+
+    Kept as an Ed25519 private key file like the others (created once, race-safe); the HMAC
+    key is SHA-256 over a label and its PEM. Processes that share a state directory share
+    the key, so equal values give equal digests in every view.
+    """
+    key_dir = directory / "keys"
+    key_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    pem = _load_or_create_private(key_dir / REDACTION_KEY_FILE)
+    return hashlib.sha256(b"callgate redaction key v1\n" + pem).digest()
