@@ -105,7 +105,9 @@ def check_approval(
 
 def on_approval_decision(
     deps: DeciderDeps, state: DeciderState, d: ev.ApprovalDecisionSubmitted, out: Emitter
-) -> None:
+) -> ApprovalClaims | None:
+    """A human's decision on a pending approval; the artifact's claims when it was issued
+    (the caller continues the invocation, ADR 0029), else None."""
     if not is_bound(d.event_id, d.session_token):
         # The decision's id keys its answer (the decisions view): only ids bound to the
         # deciding session are answered (docs/contract.md, "Tenant scope of identifiers").
@@ -114,7 +116,7 @@ def on_approval_decision(
             "the decision's event id is not bound to the session token (domain/scope.py)",
         )
     if d.event_id in state.decisions_seen:
-        return  # the same decision delivered twice: already answered
+        return None  # the same decision delivered twice: already answered
     state.decisions_seen.append(d.event_id)
     digest = token_digest(d.session_token)  # recorded instead of the token (ADR 0016)
     try:
@@ -143,12 +145,12 @@ def on_approval_decision(
             message=r.message,
             session_digest=digest,
         )
-        return
+        return None
     if d.decision == "deny":
         inv.approval_status = ApprovalStatus.DENIED
         set_key_status(state, inv, KeyStatus.DENIED)
         out.emit(ev.ApprovalDenied, approver=approver.user, reason=d.reason, session_digest=digest)
-        return
+        return None
     jti = approval_jti(inv.invocation_id, approver.user, d.event_id)
     expires_at = out.now_ms + inv.approval_ttl_ms
     claims = ApprovalClaims(
@@ -172,6 +174,7 @@ def on_approval_decision(
         expires_at=expires_at,
         session_digest=digest,
     )
+    return claims
 
 
 def _binding(

@@ -93,6 +93,11 @@ class ToolSpec(_Frozen):
     approvers: tuple[Name, ...] = ()
     approval_ttl_seconds: int = Field(default=900, gt=0)
     allow_self_approval: bool = False
+    # ADR 0029: a granted approval runs the approved call at once (the invocation that
+    # asked continues); off, the agent resubmits with the approval_id.
+    continue_on_approval: bool = True
+    # ADR 0030: distinct holders of ``approvers`` roles who must grant (quorum).
+    approvals_required: int = Field(default=1, ge=1, le=10)
     args_schema: dict[str, Any]
     # Tools of an ``mcp`` provider (docs/adr/0019-mcp-gateway.md): the upstream's tool that
     # applies the effect (default: the name without its ``<provider>.`` prefix), its
