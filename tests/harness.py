@@ -278,8 +278,10 @@ def write_profile(
 ) -> Path:
     """A copy of the default profile in ``directory``, changed by ``edit_tools`` (C10).
 
-    Without ``continuation`` every tool waits for the agent's resubmission (ADR 0029:
-    ``continue_on_approval: false``) unless ``edit_tools`` sets it.
+    Without ``continuation``, the approvals as the resubmission rules (C4, C8, C11, V2) are
+    tested on: every tool waits for the agent's resubmission (ADR 0029:
+    ``continue_on_approval: false``) and one approver suffices (no quorum, ADR 0030),
+    unless ``edit_tools`` says otherwise.
 
     ``policy_suffix`` is appended to the Cedar text, which changes the policy version.
     """
@@ -289,6 +291,8 @@ def write_profile(
     if not continuation:
         for body in raw["tools"].values():
             body["continue_on_approval"] = False
+            body.pop("approvals_required", None)
+            body.pop("approvals_required_when", None)
     if edit_tools is not None:
         edit_tools(raw["tools"])
     target = directory / "profile.yaml"

@@ -39,6 +39,7 @@ from callgate.domain.events import (
     ApprovalDenied,
     ApprovalExpired,
     ApprovalGranted,
+    ApprovalGrantRecorded,
     ApprovalRequested,
     ConfirmationAccepted,
     DryRunRecorded,
@@ -125,12 +126,21 @@ def _gather(old: Mapping[str, Any], event: Event) -> dict[str, Any]:
                 "approver": event.approver,
                 "approved_invocation_id": event.approved_invocation_id,
             }
+            request = facts.get("approval_request") or {}
+            if request.get("approvers") and request.get("approval_jti") == event.approval_jti:
+                # A continued quorum approval (ADR 0029, 0030): everyone who granted it.
+                facts["approval"] = {**facts["approval"], "approvers": request["approvers"]}
         case ApprovalRequested():
             facts["approval_request"] = _request(facts, state="pending")
+        case ApprovalGrantRecorded():
+            grants = [*(facts.get("approval_request") or {}).get("grants", []), event.approver]
+            facts["approval_request"] = _request(facts, grants=grants, required=event.required)
         case ApprovalGranted():
             facts["approval_request"] = _request(
                 facts, state="granted", approver=event.approver, approval_jti=event.approval_jti
             )
+            if event.approvers:
+                facts["approval_request"]["approvers"] = list(event.approvers)
         case ApprovalDenied():
             facts["approval_request"] = _request(facts, state="denied", approver=event.approver)
         case ApprovalExpired():

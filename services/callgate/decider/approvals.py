@@ -32,6 +32,7 @@ from callgate.domain.approvals import (
 )
 from callgate.domain.codes import Code, Rejection, Unanswerable
 from callgate.domain.identity import token_digest
+from callgate.domain.principal import same_identity
 from callgate.domain.scope import is_bound
 
 _REPLAYABLE = frozenset({Code.EXECUTED.value, Code.EXECUTION_FAILED.value})
@@ -138,6 +139,8 @@ def on_approval_decision(
         )
         if d.decision not in ("grant", "deny"):
             raise Rejection(Code.MALFORMED_EVENT, f"unknown decision {d.decision!r}")
+        if d.decision == "grant":
+            already_granted(inv, approver.user)  # ADR 0030: distinct approvers
     except Rejection as r:
         out.emit(
             ev.ApprovalDecisionRejected,
@@ -151,6 +154,21 @@ def on_approval_decision(
         set_key_status(state, inv, KeyStatus.DENIED)
         out.emit(ev.ApprovalDenied, approver=approver.user, reason=d.reason, session_digest=digest)
         return None
+    if inv.approvals_required > 1:
+        # ADR 0030: each grant is an event bound to what the invocation asks to confirm.
+        inv.grants.append(approver.user)
+        out.emit(
+            ev.ApprovalGrantRecorded,
+            approver=approver.user,
+            granted=len(inv.grants),
+            required=inv.approvals_required,
+            args_hash=inv.args_hash,
+            dry_run_hash=inv.dry_run_hash,
+            policy_version=inv.policy_version,
+            session_digest=digest,
+        )
+        if len(inv.grants) < inv.approvals_required:
+            return None  # still pending: no artifact before the quorum
     jti = approval_jti(inv.invocation_id, approver.user, d.event_id)
     expires_at = out.now_ms + inv.approval_ttl_ms
     claims = ApprovalClaims(
@@ -173,8 +191,22 @@ def on_approval_decision(
         approver=approver.user,
         expires_at=expires_at,
         session_digest=digest,
+        approvers=tuple(inv.grants),
     )
     return claims
+
+
+def already_granted(inv: Invocation, approver: str) -> None:
+    """ADR 0030: one grant per person; spellings are folded (``same_identity``), so no one
+    grants twice under two spellings. Folding only ever adds this refusal."""
+    for earlier in inv.grants:
+        if same_identity(earlier, approver):
+            raise Rejection(
+                Code.APPROVER_FORBIDDEN,
+                f"{approver} already granted this call; the quorum needs "
+                f"{inv.approvals_required} distinct approvers",
+                {"reason": "already_granted"},
+            )
 
 
 def _binding(

@@ -143,6 +143,7 @@ def request_approval(
         approver_roles=tuple(inv.approver_roles),
         expires_at=inv.approval_expires_at,
         allow_self_approval=inv.allow_self_approval,
+        approvals_required=inv.approvals_required,
     )
 
 

@@ -24,7 +24,7 @@ from callgate.domain import events as ev
 from callgate.domain.approvals import peek_claim, peek_partition_key
 from callgate.domain.arguments import normalize_args, target_of
 from callgate.domain.canonical import args_hash, canonical_json, partition_key, request_fingerprint
-from callgate.domain.catalog import Confirmation, ToolSpec
+from callgate.domain.catalog import ToolSpec
 from callgate.domain.codes import Code, Rejection, Unanswerable
 from callgate.domain.identity import check_identity, token_digest
 from callgate.domain.policy import NEW_RESOURCE, ResourceFacts
@@ -222,10 +222,7 @@ def _decide_policy(
         approval_ttl_ms=spec.approval_ttl_seconds * 1000,
         continue_on_approval=spec.continue_on_approval,
         require_dry_run=spec.require_dry_run,
-        # Quorum is of approvers; an owner confirmation is the one session owner's.
-        approvals_required=(
-            spec.approvals_required if confirmation is Confirmation.APPROVER else 1
-        ),
+        approvals_required=spec.approvals_for(args),
     )
     state.invocations[p.invocation_id] = inv
     jti = _peek_jti(p.approval_id)

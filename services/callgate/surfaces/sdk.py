@@ -205,7 +205,7 @@ class Gateway:
             reason=reason,
         )
         deadline = time.monotonic() + timeout_s
-        answer = self.backend.follow(submit, "decisions", submit.event_id, bool, timeout_s)
+        answer = self.backend.follow(submit, "decisions", submit.event_id, _answered, timeout_s)
         if answer is None:
             raise TimeoutError(
                 f"no answer to the {decision} of {invocation_id} within {timeout_s}s"
@@ -214,7 +214,7 @@ class Gateway:
             err = answer["error"]
             raise Rejection(Code(err["code"]), err["message"])
         result = {k: v for k, v in answer.items() if v is not None}
-        if decision == "grant":
+        if "approval_id" in result:
             # ADR 0029: a granted approval continues the invocation; tell the approver
             # what became of it (bounded by the same timeout; a server may still be at it).
             status: dict[str, Any] | None = None
@@ -301,6 +301,14 @@ def _tenant_of(record: Mapping[str, Any]) -> object:
 
 def _settled(status: Mapping[str, Any]) -> bool:
     return bool(status.get("settled"))
+
+
+def _answered(decision: Mapping[str, Any]) -> bool:
+    """The decider's answer to a decision; the grant that meets a quorum is answered by
+    its ``granted`` record, which follows the ``recorded`` one (ADR 0030)."""
+    if decision.get("decision") != "recorded":
+        return True
+    return int(decision.get("granted") or 0) < int(decision.get("required") or 0)
 
 
 def is_final(status: Mapping[str, Any]) -> bool:
