@@ -123,6 +123,7 @@ def stream_invocation(
     operation_id="approveInvocation",
     summary="Approve a pending call (`callgate approve`)",
     response_model=Approved,
+    response_model_exclude_none=True,
     responses=errors(*COMMON, 403, 404, 409, 504),
 )
 def approve(invocation_id: InvocationId, sess: SessionDep, ctx: ContextDep) -> Any:
