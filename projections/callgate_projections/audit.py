@@ -126,21 +126,15 @@ def _gather(old: Mapping[str, Any], event: Event) -> dict[str, Any]:
                 "approver": event.approver,
                 "approved_invocation_id": event.approved_invocation_id,
             }
-            request = facts.get("approval_request") or {}
-            if request.get("approvers") and request.get("approval_jti") == event.approval_jti:
-                # A continued quorum approval (ADR 0029, 0030): everyone who granted it.
-                facts["approval"] = {**facts["approval"], "approvers": request["approvers"]}
         case ApprovalRequested():
             facts["approval_request"] = _request(facts, state="pending")
-        case ApprovalGrantRecorded():
-            grants = [*(facts.get("approval_request") or {}).get("grants", []), event.approver]
-            facts["approval_request"] = _request(facts, grants=grants, required=event.required)
+        case ApprovalGrantRecorded():  # a quorum (ADR 0030): who granted, in order
+            grants = [*(facts.get("quorum") or {}).get("grants", []), event.approver]
+            facts["quorum"] = {"required": event.required, "grants": grants}
         case ApprovalGranted():
             facts["approval_request"] = _request(
                 facts, state="granted", approver=event.approver, approval_jti=event.approval_jti
             )
-            if event.approvers:
-                facts["approval_request"]["approvers"] = list(event.approvers)
         case ApprovalDenied():
             facts["approval_request"] = _request(facts, state="denied", approver=event.approver)
         case ApprovalExpired():
@@ -173,6 +167,7 @@ def _content(invocation_id: str, partition_key: str, facts: Mapping[str, Any]) -
         "args_hash": facts.get("args_hash"),
         "outcome": facts.get("outcome"),
         "replay_of": facts.get("replay_of"),
+        "quorum": facts.get("quorum"),
     }
 
 

@@ -152,7 +152,7 @@ def deploy_needs_two_distinct_release_managers(server: HttpServe) -> None:
     with server.client(rita) as c:
         status = c.get(f"/v1/invocations/{inv}", params={"wait": 1}).json()
         assert status["outcome"] == "approval_required" and status["final"] is False
-        assert status["approval"]["grants"] == ["mona"]
+        assert status["quorum"]["grants"] == ["mona"]
     assert effects_of(server, inv) == []
     with server.client(max_) as c:
         two = c.post(f"/v1/invocations/{inv}/approve")

@@ -50,7 +50,7 @@ def test_two_of_n_stays_pending_after_one_grant_and_runs_after_the_second(g: Gat
     )
     assert g.events_of(inv, ev.ApprovalGranted) == []
     assert g.pending()[inv]["grants"] == ["mona"]
-    assert g.status(inv)["approval"]["grants"] == ["mona"]
+    assert g.status(inv)["quorum"]["grants"] == ["mona"]
     assert g.effects() == []
     # the second distinct approver meets the quorum: artifact, continuation, one effect
     g.decide(second, inv)
@@ -59,8 +59,9 @@ def test_two_of_n_stays_pending_after_one_grant_and_runs_after_the_second(g: Gat
     assert inv not in g.pending()
     assert g.outcome(inv) == "executed"
     assert len(g.effects()) == 1
-    approval = g.audit(inv)[-1]["authorized_by"]["approval"]
-    assert approval["approvers"] == ["mona", "max"]
+    record = g.audit(inv)[-1]
+    assert record["quorum"] == {"required": 2, "grants": ["mona", "max"]}
+    assert record["authorized_by"]["approval"]["approved_invocation_id"] == inv
 
 
 def test_staging_needs_one_approver(g: Gate) -> None:
