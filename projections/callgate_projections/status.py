@@ -10,7 +10,8 @@ from a rejection or a failure, ``result`` (parsed JSON) once executed or replaye
 ``state`` pending/granted/denied/expired, ``approval_id`` once granted, ``approver``,
 ``reason``, ``expires_at``), ``quorum`` (ADR 0030: ``required`` and ``grants``, who
 granted so far; ``None`` for a single approver), ``approved_by`` (the approval this
-invocation *presented*, C4/C11), ``replay_of`` (C8) and ``updated_at`` (``occurred_at`` of the last change).
+invocation *presented*, C4/C11), ``replay_of`` (C8) and ``updated_at`` (``occurred_at``
+of the last change).
 A record names its tenant once known (``ViewRecord.tenant``, the ``cg-tenant`` header).
 """
 
