@@ -93,8 +93,9 @@ def no_page_errors(page: Page) -> None:
     assert errors == [], errors
 
 
-def sign_in_as(page: Page, server: HttpServe, user: str) -> None:
-    page.goto(server.url + "/")
+def sign_in_as(page: Page, server: HttpServe, user: str, at: str = "/") -> None:
+    """Sign in as a sample user on the console at ``at`` (a link to an invocation too)."""
+    page.goto(server.url + at)
     expect(page.locator("#dev-form")).to_be_visible()
     page.get_by_label("Sign in as a sample user").select_option(user)
     page.get_by_role("button", name="Sign in as this user").click()
@@ -308,8 +309,7 @@ def test_a_link_opens_a_pending_two_of_n_deploy_live(browser: Browser, tmp_path:
         assert granted == {"invocation_id": inv, "granted": 1, "required": 2}
 
         page = new_page(browser)
-        page.goto(f"{serve.url}/#invocation={inv}")
-        sign_in_as(page, serve, "rel")
+        sign_in_as(page, serve, "rel", at=f"/#invocation={inv}")
         expect(item(page, inv)).to_contain_text("production 7.0.0")
         expect(item(page, inv)).to_contain_text("1 of 2 granted (mona)")
         expect(page.locator("#facts")).to_contain_text("1 of 2 granted (mona)")
@@ -322,8 +322,7 @@ def test_a_link_opens_a_pending_two_of_n_deploy_live(browser: Browser, tmp_path:
         screenshot(page, tmp_path, "console-quorum-desktop.png")
 
         phone = new_page(browser, 390, 844)
-        phone.goto(f"{serve.url}/invocations/{inv}")
-        sign_in_as(phone, serve, "rel")
+        sign_in_as(phone, serve, "rel", at=f"/invocations/{inv}")
         expect(phone.locator("#live-state")).to_contain_text("1 of 2 granted (mona)")
         screenshot(phone, tmp_path, "console-quorum-phone.png")
         no_page_errors(phone)
