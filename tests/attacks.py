@@ -33,7 +33,7 @@ from callgate.adapters.avro_codec import MARKER, AvroCodec
 from callgate.bootstrap import App
 from callgate.domain import events as ev
 from callgate.domain.canonical import args_hash, partition_key
-from callgate.domain.codes import Code, Rejection
+from callgate.domain.codes import Code
 from callgate.domain.identity import AUDIENCE, DEV_ISSUER, SessionIssuer
 from callgate.domain.keys import KeyRing
 from callgate.domain.scope import OPERATOR_ROLE, bound_id
@@ -54,6 +54,21 @@ CYRILLIC_ALICE = "\u0430lice"  # Cyrillic a (U+0430), then "lice": not alice
 FULLWIDTH_ALICE = "\uff21\uff2c\uff29\uff23\uff25"  # "ALICE" in full-width capitals
 FULLWIDTH_ORG_ID = "\uff4f\uff52\uff47\uff3f\uff49\uff44"  # "org_id" in full-width
 CYRILLIC_TOOL = "tickets.re\u0430d"  # "tickets.read" with a Cyrillic a
+# Other spellings of the tenant acme and the role admin (issue 25): each is another
+# identifier (exact to grant); padded ones are not canonical (unauthenticated).
+TENANT_SPELLINGS: dict[str, Code] = {
+    "ACME": Code.TOOL_FORBIDDEN,
+    "Acme": Code.TOOL_FORBIDDEN,
+    "acme ": Code.UNAUTHENTICATED,
+    "\uff41\uff43\uff4d\uff45": Code.TOOL_FORBIDDEN,  # full-width acme
+}
+ROLE_SPELLINGS: dict[str, Code] = {
+    "ADMIN": Code.TOOL_FORBIDDEN,
+    "Admin": Code.TOOL_FORBIDDEN,
+    " admin": Code.UNAUTHENTICATED,
+}
+# Look-alikes of rita: another identifier, but one that reads as rita.
+RITA_LOOK_ALIKES = ("Rita", "\uff52\uff49\uff54\uff41", "r\u0456ta")  # full width, Cyrillic i
 
 
 @dataclass(frozen=True)
@@ -108,10 +123,11 @@ class Surface(ABC):
         sdk = self.sdk()
         if sdk is None:
             return self.submit(build_proposal(token, tool, args, self.now_ms, key, approval_id))
-        try:
-            answer = sdk.propose(token, tool, args, key, approval_id, timeout_s=SETTLE_S)
-        except Rejection as r:  # refused at the entry (domain/limits.py): nothing published
-            return Verdict("", r.code.value, r.message, r.details)
+        answer = sdk.propose(token, tool, args, key, approval_id, timeout_s=SETTLE_S)
+        if answer["invocation_id"] is None:  # refused at the entry: nothing published
+            error = answer["error"]
+            assert error["code"] == answer["outcome"], answer
+            return Verdict("", error["code"], error["message"], error.get("details", {}))
         inv = str(answer["invocation_id"])
         return verdict_from_status(inv, sdk.status(inv, self.operator()))
 
@@ -347,11 +363,6 @@ def _fullwidth_user(s: Surface, ctx: Ctx) -> Verdict:
     return s.propose(s.session("alice"), "refunds.issue", {**REFUND, "issued_by": FULLWIDTH_ALICE})
 
 
-def _runs_as_session_user(s: Surface, ctx: Ctx, v: Verdict) -> None:
-    (decided,) = [e for e in s.events_of(v.invocation_id) if isinstance(e, ev.PolicyDecided)]
-    assert json.loads(decided.args_json)["issued_by"] == "alice"  # the session's spelling
-
-
 # -- approvals (C4, C11) --
 
 
@@ -416,6 +427,63 @@ def _act_self_approval(s: Surface, ctx: Ctx) -> Verdict:
 
 def _still_pending(s: Surface, ctx: Ctx, v: Verdict) -> None:
     assert not [e for e in s.events_of(ctx["inv"]) if isinstance(e, ev.ApprovalGranted)]
+
+
+def _tenant_spelling_reads(tenant: str) -> Act:
+    def act(s: Surface, ctx: Ctx) -> Verdict:
+        return s.propose(s.session("alice", tenant, ("support",)), "tickets.read", READ_T1)
+
+    return act
+
+
+def _role_spelling_deletes(role: str) -> Act:
+    def act(s: Surface, ctx: Ctx) -> Verdict:
+        return s.propose(s.session("adam", "acme", (role,)), "users.delete", {"user_id": "U-1"})
+
+    return act
+
+
+def _look_alike_approves(user: str) -> Act:
+    def act(s: Surface, ctx: Ctx) -> Verdict:
+        return s.decide(s.session(user, roles=("release", "release-manager")), ctx["inv"])
+
+    return act
+
+
+def _spelling_cases() -> list[AttackCase]:
+    cases = [
+        AttackCase(
+            f"tenant-spelled-{tenant.strip()}{'-padded' if tenant != tenant.strip() else ''}",
+            f"C6: a session of tenant {tenant!r} reads acme's ticket (exact to grant)",
+            code,
+            _tenant_spelling_reads(tenant),
+            reason="claim 'tenant'" if code is Code.UNAUTHENTICATED else "",
+        )
+        for tenant, code in TENANT_SPELLINGS.items()
+    ]
+    cases += [
+        AttackCase(
+            f"role-spelled-{role.strip()}{'-padded' if role != role.strip() else ''}",
+            f"C7: a session with role {role!r} deletes a user (admin only; exact to grant)",
+            code,
+            _role_spelling_deletes(role),
+            reason="claim 'roles'" if code is Code.UNAUTHENTICATED else "",
+        )
+        for role, code in ROLE_SPELLINGS.items()
+    ]
+    cases += [
+        AttackCase(
+            f"look-alike-approver-{i}",
+            f"C4: {user!r}, a look-alike of the actor rita, approves rita's deploy",
+            Code.APPROVER_FORBIDDEN,
+            _look_alike_approves(user),
+            _self_approval_pending,
+            reason="look-alike",
+            check=_still_pending,
+        )
+        for i, user in enumerate(RITA_LOOK_ALIKES)
+    ]
+    return cases
 
 
 # -- idempotency (C8) --
@@ -653,11 +721,11 @@ CORPUS: list[AttackCase] = [
         details={"field": "requester_id"},
     ),
     AttackCase(
-        "full-width-upper-case-user-is-accepted",
-        "C6: ALICE in full-width capitals is alice: decided on its merits, carrying 'alice'",
-        Code.APPROVAL_REQUIRED,
+        "full-width-upper-case-user-is-a-spoof",
+        "C6: ALICE in full-width capitals is another identifier than alice (exact to grant)",
+        Code.IDENTITY_SPOOF,
         _fullwidth_user,
-        check=_runs_as_session_user,
+        details={"field": "issued_by"},
     ),
     # approvals
     AttackCase(
@@ -809,6 +877,7 @@ CORPUS: list[AttackCase] = [
     ),
 ]
 
+CORPUS += _spelling_cases()
 BY_NAME: dict[str, AttackCase] = {c.name: c for c in CORPUS}
 assert len(BY_NAME) == len(CORPUS), "attack names must be unique"
 

@@ -56,10 +56,11 @@ class HttpServe:
         profile: Path | None = None,
         env: Mapping[str, str] | None = None,
         dev: bool = False,
+        port: int | None = None,
     ) -> None:
         self.state_dir = state_dir
         self.profile = profile
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         self._stderr: TextIO = log.open("w")

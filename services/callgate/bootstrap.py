@@ -30,6 +30,7 @@ from callgate.state_dir import default_state_dir
 if TYPE_CHECKING:
     # Imported where used: a command that needs only the keys (``session issue``) should
     # not pay for the policy engine, JSON Schema and the processes at start-up.
+    from callgate.adapters.oidc import Discovery, OidcSignIn
     from callgate.config import ApprovalKeys
     from callgate.decider import Decider
     from callgate.domain.catalog import Profile
@@ -159,13 +160,31 @@ class App:
         from callgate.config import trusted_issuers
         from callgate.domain.identity import SessionVerifier
 
-        trusted = trusted_issuers(self.settings)
+        trusted = trusted_issuers(self.settings, self.discovery.keys)
         if not self.settings.dev:
             return SessionVerifier.of_issuers(trusted)
         try:
             return SessionVerifier(self.keys.session_verification_keys(), trusted=trusted)
         except ValueError as exc:
             raise ConfigError(f"sessions.issuers: {exc}") from None
+
+    @cached_property
+    def discovery(self) -> Discovery:
+        """The identity providers' discovery documents and keys (fetched when first used)."""
+        from callgate.adapters.oidc import Discovery
+
+        return Discovery()
+
+    @cached_property
+    def sign_in(self) -> list[OidcSignIn]:
+        """The providers the console signs approvers in with (ADR 0031), in order."""
+        from callgate.adapters.oidc import OidcSignIn
+
+        return [
+            OidcSignIn(i, entry, self.discovery)
+            for i, entry in enumerate(self.settings.sessions.issuers)
+            if entry.client_id is not None
+        ]
 
     @cached_property
     def approval_keys(self) -> ApprovalKeys:

@@ -1,4 +1,5 @@
-"""The configuration file ``callgate.toml`` and ``CALLGATE_*`` variables (docs/configuration.md).
+"""The configuration file ``callgate.toml`` and ``CALLGATE_*`` variables
+(docs/reference/configuration.md).
 
 ``Settings`` (``bootstrap.py``) is one frozen model; this module fills it from, in
 increasing precedence: its defaults, the configuration file, ``CALLGATE_*`` environment
@@ -18,13 +19,14 @@ from __future__ import annotations
 import os
 import tomllib
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union, get_args, get_origin
 
-import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from callgate.domain.limits import parse_document
 
 if TYPE_CHECKING:
     from callgate.domain.identity import TrustedIssuer
@@ -61,6 +63,35 @@ class IssuerSettings(_Section):
     )
     algorithms: tuple[Algorithm, ...] = Field(default=("EdDSA",), min_length=1)
     clock_skew_s: int = Field(default=30, ge=0, le=600, description="leeway on exp/nbf/iat")
+    # Console sign-in with this provider (OpenID Connect, authorization code + PKCE; ADR
+    # 0031). With a client_id, keys named by neither jwks_file nor pem_files come from
+    # the discovery document's jwks_uri, and the audience defaults to the client_id.
+    client_id: str | None = Field(default=None, min_length=1, description="console's client")
+    client_secret: str | None = Field(default=None, min_length=1, description="confidential")
+    redirect_uri: str | None = Field(
+        default=None, pattern=r"^https?://", description="<console URL>/v1/oidc/callback"
+    )
+    scopes: tuple[str, ...] = Field(default=("openid",), min_length=1)
+    name: str | None = Field(default=None, min_length=1, description="the sign-in button's")
+
+    @model_validator(mode="after")
+    def _sign_in(self) -> IssuerSettings:
+        if self.client_id is None:
+            if self.client_secret or self.redirect_uri:
+                raise ValueError("client_secret and redirect_uri need a client_id")
+            return self
+        if self.redirect_uri is None:
+            raise ValueError("a client_id (console sign-in) needs its redirect_uri")
+        if "openid" not in self.scopes:
+            raise ValueError("scopes must include 'openid'")
+        if "audience" not in self.model_fields_set:
+            object.__setattr__(self, "audience", self.client_id)
+        return self
+
+    @property
+    def discovered_keys(self) -> bool:
+        """Keys from the provider's discovery document (no key file is named)."""
+        return self.client_id is not None and self.jwks_file is None and not self.pem_files
 
 
 class SessionSettings(_Section):
@@ -188,8 +219,8 @@ def _decoded(variable: str, text: str, annotation: Any) -> Any:
     if not _structured(annotation):
         return text
     try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
+        return parse_document(text)  # the one strict reader: no duplicate keys, no NaN
+    except ValueError as exc:
         raise ConfigError(f"environment {variable}: not valid JSON: {exc}") from None
 
 
@@ -295,16 +326,31 @@ def _public_keys(
     return keys
 
 
-def trusted_issuers(settings: Any) -> list[TrustedIssuer]:
-    """The configured session issuers with their keys read (C6)."""
+# An issuer's published keys (its discovery document's ``jwks_uri``), as a JWKS document;
+# an adapter (``callgate.adapters.oidc``) given by the composition root. Raises ``OSError``
+# or ``ValueError`` naming what failed.
+DiscoveredKeys = Callable[[IssuerSettings], Mapping[str, Any]]
+
+
+def trusted_issuers(settings: Any, discovered: DiscoveredKeys | None = None) -> list[TrustedIssuer]:
+    """The configured session issuers with their keys read (C6): from their key files,
+    or, for a console sign-in provider that names none, from ``discovered``."""
     from callgate.domain.identity import TrustedIssuer
     from callgate.domain.keys import algorithm_of
+    from callgate.domain.keysets import parse_jwks
 
     out: list[TrustedIssuer] = []
     owner: dict[str, str] = {}
     for i, entry in enumerate(settings.sessions.issuers):
         key = f"sessions.issuers[{i}]"
         keys = _public_keys(settings, key, entry.jwks_file, entry.pem_files)
+        if entry.discovered_keys:
+            if discovered is None:
+                raise ConfigError(f"{_where(settings, key)}: its keys need discovery")
+            try:
+                keys = parse_jwks(discovered(entry), f"{entry.issuer} jwks_uri")
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"{_where(settings, key)}: discovery: {exc}") from None
         if not keys:
             raise ConfigError(f"{_where(settings, key)}: names no key (jwks_file or pem_files)")
         for kid, public in keys.items():

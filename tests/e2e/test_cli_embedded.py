@@ -21,6 +21,7 @@ from tests.e2e.helpers import (
     DEFAULT_PROFILE,
     EXIT_FAILED,
     EXIT_MISUSE,
+    EXIT_OK,
     Serve,
     cg,
     logged_event_types,
@@ -337,3 +338,67 @@ def test_answers_use_the_vocabulary(state: Path) -> None:
         "unauthenticated",
     ]
     assert all(a["error"]["code"] == a["outcome"] for a in answers)
+
+
+# --- exact identifiers, one strict reader, one refusal shape (issue 25) ---------------------
+
+
+@pytest.mark.parametrize(
+    ("tenant", "roles", "tool", "args", "code"),
+    [
+        ("ACME", "support", "tickets.read", {"ticket_id": "T-1"}, "tool_forbidden"),
+        ("Acme", "support", "tickets.read", {"ticket_id": "T-1"}, "tool_forbidden"),
+        ("acme ", "support", "tickets.read", {"ticket_id": "T-1"}, "unauthenticated"),
+        ("\uff41\uff43\uff4d\uff45", "support", "tickets.read", {"ticket_id": "T-1"},
+         "tool_forbidden"),
+        ("acme", "ADMIN", "users.delete", {"user_id": "U-1"}, "tool_forbidden"),
+        ("acme", "Admin", "users.delete", {"user_id": "U-1"}, "tool_forbidden"),
+        ("acme", " admin", "users.delete", {"user_id": "U-1"}, "unauthenticated"),
+    ],
+)  # fmt: skip
+def test_other_spellings_of_tenant_and_role_get_nothing(
+    state: Path, tenant: str, roles: str, tool: str, args: dict[str, Any], code: str
+) -> None:
+    token = session(state, "ivan", tenant, roles)
+    answer = propose(state, token, tool, args)
+    assert answer["outcome"] == code, answer
+    assert "claim" in answer["error"]["message"] or code != "unauthenticated"
+    assert cg(state, "effects") == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        '{"ticket_id": "GT-1", "ticket_id": "T-1"}',
+        '{"ticket_id": "GT-1", "ticket\\u005fid": "T-1"}',
+    ],
+)
+def test_duplicate_keys_in_args_are_misuse_and_publish_nothing(state: Path, args: str) -> None:
+    alice = session(state, "alice", "acme", "support")
+    result = run(state, *propose_argv(alice, "tickets.read", args), rc=EXIT_MISUSE)
+    assert result.value["error"]["code"] == "usage"
+    assert "duplicate key 'ticket_id'" in result.value["error"]["message"]
+    assert cg(state, "audit", "--session", ops(state)) == []
+
+
+def test_a_refusal_before_publishing_answers_like_a_decided_one(state: Path) -> None:
+    """Over a limit (here nesting): the answer of a refused call, outcome equal to the
+    error's code, exit 0 like a decided refusal; nothing is published."""
+    alice = session(state, "alice", "acme", "support")
+    deep = '{"record_id": "REC-1", "fields": ' + '{"d": ' * 12 + "1" + "}" * 12 + "}"
+    answer = run(state, *propose_argv(alice, "records.update", deep), rc=EXIT_OK).value
+    assert answer["outcome"] == answer["error"]["code"] == "invalid_arguments", answer
+    assert answer["invocation_id"] is None
+    decided = propose(state, alice, "tickets.read", {"ticket_id": "GT-1"})
+    assert decided["outcome"] == decided["error"]["code"] == "tool_forbidden"
+
+
+def test_an_approver_under_a_look_alike_of_the_actor_is_refused(state: Path) -> None:
+    rita = session(state, "rita", "acme", "release,release-manager")
+    deploy = {"service": "billing", "version": "3.0.0", "environment": "production"}
+    inv = propose(state, rita, "deploys.trigger", deploy)["invocation_id"]
+    for look_alike in ("Rita", "\uff52\uff49\uff54\uff41", "r\u0456ta"):
+        other = session(state, look_alike, "acme", "release-manager")
+        refused = run(state, "approve", inv, "--session", other, rc=EXIT_FAILED).value
+        assert refused["error"]["code"] == "approver_forbidden", refused
+        assert "look-alike" in refused["error"]["message"]

@@ -40,7 +40,9 @@ def test_serve_without_development_mode_refuses_a_development_token(tmp_path: Pa
         assert "warning: no session issuer is configured" in serve.log.read_text()
         answer = propose(state, alice, "tickets.read", {"ticket_id": "T-1"})
         assert answer["outcome"] == "unauthenticated", answer
-        assert "unknown key id" in answer["error"]["message"]
+        assert answer["error"]["message"] == (
+            "development session token: development mode is off (use --dev or CALLGATE_DEV=1)"
+        )
         assert run(state, "effects").value == []
     finally:
         assert serve.stop() == 0

@@ -406,3 +406,129 @@ async def test_an_invalid_bearer_token_is_unauthenticated(gate: Gate) -> None:
             await c.list_tools()
         r = await c.call_tool("notes.read", {"note_id": "N-1"})
     assert outcome(r) == "unauthenticated", r  # decided by the decider, like any proposal
+
+
+# --- one strict reader, exact identifiers (issue 25) ----------------------------------------
+
+FULLWIDTH_ACME = "\uff41\uff43\uff4d\uff45"
+
+
+@pytest.mark.parametrize(
+    ("tenant", "roles", "code"),
+    [
+        ("ACME", ["support"], "tool_forbidden"),
+        ("Acme", ["support"], "tool_forbidden"),
+        ("acme ", ["support"], "unauthenticated"),
+        (FULLWIDTH_ACME, ["support"], "tool_forbidden"),
+        ("acme", ["SUPPORT"], "tool_forbidden"),
+        ("acme", ["Support"], "tool_forbidden"),
+        ("acme", [" support"], "unauthenticated"),
+    ],
+)
+async def test_other_spellings_of_tenant_and_role_get_nothing(
+    gate: Gate, tenant: str, roles: list[str], code: str
+) -> None:
+    """N-* notes are acme's and notes.read is support's: another spelling is another
+    identifier (exact to grant), or not canonical (unauthenticated); never access."""
+    async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
+        wrote = await c.call_tool(
+            "notes.quick_write", {"note_id": "N-1", "text": "secret", "author": "alice"}
+        )
+        assert not wrote.is_error, wrote
+    async with gate.client(gate.token("ivan", roles, tenant)) as c:
+        r = await c.call_tool("notes.read", {"note_id": "N-1"})
+    assert r.is_error and outcome(r) == code, r
+    assert "secret" not in json.dumps(body(r))
+
+
+def _raw_call(arguments_json: str, request_id: int = 7) -> str:
+    return (
+        '{"jsonrpc": "2.0", "id": ' + str(request_id) + ', "method": "tools/call", '
+        '"params": {"name": "notes.read", "arguments": ' + arguments_json + "}}"
+    )
+
+
+DUPLICATES = {
+    "in arguments": _raw_call('{"note_id": "GN-1", "note_id": "N-1"}'),
+    "in the envelope": (
+        '{"jsonrpc": "2.0", "id": 7, "method": "tools/list", "method": "tools/call", '
+        '"params": {"name": "notes.read", "arguments": {"note_id": "N-1"}}}'
+    ),
+    "escaped key": _raw_call('{"note_id": "GN-1", "note\\u005fid": "N-1"}'),
+}
+
+
+@pytest.mark.parametrize("gate", ["http"], indirect=True)
+@pytest.mark.parametrize("where", sorted(DUPLICATES))
+def test_duplicate_keys_over_http_are_a_json_rpc_parse_error(gate: Gate, where: str) -> None:
+    assert gate.url is not None
+    r = httpx.post(
+        gate.url,
+        content=DUPLICATES[where],
+        headers={
+            "Authorization": f"Bearer {gate.token('alice', ALICE_ROLES)}",
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": "2025-11-25",
+        },
+    )
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert r.json()["id"] == 7 and error["code"] == -32700
+    assert error["data"]["code"] == "invalid_request" and "duplicate key" in error["message"]
+    assert effects(gate.ledger) == []
+
+
+@pytest.mark.parametrize("gate", ["stdio"], indirect=True)
+def test_duplicate_keys_over_stdio_are_a_json_rpc_parse_error(gate: Gate) -> None:
+    """Raw lines to ``callgate mcp``: each refused line gets its JSON-RPC error (by id) and
+    the server goes on answering well-formed requests."""
+    init = {
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "raw", "version": "0"}},
+    }  # fmt: skip
+    lines = [json.dumps(init), '{"jsonrpc": "2.0", "method": "notifications/initialized"}']
+    lines += [
+        text.replace('"id": 7', f'"id": {10 + i}') for i, text in enumerate(DUPLICATES.values())
+    ]
+    lines.append(json.dumps({"jsonrpc": "2.0", "id": 99, "method": "tools/list", "params": {}}))
+    proc = subprocess.Popen(
+        [str(CALLGATE), "--state-dir", str(gate.state_dir), "--profile", str(gate.profile),
+         "mcp", "--session", gate.token("alice", ALICE_ROLES)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**cli_env(), "CALLGATE_DEV": "1"},
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    answers: dict[Any, Any] = {}
+    try:
+        proc.stdin.write("\n".join(lines) + "\n")
+        proc.stdin.flush()
+        while not {99, 10, 11, 12} <= set(answers):  # it goes on after refused lines
+            line = proc.stdout.readline()
+            assert line, proc.stderr.read() if proc.stderr else "no answer"
+            answer = json.loads(line)
+            answers[answer.get("id")] = answer
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    for i in range(len(DUPLICATES)):
+        error = answers[10 + i]["error"]
+        assert error["code"] == -32700 and error["data"]["code"] == "invalid_request", error
+        assert "duplicate key" in error["message"]
+    assert "tools" in answers[99]["result"], answers
+    assert effects(gate.ledger) == []
+
+
+@pytest.mark.parametrize("gate", ["stdio"], indirect=True)
+async def test_an_approver_under_a_look_alike_of_the_actor_is_refused(gate: Gate) -> None:
+    async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
+        r = await c.call_tool("notes.write", {"note_id": "N-3", "text": "t", "author": "alice"})
+    assert outcome(r) == "approval_required", r
+    inv = str(body(r)["invocation_id"])
+    for look_alike in ("Alice", "\uff41lice", "\u0430lice"):  # full width a, Cyrillic a
+        approver = gate.token(look_alike, ["notes-approver"])
+        refused = cg(gate.state_dir, "approve", inv, "--session", approver, rc=1)
+        assert refused["error"]["code"] == "approver_forbidden", refused
+        assert "look-alike" in refused["error"]["message"]
+    assert effects(gate.ledger) == []

@@ -1,13 +1,11 @@
-"""Many ``callgate serve`` instances on one deployment (ADR 0015), on tansu and Apache Kafka.
+"""Many ``callgate serve`` instances on one deployment (ADR 0015), on Apache Kafka.
 
 Two instances with their own ``--instance-id`` share one state directory (its keys and the
 simulated providers' ledger are the deployment's) and the partitions of every process;
 neither fences the other. After a SIGKILL of one whole instance (serve and its children, as
 a lost host) the other takes over its partitions: the time from the SIGKILL until a call on
 every partition has settled again is printed and bounded by ``TAKEOVER_BOUND_S``. A second
-serve with an instance id already running on the same state directory is refused. tansu
-lists no group members (``Broker.describes_members``): there the test waits a session
-timeout for the second instance's joins instead of watching them.
+serve with an instance id already running on the same state directory is refused.
 """
 
 from __future__ import annotations
@@ -102,10 +100,7 @@ def test_two_instances_share_the_partitions_and_take_over_after_a_sigkill(
             for p in ("decider", "executor", "status-projection")
         )
 
-    if kafka_broker.describes_members:
-        wait_for(shared, 60, "both instances to own partitions of every process", poll_s=0.5)
-    else:  # tansu lists no members: give the second instance's joins a session timeout
-        time.sleep(SESSION_TIMEOUT_S + 2)
+    wait_for(shared, 60, "both instances to own partitions of every process", poll_s=0.5)
     gate = dep.connect()
     try:
         alice = token(gate, "alice", "acme", "support")
@@ -122,8 +117,7 @@ def test_two_instances_share_the_partitions_and_take_over_after_a_sigkill(
     takeover = time.monotonic() - killed
     print(f"\ntakeover after SIGKILL of one instance: {takeover:.1f}s (bound {TAKEOVER_BOUND_S}s)")
     assert takeover < TAKEOVER_BOUND_S
-    if kafka_broker.describes_members:
-        assert members(dep, "executor") == ["executor.a"]
+    assert members(dep, "executor") == ["executor.a"]
 
     gate = dep.connect()
     try:  # exactly once across the loss: the same key replays, the ledger holds one effect

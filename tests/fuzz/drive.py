@@ -14,6 +14,10 @@ and keeps the figures the issue asks for:
 - every effect in the provider ledger belongs to a call a genuine session was allowed to
   make with no confirmation (no campaign grants approvals): any other is an
   **unauthorized effect**;
+- sessions signed by the trusted issuer with other spellings of a tenant or role (``ACME``,
+  ``Admin``, full width, look-alikes, any text) read each tenant's ticket, delete a user and
+  approve a deploy: a **grant across principals** is any of these allowed where the exact
+  tenant or role does not allow it (identifiers compare exactly, docs/contract.md);
 - the codes seen, and how many inputs the SDK refused before publishing.
 """
 
@@ -31,7 +35,8 @@ from callgate.adapters.avro_codec import MalformedEvent
 from callgate.domain import events as ev
 from callgate.domain.canonical import partition_key
 from callgate.domain.codes import Code, Rejection
-from callgate.domain.identity import AUDIENCE, DEV_ISSUER, normalize_identity
+from callgate.domain.identity import AUDIENCE, DEV_ISSUER
+from callgate.domain.principal import looks_alike
 from callgate.domain.scope import OPERATOR_ROLE, bound_id
 from callgate.surfaces.sdk import Gateway
 from tests.attacks import hs256_token, tamper_payload
@@ -39,6 +44,9 @@ from tests.fuzz.strategies import NO_CONFIRMATION, SHARED_KEYS, USERS, Case, Tok
 
 VOCABULARY = frozenset(c.value for c in Code)
 GENUINE = frozenset(USERS)
+GRANTED = frozenset(
+    {Code.EXECUTED.value, Code.REPLAYED.value, Code.ALLOWED.value, Code.APPROVAL_REQUIRED.value}
+)
 
 
 @dataclass
@@ -51,6 +59,8 @@ class Figures:
     refused_at_entry: int = 0
     approvals_tried: int = 0
     self_approvals: int = 0
+    spelled_tried: int = 0
+    grants_across: int = 0
     codes: Counter[str] = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
 
@@ -65,11 +75,19 @@ class Figures:
             f"refused at the entry (SDK limits): {self.refused_at_entry}\n"
             f"approvals under another spelling tried: {self.approvals_tried}, self-approvals "
             f"granted: {self.self_approvals}\n"
+            f"calls and approvals under other tenant/role spellings (trusted issuer): "
+            f"{self.spelled_tried}, grants across principals: {self.grants_across}\n"
             f"distinct codes seen: {len(self.codes)} ({codes})"
         )
 
     def ok(self) -> bool:
-        bad = self.stalls or self.unauthorized_effects or self.overwrites or self.self_approvals
+        bad = (
+            self.stalls
+            or self.unauthorized_effects
+            or self.overwrites
+            or self.self_approvals
+            or self.grants_across
+        )
         return not (bad or self.problems)
 
 
@@ -144,15 +162,47 @@ class Campaign:
             self._through_sdk(case, token)
         else:
             self._raw(case, token)
+        if case.impostor is not None:
+            self._impostor_calls(*case.impostor)
         if case.approver is not None:
-            self._approve_under(case.approver)
+            tenant, roles = case.impostor or ("acme", ("release-manager",))
+            self._approve_under(case.approver, tenant, roles)
         self._n += 1
         if self._n % self.sentinel_every == 0:
             self.watchdog()
 
-    def _approve_under(self, spelling: str) -> None:
-        """rita's high-impact deploy, approved by a session naming ``spelling``: granted
-        only when ``spelling`` is not rita under the one normalization of identity."""
+    def _impostor_calls(self, tenant: str, roles: tuple[str, ...]) -> None:
+        """A trusted session of ``tenant`` with ``roles`` reads acme's and globex's ticket and
+        deletes acme's user: allowed only where the exact tenant owns the resource and an
+        exact role of the tool's callers is held."""
+        try:
+            token = self.issue("ivan", tenant, roles)
+        except ValueError:
+            return  # the issuer refuses an empty tenant
+        calls = (
+            ("tickets.read", {"ticket_id": "T-1"}, "acme", {"support", "admin"}),
+            ("tickets.read", {"ticket_id": "GT-1"}, "globex", {"support", "admin"}),
+            ("users.delete", {"user_id": "U-1"}, "acme", {"admin"}),
+        )
+        for tool, args, owner, callers in calls:
+            self.figures.spelled_tried += 1
+            answer = self.gate.propose(token, tool, args, timeout_s=self.settle_s)
+            outcome = str(answer.get("outcome"))
+            self._code(outcome, f"spelled {answer}")
+            granted = outcome in GRANTED
+            exact = tenant == owner and bool(callers & set(roles))
+            if granted and exact:
+                self.legit.add(str(answer["invocation_id"]))
+            elif granted:
+                self.figures.grants_across += 1
+                self.figures.problems.append(
+                    f"{tool} {args} granted to tenant {tenant!r} roles {roles!r}: {outcome}"
+                )
+
+    def _approve_under(self, spelling: str, tenant: str, roles: tuple[str, ...]) -> None:
+        """rita's high-impact deploy, approved by a session (``spelling``, ``tenant``,
+        ``roles``): granted only to another user than rita, and no look-alike of her, of
+        exactly acme holding exactly release-manager."""
         rita = self.issue("rita", "acme", ("release", "release-manager"))
         deploy = {"service": "billing", "version": "1", "environment": "production"}
         first = self.gate.propose(rita, "deploys.trigger", deploy, timeout_s=self.settle_s)
@@ -160,27 +210,32 @@ class Campaign:
             self._stall(f"rita's deploy did not stop for approval: {first}")
             return
         try:
-            approver = self.issue(spelling, "ACME", ("Release-Manager",))
+            approver = self.issue(spelling, tenant, roles)
         except ValueError:
             return  # the issuer refuses an empty user id: nobody to approve as
         self.figures.approvals_tried += 1
+        self.figures.spelled_tried += 1
         try:
             self.gate.approve(str(first["invocation_id"]), approver, timeout_s=self.settle_s)
         except Rejection as r:
             self._code(r.code.value, "approval refusal")
             return
-        if normalize_identity(spelling) == "rita":
+        if looks_alike(spelling, "rita"):
             self.figures.self_approvals += 1
             self.figures.problems.append(f"rita approved her own deploy as {spelling!r}")
+        elif tenant != "acme" or "release-manager" not in roles:
+            self.figures.grants_across += 1
+            self.figures.problems.append(
+                f"approval granted to tenant {tenant!r} roles {roles!r} as {spelling!r}"
+            )
 
     def _through_sdk(self, case: Case, token: str) -> None:
-        try:
-            answer = self.gate.propose(
-                token, case.tool, case.args_json, case.key, timeout_s=self.settle_s
-            )
-        except Rejection as r:
+        answer = self.gate.propose(
+            token, case.tool, case.args_json, case.key, timeout_s=self.settle_s
+        )
+        if answer["invocation_id"] is None:
             self.figures.refused_at_entry += 1
-            self._code(r.code.value, "sdk refusal")
+            self._code(str(answer["outcome"]), "sdk refusal")
             return
         inv = str(answer["invocation_id"])
         if case.token.kind in GENUINE and case.tool in NO_CONFIRMATION:

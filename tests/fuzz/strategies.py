@@ -44,6 +44,16 @@ RITA_SPELLINGS = (
     "rit\u0430",  # Cyrillic a: another person
     "rite",
 )  # fmt: skip
+# Tenants and roles a trusted issuer may sign (issue 25): other spellings of acme, globex
+# and the roles, each another identifier; a campaign checks none is granted as the other.
+TENANT_SPELLINGS = (
+    "acme", "ACME", "Acme", "acme ", "\uff41\uff43\uff4d\uff45", "\u0430cme", "acme\u200b",
+    "globex", "GLOBEX", "Globex", "gl\u043ebex", "\u212bcme", "ac\u00adme", "\ufeffacme",
+)  # fmt: skip
+ROLE_SPELLINGS = (
+    "admin", "ADMIN", "Admin", " admin", "\uff41dmin", "\u0430dmin", "admin\u2060",
+    "support", "Support", "release-manager", "Release-Manager", "release\u2010manager",
+)  # fmt: skip
 
 # -- JSON ------------------------------------------------------------------------------------
 
@@ -172,6 +182,9 @@ class Case:
     # When set: rita proposes a high-impact deploy and a session of this user id tries to
     # approve it (separation of duties under another spelling of the actor).
     approver: str | None = None
+    # When set: a session from the trusted issuer with this tenant and these roles reads
+    # each tenant's ticket and deletes a user; and, with ``approver``, approves under them.
+    impostor: tuple[str, tuple[str, ...]] | None = None
 
 
 @st.composite
@@ -192,4 +205,13 @@ def cases(draw: st.DrawFn) -> Case:
                 st.sampled_from(RITA_SPELLINGS), st.text(max_size=6),
             )
         ),
+        impostor=draw(st.one_of(st.none(), st.none(), impostors())),
     )  # fmt: skip
+
+
+@st.composite
+def impostors(draw: st.DrawFn) -> tuple[str, tuple[str, ...]]:
+    """A tenant and roles: mostly spellings of real ones, sometimes any Unicode text."""
+    tenant = draw(st.one_of(st.sampled_from(TENANT_SPELLINGS), st.text(min_size=1, max_size=8)))
+    role = st.one_of(st.sampled_from(ROLE_SPELLINGS), st.text(min_size=1, max_size=8))
+    return tenant, tuple(draw(st.lists(role, max_size=3)))

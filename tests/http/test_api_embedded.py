@@ -391,3 +391,92 @@ def test_serve_http_with_a_bad_address_is_misuse(tmp_path: Path) -> None:
 
     result = run(tmp_path, "serve", "--http", "localhost", rc=EXIT_MISUSE, json_mode=False)
     assert "HOST:PORT" in result.stderr
+
+
+# --- one strict reader, exact identifiers (issue 25) ----------------------------------------
+
+FULLWIDTH_ACME = "\uff41\uff43\uff4d\uff45"
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b'{"tool": "tickets.read", "tool": "deploys.trigger", "args": {}}', "duplicate key"),
+        (b'{"tool": "tickets.read", "args": {"ticket_id": "T-1", "ticket_id": "GT-1"}}', "dup"),
+        (b'{"tool": "tickets.read", "t\\u006fol": "deploys.trigger", "args": {}}', "duplicate"),
+        (b'{"tool": "tickets.read", "args": {"ticket_id": NaN}}', "NaN"),
+        (b'{"tool": "tickets.read", "args": {"ticket_id": "\\ud800"}}', "surrogate"),
+        (b'{"tool": "tickets.read", "args": {"n": 1e400}}', "not finite"),
+    ],
+    ids=["envelope", "arguments", "escaped-key", "nan", "lone-surrogate", "infinite"],
+)
+def test_the_strict_reader_refuses_what_parsers_could_read_differently(
+    server: HttpServe, body: bytes, says: str
+) -> None:
+    """A proxy keeping the first duplicate would see another request than callgate: such a
+    body is 422 invalid_request before any route runs, and nothing is published."""
+    token = server.token("alice", "acme", "support", "admin")
+    with server.client(token) as c:
+        before = len(c.get("/v1/audit").json())
+        r = c.post("/v1/proposals", content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 422, r.text
+        assert r.json()["error"]["code"] == "invalid_request"
+        assert says in r.json()["error"]["message"]
+        assert len(c.get("/v1/audit").json()) == before
+
+
+@pytest.mark.parametrize(
+    ("tenant", "code"),
+    [("ACME", "tool_forbidden"), ("Acme", "tool_forbidden"), ("acme ", "unauthenticated"),
+     (FULLWIDTH_ACME, "tool_forbidden")],
+)  # fmt: skip
+def test_another_spelling_of_a_tenant_reads_nothing_of_it(
+    server: HttpServe, tenant: str, code: str
+) -> None:
+    token = server.token("alice", tenant, "support")
+    with server.client(token) as c:
+        r = post(c, "/v1/proposals", {"tool": "tickets.read", "args": {"ticket_id": "T-1"}})
+        assert r.json().get("outcome", r.json()["error"]["code"]) == code, r.text
+        assert r.status_code == STATUS[Code(code)]
+        if code == "tool_forbidden":
+            assert c.get("/v1/pending").json() == []
+            assert all(
+                rec["authorized_by"]["principal"]["tenant"] == tenant
+                for rec in c.get("/v1/audit").json()
+            )
+
+
+@pytest.mark.parametrize(
+    ("role", "code"),
+    [("ADMIN", "tool_forbidden"), ("Admin", "tool_forbidden"), (" admin", "unauthenticated")],
+)
+def test_another_spelling_of_a_role_is_not_the_role(
+    server: HttpServe, role: str, code: str
+) -> None:
+    token = server.token("adam", "acme", role)
+    with server.client(token) as c:
+        r = post(c, "/v1/proposals", {"tool": "users.delete", "args": {"user_id": "U-1"}})
+    assert r.json().get("outcome", r.json()["error"]["code"]) == code, r.text
+
+
+def test_an_approver_under_a_look_alike_of_the_actor_is_refused(server: HttpServe) -> None:
+    rita = server.token("rita", "acme", "release", "release-manager")
+    answer = propose(server, rita, "deploys.trigger", {**DEPLOY, "version": "9.9.9"})
+    assert answer["outcome"] == "approval_required"
+    for look_alike in ("Rita", "\uff52\uff49\uff54\uff41", "r\u0456ta"):  # Cyrillic i
+        other = server.token(look_alike, "acme", "release-manager")
+        with server.client(other) as c:
+            r = c.post(f"/v1/invocations/{answer['invocation_id']}/approve")
+        assert r.status_code == 403, r.text
+        assert r.json()["error"]["code"] == "approver_forbidden"
+        assert "look-alike" in r.json()["error"]["message"]
+
+
+def test_a_refusal_before_publishing_has_the_shape_of_a_decided_one(server: HttpServe) -> None:
+    alice = server.token("alice", "acme", "support")
+    deep: dict[str, Any] = {"x": 1}
+    for _ in range(12):
+        deep = {"d": deep}
+    answer = propose(server, alice, "records.update", {"record_id": "REC-1", "fields": deep})
+    assert answer["outcome"] == answer["error"]["code"] == "invalid_arguments"
+    assert answer["invocation_id"] is None

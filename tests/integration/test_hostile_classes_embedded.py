@@ -13,6 +13,8 @@ from tests.hostile_scenarios import (
     limits_scenario,
     poison_scenario,
     self_approval_scenario,
+    spelled_identity_scenario,
+    strict_record_scenario,
 )
 
 from callgate.adapters.embedded.gateway import EmbeddedBackend
@@ -61,13 +63,14 @@ HOSTILE_CLI_ARGS = {
 
 @pytest.mark.parametrize("name", sorted(HOSTILE_CLI_ARGS))
 def test_the_command_line_refuses_hostile_args_with_a_code(tmp_path: Path, name: str) -> None:
-    """``--args`` that a recursive parser or canonical JSON cannot take: a coded
-    ``invalid_arguments`` (exit 1), never ``internal_error``, and nothing published."""
+    """``--args`` that a recursive parser or canonical JSON cannot take: the answer of a
+    refused call, ``invalid_arguments`` (exit 0, as a decided refusal), never
+    ``internal_error``, and nothing published."""
     state = tmp_path / "state"
     alice = session(state, "alice", "acme", "support")
     argv = ["propose", "--session", alice, "--tool", "records.update"]
-    result = run(state, *argv, "--args", HOSTILE_CLI_ARGS[name], rc=1)
-    assert result.value["error"]["code"] == "invalid_arguments", result
+    result = run(state, *argv, "--args", HOSTILE_CLI_ARGS[name], rc=0)
+    assert result.value["outcome"] == result.value["error"]["code"] == "invalid_arguments"
     assert run(state, "audit", "--session", ops(state)).value == []
 
 
@@ -86,3 +89,11 @@ def test_command_line_reads_take_a_session_and_show_only_its_tenant(tmp_path: Pa
     assert run(state, "audit", "--session", gina).value == []
     assert [r["invocation_id"] for r in run(state, "audit", "--session", alice).value] == [inv]
     assert len(run(state, "audit", "--session", ops(state)).value) == 1  # the operator role
+
+
+def test_other_spellings_of_tenant_and_role_get_nothing(gate: Gateway) -> None:
+    spelled_identity_scenario(gate)
+
+
+def test_unreadable_arguments_in_a_record_are_dead_lettered_never_decided(gate: Gateway) -> None:
+    strict_record_scenario(gate, lambda: dead_letters(gate))

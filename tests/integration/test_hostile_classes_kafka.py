@@ -1,5 +1,5 @@
 """The four hostile-input classes (``tests.hostile_scenarios``) on the Kafka backend: one
-``callgate serve`` on the suite's tansu broker, the SDK as an agent platform uses it, and
+``callgate serve`` on the suite's Apache Kafka broker, the SDK as an agent platform uses it, and
 raw records on ``requests`` as a hand-written client would put them there.
 
 Tansu gap met here (docs/contract.md "Known tansu gaps"): group joins take about
@@ -16,6 +16,8 @@ from tests.hostile_scenarios import (
     limits_scenario,
     poison_scenario,
     self_approval_scenario,
+    spelled_identity_scenario,
+    strict_record_scenario,
 )
 from tests.kafka_support import Deployment, KafkaServe, unique_prefix
 
@@ -70,3 +72,13 @@ def test_the_sdk_refuses_arguments_over_the_limits_with_a_code(gate: Gateway) ->
     """Oversized arguments included: refused with ``invalid_arguments`` before producing,
     never by the client library's raw exception."""
     limits_scenario(gate)
+
+
+def test_other_spellings_of_tenant_and_role_get_nothing(gate: Gateway) -> None:
+    spelled_identity_scenario(gate)
+
+
+def test_unreadable_arguments_in_a_record_are_dead_lettered_never_decided(
+    dep: Deployment, gate: Gateway
+) -> None:
+    strict_record_scenario(gate, lambda: dead_letters(dep))

@@ -318,10 +318,11 @@ def test_c6_arguments_naming_another_identity_are_identity_spoof(
 
 
 def test_c6_the_session_identity_is_what_runs(g: Gate) -> None:
-    """C6: another spelling of the session user is accepted, and the call carries the
-    session's exact value, never the model's spelling."""
+    """C6: the session's exact user runs; another spelling of it is identity_spoof."""
     alice = g.session("alice", "acme", ("support",))
-    inv = g.propose(alice, "tickets.create", {**TICKET, "requester_id": " ALICE "})
+    spoof = g.propose(alice, "tickets.create", {**TICKET, "requester_id": " ALICE "})
+    assert g.outcome(spoof) == "identity_spoof"
+    inv = g.propose(alice, "tickets.create", {**TICKET, "requester_id": "alice"})
     assert g.outcome(inv) == "executed"
     (effect,) = g.effects()
     assert effect["args"]["requester_id"] == "alice"

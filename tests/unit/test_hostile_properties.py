@@ -32,12 +32,13 @@ from tests.attacks import (
 )
 from tests.harness import T0, Gate
 
+from callgate.adapters.failures import Deterministic, classify
 from callgate.bootstrap import App, bootstrap
 from callgate.decider import Decider
+from callgate.decider.proposals import UnreadableRecord
 from callgate.domain import events as ev
 from callgate.domain.catalog import Confirmation
 from callgate.domain.codes import Code
-from callgate.domain.identity import normalize_identity
 from callgate.domain.scope import bound_id
 
 VOCABULARY = frozenset(c.value for c in Code)
@@ -292,12 +293,20 @@ FAST = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCh
 def test_the_decider_answers_every_proposal_with_one_code(
     deployment: Deployment, h: Hostile
 ) -> None:
-    """Any proposal: no exception, exactly one first decision (ProposalRejected, or a
-    PolicyDecided that a deny ends), codes from the vocabulary, an execution request only
-    for a legitimately authorized call, and a redelivery decides nothing again."""
+    """Any proposal: exactly one first decision (ProposalRejected, or a PolicyDecided that a
+    deny ends), codes from the vocabulary, an execution request only for a legitimately
+    authorized call, and a redelivery decides nothing again. The one exception: arguments
+    the strict reader refuses (duplicate keys, NaN, lone surrogates, not JSON) are never
+    decided; the runner dead-letters the record and answers invalid_arguments."""
     decider: Decider = deployment.app.decider()
     p = to_event(deployment.app, h, T0, "inv-hostile", deployment.granted)
-    state, outs = decider.handle(decider.initial_state(), p, T0)
+    try:
+        state, outs = decider.handle(decider.initial_state(), p, T0)
+    except UnreadableRecord as unreadable:
+        failure = classify(unreadable)
+        assert isinstance(failure, Deterministic) and failure.answer
+        assert failure.code is Code.INVALID_ARGUMENTS
+        return
     if [type(o) for o in outs] == [ev.ResourceDescriptionRequested]:
         # C7: no static owner, so the provider is asked first; it knows no owner here.
         asked = outs[0]
@@ -360,18 +369,22 @@ def test_the_decider_answers_every_approval_decision(
 def test_identity_spellings_are_the_session_user_or_a_spoof(
     deployment: Deployment, requester: str
 ) -> None:
-    """C6: an arbitrary requester_id is the session user (then the call carries the
-    session's exact spelling) or identity_spoof; never another user who runs."""
+    """C6: an arbitrary requester_id is exactly the session user (then the call runs) or
+    identity_spoof, another spelling of alice included; never another user who runs."""
     decider = deployment.app.decider()
     alice = deployment.app.session_issuer.issue("alice", "acme", ["support"], T0)
     args = json.dumps({"title": "t", "requester_id": requester})
     p = build_proposal(alice, "tickets.create", args, T0)
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in requester):
+        with pytest.raises(UnreadableRecord):  # an escaped lone surrogate: dead-lettered
+            decider.handle(decider.initial_state(), p, T0)
+        return
     _, outs = decider.handle(decider.initial_state(), p, T0)
     runs = [o for o in outs if isinstance(o, ev.ExecutionRequested)]
     codes = [o.code for o in outs if isinstance(o, ev.ProposalRejected)]
     if not 1 <= len(requester) <= 128 or any(0xD800 <= ord(c) <= 0xDFFF for c in requester):
         assert codes == ["invalid_arguments"]
-    elif normalize_identity(requester) == "alice":
+    elif requester == "alice":
         (run,) = runs
         assert json.loads(run.args_json)["requester_id"] == "alice"
     else:

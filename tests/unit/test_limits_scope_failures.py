@@ -75,7 +75,9 @@ def test_request_ids_are_bound_to_one_session_token() -> None:
 def test_reads_are_the_readers_tenant_unless_operator() -> None:
     alice = Principal("alice", "acme", ("support",))
     ops = Principal("ops", "x", (OPERATOR_ROLE,))
-    assert may_read(alice, "acme") and may_read(alice, "ACME")
+    assert may_read(alice, "acme")
+    spellings = ("ACME", "Acme", "acme ", "\uff41\uff43\uff4d\uff45")
+    assert not any(may_read(alice, t) for t in spellings)
     assert not may_read(alice, "globex") and not may_read(alice, None)
     assert may_read(ops, "globex") and may_read(ops, None)
 

@@ -73,7 +73,7 @@ def test_staging_needs_one_approver(g: Gate) -> None:
     assert g.events_of(inv, ev.ApprovalGrantRecorded) == []
 
 
-@pytest.mark.parametrize("spelling", ["MONA", "\uff4d\uff4f\uff4e\uff41", " mona "])
+@pytest.mark.parametrize("spelling", ["MONA", "\uff4d\uff4f\uff4e\uff41", "m\u043ena"])
 def test_an_approver_granting_twice_is_refused(g: Gate, spelling: str) -> None:
     actor = g.session("rita", roles=("release",))
     mona = g.session("mona", roles=("release-manager",))
@@ -89,7 +89,7 @@ def test_an_approver_granting_twice_is_refused(g: Gate, spelling: str) -> None:
     assert g.outcome(inv) == "approval_required"
 
 
-@pytest.mark.parametrize("spelling", ["RITA", "\uff52\uff49\uff54\uff41", "rita "])
+@pytest.mark.parametrize("spelling", ["RITA", "\uff52\uff49\uff54\uff41", "r\u0456ta"])
 def test_the_actor_under_another_spelling_cannot_grant(g: Gate, spelling: str) -> None:
     actor = g.session("rita", roles=("release", "release-manager"))
     disguised = g.session(spelling, roles=("release-manager",))

@@ -32,7 +32,7 @@ from callgate.domain.approvals import (
 )
 from callgate.domain.codes import Code, Rejection, Unanswerable
 from callgate.domain.identity import token_digest
-from callgate.domain.principal import same_identity
+from callgate.domain.principal import looks_alike
 from callgate.domain.scope import is_bound
 
 _REPLAYABLE = frozenset({Code.EXECUTED.value, Code.EXECUTION_FAILED.value})
@@ -197,10 +197,10 @@ def on_approval_decision(
 
 
 def already_granted(inv: Invocation, approver: str) -> None:
-    """ADR 0030: one grant per person; spellings are folded (``same_identity``), so no one
+    """ADR 0030: one grant per person; spellings are folded (``looks_alike``), so no one
     grants twice under two spellings. Folding only ever adds this refusal."""
     for earlier in inv.grants:
-        if same_identity(earlier, approver):
+        if looks_alike(earlier, approver):
             raise Rejection(
                 Code.APPROVER_FORBIDDEN,
                 f"{approver} already granted this call; the quorum needs "

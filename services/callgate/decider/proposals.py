@@ -27,6 +27,7 @@ from callgate.domain.canonical import args_hash, canonical_json, partition_key, 
 from callgate.domain.catalog import ToolSpec
 from callgate.domain.codes import Code, Rejection, Unanswerable
 from callgate.domain.identity import check_identity, token_digest
+from callgate.domain.limits import MAX_RECORD_BYTES, parse_json
 from callgate.domain.policy import NEW_RESOURCE, ResourceFacts
 from callgate.domain.principal import Principal
 from callgate.domain.scope import is_bound
@@ -45,6 +46,26 @@ def on_proposed(
     if p.invocation_id in state.invocations:
         return  # the same proposal delivered twice: already decided
     _rejecting(state, p, out, lambda: _decide_proposal(deps, state, p, out))
+
+
+class UnreadableRecord(Rejection):
+    """A record field two parsers could read differently: never decided, dead-lettered."""
+
+
+def _strict_record(deps: DeciderDeps, p: ev.ToolCallProposed) -> None:
+    """The record's JSON field through the one strict reader, before any decision: text
+    that two parsers could read differently (duplicate keys, ``NaN``, a lone surrogate,
+    not JSON) is never decided. Raised out of the decider, the ``Rejection`` makes the
+    runner dead-letter the record with its reason and answer ``invalid_arguments``
+    (``adapters/failures.py``), at the place of ``invalid_arguments`` in the order of
+    checks. Limits of size, depth and numbers are decided as usual."""
+    limits = deps.profile.limits
+    try:
+        parse_json(p.args_json, max(limits.max_args_bytes, MAX_RECORD_BYTES), 1 << 16)
+    except Rejection as r:
+        if r.details.get("limit") in ("syntax", "unicode"):
+            message = f"args_json: {r.message}"
+            raise UnreadableRecord(Code.INVALID_ARGUMENTS, message, r.details) from None
 
 
 def on_described(
@@ -92,6 +113,8 @@ def _rejecting(
     """Run ``decide``; a ``Rejection`` settles the invocation with its code (first failure)."""
     try:
         decide()
+    except UnreadableRecord:
+        raise  # dead-lettered by the runner, never decided
     except Rejection as r:
         out.emit(
             ev.ProposalRejected,
@@ -137,6 +160,7 @@ def _decide_proposal(
     spec = deps.profile.tool(p.tool)
     if spec is None:
         raise Rejection(Code.UNKNOWN_TOOL, f"no tool named {p.tool!r} in the catalog")
+    _strict_record(deps, p)
     args = normalize_args(spec, deps.profile.limits, p.args_json)  # C7: schema first
     args = check_identity(spec.identity_args, deps.profile.tenant_fields, args, principal)
     target = target_of(spec, args)

@@ -278,7 +278,31 @@ def _read(path: Path, what: str) -> str:
 
 # libyaml's safe loader where PyYAML has it (eight times quicker: every command loads the
 # profile), else the pure-Python one; both build plain Python values only.
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BASE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class StrictYamlLoader(_BASE_LOADER):  # type: ignore[misc]
+    """The safe loader, refusing duplicate keys (YAML 1.2 forbids them; PyYAML keeps the
+    last): a profile read differently by two tools must not load."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str | int | float | bool) or key is None:
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping",
+                        node.start_mark,
+                        f"found duplicate key {key!r}",
+                        key_node.start_mark,
+                    )
+                seen.add(key)
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return mapping
+
+
+_SAFE_LOADER = StrictYamlLoader
 
 
 def load_profile(path: Path) -> Profile:

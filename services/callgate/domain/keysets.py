@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
 from callgate.domain.keys import ALGORITHMS, PrivateKey, PublicKey, algorithm_of
+from callgate.domain.limits import parse_document
 
 KINDS = ("session", "approval")
 
@@ -66,7 +67,7 @@ def _read(path: Path) -> bytes:
         raise KeyFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
-def _accepted(key: Any, path: Path) -> str:
+def _accepted(key: Any, path: Path | str) -> str:
     try:
         return algorithm_of(key)
     except ValueError as exc:
@@ -100,22 +101,28 @@ def load_public_key(path: Path) -> PublicKey:
 
 
 def load_jwks(path: Path) -> dict[str, PublicKey]:
-    """The public keys of a JWKS file, by ``kid``; each key needs a unique ``kid``.
+    """The public keys of a JWKS file, by ``kid`` (``parse_jwks``)."""
+    data = _read(path)
+    try:
+        doc = parse_document(data)  # the one strict reader: no duplicate keys
+    except ValueError as exc:
+        raise KeyFileError(f"{path}: not JSON ({exc})") from None
+    return parse_jwks(doc, str(path))
+
+
+def parse_jwks(doc: Any, where_from: str) -> dict[str, PublicKey]:
+    """The public keys of a JWKS document (a file's or an identity provider's ``jwks_uri``),
+    by ``kid``; each key needs a unique ``kid``.
 
     Keys whose ``use`` is not ``sig`` are skipped (an encryption key never verifies a
     signature); a key whose ``alg`` disagrees with its type is refused.
     """
-    data = _read(path)
-    try:
-        doc = json.loads(data)
-    except ValueError as exc:
-        raise KeyFileError(f"{path}: not JSON ({exc})") from None
     entries = doc.get("keys") if isinstance(doc, dict) else None
     if not isinstance(entries, list):
-        raise KeyFileError(f"{path}: a JWKS document needs a 'keys' array")
+        raise KeyFileError(f"{where_from}: a JWKS document needs a 'keys' array")
     out: dict[str, PublicKey] = {}
     for i, entry in enumerate(entries):
-        where = f"{path}: keys[{i}]"
+        where = f"{where_from}: keys[{i}]"
         if not isinstance(entry, dict):
             raise KeyFileError(f"{where}: not an object")
         if entry.get("use", "sig") != "sig":
@@ -131,7 +138,7 @@ def load_jwks(path: Path) -> dict[str, PublicKey]:
             key: Any = jwt.PyJWK(entry).key
         except jwt.PyJWTError as exc:
             raise KeyFileError(f"{where}: unusable key ({exc})") from None
-        alg = _accepted(key, path)
+        alg = _accepted(key, where_from)
         if entry.get("alg", alg) != alg:
             raise KeyFileError(f"{where}: 'alg' {entry['alg']!r} does not match its {alg} key")
         out[kid] = key

@@ -9,14 +9,14 @@ Order, each step bounded by the previous one:
 
 1. size in UTF-8 bytes (``max_bytes``), and the text must be valid Unicode (no lone
    surrogate, valid UTF-8 when bytes);
-2. nesting depth, by one linear scan of the text that skips strings: no recursion, so a
-   5000-deep parser bomb is refused before ``json`` could exhaust the stack;
-3. every number token, by the same scan: at most ``MAX_NUMBER_CHARS`` characters, integers
-   within I-JSON's exact range (``±(2**53 - 1)``, RFC 7493), other numbers finite and with
-   at most 17 significant digits (what an IEEE double keeps: two longer spellings could
-   hash alike), so canonical JSON (RFC 8785 works over IEEE doubles) can represent them;
-4. the strict parse (no NaN/Infinity, no duplicate keys), then every string of the result
-   must encode as UTF-8 (an escaped lone surrogate such as ``"\\ud800"``).
+2. the strict parse by ``json``'s C decoder, whose hooks refuse duplicate keys (equal after
+   unescaping), ``NaN``/``Infinity`` and number tokens over ``MAX_NUMBER_CHARS`` characters,
+   integers outside I-JSON's exact range (``±(2**53 - 1)``, RFC 7493), other numbers not
+   finite or with more than 17 significant digits (what an IEEE double keeps: two longer
+   spellings could hash alike), so canonical JSON (RFC 8785) can represent them. The C
+   decoder guards its own recursion (a 5000-deep bomb is a ``RecursionError``, refused);
+3. nesting depth over the parsed value, and every string must encode as UTF-8 (an escaped
+   lone surrogate such as ``"\\ud800"``).
 
 ``check_value`` applies the same limits to a Python value before the SDK encodes it.
 Pure: no I/O.
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,10 +43,6 @@ DEFAULT_MAX_DEPTH = 8
 # client library with a raw exception.
 MAX_RECORD_BYTES = 1_000_000 - 4_096
 
-_STRUCTURE = frozenset("{}[]")
-_NUMBER_START = frozenset("-0123456789")
-_NUMBER_CHARS = frozenset("-+.eE0123456789")
-
 
 def _reject(message: str, limit: str, field: str = "") -> Rejection:
     details = {"limit": limit}
@@ -55,20 +52,56 @@ def _reject(message: str, limit: str, field: str = "") -> Rejection:
 
 
 def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
+    raise _reject(f"{name} is not valid JSON (no NaN or Infinity)", "syntax")
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    # Duplicate keys would let two parsers read different values from one text.
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key '{key}'")
-        out[key] = value
+    """Duplicate keys would let two parsers read different values from one text (a parser
+    differential). Keys arrive unescaped, so ``"a"`` and ``"\\u0061"`` are one key."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _reject(f"duplicate key {key!r}", "syntax", key)
+            seen.add(key)
     return out
 
 
-_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+def _int(token: str) -> int:
+    if len(token) > MAX_NUMBER_CHARS:
+        raise _reject(
+            f"a number of {len(token)} characters is longer than {MAX_NUMBER_CHARS}", "number"
+        )
+    value = int(token)
+    if abs(value) > MAX_SAFE_INTEGER:
+        raise _reject(
+            f"integer {token} is outside the exact range ±{MAX_SAFE_INTEGER} (I-JSON)", "number"
+        )
+    return value
+
+
+def _float(token: str) -> float:
+    if len(token) > MAX_NUMBER_CHARS:
+        raise _reject(
+            f"a number of {len(token)} characters is longer than {MAX_NUMBER_CHARS}", "number"
+        )
+    value = float(token)
+    check_float(value, token.lower().partition("e")[0])
+    return value
+
+
+# The one strict reader: the C decoder of ``json`` with hooks that refuse what I-JSON
+# (RFC 7493) and the limits refuse. Numbers and duplicate keys are refused while parsing.
+_DECODER = json.JSONDecoder(
+    object_pairs_hook=_unique_keys,
+    parse_constant=_no_constant,
+    parse_int=_int,
+    parse_float=_float,
+)
+# An escaped UTF-16 surrogate (``\\ud800``); only text containing one needs the walk
+# that finds lone ones (raw lone surrogates are refused by ``as_text``).
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def as_text(data: str | bytes, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
@@ -102,67 +135,6 @@ def _size(size: int, max_bytes: int) -> Rejection:
         f"arguments are {size} bytes; the limit is {max_bytes} (limits.max_args_bytes)",
         "max_args_bytes",
     )
-
-
-def scan(text: str, max_depth: int = DEFAULT_MAX_DEPTH) -> None:
-    """Steps 2 and 3: depth and number tokens, in one pass without recursion.
-
-    Strings are skipped (their escapes too), so brackets and digits inside strings do not
-    count. The scan does not validate JSON syntax: the strict parse after it does, and
-    only text that passed the scan reaches it.
-    """
-    depth = 0
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == '"':
-            i += 1
-            while i < n and text[i] != '"':
-                i += 2 if text[i] == "\\" else 1
-            i += 1
-            continue
-        if c in _STRUCTURE:
-            if c in "{[":
-                depth += 1
-                if depth > max_depth:
-                    raise _reject(
-                        f"arguments nest deeper than {max_depth} levels (limits.max_depth)",
-                        "max_depth",
-                    )
-            else:
-                depth -= 1
-            i += 1
-            continue
-        if c in _NUMBER_START:
-            j = i + 1
-            while j < n and text[j] in _NUMBER_CHARS:
-                j += 1
-            check_number_token(text[i:j])
-            i = j
-            continue
-        i += 1
-
-
-def check_number_token(token: str) -> None:
-    """Step 3 for one number token (as written in the text)."""
-    if len(token) > MAX_NUMBER_CHARS:
-        raise _reject(
-            f"a number of {len(token)} characters is longer than {MAX_NUMBER_CHARS}", "number"
-        )
-    mantissa, _, _ = token.lower().partition("e")
-    integral = "." not in token and "e" not in token.lower()
-    try:
-        value = int(token) if integral else float(token)
-    except ValueError:
-        return  # not a number after all: the strict parse reports the syntax error
-    if integral:
-        if abs(value) > MAX_SAFE_INTEGER:
-            raise _reject(
-                f"integer {token} is outside the exact range ±{MAX_SAFE_INTEGER} (I-JSON)",
-                "number",
-            )
-        return
-    check_float(float(value), mantissa)
 
 
 def check_float(value: float, mantissa: str = "") -> None:
@@ -204,18 +176,58 @@ def _encodable(text: str, where: str) -> None:
 def parse_json(
     data: str | bytes, max_bytes: int = DEFAULT_MAX_BYTES, max_depth: int = DEFAULT_MAX_DEPTH
 ) -> Any:
-    """Any JSON value from hostile text or bytes, within the limits (steps 1-4)."""
+    """Any JSON value from hostile text or bytes, within the limits: the one strict reader
+    of every entry (docs/contract.md, "Limits at every entry").
+
+    Size and Unicode first (``as_text``); then ``json``'s C decoder, whose hooks refuse
+    duplicate keys (after unescaping), ``NaN``/``Infinity`` and out-of-range numbers as it
+    meets them; then nesting depth and escaped lone surrogates over the parsed value.
+    """
     text = as_text(data, max_bytes)
-    scan(text, max_depth)
     try:
         parsed = _DECODER.decode(text)
-    except RecursionError:  # unreachable after ``scan``; kept so that no entry can crash
-        message = "arguments nest too deeply to parse (limits.max_depth)"
-        raise _reject(message, "max_depth") from None
-    except ValueError as exc:
+    except RecursionError:  # the C decoder's own guard against deep nesting
+        raise _reject(
+            f"arguments nest deeper than {max_depth} levels (limits.max_depth)", "max_depth"
+        ) from None
+    except ValueError as exc:  # json.JSONDecodeError; Rejection is not a ValueError
         raise _reject(f"arguments are not valid JSON: {exc}", "syntax") from None
-    _check_strings(parsed, "")
+    _check_depth(parsed, max_depth)
+    if _ESCAPED_SURROGATE.search(text):
+        _check_strings(parsed, "")
     return parsed
+
+
+def _check_depth(value: Any, max_depth: int) -> None:
+    """Nesting of objects and arrays (the top-level one is 1), level by level over the
+    parsed value: no recursion, one list comprehension per level."""
+    level = [value] if isinstance(value, dict | list) else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > max_depth:
+            raise _reject(
+                f"arguments nest deeper than {max_depth} levels (limits.max_depth)", "max_depth"
+            )
+        level = [
+            child
+            for item in level
+            for child in (item.values() if type(item) is dict else item)
+            if type(child) is dict or type(child) is list
+        ]
+
+
+MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
+MAX_DOCUMENT_DEPTH = 64
+
+
+def parse_document(data: str | bytes) -> Any:
+    """A configuration or key document (JSON in a setting, a JWKS file): the same strict
+    reader, with room for documents (4 MiB, 64 levels). ``ValueError`` naming the problem."""
+    try:
+        return parse_json(data, MAX_DOCUMENT_BYTES, MAX_DOCUMENT_DEPTH)
+    except Rejection as r:
+        raise ValueError(r.message.replace("arguments", "the document", 1)) from None
 
 
 def parse_args(

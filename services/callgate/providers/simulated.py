@@ -19,7 +19,6 @@ crash right after the effect was recorded. Randomness comes from an injected
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import random
 import time
@@ -31,6 +30,8 @@ from typing import Any, ClassVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from callgate.domain.catalog import StrictYamlLoader
+from callgate.domain.limits import parse_document
 from callgate.providers.base import (
     DryRunResult,
     ExecutionResult,
@@ -88,7 +89,7 @@ class FaultPlan(BaseModel):
     @classmethod
     def from_yaml(cls, source: str | Path) -> FaultPlan:
         text = source.read_text() if isinstance(source, Path) else source
-        data = yaml.safe_load(text) or {}
+        data = yaml.load(text, Loader=StrictYamlLoader) or {}
         if not isinstance(data, dict):
             raise ValueError("a fault plan must be a mapping of provider name to faults")
         return cls.from_mapping(data)
@@ -99,7 +100,7 @@ class FaultPlan(BaseModel):
         raw = environ.get(FAULTS_ENV, "").strip()
         if not raw:
             return cls.none()
-        data = json.loads(raw)
+        data = parse_document(raw)  # the one strict reader: no duplicate keys
         if not isinstance(data, dict):
             raise ValueError(f"{FAULTS_ENV} must be a JSON object")
         return cls.from_mapping(data)

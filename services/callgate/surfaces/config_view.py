@@ -24,7 +24,7 @@ def effective_configuration(app: App) -> dict[str, Any]:
             "clock_skew_s": t.leeway_ms // 1000,
             "kids": sorted(t.keys),
         }
-        for t in trusted_issuers(app.settings)
+        for t in trusted_issuers(app.settings, app.discovery.keys)
     ]
     keys = app.approval_keys
     return {

@@ -23,10 +23,12 @@ from callgate.bootstrap import App, Settings, bootstrap
 from callgate.domain import events as ev
 from callgate.domain.approvals import peek_partition_key
 from callgate.domain.canonical import partition_key
+from callgate.domain.catalog import Profile
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.limits import check_text_field, check_value, parse_args
 from callgate.domain.principal import Principal
-from callgate.domain.scope import bound_id, may_read
+from callgate.domain.scope import OPERATOR_ROLE, bound_id, may_read
+from callgate.domain.simulation import SimulationReport, Simulator
 from callgate_projections.audit import VerifyResult, verify_chain
 
 
@@ -60,8 +62,9 @@ class Backend(Protocol):
         """The view as stored: key and canonical JSON value (replay compares bytes)."""
         ...
 
-    def read_events(self) -> Iterator[ev.Event]:
-        """The authoritative ``events`` log from the start, in log order per partition."""
+    def read_events(self, only: type[ev.Event] | None = None) -> Iterator[ev.Event]:
+        """The authoritative ``events`` log from the start, in log order per partition
+        (``only``: just the events of that class, the others skipped undecoded)."""
         ...
 
     def wait(self, predicate: Callable[[], bool], timeout_s: float) -> bool: ...
@@ -96,24 +99,16 @@ class Gateway:
         invocation id to wait on again) when ``wait`` runs out.
 
         The limits of every entry (``callgate.domain.limits``) run first: arguments that
-        break them, or text that cannot be encoded, raise ``Rejection(invalid_arguments)``
-        and nothing is published. The invocation id is bound to ``session``
-        (``callgate.domain.scope``), so no other session can address it.
+        break them, or text that cannot be encoded, are refused before anything is
+        published, answered in the one shape of a refused call (``refusal``) with no
+        invocation id: ``{"outcome": "invalid_arguments", "error": {...}}``. The
+        invocation id is bound to ``session`` (``callgate.domain.scope``), so no other
+        session can address it.
         """
-        limits = self.app.profile.limits
-        if isinstance(args, str):
-            parse_args(args, limits.max_args_bytes, limits.max_depth)
-            args_json = args
-        else:
-            args_json = check_value(args, limits.max_args_bytes, limits.max_depth)
-        for name, value in (
-            ("session", session),
-            ("tool", tool),
-            ("idempotency_key", idempotency_key),
-            ("approval_id", approval_id),
-        ):
-            if value is not None:
-                check_text_field(name, value)
+        try:
+            args_json = self._entry_checks(session, tool, args, idempotency_key, approval_id)
+        except Rejection as r:
+            return refusal(r)
         invocation_id = bound_id(session, uuid.uuid4().hex)
         proposal = ev.ToolCallProposed(
             event_id=str(uuid.uuid4()),
@@ -166,6 +161,31 @@ class Gateway:
         if last is None:
             raise Rejection(Code.NOT_FOUND, f"no invocation {invocation_id}")
         return final_answer(invocation_id, last)
+
+    def _entry_checks(
+        self,
+        session: str,
+        tool: str,
+        args: Mapping[str, Any] | str,
+        idempotency_key: str | None,
+        approval_id: str | None,
+    ) -> str:
+        """The limits of every entry; the arguments' JSON text."""
+        limits = self.app.profile.limits
+        if isinstance(args, str):
+            parse_args(args, limits.max_args_bytes, limits.max_depth)
+            args_json = args
+        else:
+            args_json = check_value(args, limits.max_args_bytes, limits.max_depth)
+        for name, value in (
+            ("session", session),
+            ("tool", tool),
+            ("idempotency_key", idempotency_key),
+            ("approval_id", approval_id),
+        ):
+            if value is not None:
+                check_text_field(name, value)
+        return args_json
 
     def answer(self, invocation_id: str) -> dict[str, Any]:
         """The ``propose`` answer shape for an invocation this client proposed, from its
@@ -269,6 +289,42 @@ class Gateway:
             rows = [r for r in rows if r.get("invocation_id") == invocation_id]
         return sorted(rows, key=lambda r: (r.get("partition_key", ""), r.get("seq", 0)))
 
+    def simulate(
+        self,
+        candidate: Profile,
+        *,
+        session: str,
+        tenant: str | None = None,
+        since_ms: int | None = None,
+        workers: int | None = None,
+    ) -> SimulationReport:
+        """Every recorded decision decided again under ``candidate``: what would change.
+
+        An operator's read of every tenant's history (``operator_required`` otherwise);
+        nothing is published and no provider is called (``callgate.domain.simulation``).
+        """
+        reader = self._reader(session)
+        if not reader.has_any_role((OPERATOR_ROLE,)):
+            raise Rejection(
+                Code.OPERATOR_REQUIRED, f"policy simulate needs the {OPERATOR_ROLE} role"
+            )
+        from callgate.ops.simulate import simulate
+
+        live = self.app.profile
+        simulator = Simulator(candidate, known={live.digest: live})
+        decisions = [
+            e for e in self.backend.read_events(only=ev.PolicyDecided)
+            if isinstance(e, ev.PolicyDecided)
+        ]  # fmt: skip
+        return simulate(
+            simulator,
+            decisions,
+            lambda invocation_id: (self._status(invocation_id) or {}).get("outcome"),
+            tenant=tenant,
+            since_ms=since_ms,
+            workers=workers,
+        )
+
     def verify_audit(self, tenant: str | None = None) -> VerifyResult:
         """Check every per-partition hash chain against its head (detects a cut-off tail).
 
@@ -344,6 +400,21 @@ def final_answer(invocation_id: str, status: Mapping[str, Any]) -> dict[str, Any
             "details": {"approver": approval.get("approver")},
         }
     return out
+
+
+def refusal(rejection: Rejection) -> dict[str, Any]:
+    """The ``propose`` answer of a call refused before it was published: the same shape as
+    a refusal the decider made (``outcome`` equals ``error.code``), with no invocation id,
+    for nothing was published (docs/contract.md, "Command line")."""
+    error: dict[str, Any] = {"code": rejection.code.value, "message": rejection.message}
+    if rejection.details:
+        error["details"] = dict(rejection.details)
+    return {
+        "invocation_id": None,
+        "outcome": rejection.code.value,
+        "error": error,
+        "settled": True,
+    }
 
 
 def _answer(invocation_id: str, status: Mapping[str, Any] | None) -> dict[str, Any]:

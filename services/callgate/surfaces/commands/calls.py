@@ -60,12 +60,12 @@ def propose(ctx: Context) -> int:
 
     ns = ctx.ns
     limits = ctx.app.profile.limits
-    try:  # the limits of every entry, before any parser (domain/limits.py)
+    try:  # the strict reader of every entry (domain/limits.py)
         parse_args(ns.args, limits.max_args_bytes, limits.max_depth)
     except Rejection as e:
         if e.details.get("limit") in ("syntax", "type"):
             raise Misuse(f"--args must be a JSON object: {e.message}") from None
-        raise
+        # Over a limit: the gateway answers it as a refused call, exit 0 like any refusal.
     gateway = ctx.gateway()
     answer = gateway.propose(
         ns.session,
@@ -75,7 +75,7 @@ def propose(ctx: Context) -> int:
         approval_id=ns.approval_id,
         timeout_s=ctx.settings.timeout_s,
     )
-    if ns.wait is not None and answer.get("settled"):
+    if ns.wait is not None and answer.get("settled") and answer.get("invocation_id"):
         from callgate.surfaces.sdk import is_final
 
         status = gateway.status(answer["invocation_id"], ns.session)

@@ -14,6 +14,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp
 
+from callgate.domain.codes import Rejection
 from callgate.surfaces.http import errors
 from callgate.surfaces.http.context import HttpOptions, ServerContext
 from callgate.surfaces.http.guard import BodyLimit, RateLimit, SecurityHeaders
@@ -22,12 +23,14 @@ from callgate.surfaces.http.routers import (
     console,
     dev,
     invocations,
+    oidc,
     ops,
     pending,
     proposals,
     session,
 )
 from callgate.surfaces.http.routers.console import STATIC
+from callgate.surfaces.strict_body import StrictJsonBody
 
 DESCRIPTION = """\
 The HTTP API of callgate, a tool-call authorization gateway for AI agents.
@@ -60,7 +63,7 @@ def create_app(
     )
     api.state.context = ctx
     errors.install(api)
-    for module in (proposals, invocations, pending, audit, session, ops, console):
+    for module in (proposals, invocations, pending, audit, session, oidc, ops, console):
         api.include_router(module.router)
     if dev_mode:
         api.include_router(dev.router)
@@ -73,9 +76,17 @@ def create_app(
             allow_headers=["Authorization", "Content-Type", "Idempotency-Key"],
             allow_credentials=False,
         )
+    # Inside the body limit: the strict reader reads a body already bounded in size.
+    api.add_middleware(StrictJsonBody, refuse=_refused_body, max_bytes=options.max_body_bytes)
     api.add_middleware(BodyLimit, max_bytes=options.max_body_bytes)
     api.add_middleware(RateLimit, rate_per_s=options.rate_per_s, burst=options.rate_burst)
     return api
+
+
+def _refused_body(rejection: Rejection, body: bytes) -> ASGIApp:
+    """``422 invalid_request`` naming what the strict reader refused (duplicate key, NaN,
+    lone surrogate, number, depth)."""
+    return errors.error_response(rejection.code, rejection.message)
 
 
 def asgi(ctx: ServerContext, *, dev_mode: bool = False) -> ASGIApp:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -96,6 +96,8 @@ class ServerContext:
     lock: threading.Lock = field(default_factory=threading.Lock)
     # Invocations answered 202: id -> tenant, until their status shows (bounded).
     published: OrderedDict[str, str] = field(default_factory=OrderedDict)
+    # The providers the console signs approvers in with (OpenID Connect; ADR 0031).
+    sign_in: Sequence[SignIn] = ()
 
     MAX_PUBLISHED = 10_000
 
@@ -108,6 +110,22 @@ class ServerContext:
     def published_by(self, invocation_id: str) -> str | None:
         with self.lock:
             return self.published.get(invocation_id)
+
+
+class SignIn(Protocol):
+    """One OpenID Connect provider (``callgate.adapters.oidc.OidcSignIn``)."""
+
+    index: int
+    issuer: str
+    name: str
+
+    def begin(self) -> tuple[str, Any]:
+        """The provider's authorization URL and the transaction the browser keeps."""
+        ...
+
+    def finish(self, tx: Any, params: Mapping[str, str]) -> str:
+        """The ID token for the callback's parameters (``SignInError`` otherwise)."""
+        ...
 
 
 class PendingSource(Protocol):

@@ -24,7 +24,7 @@ from callgate.domain.codes import Code, Rejection
 
 log = logging.getLogger("callgate.http")
 
-# The documented table (docs/http-api.md, ADR 0017). Outcome codes of a call that ran or
+# The documented table (docs/reference/http-api.md, ADR 0017). Outcome codes of a call that ran or
 # is waiting for a human are not errors and answer 200.
 STATUS: Mapping[Code, int] = MappingProxyType(
     {
@@ -40,6 +40,8 @@ STATUS: Mapping[Code, int] = MappingProxyType(
         Code.IDENTITY_SPOOF: 403,
         Code.APPROVER_FORBIDDEN: 403,
         Code.DEVELOPMENT_MODE_REQUIRED: 403,
+        Code.OPERATOR_REQUIRED: 403,
+        Code.CSRF_FAILED: 403,
         Code.NOT_FOUND: 404,
         Code.UNKNOWN_TOOL: 404,
         Code.NOT_PENDING: 409,

@@ -44,9 +44,10 @@ class OutcomeError(_Open):
 
 
 class ProposeAnswer(_Open):
-    """``callgate propose --json``; ``settled: false`` only when the wait ran out (202)."""
+    """``callgate propose --json``; ``settled: false`` only when the wait ran out (202);
+    ``invocation_id`` null for a call refused before it was published (422)."""
 
-    invocation_id: str
+    invocation_id: str | None
     outcome: Code
     error: OutcomeError | None = None
     result: Any = None
@@ -134,6 +135,15 @@ class SessionInfo(BaseModel):
     tenant: str
     roles: list[str]
     expires_at: int
+    # Signed in by the console's session cookie: the value to send as X-CSRF-Token on
+    # every state-changing request. None for a bearer token.
+    csrf_token: str | None = None
+
+
+class SignInProvider(BaseModel):
+    name: str
+    issuer: str
+    sign_in_url: str
 
 
 class Health(BaseModel):

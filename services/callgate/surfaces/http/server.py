@@ -43,6 +43,7 @@ def build_context(
         feed=feed,
         metrics=ApiMetrics(feed, stats),
         verifier=surface.session_verifier,
+        sign_in=surface.sign_in,
     )
     return ctx, feed
 

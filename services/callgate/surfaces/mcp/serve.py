@@ -9,25 +9,49 @@ request without one is answered ``401`` before it reaches the MCP server.
 from __future__ import annotations
 
 import asyncio
+import io
 import json
+import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
+from mcp.shared.message import SessionMessage
+from mcp.types import jsonrpc_message_adapter as _adapter
+from starlette.responses import JSONResponse
+
 from callgate.bootstrap import App
+from callgate.domain.codes import Rejection
 from callgate.surfaces.mcp.bridge import GatewayBridge
 from callgate.surfaces.mcp.server import McpOptions, build_server
+from callgate.surfaces.strict_body import StrictJsonBody, check_body, jsonrpc_refusal
 
 ASGIApp = Any
 
 
 def serve_stdio(app: App, options: McpOptions) -> None:
+    import anyio
     from mcp.server.stdio import stdio_server
 
     bridge = GatewayBridge(app)
     server = build_server(bridge, options)
 
     async def main() -> None:
-        async with stdio_server() as (read, write):
-            await server.run(read, write, server.create_initialization_options())
+        stdin = anyio.wrap_file(
+            io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape")
+        )
+        refused_out, refused_in = anyio.create_memory_object_stream[dict[str, Any]](64)
+        strict = StrictLines(stdin, refused_out)
+        async with stdio_server(stdin=strict) as (read, write):  # type: ignore[arg-type]
+
+            async def answer_refused() -> None:
+                async with refused_in:
+                    async for error in refused_in:
+                        await write.send(SessionMessage(_adapter.validate_python(error)))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(answer_refused)
+                await server.run(read, write, server.create_initialization_options())
+                tg.cancel_scope.cancel()
 
     try:
         asyncio.run(main())
@@ -40,7 +64,35 @@ def http_app(app: App, options: McpOptions, host: str) -> tuple[ASGIApp, Gateway
     bridge = GatewayBridge(app)
     server = build_server(bridge, options)
     starlette = server.streamable_http_app(host=host)
-    return require_bearer(starlette), bridge
+    return require_bearer(StrictJsonBody(starlette, refuse=_refused_http)), bridge
+
+
+def _refused_http(rejection: Rejection, body: bytes) -> ASGIApp:
+    """``400`` with the JSON-RPC parse error (``data.code``: ``invalid_request``)."""
+    return JSONResponse(jsonrpc_refusal(rejection, body), status_code=400)
+
+
+class StrictLines:
+    """The stdio transport's input, read line by line by the strict reader: a refused line
+    never reaches the MCP SDK's parser; its JSON-RPC error goes to ``refused``."""
+
+    def __init__(self, lines: Any, refused: Any) -> None:
+        self._lines = lines
+        self._refused = refused
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._strict()
+
+    async def _strict(self) -> AsyncIterator[str]:
+        async with self._refused:
+            async for line in self._lines:
+                if not line.strip():
+                    continue
+                refused = check_body(line)
+                if refused is None:
+                    yield line
+                else:
+                    await self._refused.send(jsonrpc_refusal(refused, line))
 
 
 def serve_http(app: App, options: McpOptions, host: str, port: int) -> None:

@@ -114,6 +114,8 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
         except Rejection as r:  # the SDK's entry limits: refused before anything is published
             return _error_result(r.code.value, r.message, None)
         outcome = str(answer["outcome"])
+        if answer.get("invocation_id") is None:  # refused before anything was published
+            return _error_result(outcome, str(answer["error"]["message"]), None)
         invocation_id = str(answer["invocation_id"])
         if outcome in SUCCESS:
             return _success(answer)

@@ -1,12 +1,15 @@
 // The callgate approval console: a client of the HTTP API like any other (ADR 0018).
-// No build step, no dependencies. The session token lives in this module's memory only
-// and travels in the Authorization header; every text from the server is set with
-// textContent, never parsed as HTML.
+// No build step, no dependencies. A pasted or development session token lives in this
+// module's memory only and travels in the Authorization header; a sign-in with the identity
+// provider (OpenID Connect) is an HttpOnly cookie this script never sees, and every
+// state-changing request then repeats its CSRF token in X-CSRF-Token (ADR 0031). Every
+// text from the server is set with textContent, never parsed as HTML.
 
 const $ = (id) => document.getElementById(id);
 
 const state = {
   token: null,
+  csrf: null, // the cookie session's CSRF token (GET /v1/session gives it)
   me: null,
   items: [],
   selected: null,
@@ -23,6 +26,7 @@ const WORDS = {
   not_pending: "This call is no longer pending: it was already decided, or it expired.",
   approval_expired: "Too late: the approval window of this call has closed.",
   unauthenticated: "Your session is not valid (expired, revoked, or not a callgate token). Sign in again.",
+  csrf_failed: "The request lacked this page's CSRF token, so nothing was done. Reload the page.",
   not_found: "No such invocation in your tenant.",
   rate_limited: "Too many requests; wait a moment and try again.",
   timeout: "The service did not answer in time; the decision may still arrive. Refresh in a moment.",
@@ -61,12 +65,13 @@ class ApiError extends Error {
 async function api(path, { method = "GET", body } = {}) {
   const headers = { Accept: "application/json" };
   if (state.token) headers.Authorization = `Bearer ${state.token}`;
+  else if (state.csrf && method !== "GET") headers["X-CSRF-Token"] = state.csrf;
   if (body !== undefined) headers["Content-Type"] = "application/json";
   const response = await fetch(path, {
     method,
     headers,
     body: body === undefined ? undefined : JSON.stringify(body),
-    credentials: "omit",
+    credentials: "same-origin",
     cache: "no-store",
   });
   let data = null;
@@ -407,10 +412,12 @@ function setLive(text, on) {
 async function follow(controller) {
   while (!controller.signal.aborted) {
     try {
+      const headers = { Accept: "text/event-stream" };
+      if (state.token) headers.Authorization = `Bearer ${state.token}`;
       const response = await fetch("/v1/pending/events", {
-        headers: { Authorization: `Bearer ${state.token}`, Accept: "text/event-stream" },
+        headers,
         signal: controller.signal,
-        credentials: "omit",
+        credentials: "same-origin",
         cache: "no-store",
       });
       if (response.status === 401) {
@@ -472,10 +479,12 @@ async function watch(id) {
   state.watch = controller;
   while (!controller.signal.aborted) {
     try {
+      const headers = { Accept: "text/event-stream" };
+      if (state.token) headers.Authorization = `Bearer ${state.token}`;
       const response = await fetch(`/v1/invocations/${encodeURIComponent(id)}/events`, {
-        headers: { Authorization: `Bearer ${state.token}`, Accept: "text/event-stream" },
+        headers,
         signal: controller.signal,
-        credentials: "omit",
+        credentials: "same-origin",
         cache: "no-store",
       });
       if (!response.ok || !response.body) {
@@ -570,6 +579,22 @@ async function signIn(token) {
     alarm(e instanceof ApiError ? explain(e.code, e.message) : `The service is unreachable: ${e.message}`);
     return;
   }
+  await enter();
+}
+
+// A session cookie from the identity provider's sign-in, if this browser has one.
+async function resume() {
+  try {
+    state.me = await api("/v1/session");
+  } catch {
+    return false;
+  }
+  state.csrf = state.me.csrf_token || null;
+  await enter();
+  return true;
+}
+
+async function enter() {
   $("token").value = "";
   $("who-text").textContent = `${state.me.user} @ ${state.me.tenant} (${state.me.roles.join(", ") || "no roles"})`;
   show($("who"), true);
@@ -587,14 +612,37 @@ async function signIn(token) {
 function signOut(message) {
   if (state.feed) state.feed.abort();
   if (state.watch) state.watch.abort();
-  Object.assign(state, { token: null, me: null, items: [], selected: null, feed: null });
+  if (state.csrf && !state.token) {
+    // Ends the cookie session on the server (the cookies are HttpOnly); CSRF-protected.
+    api("/v1/session/sign-out", { method: "POST" }).catch(() => {});
+  }
+  Object.assign(state, { token: null, csrf: null, me: null, items: [], selected: null, feed: null });
   state.decided.clear();
   show($("who"), false);
   show($("workspace"), false);
   show($("signin"), true);
   say("");
   alarm(message || "");
+  offerProviders();
   $("token").focus();
+}
+
+// Production: "Sign in with <provider>" links (OpenID Connect); the pasted token is for
+// servers without one.
+async function offerProviders() {
+  let providers = [];
+  try {
+    providers = await api("/v1/oidc/providers");
+  } catch {
+    providers = [];
+  }
+  const list = $("oidc-list");
+  list.replaceChildren();
+  for (const p of providers) {
+    list.append(el("li", {}, el("a", { class: "button", href: p.sign_in_url, text: `Sign in with ${p.name}` })));
+  }
+  show($("oidc"), providers.length > 0);
+  show($("token-form"), providers.length === 0);
 }
 
 async function offerDevUsers() {
@@ -634,8 +682,18 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   window.addEventListener("hashchange", () => {
     const target = targetFromLocation();
-    if (target && state.token) select(target);
+    if (target && state.me) select(target);
   });
   setInterval(tick, 1000);
-  offerDevUsers();
+  const failed = new URLSearchParams(window.location.search).get("sign_in_error");
+  if (failed) {
+    history.replaceState(null, "", window.location.pathname + window.location.hash);
+    alarm(`Sign-in failed. ${explain(failed, "")}`);
+  }
+  resume().then((signedIn) => {
+    if (!signedIn) {
+      offerProviders();
+      offerDevUsers();
+    }
+  });
 });

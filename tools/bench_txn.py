@@ -1,13 +1,13 @@
-"""One transactional hop, timed step by step: ``python -m callgate.ops.bench_txn``.
+"""One transactional hop, timed step by step: ``python -m tools.bench_txn``.
 
-Where a Kafka transaction's time goes on a broker of its own (tansu or Apache Kafka), as
+Where a Kafka transaction's time goes on an Apache Kafka broker of its own, as
 ``KafkaRunner`` spends it per cycle: the first produce of a 400-byte record and its flush
 (with librdkafka's ``AddPartitionsToTxn``), ``send_offsets_to_transaction``,
 ``commit_transaction``, and the hand-off: until a ``read_committed`` consumer has the
 record. ``--gap-ms`` waits that long after each commit before the next transaction begins
 (the runner's ``TRANSACTION_GAP_MS``, docs/adr/0020-transaction-gap.md); ``--no-hand-off``
 begins the next transaction right after the commit instead of after the hand-off, as a
-runner with records waiting does. Figures: docs/benchmarks.md "The critical path".
+runner with records waiting does. Figures: docs/explanation/benchmarks.md "The critical path".
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from callgate.adapters.kafka.runner import CONSUMER_LATENCY, PRODUCER_LATENCY
-from callgate.adapters.kafka.tansu import TansuBroker
-from callgate.ops.apache_kafka import ApacheKafka
+from tools.apache_kafka import ApacheKafka
 
 STEPS = ("produce + flush", "send offsets", "commit", "hand-off")
 WARM_UP = 20  # transactions left out of the figures (coordinator lookups, a cold JVM)
@@ -32,8 +31,7 @@ WARM_UP = 20  # transactions left out of the figures (coordinator lookups, a col
 
 @contextmanager
 def _broker(kind: str) -> Iterator[str]:
-    server = ApacheKafka() if kind == "apache" else TansuBroker()
-    with server:
+    with ApacheKafka() as server:
         yield server.bootstrap
 
 
@@ -95,7 +93,7 @@ def time_transactions(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Time one transactional hop step by step.")
-    parser.add_argument("--broker", choices=["tansu", "apache"], default="apache")
+    parser.add_argument("--broker", choices=["apache"], default="apache")
     parser.add_argument("--transactions", type=int, default=300)
     parser.add_argument("--gap-ms", type=float, default=0.0)
     parser.add_argument("--no-hand-off", dest="hand_off", action="store_false")

@@ -1,6 +1,6 @@
-"""``callgate bench``: one table of figures, with machine details, measured in one run.
+"""``python -m tools bench``: one table of figures, with machine details, measured in one run.
 
-Sections (issue "Performance"): per broker (tansu, Apache Kafka: ``--broker``), the
+Sections (issue "Performance"): on Apache Kafka (``--broker``), the
 ceiling (same topology, no logic) and pipeline throughput with its ratio, latency at fixed
 offered loads and per hop; replay; policy CPU time;
 embedded durable throughput; decider memory with many keys. ``--only history`` (not in
@@ -19,7 +19,8 @@ from typing import Any
 from rich.table import Table
 
 from callgate.bootstrap import Settings
-from callgate.ops.bench_core import (
+from callgate.surfaces.render import Renderer
+from tools.bench_core import (
     Row,
     bench_embedded,
     bench_memory,
@@ -27,7 +28,6 @@ from callgate.ops.bench_core import (
     bench_replay,
     machine,
 )
-from callgate.surfaces.render import Renderer
 
 FULL = {
     "policy": 20_000,
@@ -37,6 +37,7 @@ FULL = {
     "latency_s": 10.0,
     "history": 100_000,
     "history_samples": 30,
+    "simulate": 100_000,
 }
 QUICK = {
     "policy": 300,
@@ -46,6 +47,7 @@ QUICK = {
     "latency_s": 1.5,
     "history": 300,
     "history_samples": 5,
+    "simulate": 300,
 }
 
 
@@ -59,10 +61,9 @@ def run_bench(
 ) -> int:
     """Run the sections in ``only`` (default all); ``plot``: where the Kafka section writes
     its latency plot (default ``<state_dir>/latency.png``; docs/latency.png for the docs);
-    ``broker``: what the Kafka section runs on (``tansu``, ``apache``, ``both``; default
-    both where Apache Kafka can start without fetching anything, else tansu)."""
+    ``broker``: what the Kafka section runs on (``apache``, the only one)."""
     counts = QUICK if quick else FULL
-    wanted = set(only or ["kafka", "policy", "embedded", "replay", "memory"])
+    wanted = set(only or ["kafka", "policy", "embedded", "replay", "memory", "simulate"])
     rows: list[Row] = []
 
     def section(name: str, fn: Callable[[], list[Row]]) -> None:
@@ -91,6 +92,7 @@ def run_bench(
         shutil.rmtree(state, ignore_errors=True)
     section("memory", lambda: bench_memory(int(counts["memory"])))
     section("history", lambda: _history(settings, counts))
+    section("simulate", lambda: _simulate(counts))
 
     info = machine() | {"quick": quick}
     report: dict[str, Any] = {
@@ -116,8 +118,14 @@ def run_bench(
     return 0
 
 
+def _simulate(counts: dict[str, float]) -> list[Row]:
+    from tools.bench_simulate import bench_simulate
+
+    return bench_simulate(int(counts["simulate"]))
+
+
 def _history(settings: Settings, counts: dict[str, float]) -> list[Row]:
-    from callgate.ops.bench_history import bench_history
+    from tools.bench_history import bench_history
 
     return bench_history(settings, int(counts["history"]), int(counts["history_samples"]))
 
@@ -125,6 +133,6 @@ def _history(settings: Settings, counts: dict[str, float]) -> list[Row]:
 def _kafka(
     settings: Settings, counts: dict[str, float], plot: Path | None, broker: str | None
 ) -> list[Row]:
-    from callgate.ops.bench_kafka import bench_kafka
+    from tools.bench_kafka import bench_kafka
 
     return bench_kafka(settings, int(counts["kafka"]), float(counts["latency_s"]), plot, broker)

@@ -1,0 +1,213 @@
+"""Sign-in with the identity provider, in Chromium, against a real OpenID Connect provider.
+
+``oidc-provider`` (npm, run by Node.js, tests/oidc) listens on loopback with its own
+login and consent pages; ``callgate serve --http`` runs in production mode (no
+development issuer) trusting it through ``[[sessions.issuers]]`` (discovery, its JWKS)
+and, for the agents' tokens, a platform issuer of key files. The approver signs in by
+the authorization code flow with PKCE, approves in the console, reloads, signs out; a
+cookie-signed request without its CSRF token is refused and does nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from callgate.domain.keysets import generate_key_pair
+from tests.http_support import REFUND_BIG, HttpServe, free_port
+from tests.idp import IdentityProvider
+from tests.oidc_support import OpenIdProvider, missing
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = Path("/usr/bin/chromium")
+WHY = missing() or (None if CHROMIUM.exists() else f"{CHROMIUM} is absent")
+if WHY:
+    print(WHY, file=sys.stderr)
+    pytest.skip(WHY, allow_module_level=True)
+
+from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
+
+from tests.http.test_console_browser import (  # noqa: E402
+    CHROMIUM_ARGS,
+    item,
+    new_page,
+    no_page_errors,
+)
+
+ACCOUNTS = {
+    "fran": {"tenant": "acme", "roles": ["finance-approver"]},
+    "alice": {"tenant": "acme", "roles": ["support"]},
+}
+
+
+class Deployment:
+    def __init__(self, root: Path) -> None:
+        port = free_port()
+        self.redirect_uri = f"http://127.0.0.1:{port}/v1/oidc/callback"
+        self.idp = OpenIdProvider(root / "idp.log", self.redirect_uri, ACCOUNTS)
+        self.platform = IdentityProvider(root / "platform")
+        generate_key_pair(self.platform.keys, "session", "EdDSA", "platform-1")
+        config = root / "callgate.toml"
+        config.write_text(
+            self.idp.issuer_config(self.redirect_uri) + "\n[[sessions.issuers]]\n"
+            f'issuer = "{self.platform.issuer}"\n'
+            f'jwks_file = "{self.platform.jwks}"\n'
+        )
+        try:
+            self.serve = HttpServe(
+                root / "state", root / "serve.log", env={"CALLGATE_CONFIG": str(config)}, port=port
+            )
+            self.serve.wait_ready()
+        except BaseException:
+            self.idp.stop()
+            raise
+
+    def agent(self, user: str = "alice") -> str:
+        return self.platform.token("platform-1", user, "acme", "support")
+
+    def stop(self) -> None:
+        try:
+            assert self.serve.stop() == 0
+            assert "Traceback" not in self.serve.log.read_text(), self.serve.log.read_text()
+        finally:
+            self.idp.stop()
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    d = Deployment(tmp_path_factory.mktemp("oidc"))
+    try:
+        yield d
+    finally:
+        d.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+        )
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def propose_refund(d: Deployment, order: str) -> str:
+    with d.serve.client(d.agent()) as c:
+        answer = c.post(
+            "/v1/proposals",
+            json={"tool": "refunds.issue", "args": {**REFUND_BIG, "order_id": order}},
+            headers={"Idempotency-Key": f"{order}-{uuid.uuid4().hex[:6]}"},
+        ).json()
+    assert answer["outcome"] == "approval_required", answer
+    invocation: str = answer["invocation_id"]
+    return invocation
+
+
+def approval_state(d: Deployment, invocation: str) -> Any:
+    with d.serve.client(d.agent()) as c:
+        return c.get(f"/v1/invocations/{invocation}").json()["approval"]
+
+
+def sign_in_with_provider(page: Page, d: Deployment, login: str) -> None:
+    page.goto(d.serve.url + "/")
+    expect(page.locator("#token-form")).to_be_hidden()  # production: no pasted tokens
+    expect(page.locator("#dev-form")).to_be_hidden()
+    page.get_by_role("link", name="Sign in with Test IdP").click()
+    # oidc-provider's own login and consent pages.
+    page.locator('input[name="login"]').fill(login)
+    page.locator('input[name="password"]').fill("any")
+    page.locator('button[type="submit"]').click()
+    page.locator('button[type="submit"]').click()  # consent: openid, callgate
+    expect(page.locator("#who-text")).to_contain_text(f"{login} @ acme")
+    expect(page.locator("#live")).to_have_text("live")
+
+
+def test_approver_signs_in_with_the_provider_approves_reloads_and_signs_out(
+    deployment: Deployment, browser: Browser
+) -> None:
+    d = deployment
+    invocation = propose_refund(d, "ORD-501")
+    page = new_page(browser)
+    sign_in_with_provider(page, d, "fran")
+    assert d.serve.url not in page.url or "code=" not in page.url  # back on the console
+
+    cookies = {c["name"]: c for c in page.context.cookies()}
+    session = cookies["__Host-callgate-session"]
+    assert session["httpOnly"] and session["secure"] and session["sameSite"] == "Strict"
+    csrf = cookies["__Host-callgate-csrf"]
+    assert csrf["httpOnly"] and csrf["secure"] and csrf["sameSite"] == "Strict"
+    assert "__Host-callgate-sign-in" not in cookies  # the sign-in's secrets are gone
+    # Expiry follows the provider's token: the cookie ends when the ID token does.
+    me = page.evaluate("fetch('/v1/session').then(r => r.json())")
+    assert me["user"] == "fran" and me["roles"] == ["finance-approver"]
+    assert abs(session["expires"] - me["expires_at"] / 1000) <= 2
+    assert 3000 < me["expires_at"] / 1000 - time.time() <= 3600
+
+    item(page, invocation).click()
+    page.get_by_role("button", name="Approve", exact=True).click()
+    expect(page.locator("#detail-result")).to_contain_text("Approved.")
+    approval = approval_state(d, invocation)
+    assert approval["state"] == "granted" and approval["approver"] == "fran", approval
+
+    # A reload keeps the session (the cookie); sign-out ends it on the server.
+    page.reload()
+    expect(page.locator("#who-text")).to_contain_text("fran @ acme")
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.get_by_role("link", name="Sign in with Test IdP")).to_be_visible()
+    names = {c["name"] for c in page.context.cookies()}
+    assert "__Host-callgate-session" not in names and "__Host-callgate-csrf" not in names
+    page.reload()
+    expect(page.get_by_role("link", name="Sign in with Test IdP")).to_be_visible()
+    no_page_errors(page)
+    page.close()
+
+
+def test_a_cookie_request_without_its_csrf_token_is_refused_and_does_nothing(
+    deployment: Deployment, browser: Browser
+) -> None:
+    d = deployment
+    invocation = propose_refund(d, "ORD-502")
+    page = new_page(browser)
+    sign_in_with_provider(page, d, "fran")
+    url = f"/v1/invocations/{invocation}/approve"
+    for headers in ({}, {"X-CSRF-Token": "not-the-token"}):
+        answer = page.evaluate(
+            """([url, headers]) => fetch(url, {method: "POST", headers, credentials: "same-origin"})
+                 .then(async r => ({status: r.status, body: await r.json()}))""",
+            [url, headers],
+        )
+        assert answer["status"] == 403, answer
+        assert answer["body"]["error"]["code"] == "csrf_failed", answer
+    assert approval_state(d, invocation)["state"] == "pending"  # nothing was approved
+    page.close()
+
+
+def test_a_callback_not_started_by_this_browser_signs_nobody_in(deployment: Deployment) -> None:
+    d = deployment
+    with httpx.Client(base_url=d.serve.url) as c:
+        r = c.get("/v1/oidc/callback", params={"code": "stolen", "state": "guessed"})
+        assert r.status_code == 303
+        assert r.headers["location"] == "/?sign_in_error=unauthenticated"
+        assert "set-cookie" not in r.headers or "callgate-session" not in r.headers["set-cookie"]
+        providers = c.get("/v1/oidc/providers").json()
+        assert providers == [
+            {"name": "Test IdP", "issuer": d.idp.issuer, "sign_in_url": "/v1/oidc/sign-in/0"}
+        ]
+        begin = c.get("/v1/oidc/sign-in/0")
+        assert begin.status_code == 303
+        location = begin.headers["location"]
+        assert location.startswith(d.idp.issuer + "/auth?")
+        assert "code_challenge_method=S256" in location and "nonce=" in location
+        # The development routes do not exist outside development mode.
+        assert c.get("/v1/dev/users").status_code == 404

@@ -1,0 +1,97 @@
+"""A real OpenID Connect provider on loopback for the console's sign-in tests:
+``oidc-provider`` from npm (pinned in tests/oidc/package-lock.json, installed by
+``make oidc-provider``), run by Node.js with its own login and consent pages.
+
+``OpenIdProvider`` starts ``node tests/oidc/provider.mjs`` on a free port with one
+confidential client (the console) and the given accounts, each with the ``tenant`` and
+``roles`` claims its ID tokens carry (scope ``callgate``), and stops it with SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from tests.e2e.helpers import REPO
+from tests.http_support import free_port
+
+PROVIDER_DIR = REPO / "tests" / "oidc"
+CLIENT_ID = "callgate-console"
+CLIENT_SECRET = "console-secret-for-tests"
+
+
+def missing() -> str | None:
+    """Why the provider cannot start here, or None."""
+    if shutil.which("node") is None:
+        return "oidc-provider tests skipped: Node.js (node) is absent"
+    if not (PROVIDER_DIR / "node_modules" / "oidc-provider").is_dir():
+        return "oidc-provider tests skipped: run `make oidc-provider` (npm ci in tests/oidc)"
+    return None
+
+
+class OpenIdProvider:
+    def __init__(
+        self, log: Path, redirect_uri: str, accounts: Mapping[str, Mapping[str, Any]]
+    ) -> None:
+        self.port = free_port()
+        self.issuer = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        conf = {
+            "port": self.port,
+            "accounts": accounts,
+            "clients": [
+                {
+                    "client_id": CLIENT_ID,
+                    "client_secret": CLIENT_SECRET,
+                    "redirect_uris": [redirect_uri],
+                    "grant_types": ["authorization_code"],
+                    "response_types": ["code"],
+                    "token_endpoint_auth_method": "client_secret_basic",
+                }
+            ],
+        }
+        self._out = log.open("w")
+        self.proc = subprocess.Popen(
+            ["node", str(PROVIDER_DIR / "provider.mjs"), json.dumps(conf)],
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            cwd=PROVIDER_DIR,
+        )
+        deadline = time.monotonic() + 30
+        while f"ready {self.issuer}" not in log.read_text():
+            assert self.proc.poll() is None, f"oidc-provider exited: {log.read_text()}"
+            assert time.monotonic() < deadline, f"oidc-provider not ready: {log.read_text()}"
+            time.sleep(0.05)
+
+    def issuer_config(
+        self, redirect_uri: str, scopes: Sequence[str] = ("openid", "callgate")
+    ) -> str:
+        """The ``[[sessions.issuers]]`` table of ``callgate.toml`` for this provider."""
+        listed = ", ".join(f'"{s}"' for s in scopes)
+        return (
+            "[[sessions.issuers]]\n"
+            f'issuer = "{self.issuer}"\n'
+            'name = "Test IdP"\n'
+            f'client_id = "{CLIENT_ID}"\n'
+            f'client_secret = "{CLIENT_SECRET}"\n'
+            f'redirect_uri = "{redirect_uri}"\n'
+            f"scopes = [{listed}]\n"
+            'algorithms = ["RS256"]\n'
+            "clock_skew_s = 5\n"
+        )
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self._out.close()
