@@ -238,7 +238,8 @@ async def _hold(
     when the client gave a ``progressToken``; the final answer, or the current one when
     the hold runs out."""
     invocation_id = str(answer["invocation_id"])
-    given = (params.meta or {}).get("progressToken")
+    meta: Mapping[str, Any] = params.meta or {}
+    given = meta.get("progress_token", meta.get("progressToken"))
     token = given if isinstance(given, str | int) and not isinstance(given, bool) else None
     loop = asyncio.get_running_loop()
     start = loop.time()
