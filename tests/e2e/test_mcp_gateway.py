@@ -577,10 +577,10 @@ async def test_a_held_call_answers_with_the_executed_result_once_approved(
     g = Gate(tmp_path / "state", write_profile(tmp_path / "profile", ledger), ledger, "stdio")
     g.state_dir.mkdir()
     args = {"note_id": "N-held", "text": "held text", "author": "alice"}
-    progress: list[float] = []
+    seen: list[float] = []
 
-    async def on_progress(done: float, total: float | None, message: str | None) -> None:
-        progress.append(done)
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append(progress)
 
     async with held_client(g, g.token("alice", ALICE_ROLES), 60) as c:
         async with anyio.create_task_group() as tg:
@@ -597,7 +597,7 @@ async def test_a_held_call_answers_with_the_executed_result_once_approved(
         assert result.meta is not None
         assert result.meta["callgate/invocation_id"] == approved[0]
         assert result.meta["callgate/outcome"] == "executed"
-        assert progress, "no progress notification while held"
+        assert seen, "no progress notification while held"
         # the same call again from the same principal: its result, not a second effect
         again = await c.call_tool("notes.write", args)
         assert not again.is_error, again
