@@ -51,6 +51,7 @@ from callgate.domain.events import (
     ReconciliationRequested,
     ReplayServed,
 )
+from callgate.domain.redaction import NO_REDACTION, Redactor
 from callgate_projections import (
     EVENTS_TOPIC,
     LOG_EVENTS,
@@ -105,7 +106,7 @@ def _request(facts: Mapping[str, Any], **changes: Any) -> dict[str, Any]:
     return {**base, **changes}
 
 
-def _gather(old: Mapping[str, Any], event: Event) -> dict[str, Any]:
+def _gather(old: Mapping[str, Any], event: Event, redactor: Redactor) -> dict[str, Any]:
     """The invocation's audit facts after ``event``; never mutates ``old``."""
     facts = dict(old)
     match event:
@@ -117,6 +118,12 @@ def _gather(old: Mapping[str, Any], event: Event) -> dict[str, Any]:
             if event.resource_json is not None:  # the owner and attributes evaluated (C7)
                 facts["resource"] = parse_json_field(event.resource_json, "resource_json")
             facts.update(tool=event.tool, target=event.target, args_hash=event.args_hash)
+            if redactor.active(event.tool):  # sensitive fields: digests only (ADR 0035)
+                args = parse_json_field(event.args_json, "args_json")
+                secrets = redactor.secrets(event.tool, args)
+                for name in ("target", "resource"):
+                    if name in facts:
+                        facts[name] = redactor.scrub(event.tool, facts[name], secrets)
         case ProposalRejected() if "decision" not in facts:  # rejected before policy ran
             facts["principal"] = _principal(event.actor, event.tenant, ())
             facts["tool"] = event.tool or None
@@ -177,13 +184,15 @@ _UNSEEN: Mapping[str, Any] = MappingProxyType(
 )
 
 
-def project(state: AuditState, event: Event) -> tuple[AuditState, tuple[ViewRecord, ...]]:
+def project(
+    state: AuditState, event: Event, redactor: Redactor = NO_REDACTION
+) -> tuple[AuditState, tuple[ViewRecord, ...]]:
     """Fold one event; append a chained record when a settled invocation's record changes."""
     if type(event).TOPIC != EVENTS_TOPIC:
         return state, ()
     inv, pk = subject_of(event), event.partition_key
     old = state.invocations.get(inv, _UNSEEN)
-    facts = _gather(old["facts"], event)
+    facts = _gather(old["facts"], event, redactor)
     if facts == old["facts"]:
         return state, ()
     entry = {**old, "facts": facts}
@@ -249,11 +258,14 @@ class AuditProjection(Projection[AuditState]):
         ReconciliationRequested,
     }
 
+    def __init__(self, redactor: Redactor = NO_REDACTION) -> None:
+        self.redactor = redactor
+
     def initial_state(self) -> AuditState:
         return AuditState()
 
     def project(self, state: AuditState, event: Event) -> tuple[AuditState, Sequence[ViewRecord]]:
-        return project(state, event)
+        return project(state, event, self.redactor)
 
     def dump_state(self, state: AuditState) -> bytes:
         # An exact dict: canonical_json writes it in one C pass (a mapping proxy takes the

@@ -3,11 +3,12 @@
 View ``pending``, key ``invocation_id``. ``ApprovalRequested`` puts the record in, with
 everything the approval will bind (C4, C11: tenant, actor, tool, target, policy version,
 ``args_hash``, ``dry_run_hash``, partition key, invocation), the arguments and the dry-run
-snapshot the human confirms (C5), who may confirm (``confirmation``, ``approver_roles``,
-``allow_self_approval``) and ``expires_at``, so a UI shows exactly what is being approved.
-With a quorum (ADR 0030) the record also holds ``approvals_required`` and ``grants`` (who
-granted so far, in order); each ``ApprovalGrantRecorded`` rewrites it. ``ApprovalGranted``
-(the quorum met), ``ApprovalDenied`` and ``ApprovalExpired(stage="pending")`` take it
+snapshot the human confirms (C5; a tool's sensitive fields as digests, ADR 0035), who may
+confirm (``confirmation``, ``approver_roles``, ``allow_self_approval``) and ``expires_at``,
+so a UI shows exactly what is being approved. With a quorum (ADR 0030) the record also
+holds ``approvals_required`` and ``grants`` (who granted so far, in order); each
+``ApprovalGrantRecorded`` rewrites it. ``ApprovalGranted`` (the quorum met),
+``ApprovalDenied`` and ``ApprovalExpired(stage="pending")`` take it
 out again with a tombstone (``value=None``), so a compacted topic keeps only what is still
 pending. Every record and tombstone names its tenant (``ViewRecord.tenant``: the Kafka
 ``cg-tenant`` header), so one tenant's approval UI keeps only its own items.
@@ -27,6 +28,7 @@ from callgate.domain.events import (
     ApprovalRequested,
     Event,
 )
+from callgate.domain.redaction import NO_REDACTION, Redactor
 from callgate_projections import Projection, ViewRecord, load_json_object, parse_json_field
 
 VIEW = "pending"
@@ -36,17 +38,25 @@ VIEW = "pending"
 PendingState = Mapping[str, Mapping[str, object]]
 
 
-def _value(event: ApprovalRequested) -> dict[str, object]:
+def _value(event: ApprovalRequested, redactor: Redactor) -> dict[str, object]:
+    args = parse_json_field(event.args_json, "args_json")
+    dry_run = parse_json_field(event.dry_run_json, "dry_run_json")
+    target: object = event.target
+    if redactor.active(event.tool):  # sensitive fields: digests only (ADR 0035)
+        secrets = redactor.secrets(event.tool, args)
+        dry_run = redactor.scrub(event.tool, dry_run, secrets)
+        target = redactor.scrub(event.tool, target, secrets)
+        args = redactor.args(event.tool, args)
     return {
         "invocation_id": event.invocation_id,
         "partition_key": event.partition_key,
         "tool": event.tool,
         "tenant": event.tenant,
         "actor": event.actor,
-        "target": event.target,
-        "args": parse_json_field(event.args_json, "args_json"),
+        "target": target,
+        "args": args,
         "args_hash": event.args_hash,
-        "dry_run": parse_json_field(event.dry_run_json, "dry_run_json"),
+        "dry_run": dry_run,
         "dry_run_hash": event.dry_run_hash,
         "confirmation": event.confirmation,
         "approver_roles": list(event.approver_roles),
@@ -62,13 +72,16 @@ def _value(event: ApprovalRequested) -> dict[str, object]:
 _EMPTY: PendingState = MappingProxyType({})
 
 
-def project(state: PendingState, event: Event) -> tuple[PendingState, tuple[ViewRecord, ...]]:
+def project(
+    state: PendingState, event: Event, redactor: Redactor = NO_REDACTION
+) -> tuple[PendingState, tuple[ViewRecord, ...]]:
     """Open a pending approval on request, record each grant towards its quorum, and
-    tombstone it once it is decided or expires."""
+    tombstone it once it is decided or expires. The state keeps the record as emitted
+    (sensitive fields already digests, ADR 0035)."""
     key = event.invocation_id
     match event:
         case ApprovalRequested():
-            value = MappingProxyType(_value(event))
+            value = MappingProxyType(_value(event, redactor))
             opened = MappingProxyType({**state, key: value})
             return opened, (ViewRecord.of(VIEW, key, dict(value), event.tenant),)
         case ApprovalGrantRecorded():
@@ -95,13 +108,16 @@ class PendingProjection(Projection[PendingState]):
         {ApprovalRequested, ApprovalGrantRecorded, ApprovalGranted, ApprovalDenied, ApprovalExpired}
     )
 
+    def __init__(self, redactor: Redactor = NO_REDACTION) -> None:
+        self.redactor = redactor
+
     def initial_state(self) -> PendingState:
         return _EMPTY
 
     def project(
         self, state: PendingState, event: Event
     ) -> tuple[PendingState, Sequence[ViewRecord]]:
-        return project(state, event)
+        return project(state, event, self.redactor)
 
     def dump_state(self, state: PendingState) -> bytes:
         return canonical_json({"records": {k: dict(v) for k, v in state.items()}}).encode()

@@ -13,6 +13,7 @@ granted so far; ``None`` for a single approver), ``approved_by`` (the approval t
 invocation *presented*, C4/C11), ``replay_of`` (C8) and ``updated_at`` (``occurred_at``
 of the last change).
 A record names its tenant once known (``ViewRecord.tenant``, the ``cg-tenant`` header).
+A tool's sensitive argument values appear in no field, only their digests (ADR 0035).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from callgate.domain.events import (
     ReconciliationRequested,
     ReplayServed,
 )
+from callgate.domain.redaction import NO_REDACTION, Redactor
 from callgate_projections import (
     EVENTS_TOPIC,
     LOG_EVENTS,
@@ -293,7 +295,9 @@ def _same_content(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
     return same
 
 
-def project(state: StatusState, event: Event) -> tuple[StatusState, tuple[ViewRecord, ...]]:
+def project(
+    state: StatusState, event: Event, redactor: Redactor = NO_REDACTION
+) -> tuple[StatusState, tuple[ViewRecord, ...]]:
     """Fold one ``events``-topic event; emit the invocation's status when it changed.
 
     No record is emitted before an invocation has an outcome (its first event on the
@@ -304,14 +308,46 @@ def project(state: StatusState, event: Event) -> tuple[StatusState, tuple[ViewRe
     inv = subject_of(event)
     old = state.invocations.get(inv) or _blank(inv, event.partition_key)
     new = _evolve(old, event)
+    tool = new["tool"]
+    if redactor.active(tool) and isinstance(event, _WITH_ARGS):
+        _keep_secrets(new, redactor.secrets(tool, parse_json_field(event.args_json, "args_json")))
     if _same_content(new, old):
         return state, ()
     new["updated_at"] = event.occurred_at
     invocations = {**state.invocations, inv: new}
     if new["outcome"] is None:
         return StatusState(MappingProxyType(invocations)), ()
-    records = (ViewRecord.of(VIEW, inv, new, new["tenant"]),)
+    shown = _redacted(new, redactor) if SECRETS in new or redactor.active(tool) else new
+    records = (ViewRecord.of(VIEW, inv, shown, new["tenant"]),)
     return StatusState(MappingProxyType(invocations)), records
+
+
+# Sensitive fields (ADR 0035): the values of an invocation's sensitive arguments, kept in
+# the projection's state (never in the view) to find them in its later dry-run, result and
+# messages, which arrive in events without the arguments.
+SECRETS = "_secrets"
+_WITH_ARGS = (
+    PolicyDecided,
+    DryRunRequested,
+    ApprovalRequested,
+    ExecutionRequested,
+    ReconciliationRequested,
+)
+_SCRUBBED = ("target", "error", "result", "dry_run")
+
+
+def _keep_secrets(value: dict[str, Any], found: Sequence[Any]) -> None:
+    known = list(value.get(SECRETS) or [])
+    value[SECRETS] = known + [s for s in found if s not in known]
+
+
+def _redacted(value: Mapping[str, Any], redactor: Redactor) -> dict[str, Any]:
+    """The view's value: without the kept secrets, with digests in their place."""
+    shown = {k: v for k, v in value.items() if k != SECRETS}
+    secrets = value.get(SECRETS) or []
+    for name in _SCRUBBED:
+        shown[name] = redactor.scrub(value["tool"], shown[name], secrets)
+    return shown
 
 
 class StatusProjection(Projection[StatusState]):
@@ -320,11 +356,14 @@ class StatusProjection(Projection[StatusState]):
     # No status change: ``_evolve`` has no case for these and ``outcome_for`` gives None.
     reacts_to = LOG_EVENTS - {ApprovalDecisionRejected, ExecutionStarted}
 
+    def __init__(self, redactor: Redactor = NO_REDACTION) -> None:
+        self.redactor = redactor
+
     def initial_state(self) -> StatusState:
         return StatusState()
 
     def project(self, state: StatusState, event: Event) -> tuple[StatusState, Sequence[ViewRecord]]:
-        return project(state, event)
+        return project(state, event, self.redactor)
 
     def dump_state(self, state: StatusState) -> bytes:
         return canonical_json({"invocations": dict(state.invocations)}).encode()

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     # Imported where used: a command that needs only the keys (``session issue``) should
     # not pay for the policy engine, JSON Schema and the processes at start-up.
     from callgate.adapters.oidc import Discovery, OidcSignIn
+    from callgate.adapters.provider_metrics import ProviderMetrics
     from callgate.config import ApprovalKeys
     from callgate.decider import Decider
     from callgate.domain.catalog import Profile
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from callgate.domain.keys import KeyRing
     from callgate.domain.policy import PolicyEngine
     from callgate.domain.process import Process
+    from callgate.domain.redaction import Redactor
     from callgate.executor.process import Executor
     from callgate.providers.ledger import EffectLedger
     from callgate.providers.registry import ProviderRegistry
@@ -139,6 +141,18 @@ class App:
         return KeyRing.load_or_create(self.settings.state_dir)
 
     @cached_property
+    def redactor(self) -> Redactor:
+        """Digests in place of the catalog's sensitive fields (ADR 0035); no key is read or
+        created while no tool has one."""
+        from callgate.domain.keys import redaction_key
+        from callgate.domain.redaction import NO_REDACTION, redactor_for
+
+        paths = self.profile.sensitive_paths()
+        if not paths:
+            return NO_REDACTION
+        return redactor_for(redaction_key(self.settings.state_dir), paths)
+
+    @cached_property
     def session_issuer(self) -> SessionIssuer:
         """The development issuer; only in development mode (production verifies the
         platform's tokens instead). Raises ``Rejection(DEVELOPMENT_MODE_REQUIRED)``."""
@@ -209,10 +223,19 @@ class App:
     @cached_property
     def providers(self) -> ProviderRegistry:
         """The profile's ``providers:`` by kind (``ProfileError`` naming the key)."""
-        from callgate.providers.registry import build_registry, default_context
+        from callgate.adapters.provider_metrics import instrumented
+        from callgate.providers.registry import ProviderRegistry, build_registry, default_context
 
         context = default_context(lambda: self.ledger, self.settings.faults, self.profile)
-        return build_registry(self.profile, context)
+        built = build_registry(self.profile, context)
+        return ProviderRegistry(instrumented(p, self.provider_metrics) for p in built)
+
+    @cached_property
+    def provider_metrics(self) -> ProviderMetrics:
+        """Provider latency and errors of this process (``/metrics``)."""
+        from callgate.adapters.provider_metrics import ProviderMetrics
+
+        return ProviderMetrics()
 
     def decider(self) -> Decider:
         from callgate.decider import Decider, DeciderDeps
@@ -241,7 +264,13 @@ class App:
         from callgate_projections.pending import PendingProjection
         from callgate_projections.status import StatusProjection
 
-        return [StatusProjection(), PendingProjection(), AuditProjection(), DecisionsProjection()]
+        redactor = self.redactor
+        return [
+            StatusProjection(redactor),
+            PendingProjection(redactor),
+            AuditProjection(redactor),
+            DecisionsProjection(),
+        ]
 
     def processes(self) -> list[Process[Any]]:
         """Every process `callgate serve` runs, in pipeline order."""

@@ -351,7 +351,7 @@ def test_metrics_in_the_prometheus_format(server: HttpServe) -> None:
 
 
 def test_every_code_has_a_documented_status() -> None:
-    guide = (Path(__file__).resolve().parents[2] / "docs" / "http-api.md").read_text()
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "http-api.md").read_text()
     for code in Code:
         assert code in STATUS, code
         assert f"| `{code.value}` | {STATUS[code]} |" in guide, code

@@ -88,7 +88,9 @@ def normalize_args(spec: ToolSpec, limits: Limits, args_json: str) -> dict[str, 
     if error is not None:
         path = _error_field(error)
         where = f"argument '{path}'" if path else "arguments"
-        raise _reject(f"{spec.name}: {where}: {error.message}", path)
+        # A tool with sensitive fields gets no message quoting a value (ADR 0035).
+        why = f"fails '{error.validator}'" if spec.sensitive else error.message
+        raise _reject(f"{spec.name}: {where}: {why}", path)
     _apply_defaults(spec.args_schema, args)
     return args
 

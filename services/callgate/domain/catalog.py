@@ -114,6 +114,9 @@ class ToolSpec(_Frozen):
     upstream_tool: UpstreamName | None = None
     dry_run_tool: UpstreamName | None = None
     lookup_tool: UpstreamName | None = None
+    # Paths into the arguments (keys joined by dots) whose values no view, export, log or
+    # console shows, only a keyed digest (callgate.domain.redaction, ADR 0035).
+    sensitive: tuple[str, ...] = ()
 
     @property
     def upstream_name(self) -> str:
@@ -210,6 +213,10 @@ class Profile(_Frozen):
         owners = [t for t, pattern in self.resource_patterns if pattern.match(target)]
         return owners[0] if len(owners) == 1 else None
 
+    def sensitive_paths(self) -> dict[str, tuple[str, ...]]:
+        """Per tool with any, its ``sensitive`` argument paths (ADR 0035)."""
+        return {name: spec.sensitive for name, spec in self.tools.items() if spec.sensitive}
+
     def catalog_view(self) -> list[dict[str, Any]]:
         """The tools with their flags and argument schemas (``callgate catalog``)."""
         return [spec.model_dump(mode="json") for spec in self.tools.values()]
@@ -256,6 +263,14 @@ def _tool_problems(spec: ToolSpec) -> list[tuple[str, str]]:
     for arg in spec.identity_args:
         if arg not in props:
             problems.append(("identity_args", f"'{arg}' is not an argument of the tool"))
+    for path in spec.sensitive:
+        schema: Any = spec.args_schema
+        for name in path.split("."):
+            found = schema.get("properties", {}).get(name) if isinstance(schema, dict) else None
+            if found is None:
+                problems.append(("sensitive", f"'{path}' is not a path into the arguments"))
+                break
+            schema = found
     if spec.high_impact_when is not None and spec.high_impact_when.arg not in props:
         arg = spec.high_impact_when.arg
         problems.append(("high_impact_when.arg", f"'{arg}' is not an argument of the tool"))
@@ -267,6 +282,15 @@ def _tool_problems(spec: ToolSpec) -> list[tuple[str, str]]:
     if may_need_approver and not spec.approvers:
         problems.append(("approvers", "the tool may need an approver but names no approver role"))
     return problems
+
+
+def _catalog_entry(spec: ToolSpec) -> dict[str, Any]:
+    """An entry as the profile digest covers it; ``sensitive`` only when set, so a profile
+    without sensitive fields keeps its digest (the policy version)."""
+    entry = spec.model_dump(mode="json")
+    if not entry["sensitive"]:
+        del entry["sensitive"]
+    return entry
 
 
 def _read(path: Path, what: str) -> str:
@@ -354,7 +378,7 @@ def load_profile(path: Path) -> Profile:
         "resources": {k: list(v) for k, v in top.resources.items()},
         # Only when declared, so that a profile without providers keeps its digest.
         **({"providers": top.providers} if top.providers else {}),
-        "tools": {k: v.model_dump(mode="json") for k, v in tools.items()},
+        "tools": {k: _catalog_entry(v) for k, v in tools.items()},
     }
     return Profile(
         version=top.version,

@@ -161,6 +161,22 @@ class KeyRing:
         return {self.approval_kid: self.approval_signing_key.public_key()}
 
 
+REDACTION_KEY_FILE = "redaction.pem"
+
+
+def redaction_key(directory: Path) -> bytes:
+    """The HMAC key of sensitive-field digests (ADR 0035), from ``<directory>/keys/``.
+
+    Kept as an Ed25519 private key file like the others (created once, race-safe); the HMAC
+    key is SHA-256 over a label and its PEM. Processes that share a state directory share
+    the key, so equal values give equal digests in every view.
+    """
+    key_dir = directory / "keys"
+    key_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    pem = _load_or_create_private(key_dir / REDACTION_KEY_FILE)
+    return hashlib.sha256(b"callgate redaction key v1\n" + pem).digest()
+
+
 def _load_or_create_private(path: Path) -> bytes:
     if path.exists():
         return path.read_bytes()

@@ -325,6 +325,18 @@ class Gateway:
             workers=workers,
         )
 
+    def audit_chains(self, session: str) -> list[dict[str, Any]]:
+        """Every audit record of every chain, for an export: an operator's read only.
+
+        A chain is exported whole or not at all (a gap would stop the export there), and a
+        tenant's chain may hold a record no verified session owns, so a session without
+        ``OPERATOR_ROLE`` is refused (``operator_required``) rather than given a partial one.
+        """
+        reader = self._reader(session)
+        if not reader.has_any_role((OPERATOR_ROLE,)):
+            raise Rejection(Code.OPERATOR_REQUIRED, f"audit export needs the {OPERATOR_ROLE} role")
+        return [value for _, value in self.backend.view_items("audit")]
+
     def verify_audit(self, tenant: str | None = None) -> VerifyResult:
         """Check every per-partition hash chain against its head (detects a cut-off tail).
 

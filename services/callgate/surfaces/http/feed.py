@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from callgate.surfaces.sdk import Backend
@@ -28,6 +29,9 @@ class PendingFeed:
         self._version = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="callgate-pending-feed", daemon=True)
+        # Called with each row that left the view (approved, denied or expired): the
+        # approval-wait metric (``ApiMetrics.approval_closed``).
+        self.on_closed: Callable[[dict[str, Any]], None] | None = None
 
     @property
     def version(self) -> int:
@@ -52,8 +56,14 @@ class PendingFeed:
         rows = [json.loads(value) for _, value in raw]
         rows.sort(key=lambda r: (r.get("requested_at", 0), r.get("invocation_id", "")))
         with self._lock:
+            before = self._rows
             self._raw, self._rows = raw, rows
             self._version += 1
+        if self.on_closed is not None:
+            still = {r.get("invocation_id") for r in rows}
+            for row in before:
+                if row.get("invocation_id") not in still:
+                    self.on_closed(row)
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -6,6 +6,12 @@
 - ``callgate_decision_latency_seconds{tool}``: from publishing a proposal to its settled
   answer, as the API observed it (a histogram);
 - ``callgate_pending_approvals{tool}``: the pending view;
+- ``callgate_pending_age_seconds{tool}``: how long the oldest pending approval has waited;
+- ``callgate_approval_wait_seconds{tool,result}``: from an approval's request to its leaving
+  the pending view (granted, denied, expired; seen by this server's feed, to 0.2 s);
+- ``callgate_provider_call_seconds{provider,operation}`` and
+  ``callgate_provider_errors_total{provider,operation,error}``: provider latency and
+  errors of the executor in this process (``callgate.adapters.provider_metrics``);
 - ``callgate_consumer_lag{process}``: input records a process has not processed yet;
 - ``callgate_dead_letters``: records dead-lettered by the runners.
 
@@ -14,8 +20,10 @@ One registry per server (no module-level state), so tests can start several.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -23,6 +31,7 @@ from prometheus_client.registry import Collector
 
 from callgate.surfaces.http.context import PendingSource, ServiceStats
 
+APPROVAL_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 14400.0)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -44,9 +53,26 @@ class StateCollector(Collector):
         pending = GaugeMetricFamily(
             "callgate_pending_approvals", "Approvals waiting for a human.", labels=["tool"]
         )
-        for tool, n in sorted(Counter(str(r.get("tool")) for r in self._feed.rows()).items()):
+        rows = self._feed.rows()
+        for tool, n in sorted(Counter(str(r.get("tool")) for r in rows).items()):
             pending.add_metric([tool], n)
         yield pending
+
+        age = GaugeMetricFamily(
+            "callgate_pending_age_seconds",
+            "Age of the oldest approval still waiting, by tool.",
+            labels=["tool"],
+        )
+        oldest: dict[str, int] = {}
+        for r in rows:
+            at = r.get("requested_at")
+            if isinstance(at, int):
+                tool = str(r.get("tool"))
+                oldest[tool] = min(oldest.get(tool, at), at)
+        now_ms = time.time() * 1000
+        for tool, at in sorted(oldest.items()):
+            age.add_metric([tool], max(0.0, (now_ms - at) / 1000))
+        yield age
 
         lag = GaugeMetricFamily(
             "callgate_consumer_lag", "Input records not yet processed.", labels=["process"]
@@ -61,8 +87,24 @@ class StateCollector(Collector):
 
 
 class ApiMetrics:
-    def __init__(self, feed: PendingSource, stats: ServiceStats) -> None:
+    def __init__(
+        self,
+        feed: PendingSource,
+        stats: ServiceStats,
+        collectors: Sequence[Collector] = (),
+        statuses: Callable[[str], Mapping[str, Any] | None] = lambda _: None,
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
+        self._statuses = statuses
+        self.approval_wait = Histogram(
+            "callgate_approval_wait_seconds",
+            "From an approval's request to its leaving the pending view, by tool and result.",
+            labelnames=["tool", "result"],
+            buckets=APPROVAL_BUCKETS,
+            registry=self.registry,
+        )
+        for collector in collectors:  # the providers' (callgate.adapters.provider_metrics)
+            self.registry.register(collector)
         self.latency = Histogram(
             "callgate_decision_latency_seconds",
             "From publishing a proposal to its settled answer, seen by the API.",
@@ -71,3 +113,14 @@ class ApiMetrics:
             registry=self.registry,
         )
         self.registry.register(StateCollector(feed, stats))
+
+    def approval_closed(self, row: Mapping[str, Any]) -> None:
+        """A pending approval left the view: observe how long it waited, and how it ended
+        (the status view's ``approval.state``: granted, denied or expired)."""
+        requested_at = row.get("requested_at")
+        if not isinstance(requested_at, int):
+            return
+        status = self._statuses(str(row.get("invocation_id"))) or {}
+        result = str((status.get("approval") or {}).get("state") or "unknown")
+        waited = max(0.0, time.time() - requested_at / 1000)
+        self.approval_wait.labels(str(row.get("tool")), result).observe(waited)

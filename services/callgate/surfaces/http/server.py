@@ -26,22 +26,32 @@ from callgate.surfaces.http.metrics import ApiMetrics
 from callgate.surfaces.sdk import Backend, Gateway
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from prometheus_client.registry import Collector
+
     from callgate.surfaces.render import Renderer
 
 log = logging.getLogger("callgate.http")
 
 
 def build_context(
-    surface: App, backend: Backend, stats: ServiceStats, options: HttpOptions
+    surface: App,
+    backend: Backend,
+    stats: ServiceStats,
+    options: HttpOptions,
+    collectors: Sequence[Collector] = (),
 ) -> tuple[ServerContext, PendingFeed]:
     gateway = Gateway(surface, backend)
     feed = PendingFeed(backend)
+    metrics = ApiMetrics(feed, stats, collectors, lambda i: backend.view("status", i))
+    feed.on_closed = metrics.approval_closed
     ctx = ServerContext(
         gateway=gateway,
         options=options,
         stats=stats,
         feed=feed,
-        metrics=ApiMetrics(feed, stats),
+        metrics=metrics,
         verifier=surface.session_verifier,
         sign_in=surface.sign_in,
     )
@@ -124,7 +134,7 @@ def _serve_embedded(
 
     backend = EmbeddedBackend(surface)
     stats = EmbeddedStats(backend.store, app.processes(), lambda: failure[0] if failure else None)
-    ctx, feed = build_context(surface, backend, stats, options)
+    ctx, feed = build_context(surface, backend, stats, options, app.provider_metrics.collectors)
     worker = threading.Thread(target=work, name="callgate-runner")
     worker.start()
     feed.start()
@@ -181,7 +191,7 @@ def _serve_kafka(
     backend = LiveKafkaBackend(surface)
     backend.start()
     stats = KafkaStats(backend, app.processes(), children)
-    ctx, feed = build_context(surface, backend, stats, options)
+    ctx, feed = build_context(surface, backend, stats, options, app.provider_metrics.collectors)
     keeper = threading.Thread(target=supervise, name="callgate-supervisor")
     keeper.start()
     feed.start()
