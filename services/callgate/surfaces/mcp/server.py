@@ -118,10 +118,16 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
         session = session_of(ctx)
         # The same call again from the same principal while its approval is pending or
         # granted resumes that invocation (ADR 0029): no second proposal, no _meta needed.
-        principal = principal_of(ctx)
-        same_call = (principal.tenant, principal.user, params.name, canonical_json(args))
+        same_call: tuple[str, str, str, str] | None = None
+        if options.hold_s > 0:
+            try:
+                principal = principal_of(ctx)
+            except MCPError:  # the decider answers an unusable session, coded, as always
+                pass
+            else:
+                same_call = (principal.tenant, principal.user, params.name, canonical_json(args))
         answer: dict[str, Any] | None = None
-        resumable = held.get(same_call)
+        resumable = held.get(same_call) if same_call is not None else None
         if resumable is not None and approval_id is None and key is None:
             status = await bridge.run(lambda g: g.status(resumable, session))
             if status is not None and (not is_final(status) or status["outcome"] in SUCCESS):
@@ -133,7 +139,7 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
                 )
             except Rejection as r:  # the SDK's entry limits: refused before anything is published
                 return _error_result(r.code.value, r.message, None)
-        if answer.get("outcome") == Code.APPROVAL_REQUIRED.value and options.hold_s > 0:
+        if answer.get("outcome") == Code.APPROVAL_REQUIRED.value and same_call is not None:
             held[same_call] = str(answer["invocation_id"])
             answer = await _hold(ctx, bridge, session, answer, options, params)
         outcome = str(answer["outcome"])
