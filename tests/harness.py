@@ -48,10 +48,18 @@ class Gate:
         profile: Path | None = None,
         chaos: Chaos | None = None,
         runner: MemoryRunner | None = None,
+        continuation: bool = False,
         **settings: Any,
     ) -> None:
         """``settings``: more ``Settings`` fields (``approvals``, ``sessions``, ``dev``...);
-        development mode is on unless ``dev=False`` is given."""
+        development mode is on unless ``dev=False`` is given.
+
+        ``continuation``: with the default profile, whether a granted approval continues
+        its invocation (ADR 0029, the shipped default). Off, the agent resubmits with the
+        ``approval_id``, which the resubmission rules (C4, C8, C11, V2) are tested on.
+        """
+        if profile is None and not continuation:
+            profile = write_profile(state_dir / "resubmit-profile")
         self.settings = Settings(
             **{"dev": True, **settings},
             state_dir=state_dir,
@@ -266,14 +274,25 @@ def write_profile(
     directory: Path,
     edit_tools: Callable[[dict[str, Any]], None] | None = None,
     policy_suffix: str = "",
+    continuation: bool = False,
 ) -> Path:
     """A copy of the default profile in ``directory``, changed by ``edit_tools`` (C10).
+
+    Without ``continuation``, the approvals as the resubmission rules (C4, C8, C11, V2) are
+    tested on: every tool waits for the agent's resubmission (ADR 0029:
+    ``continue_on_approval: false``) and one approver suffices (no quorum, ADR 0030),
+    unless ``edit_tools`` says otherwise.
 
     ``policy_suffix`` is appended to the Cedar text, which changes the policy version.
     """
     source = default_profile_path()
     directory.mkdir(parents=True, exist_ok=True)
     raw = yaml.safe_load(source.read_text())
+    if not continuation:
+        for body in raw["tools"].values():
+            body["continue_on_approval"] = False
+            body.pop("approvals_required", None)
+            body.pop("approvals_required_when", None)
     if edit_tools is not None:
         edit_tools(raw["tools"])
     target = directory / "profile.yaml"

@@ -39,6 +39,7 @@ from callgate.domain.events import (
     ApprovalDenied,
     ApprovalExpired,
     ApprovalGranted,
+    ApprovalGrantRecorded,
     ApprovalRequested,
     ConfirmationAccepted,
     DryRunRecorded,
@@ -134,6 +135,9 @@ def _gather(old: Mapping[str, Any], event: Event, redactor: Redactor) -> dict[st
             }
         case ApprovalRequested():
             facts["approval_request"] = _request(facts, state="pending")
+        case ApprovalGrantRecorded():  # a quorum (ADR 0030): who granted, in order
+            grants = [*(facts.get("quorum") or {}).get("grants", []), event.approver]
+            facts["quorum"] = {"required": event.required, "grants": grants}
         case ApprovalGranted():
             facts["approval_request"] = _request(
                 facts, state="granted", approver=event.approver, approval_jti=event.approval_jti
@@ -170,6 +174,7 @@ def _content(invocation_id: str, partition_key: str, facts: Mapping[str, Any]) -
         "args_hash": facts.get("args_hash"),
         "outcome": facts.get("outcome"),
         "replay_of": facts.get("replay_of"),
+        "quorum": facts.get("quorum"),
     }
 
 

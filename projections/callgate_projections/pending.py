@@ -5,8 +5,10 @@ everything the approval will bind (C4, C11: tenant, actor, tool, target, policy 
 ``args_hash``, ``dry_run_hash``, partition key, invocation), the arguments and the dry-run
 snapshot the human confirms (C5; a tool's sensitive fields as digests, ADR 0035), who may
 confirm (``confirmation``, ``approver_roles``, ``allow_self_approval``) and ``expires_at``,
-so a UI shows exactly what is being approved.
-``ApprovalGranted``, ``ApprovalDenied`` and ``ApprovalExpired(stage="pending")`` take it
+so a UI shows exactly what is being approved. With a quorum (ADR 0030) the record also
+holds ``approvals_required`` and ``grants`` (who granted so far, in order); each
+``ApprovalGrantRecorded`` rewrites it. ``ApprovalGranted`` (the quorum met),
+``ApprovalDenied`` and ``ApprovalExpired(stage="pending")`` take it
 out again with a tombstone (``value=None``), so a compacted topic keeps only what is still
 pending. Every record and tombstone names its tenant (``ViewRecord.tenant``: the Kafka
 ``cg-tenant`` header), so one tenant's approval UI keeps only its own items.
@@ -22,6 +24,7 @@ from callgate.domain.events import (
     ApprovalDenied,
     ApprovalExpired,
     ApprovalGranted,
+    ApprovalGrantRecorded,
     ApprovalRequested,
     Event,
 )
@@ -30,8 +33,9 @@ from callgate_projections import Projection, ViewRecord, load_json_object, parse
 
 VIEW = "pending"
 
-# Per partition key: invocation id -> tenant, of the approvals still pending.
-PendingState = Mapping[str, str]
+# Per partition key: invocation id -> its current record, of the approvals still pending
+# (a state stored before the records were kept holds ``{"tenant": ...}`` alone).
+PendingState = Mapping[str, Mapping[str, object]]
 
 
 def _value(event: ApprovalRequested, redactor: Redactor) -> dict[str, object]:
@@ -60,6 +64,8 @@ def _value(event: ApprovalRequested, redactor: Redactor) -> dict[str, object]:
         "expires_at": event.expires_at,
         "policy_version": event.policy_version,
         "requested_at": event.occurred_at,
+        "approvals_required": event.approvals_required,
+        "grants": [],
     }
 
 
@@ -69,23 +75,38 @@ _EMPTY: PendingState = MappingProxyType({})
 def project(
     state: PendingState, event: Event, redactor: Redactor = NO_REDACTION
 ) -> tuple[PendingState, tuple[ViewRecord, ...]]:
-    """Open a pending approval on request; tombstone it once it is decided or expires."""
+    """Open a pending approval on request, record each grant towards its quorum, and
+    tombstone it once it is decided or expires. The state keeps the record as emitted
+    (sensitive fields already digests, ADR 0035)."""
     key = event.invocation_id
     match event:
         case ApprovalRequested():
-            opened = MappingProxyType({**state, key: event.tenant})
-            return opened, (ViewRecord.of(VIEW, key, _value(event, redactor), event.tenant),)
+            value = MappingProxyType(_value(event, redactor))
+            opened = MappingProxyType({**state, key: value})
+            return opened, (ViewRecord.of(VIEW, key, dict(value), event.tenant),)
+        case ApprovalGrantRecorded():
+            old = state.get(key)
+            if old is None or "invocation_id" not in old:
+                return state, ()  # not pending, or a record from before values were kept
+            grants = [*(old.get("grants") or ()), event.approver]  # type: ignore[misc]
+            value = MappingProxyType({**old, "grants": grants})
+            tenant = str(old["tenant"])
+            return MappingProxyType({**state, key: value}), (
+                ViewRecord.of(VIEW, key, dict(value), tenant),
+            )
         case ApprovalGranted() | ApprovalDenied() | ApprovalExpired(stage="pending"):
             if key in state:
-                closed = MappingProxyType({k: t for k, t in state.items() if k != key})
-                return closed, (ViewRecord(VIEW, key, None, state[key] or None),)
+                closed = MappingProxyType({k: v for k, v in state.items() if k != key})
+                return closed, (ViewRecord(VIEW, key, None, str(state[key]["tenant"]) or None),)
     return state, ()
 
 
 class PendingProjection(Projection[PendingState]):
     name = "pending-projection"
     views = frozenset({VIEW})
-    reacts_to = frozenset({ApprovalRequested, ApprovalGranted, ApprovalDenied, ApprovalExpired})
+    reacts_to = frozenset(
+        {ApprovalRequested, ApprovalGrantRecorded, ApprovalGranted, ApprovalDenied, ApprovalExpired}
+    )
 
     def __init__(self, redactor: Redactor = NO_REDACTION) -> None:
         self.redactor = redactor
@@ -99,11 +120,13 @@ class PendingProjection(Projection[PendingState]):
         return project(state, event, self.redactor)
 
     def dump_state(self, state: PendingState) -> bytes:
-        return canonical_json({"tenants": dict(state)}).encode()
+        return canonical_json({"records": {k: dict(v) for k, v in state.items()}}).encode()
 
     def load_state(self, data: bytes) -> PendingState:
         raw = load_json_object(data)
-        if "tenants" in raw:
-            return MappingProxyType(dict(raw["tenants"]))
+        if "records" in raw:
+            return MappingProxyType({k: MappingProxyType(v) for k, v in raw["records"].items()})
+        if "tenants" in raw:  # before the records were kept: the tenant alone
+            return MappingProxyType({k: {"tenant": t} for k, t in raw["tenants"].items()})
         # A state stored before tenants were kept: the ids alone (tenant unknown, "").
-        return MappingProxyType(dict.fromkeys(raw["pending"], ""))
+        return MappingProxyType({k: {"tenant": ""} for k in raw["pending"]})

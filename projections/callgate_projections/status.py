@@ -8,8 +8,10 @@ value: ``invocation_id``, ``partition_key``, ``tool``, ``actor``, ``tenant``, ``
 from a rejection or a failure, ``result`` (parsed JSON) once executed or replayed,
 ``dry_run`` (the snapshot), ``approval`` (the approval requested *for* this invocation:
 ``state`` pending/granted/denied/expired, ``approval_id`` once granted, ``approver``,
-``reason``, ``expires_at``), ``approved_by`` (the approval this invocation *presented*,
-C4/C11), ``replay_of`` (C8) and ``updated_at`` (``occurred_at`` of the last change).
+``reason``, ``expires_at``), ``quorum`` (ADR 0030: ``required`` and ``grants``, who
+granted so far; ``None`` for a single approver), ``approved_by`` (the approval this
+invocation *presented*, C4/C11), ``replay_of`` (C8) and ``updated_at`` (``occurred_at``
+of the last change).
 A record names its tenant once known (``ViewRecord.tenant``, the ``cg-tenant`` header).
 A tool's sensitive argument values appear in no field, only their digests (ADR 0035).
 """
@@ -28,6 +30,7 @@ from callgate.domain.events import (
     ApprovalDenied,
     ApprovalExpired,
     ApprovalGranted,
+    ApprovalGrantRecorded,
     ApprovalRequested,
     ConfirmationAccepted,
     DryRunFailed,
@@ -159,6 +162,7 @@ def _blank(invocation_id: str, partition_key: str) -> dict[str, Any]:
         "approval": None,
         "approved_by": None,
         "replay_of": None,
+        "quorum": None,
         "updated_at": 0,
     }
 
@@ -210,6 +214,11 @@ def _evolve(old: Mapping[str, Any], event: Event) -> dict[str, Any]:
             _known(value, target=event.target)
             value["dry_run"] = parse_json_field(event.dry_run_json, "dry_run_json")
             value["approval"] = _approval(value, state="pending", expires_at=event.expires_at)
+            if event.approvals_required > 1:  # a quorum (ADR 0030): who granted so far
+                value["quorum"] = {"required": event.approvals_required, "grants": []}
+        case ApprovalGrantRecorded():
+            grants = [*((value["quorum"] or {}).get("grants") or []), event.approver]
+            value["quorum"] = {"required": event.required, "grants": grants}
         case ApprovalGranted():
             value["approval"] = _approval(
                 value,

@@ -94,29 +94,34 @@ def test_v2_confirm_swap_arguments_then_replay_exactly_one_effect(state: Path) -
     assert approval["invocation_id"] == inv and approval["expires_at"] > now_ms()
     approval_id = approval["approval_id"]
     assert isinstance(approval_id, str) and approval_id
+    # ADR 0029: the approved call ran, as approved, without any resubmission
+    assert approval["outcome"] == "executed", approval
     assert inv not in {p["invocation_id"] for p in cg(state, "pending", "--session", ops(state))}
 
     swapped = propose(
         state, alice, "refunds.issue", {**REFUND, "amount_cents": 6000}, key, approval_id
     )
     assert swapped["outcome"] == "approval_mismatch", swapped
-    assert cg(state, "effects") == []
 
-    done = propose(state, alice, "refunds.issue", REFUND, key, approval_id)
+    done = cg(state, "wait", inv, "--session", alice)
     assert done["outcome"] == "executed", done
     assert done["result"]["order_id"] == "ORD-42" and done["result"]["amount_cents"] == 5000
 
-    again = propose(state, alice, "refunds.issue", REFUND, key=key)
-    assert again["outcome"] == "replayed", again
-    assert again["result"] == done["result"]
-    assert again["replay_of"]["invocation_id"] == done["invocation_id"]
+    # V2: the approved call resubmitted with its key and approval, and the key alone: replays
+    for again in (
+        propose(state, alice, "refunds.issue", REFUND, key, approval_id),
+        propose(state, alice, "refunds.issue", REFUND, key=key),
+    ):
+        assert again["outcome"] == "replayed", again
+        assert again["result"] == done["result"]
+        assert again["replay_of"]["invocation_id"] == inv
 
     effects = [e for e in cg(state, "effects") if e["target"] == "ORD-42"]
     assert len(effects) == 1, effects
     assert effects[0]["tool"] == "refunds.issue"
-    assert effects[0]["invocation_id"] == done["invocation_id"]
+    assert effects[0]["invocation_id"] == inv
 
-    records = cg(state, "audit", "--session", ops(state), "--invocation", done["invocation_id"])
+    records = cg(state, "audit", "--session", ops(state), "--invocation", inv)
     assert records and all(r["proposed_by"] == "model" for r in records)
     auth = records[-1]["authorized_by"]
     assert records[-1]["outcome"] == "executed"
@@ -129,9 +134,7 @@ def test_v2_confirm_swap_arguments_then_replay_exactly_one_effect(state: Path) -
     assert verified["ok"] is True and verified["records"] == len(everything) >= 4
     replayed = cg(state, "replay")
     assert replayed["equal"] is True and replayed["events"] > 0
-    assert (
-        cg(state, "status", done["invocation_id"], "--session", ops(state))["outcome"] == "executed"
-    )
+    assert cg(state, "status", inv, "--session", ops(state))["outcome"] == "executed"
 
 
 def test_denied_calls_never_reach_a_provider(state: Path) -> None:
@@ -174,7 +177,8 @@ def test_denied_calls_never_reach_a_provider(state: Path) -> None:
 
     granted = cg(state, "approve", inv, "--session", bob)  # the right approver may
     assert granted["invocation_id"] == inv and granted["approval_id"]
-    assert cg(state, "effects") == before  # an approval alone executes nothing
+    assert granted["outcome"] == "executed"  # and the approved call runs (ADR 0029)
+    assert len(cg(state, "effects")) == len(before) + 1
 
 
 def _short_ttl_profile(tmp_path: Path, ttl_seconds: int) -> Path:
@@ -184,6 +188,7 @@ def _short_ttl_profile(tmp_path: Path, ttl_seconds: int) -> Path:
     doc = yaml.safe_load(DEFAULT_PROFILE.read_text())
     shutil.copy(DEFAULT_PROFILE.parent / doc["policy_file"], folder / doc["policy_file"])
     doc["tools"]["refunds.issue"]["approval_ttl_seconds"] = ttl_seconds
+    doc["tools"]["refunds.issue"]["continue_on_approval"] = False  # the agent resubmits
     path = folder / "short-ttl.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path

@@ -164,9 +164,10 @@ def test_the_installed_program_runs_the_whole_story_from_an_unrelated_directory(
     [pending] = cg("pending", "--session", bob)
     assert pending["invocation_id"] == first["invocation_id"]
     approval = cg("approve", first["invocation_id"], "--session", bob)["approval_id"]
-    key_and_approval = ("--idempotency-key", "r-7", "--approval-id", approval)
-    done = propose(refund, "refunds.issue", *key_and_approval)
+    done = cg("wait", first["invocation_id"], "--session", alice)  # no resubmission
     assert done["outcome"] == "executed", done
+    key_and_approval = ("--idempotency-key", "r-7", "--approval-id", approval)
+    assert propose(refund, "refunds.issue", *key_and_approval)["outcome"] == "replayed"
     again = propose(refund, "refunds.issue", "--idempotency-key", "r-7")
     assert again["outcome"] == "replayed" and again["result"] == done["result"]
     refunds = [e for e in cg("effects") if e["tool"] == "refunds.issue"]

@@ -532,3 +532,91 @@ async def test_an_approver_under_a_look_alike_of_the_actor_is_refused(gate: Gate
         assert refused["error"]["code"] == "approver_forbidden", refused
         assert "look-alike" in refused["error"]["message"]
     assert effects(gate.ledger) == []
+
+
+@contextlib.asynccontextmanager
+async def held_client(g: Gate, token: str, hold_s: float) -> AsyncIterator[mcp.Client]:
+    """The SDK's client over stdio to ``callgate mcp --hold SECONDS`` (ADR 0029)."""
+    params = mcp.StdioServerParameters(
+        command=str(CALLGATE),
+        args=[
+            *("--state-dir", str(g.state_dir), "--profile", str(g.profile)),
+            *("mcp", "--session", token, "--console-url", CONSOLE, "--hold", str(hold_s)),
+        ],
+        env={**cli_env(), "CALLGATE_DEV": "1"},
+    )
+    async with mcp.Client(params, cache=None) as client:
+        yield client
+
+
+def approve_when_pending(g: Gate, note_id: str, decision: str = "approve") -> str:
+    """The approver, in another process: waits for the item, then decides on it."""
+    bob = g.token("bob", ["notes-approver"])
+    deadline = time.monotonic() + 60
+    while True:
+        items = cg(g.state_dir, "pending", "--session", bob, profile=g.profile)
+        found = [p for p in items if p["args"].get("note_id") == note_id]
+        if found:
+            break
+        assert time.monotonic() < deadline, "the held call never became pending"
+        time.sleep(0.3)
+    inv = str(found[0]["invocation_id"])
+    cg(g.state_dir, decision, inv, "--session", bob, profile=g.profile)
+    return inv
+
+
+async def test_a_held_call_answers_with_the_executed_result_once_approved(
+    tmp_path: Path,
+) -> None:
+    """ADR 0029: the high-impact tools/call stays open while its approval is pending, with
+    progress notifications, and returns the upstream's result once approved: one effect,
+    no resubmission. Calling again with the same arguments resumes it (no second call)."""
+    import anyio
+
+    ledger = tmp_path / "notes.jsonl"
+    g = Gate(tmp_path / "state", write_profile(tmp_path / "profile", ledger), ledger, "stdio")
+    g.state_dir.mkdir()
+    args = {"note_id": "N-held", "text": "held text", "author": "alice"}
+    seen: list[float] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append(progress)
+
+    async with held_client(g, g.token("alice", ALICE_ROLES), 60) as c:
+        async with anyio.create_task_group() as tg:
+            approved: list[str] = []
+
+            async def approver() -> None:
+                await anyio.sleep(2.5)  # some progress first
+                approved.append(await anyio.to_thread.run_sync(approve_when_pending, g, "N-held"))
+
+            tg.start_soon(approver)
+            result = await c.call_tool("notes.write", args, progress_callback=on_progress)
+        assert not result.is_error, result
+        assert result.structured_content == args | {"text": "held text"}
+        assert result.meta is not None
+        assert result.meta["callgate/invocation_id"] == approved[0]
+        assert result.meta["callgate/outcome"] == "executed"
+        assert seen, "no progress notification while held"
+        # the same call again from the same principal: its result, not a second effect
+        again = await c.call_tool("notes.write", args)
+        assert not again.is_error, again
+        assert again.meta is not None and again.meta["callgate/invocation_id"] == approved[0]
+    assert len(effects(ledger, "write_note")) == 1
+
+
+async def test_a_held_call_answers_approval_denied(tmp_path: Path) -> None:
+    import anyio
+
+    ledger = tmp_path / "notes.jsonl"
+    g = Gate(tmp_path / "state", write_profile(tmp_path / "profile", ledger), ledger, "stdio")
+    g.state_dir.mkdir()
+    args = {"note_id": "N-deny", "text": "no", "author": "alice"}
+    async with (
+        held_client(g, g.token("alice", ALICE_ROLES), 60) as c,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(anyio.to_thread.run_sync, approve_when_pending, g, "N-deny", "deny")
+        result = await c.call_tool("notes.write", args)
+    assert result.is_error and outcome(result) == "approval_denied", result
+    assert effects(ledger) == []

@@ -55,10 +55,7 @@ def test_serve_on_kafka_trusts_the_configured_issuer_and_refuses_dev_tokens(
             assert first["outcome"] == "approval_required", first
             approval = gate.approve(first["invocation_id"], bob, timeout_s=60)
             assert approval["approval_id"].count(".") == 2
-            done = gate.propose(
-                alice, "refunds.issue", BIG_REFUND, "r-1",
-                approval_id=approval["approval_id"], timeout_s=60,
-            )  # fmt: skip
+            done = gate.wait(first["invocation_id"], alice, 60)  # no resubmission (ADR 0029)
             assert done["outcome"] == "executed", done
 
             # A development token minted on the same state directory is refused by serve.

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from callgate.domain.codes import Code
 from callgate.surfaces.http.errors import STATUS
 from callgate.surfaces.http.guard import CSP
 from tests.e2e.helpers import cg, propose_argv
+from tests.http import approval_flow
 from tests.http_support import REFUND_BIG, HttpServe, bearer, short_ttl_profile, wait_until
 
 DEPLOY = {"service": "checkout", "version": "2.4.1", "environment": "production"}
@@ -209,52 +209,21 @@ def test_propose_waits_a_bounded_time_then_202_with_the_invocation_url(
 
 
 def test_high_impact_refund_approved_over_http_executes_once(server: HttpServe) -> None:
-    alice = server.token("alice", "acme", "support")
-    fran = server.token("fran", "acme", "finance-approver")
-    key = f"refund-{uuid.uuid4().hex[:8]}"
-    first = propose(server, alice, "refunds.issue", REFUND_BIG, headers={"Idempotency-Key": key})
-    assert first["outcome"] == "approval_required" and first["dry_run"]["amount_cents"] == 25000
-    inv = first["invocation_id"]
-    with server.client(fran) as c:
-        pending = c.get("/v1/pending").json()
-        item = next(p for p in pending if p["invocation_id"] == inv)
-        assert item["confirmation"] == "approver" and item["actor"] == "alice"
-        assert item["args_hash"] and item["dry_run_hash"] and item["policy_version"]
-        approved = c.post(f"/v1/invocations/{inv}/approve")
-        assert approved.status_code == 200, approved.text
-        artifact = approved.json()
-        assert set(artifact) == {"approval_id", "invocation_id", "expires_at"}
-        again = c.post(f"/v1/invocations/{inv}/approve")
-        assert again.status_code == 409 and again.json()["error"]["code"] == "not_pending"
-        assert all(p["invocation_id"] != inv for p in c.get("/v1/pending").json())
-    done = propose(
-        server,
-        alice,
-        "refunds.issue",
-        REFUND_BIG,
-        headers={"Idempotency-Key": key},
-        body={"approval_id": artifact["approval_id"]},
-    )
-    assert done["outcome"] == "executed", done
-    replay = propose(
-        server,
-        alice,
-        "refunds.issue",
-        REFUND_BIG,
-        headers={"Idempotency-Key": key},
-        body={"approval_id": artifact["approval_id"]},
-    )
-    assert replay["outcome"] == "replayed"
-    effects = [e for e in cg(server.state_dir, "effects") if e["tool"] == "refunds.issue"]
-    assert len([e for e in effects if e["invocation_id"] == done["invocation_id"]]) == 1
-    with server.client(alice) as c:
-        status = c.get(f"/v1/invocations/{done['invocation_id']}").json()
-        assert status["outcome"] == "executed" and status["approved_by"]["approver"] == "fran"
-        records = c.get("/v1/audit", params={"invocation": done["invocation_id"]}).json()
-        assert records and records[-1]["authorized_by"]["approval"]["approver"] == "fran"
-        assert all(r["proposed_by"] == "model" for r in records)
-        verified = c.get("/v1/audit/verify").json()
-        assert verified["ok"] is True and verified["records"] >= len(records)
+    """ADR 0029: the agent's ``propose --wait`` prints ``executed`` after an approval over
+    HTTP, without any resubmission; one effect; the resubmission replays (V2)."""
+    approval_flow.refund_approved_over_http_runs_without_resubmission(server)
+
+
+def test_deploy_to_production_needs_two_distinct_release_managers(tmp_path: Path) -> None:
+    """ADR 0030: pending after one grant, refused twice and to the respelled actor, executed
+    after the second (the shipped profile: this module's server expires deploys early)."""
+    serve = HttpServe(tmp_path / "state", tmp_path / "serve.log", dev=True)
+    try:
+        serve.wait_ready()
+        approval_flow.deploy_needs_two_distinct_release_managers(serve)
+    finally:
+        assert serve.stop() == 0, serve.log.read_text()
+        assert "Traceback" not in serve.log.read_text()
 
 
 def test_refusals_are_coded(server: HttpServe) -> None:

@@ -21,6 +21,7 @@ from callgate.bootstrap import Settings, bootstrap
 from callgate.domain import events as ev
 from callgate.domain.canonical import partition_key
 from callgate.domain.scope import bound_id
+from tests.http import approval_flow
 from tests.http_support import REFUND_BIG, HttpServe, bearer, wait_until
 from tests.kafka_support import Deployment, unique_prefix
 
@@ -79,31 +80,14 @@ def test_no_valid_session_is_401(server: HttpServe) -> None:
 
 
 def test_high_impact_refund_approved_over_http_executes_once(server: HttpServe) -> None:
-    alice = server.token("alice", "acme", "support")
-    fran = server.token("fran", "acme", "finance-approver")
-    key = f"refund-{uuid.uuid4().hex[:8]}"
-    first = propose(server, alice, REFUND_BIG, key=key)
-    assert first["outcome"] == "approval_required", first
-    inv = first["invocation_id"]
-    with server.client(fran) as c:
-        wait_until(lambda: inv in pending_ids(c), 30, "the pending view")
-        r = c.post(f"/v1/invocations/{inv}/approve")
-        assert r.status_code == 200, r.text
-        approval_id = r.json()["approval_id"]
-        wait_until(lambda: inv not in pending_ids(c), 30, "the tombstone")
-    done = propose(server, alice, REFUND_BIG, key=key, approval_id=approval_id)
-    assert done["outcome"] == "executed", done
-    again = propose(server, alice, REFUND_BIG, key=key, approval_id=approval_id)
-    assert again["outcome"] == "replayed"
-    with server.client(alice) as c:
-        status = c.get(f"/v1/invocations/{done['invocation_id']}").json()
-        assert status["approved_by"]["approver"] == "fran"
-        wait_until(
-            lambda: bool(c.get("/v1/audit", params={"invocation": done["invocation_id"]}).json()),
-            30,
-            "the audit record",
-        )
-        assert c.get("/v1/audit/verify").json()["ok"] is True
+    """ADR 0029 on Apache Kafka: ``propose --wait`` prints ``executed`` after an approval
+    over HTTP, without any resubmission; one effect; the resubmission replays (V2)."""
+    approval_flow.refund_approved_over_http_runs_without_resubmission(server)
+
+
+def test_deploy_to_production_needs_two_distinct_release_managers(server: HttpServe) -> None:
+    """ADR 0030 on Apache Kafka: pending after one grant, executed after the second."""
+    approval_flow.deploy_needs_two_distinct_release_managers(server)
 
 
 def test_reads_and_writes_are_scoped_to_the_bearers_tenant(server: HttpServe) -> None:

@@ -95,8 +95,9 @@ def no_page_errors(page: Page) -> None:
     assert errors == [], errors
 
 
-def sign_in_as(page: Page, server: HttpServe, user: str) -> None:
-    page.goto(server.url + "/")
+def sign_in_as(page: Page, server: HttpServe, user: str, at: str = "/") -> None:
+    """Sign in as a sample user on the console at ``at`` (a link to an invocation too)."""
+    page.goto(server.url + at)
     expect(page.locator("#dev-form")).to_be_visible()
     page.get_by_label("Sign in as a sample user").select_option(user)
     page.get_by_role("button", name="Sign in as this user").click()
@@ -162,17 +163,16 @@ def test_approver_approves_a_high_impact_refund_and_the_agent_executes(
     screenshot(page, tmp_path, "console-desktop.png")
 
     page.get_by_role("button", name="Approve", exact=True).click()
-    expect(page.locator("#detail-result")).to_contain_text("Approved.")
+    expect(page.locator("#detail-result")).to_contain_text("Approved. The call ran: executed.")
     expect(item(page, inv)).to_have_count(0)  # the item left the list (the live stream)
+    live = page.locator("#live-state")
+    expect(live).to_contain_text("Executed")
+    expect(live).to_contain_text("Approval id")
 
+    # ADR 0029: the approved call ran without any resubmission
     with server.client(alice) as c:
-        approval_id = c.get(f"/v1/invocations/{inv}").json()["approval"]["approval_id"]
-        done = c.post(
-            "/v1/proposals",
-            json={"tool": "refunds.issue", "args": REFUND_BIG, "approval_id": approval_id},
-            headers={"Idempotency-Key": key},
-        ).json()
-    assert done["outcome"] == "executed", done
+        done = c.get(f"/v1/invocations/{inv}", params={"wait": 30}).json()
+    assert done["outcome"] == "executed" and done["final"] is True, done
     assert done["result"]["amount_cents"] == 25000
 
     page.get_by_label("Invocation id").fill(done["invocation_id"])
@@ -293,3 +293,48 @@ def test_not_pending_is_shown_in_words(server: HttpServe, browser: Browser) -> N
     )
     no_page_errors(page)
     page.close()
+
+
+def test_a_link_opens_a_pending_two_of_n_deploy_live(browser: Browser, tmp_path: Path) -> None:
+    """ADR 0029, 0030: ``/#invocation=<id>`` and ``/invocations/<id>`` open the item; the
+    list shows its key figure and "1 of 2"; Approve and Deny fit a 1280x800 screen; the
+    second grant runs the deploy and the page shows it executed (the shipped profile)."""
+    serve = HttpServe(tmp_path / "state", tmp_path / "serve.log", dev=True)
+    try:
+        serve.wait_ready()
+        rory = serve.token("rory", "acme", "release")
+        mona = serve.token("mona", "acme", "release-manager")
+        answer = agent_proposes(serve, rory, "deploys.trigger", DEPLOY)
+        inv = answer["invocation_id"]
+        with serve.client(mona) as c:
+            granted = c.post(f"/v1/invocations/{inv}/approve").json()
+        assert granted == {"invocation_id": inv, "granted": 1, "required": 2}
+
+        page = new_page(browser)
+        sign_in_as(page, serve, "rel", at=f"/#invocation={inv}")
+        expect(item(page, inv)).to_contain_text("production 7.0.0")
+        expect(item(page, inv)).to_contain_text("1 of 2 granted (mona)")
+        expect(page.locator("#facts")).to_contain_text("1 of 2 granted (mona)")
+        live = page.locator("#live-state")
+        expect(live).to_contain_text("Pending approval")
+        expect(live).to_contain_text("1 of 2 granted (mona)")
+        for name in ("Approve", "Deny"):
+            box = page.get_by_role("button", name=name, exact=True).bounding_box()
+            assert box is not None and box["y"] + box["height"] <= 800, (name, box)
+        screenshot(page, tmp_path, "console-quorum-desktop.png")
+
+        phone = new_page(browser, 390, 844)
+        sign_in_as(phone, serve, "rel", at=f"/invocations/{inv}")
+        expect(phone.locator("#live-state")).to_contain_text("1 of 2 granted (mona)")
+        screenshot(phone, tmp_path, "console-quorum-phone.png")
+        no_page_errors(phone)
+        phone.close()
+
+        page.get_by_role("button", name="Approve", exact=True).click()
+        expect(page.locator("#detail-result")).to_contain_text("The call ran: executed.")
+        expect(live).to_contain_text("Executed")
+        expect(live).to_contain_text("granted by mona, rel")
+        no_page_errors(page)
+        page.close()
+    finally:
+        assert serve.stop() == 0, serve.log.read_text()

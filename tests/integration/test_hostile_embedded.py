@@ -31,7 +31,7 @@ from tests.attacks import (
     verdict_from_dead_letter,
     verdict_from_status,
 )
-from tests.harness import T0
+from tests.harness import T0, write_profile
 
 from callgate.adapters.avro_codec import MARKER, AvroCodec
 from callgate.adapters.embedded.gateway import EmbeddedBackend
@@ -57,7 +57,9 @@ class EmbeddedSurface(Surface):
 
     def __init__(self, state_dir: Path) -> None:
         self.clock = Clock(T0)
-        settings = Settings(state_dir=state_dir, dev=True)
+        # The attacks on resubmitted approvals: the agent resubmits (ADR 0029 off).
+        profile = write_profile(state_dir.parent / "resubmit-profile")
+        settings = Settings(state_dir=state_dir, profile=profile, dev=True)
         self.gateway: Gateway = connect(settings, bootstrap(settings, clock=self.clock))
         backend = self.gateway.backend
         assert isinstance(backend, EmbeddedBackend)

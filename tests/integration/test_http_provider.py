@@ -116,9 +116,8 @@ def test_the_whole_lifecycle_against_the_reference_server(
     assert first["dry_run"]["current"] == {"name": "Ada", "tier": "gold"}
     assert first["dry_run"]["changes"] == {"tier": "platinum"}
     approval = gate.approve(first["invocation_id"], alice)
-    done = gate.propose(
-        alice, "crm.update", update, idempotency_key="u-1", approval_id=approval["approval_id"]
-    )
+    assert approval["outcome"] == "executed", approval  # the approved call ran (ADR 0029)
+    done = gate.wait(first["invocation_id"], alice)
     assert done["outcome"] == "executed", done
     assert done["result"]["tier"] == "platinum"
     # Replay (C8): the stored result, no second request to the provider.

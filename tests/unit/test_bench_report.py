@@ -30,7 +30,7 @@ def in_progress(invocation_id: str) -> bytes:
         "invocation_id": invocation_id, "partition_key": "p", "tool": None, "actor": None,
         "tenant": None, "target": None, "outcome": "allowed", "settled": False, "error": None,
         "result": None, "dry_run": None, "approval": None, "approved_by": None,
-        "replay_of": None, "updated_at": 0,
+        "replay_of": None, "quorum": None, "updated_at": 0,
     }  # fmt: skip
     return ViewCodec.default().encode("status", canonical_json(value))
 

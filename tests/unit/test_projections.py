@@ -505,6 +505,8 @@ def test_pending_record_is_what_the_human_confirms() -> None:
                 "expires_at": 99_000,
                 "policy_version": "pv-1",
                 "requested_at": when.occurred_at,
+                "approvals_required": 1,
+                "grants": [],
             },
             tenant="acme",
         )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tests.harness import Gate
+from tests.harness import Gate, write_profile
 
 from callgate.domain import events as ev
 from callgate.domain.process import Process, reacts_to
@@ -30,6 +30,14 @@ def log(tmp_path_factory: pytest.TempPathFactory) -> tuple[Gate, list[ev.Event]]
     state = tmp_path_factory.mktemp("reacts") / "state"
     g = Gate(
         state,
+        # production deploys need two approvers (ADR 0030): a grant towards the quorum
+        profile=write_profile(
+            state.parent / "profile",
+            lambda tools: tools["deploys.trigger"].update(
+                approvals_required=2,
+                approvals_required_when={"arg": "environment", "values": ["production"]},
+            ),
+        ),
         faults={
             "tickets": {"timeout_before_apply": 1.0, "first_n": 1},
             "records": {"fail_dry_run": 1.0},
@@ -60,7 +68,9 @@ def log(tmp_path_factory: pytest.TempPathFactory) -> tuple[Gate, list[ev.Event]]
     asked = g.propose(carol, "deploys.trigger", deploy)
     manager = g.session("dave", roles=("release-manager",))
     g.propose(carol, "deploys.trigger", deploy, approval_id=g.approve(manager, asked))  # fails
-    g.runner.advance(24 * 3_600_000)  # the last one's approval expires
+    production = g.propose(carol, "deploys.trigger", {**deploy, "environment": "production"})
+    g.decide(manager, production)  # one grant of two
+    g.runner.advance(24 * 3_600_000)  # the last ones' approvals expire
     return g, g.events()
 
 

@@ -32,6 +32,7 @@ from callgate.domain.approvals import (
 )
 from callgate.domain.codes import Code, Rejection, Unanswerable
 from callgate.domain.identity import token_digest
+from callgate.domain.principal import looks_alike
 from callgate.domain.scope import is_bound
 
 _REPLAYABLE = frozenset({Code.EXECUTED.value, Code.EXECUTION_FAILED.value})
@@ -105,7 +106,9 @@ def check_approval(
 
 def on_approval_decision(
     deps: DeciderDeps, state: DeciderState, d: ev.ApprovalDecisionSubmitted, out: Emitter
-) -> None:
+) -> ApprovalClaims | None:
+    """A human's decision on a pending approval; the artifact's claims when it was issued
+    (the caller continues the invocation, ADR 0029), else None."""
     if not is_bound(d.event_id, d.session_token):
         # The decision's id keys its answer (the decisions view): only ids bound to the
         # deciding session are answered (docs/contract.md, "Tenant scope of identifiers").
@@ -114,7 +117,7 @@ def on_approval_decision(
             "the decision's event id is not bound to the session token (domain/scope.py)",
         )
     if d.event_id in state.decisions_seen:
-        return  # the same decision delivered twice: already answered
+        return None  # the same decision delivered twice: already answered
     state.decisions_seen.append(d.event_id)
     digest = token_digest(d.session_token)  # recorded instead of the token (ADR 0016)
     try:
@@ -136,6 +139,8 @@ def on_approval_decision(
         )
         if d.decision not in ("grant", "deny"):
             raise Rejection(Code.MALFORMED_EVENT, f"unknown decision {d.decision!r}")
+        if d.decision == "grant":
+            already_granted(inv, approver.user)  # ADR 0030: distinct approvers
     except Rejection as r:
         out.emit(
             ev.ApprovalDecisionRejected,
@@ -143,12 +148,27 @@ def on_approval_decision(
             message=r.message,
             session_digest=digest,
         )
-        return
+        return None
     if d.decision == "deny":
         inv.approval_status = ApprovalStatus.DENIED
         set_key_status(state, inv, KeyStatus.DENIED)
         out.emit(ev.ApprovalDenied, approver=approver.user, reason=d.reason, session_digest=digest)
-        return
+        return None
+    if inv.approvals_required > 1:
+        # ADR 0030: each grant is an event bound to what the invocation asks to confirm.
+        inv.grants.append(approver.user)
+        out.emit(
+            ev.ApprovalGrantRecorded,
+            approver=approver.user,
+            granted=len(inv.grants),
+            required=inv.approvals_required,
+            args_hash=inv.args_hash,
+            dry_run_hash=inv.dry_run_hash,
+            policy_version=inv.policy_version,
+            session_digest=digest,
+        )
+        if len(inv.grants) < inv.approvals_required:
+            return None  # still pending: no artifact before the quorum
     jti = approval_jti(inv.invocation_id, approver.user, d.event_id)
     expires_at = out.now_ms + inv.approval_ttl_ms
     claims = ApprovalClaims(
@@ -171,7 +191,22 @@ def on_approval_decision(
         approver=approver.user,
         expires_at=expires_at,
         session_digest=digest,
+        approvers=tuple(inv.grants),
     )
+    return claims
+
+
+def already_granted(inv: Invocation, approver: str) -> None:
+    """ADR 0030: one grant per person; spellings are folded (``looks_alike``), so no one
+    grants twice under two spellings. Folding only ever adds this refusal."""
+    for earlier in inv.grants:
+        if looks_alike(earlier, approver):
+            raise Rejection(
+                Code.APPROVER_FORBIDDEN,
+                f"{approver} already granted this call; the quorum needs "
+                f"{inv.approvals_required} distinct approvers",
+                {"reason": "already_granted"},
+            )
 
 
 def _binding(

@@ -77,6 +77,37 @@ def authorize(
     request_execution(state, inv, out)
 
 
+def continue_approved(
+    state: DeciderState, inv: Invocation, claims: ApprovalClaims, out: Emitter
+) -> None:
+    """ADR 0029: the invocation that asked for ``claims`` runs exactly the approved call.
+
+    The same path as a resubmission presenting the artifact (C5, C11): the approval is
+    consumed by this invocation (single use), the dry-run runs again and must hash to
+    what the approver saw, then the execution is requested. Only a granted, unexpired
+    approval gets here; denied and expired ones never continue.
+    """
+    if not inv.continue_on_approval or inv.phase != Phase.PENDING_APPROVAL:
+        return  # the agent resubmits with the approval_id (C4)
+    use = state.approvals[claims.jti]
+    if use.consumed_by:
+        return
+    inv.approval_jti = claims.jti
+    inv.approved_dry_run_hash = claims.binding.dry_run_hash
+    use.consumed_by, use.consumer_key = inv.invocation_id, inv.idempotency_key
+    out.emit(
+        ev.ConfirmationAccepted,
+        approval_jti=claims.jti,
+        approved_invocation_id=inv.invocation_id,
+        approver=claims.approver,
+    )
+    if inv.require_dry_run:
+        inv.phase = Phase.CONFIRMING
+        _request_dry_run(inv, out)
+    else:
+        request_execution(state, inv, out)
+
+
 def _request_dry_run(inv: Invocation, out: Emitter) -> None:
     out.emit(
         ev.DryRunRequested,
@@ -112,6 +143,7 @@ def request_approval(
         approver_roles=tuple(inv.approver_roles),
         expires_at=inv.approval_expires_at,
         allow_self_approval=inv.allow_self_approval,
+        approvals_required=inv.approvals_required,
     )
 
 
@@ -183,4 +215,4 @@ def reject_late(state: DeciderState, inv: Invocation, r: Rejection, out: Emitter
     )
 
 
-__all__ = ["authorize", "reject_late", "request_approval", "request_execution"]
+__all__ = ["authorize", "continue_approved", "reject_late", "request_approval", "request_execution"]

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from callgate.decider.approvals import on_approval_decision
+from callgate.decider.authorization import continue_approved
 from callgate.decider.deps import DeciderDeps
 from callgate.decider.emitter import Emitter, tick_event
 from callgate.decider.key_records import key_record
@@ -99,7 +100,10 @@ class Decider:
         elif isinstance(event, ev.ResourceDescribed):
             on_described(self.deps, state, event, out)
         elif isinstance(event, ev.ApprovalDecisionSubmitted):
-            on_approval_decision(self.deps, state, event, out)
+            granted = on_approval_decision(self.deps, state, event, out)
+            inv = state.invocations.get(event.invocation_id)
+            if granted is not None and inv is not None:
+                continue_approved(state, inv, granted, out)  # ADR 0029
         elif isinstance(event, ev.DryRunRecorded):
             on_dry_run(state, event, out)
         elif isinstance(event, ev.DryRunFailed):

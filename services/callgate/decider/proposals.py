@@ -244,6 +244,9 @@ def _decide_policy(
         approver_roles=list(spec.approvers),
         allow_self_approval=spec.allow_self_approval,
         approval_ttl_ms=spec.approval_ttl_seconds * 1000,
+        continue_on_approval=spec.continue_on_approval,
+        require_dry_run=spec.require_dry_run,
+        approvals_required=spec.approvals_for(args),
     )
     state.invocations[p.invocation_id] = inv
     jti = _peek_jti(p.approval_id)

@@ -68,6 +68,12 @@ class Invocation:
     approver_roles: list[str] = field(default_factory=list)
     allow_self_approval: bool = False
     approval_ttl_ms: int = 0
+    # Taken from the catalog entry when the call is decided (ADR 0029, 0030): a profile
+    # reloaded while the approval is pending does not change what was asked.
+    continue_on_approval: bool = False
+    require_dry_run: bool = False
+    approvals_required: int = 1
+    grants: list[str] = field(default_factory=list)  # approvers so far (quorum, ADR 0030)
     dry_run_json: str = ""
     dry_run_hash: str = ""
     approval_status: str = ""  # for the approval requested *for* this invocation

@@ -68,6 +68,13 @@ class Threshold(_Frozen):
     gte: StrictFloat
 
 
+class QuorumWhen(_Frozen):
+    """The quorum applies when argument ``arg`` is one of ``values`` (ADR 0030)."""
+
+    arg: Name
+    values: tuple[str, ...] = Field(min_length=1)
+
+
 class Limits(_Frozen):
     max_args_bytes: int = Field(default=16384, gt=0)
     max_depth: int = Field(default=8, ge=1)
@@ -93,6 +100,13 @@ class ToolSpec(_Frozen):
     approvers: tuple[Name, ...] = ()
     approval_ttl_seconds: int = Field(default=900, gt=0)
     allow_self_approval: bool = False
+    # ADR 0029: a granted approval runs the approved call at once (the invocation that
+    # asked continues); off, the agent resubmits with the approval_id.
+    continue_on_approval: bool = True
+    # ADR 0030: distinct holders of ``approvers`` roles who must grant (quorum).
+    approvals_required: int = Field(default=1, ge=1, le=10)
+    # Only calls whose argument matches need the quorum; unset: every call of the entry.
+    approvals_required_when: QuorumWhen | None = None
     args_schema: dict[str, Any]
     # Tools of an ``mcp`` provider (docs/adr/0019-mcp-gateway.md): the upstream's tool that
     # applies the effect (default: the name without its ``<provider>.`` prefix), its
@@ -128,6 +142,15 @@ class ToolSpec(_Frozen):
         if self.is_high_impact(args):
             return Confirmation.APPROVER
         return self.confirmation
+
+    def approvals_for(self, args: Mapping[str, Any]) -> int:
+        """Distinct approvers this call needs (ADR 0030); a quorum is of approvers only."""
+        if self.confirmation_for(args) is not Confirmation.APPROVER:
+            return 1
+        when = self.approvals_required_when
+        if when is not None and args.get(when.arg) not in when.values:
+            return 1
+        return self.approvals_required
 
     @cached_property
     def args_schema_key(self) -> str:

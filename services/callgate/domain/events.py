@@ -178,6 +178,7 @@ class ApprovalRequested(Event):
     approver_roles: tuple[str, ...]
     expires_at: int
     allow_self_approval: bool | None = None  # None: written before the field existed
+    approvals_required: int = 1  # distinct approvers who must grant (ADR 0030)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -189,6 +190,22 @@ class ApprovalGranted(Event):
     approver: str
     expires_at: int
     session_digest: str | None = None  # ``token_digest`` of the approver's session token
+    # Everyone whose grant made up the quorum, in order (ADR 0030); empty: ``approver`` alone.
+    approvers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalGrantRecorded(Event):
+    """One approver's grant towards a quorum (ADR 0030), bound to the invocation's
+    snapshot, arguments and policy version; the artifact is issued only at the quorum."""
+
+    approver: str
+    granted: int  # grants so far, this one included
+    required: int
+    args_hash: str
+    dry_run_hash: str
+    policy_version: str
+    session_digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -328,6 +345,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     DryRunRequested,
     ApprovalRequested,
     ApprovalGranted,
+    ApprovalGrantRecorded,
     ApprovalDenied,
     ApprovalExpired,
     ApprovalDecisionRejected,

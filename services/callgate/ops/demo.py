@@ -213,6 +213,11 @@ def _walk(gate: Gateway, out: Renderer, steps: list[dict[str, Any]]) -> None:
     short = approval["approval_id"][:24]
     say(f"[green]✓[/] bob approves: approval_id {short}… (expires {approval['expires_at']})")
     step(
+        "C4 the approved call continues (ADR 0029)",
+        "executed",
+        gate.wait(first["invocation_id"], alice),
+    )
+    step(
         "V2 argument swap with the approval",
         "approval_mismatch",
         gate.propose(
@@ -224,8 +229,8 @@ def _walk(gate: Gateway, out: Renderer, steps: list[dict[str, Any]]) -> None:
         ),
     )
     step(
-        "C11 confirmation with the approval",
-        "executed",
+        "C11 the approved call resubmitted with its approval",
+        "replayed",
         gate.propose(
             alice,
             "refunds.issue",

@@ -115,8 +115,14 @@ class Gateway:
         idempotency_key: str | None = None,
         approval_id: str | None = None,
         timeout_s: float = 30.0,
+        wait: float | None = None,
     ) -> dict[str, Any]:
         """Publish a proposal and wait until it settles (docs/contract.md "Command line").
+
+        With ``wait`` (seconds), a call that needs approval is waited on further until
+        its final outcome (``Gateway.wait``, ADR 0029): executed or failed once approved,
+        ``approval_denied``, ``approval_expired``, or still ``approval_required`` (with the
+        invocation id to wait on again) when ``wait`` runs out.
 
         The limits of every entry (``callgate.domain.limits``) run first: arguments that
         break them, or text that cannot be encoded, are refused before anything is
@@ -144,7 +150,43 @@ class Gateway:
             approval_id=approval_id,
         )
         status = self.backend.follow(proposal, "status", invocation_id, _settled, timeout_s)
+        if wait is not None and status is not None and not is_final(status):
+            return self.wait(invocation_id, session, wait)
         return _answer(invocation_id, status)
+
+    def wait(
+        self,
+        invocation_id: str,
+        session: str,
+        timeout_s: float = 30.0,
+        on_change: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        """The invocation's final outcome, waiting up to ``timeout_s`` for it (ADR 0029).
+
+        Final: settled, and not an approval that is pending or granted and continuing.
+        A denied or expired approval is answered as ``approval_denied`` /
+        ``approval_expired``; at the timeout the answer is the current one (usually
+        ``approval_required``, ``settled`` true, ``final`` false). ``on_change`` is
+        called with each new status value (progress on a terminal, SSE). Only the
+        session's tenant can be waited on (``not_found`` otherwise).
+        """
+        reader = self._reader(session)
+        last: dict[str, Any] | None = None
+
+        def done() -> bool:
+            nonlocal last
+            status = self._status(invocation_id)
+            if status is not None and not may_read(reader, status.get("tenant")):
+                raise Rejection(Code.NOT_FOUND, f"no invocation {invocation_id}")
+            if status != last and status is not None and on_change is not None:
+                on_change(status)
+            last = status
+            return status is not None and is_final(status)
+
+        self.backend.wait(done, timeout_s)
+        if last is None:
+            raise Rejection(Code.NOT_FOUND, f"no invocation {invocation_id}")
+        return final_answer(invocation_id, last)
 
     def _entry_checks(
         self,
@@ -208,7 +250,8 @@ class Gateway:
             decision=decision,
             reason=reason,
         )
-        answer = self.backend.follow(submit, "decisions", submit.event_id, bool, timeout_s)
+        deadline = time.monotonic() + timeout_s
+        answer = self.backend.follow(submit, "decisions", submit.event_id, _answered, timeout_s)
         if answer is None:
             raise TimeoutError(
                 f"no answer to the {decision} of {invocation_id} within {timeout_s}s"
@@ -216,7 +259,21 @@ class Gateway:
         if answer.get("decision") == "rejected":
             err = answer["error"]
             raise Rejection(Code(err["code"]), err["message"])
-        return {k: v for k, v in answer.items() if v is not None}
+        result = {k: v for k, v in answer.items() if v is not None}
+        if "approval_id" in result:
+            # ADR 0029: a granted approval continues the invocation; tell the approver
+            # what became of it (bounded by the same timeout; a server may still be at it).
+            status: dict[str, Any] | None = None
+
+            def continued() -> bool:
+                nonlocal status
+                status = self._status(invocation_id)
+                return status is not None and is_final(status)
+
+            self.backend.wait(continued, max(0.0, deadline - time.monotonic()))
+            if status is not None:
+                result["outcome"] = final_answer(invocation_id, status)["outcome"]
+        return result
 
     def _partition_key_of(self, invocation_id: str, session: str) -> str:
         """Where the decision goes: the invocation's partition key (the decider answers,
@@ -338,6 +395,49 @@ def _tenant_of(record: Mapping[str, Any]) -> object:
 
 def _settled(status: Mapping[str, Any]) -> bool:
     return bool(status.get("settled"))
+
+
+def _answered(decision: Mapping[str, Any]) -> bool:
+    """The decider's answer to a decision; the grant that meets a quorum is answered by
+    its ``granted`` record, which follows the ``recorded`` one (ADR 0030)."""
+    if decision.get("decision") != "recorded":
+        return True
+    return int(decision.get("granted") or 0) < int(decision.get("required") or 0)
+
+
+def is_final(status: Mapping[str, Any]) -> bool:
+    """Nothing more will happen to the invocation by itself (ADR 0029): settled, and not
+    waiting on its approval (pending, or granted and continuing)."""
+    if not status.get("settled"):
+        return False
+    if status.get("outcome") != Code.APPROVAL_REQUIRED.value:
+        return True
+    state = (status.get("approval") or {}).get("state")
+    if state == "pending":
+        return False
+    approved_by = status.get("approved_by") or {}
+    continuing = approved_by.get("approved_invocation_id") == status.get("invocation_id")
+    return not (state == "granted" and continuing)
+
+
+_DECIDED = {"denied": Code.APPROVAL_DENIED, "expired": Code.APPROVAL_EXPIRED}
+
+
+def final_answer(invocation_id: str, status: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``propose`` answer, with a denied or expired approval as its own outcome."""
+    out = _answer(invocation_id, status)
+    out["final"] = is_final(status)
+    approval = status.get("approval") or {}
+    code = _DECIDED.get(str(approval.get("state")))
+    if out["outcome"] == Code.APPROVAL_REQUIRED.value and code is not None:
+        reason = f": {approval['reason']}" if approval.get("reason") else ""
+        out["outcome"] = code.value
+        out["error"] = {
+            "code": code.value,
+            "message": f"the approval was {approval['state']}{reason}",
+            "details": {"approver": approval.get("approver")},
+        }
+    return out
 
 
 def refusal(rejection: Rejection) -> dict[str, Any]:

@@ -75,15 +75,46 @@ class Renderer:
         report_error(code, message, self.json_mode)
 
     def approval(self, value: dict[str, Any]) -> None:
-        self.value(
-            value,
-            human=lambda c: c.print(
+        def human(c: Console) -> None:
+            if "approval_id" not in value:  # a grant towards a quorum (ADR 0030)
+                c.print(
+                    f"[green]grant recorded[/] ({value['granted']} of {value['required']})\n"
+                    f"  invocation {value['invocation_id']}",
+                    soft_wrap=True,
+                )
+                return
+            c.print(
                 f"[green]approved[/]\n  invocation {value['invocation_id']}\n"
                 f"  approval_id: {value['approval_id']}\n"
                 f"  expires_at:  {iso_utc(value['expires_at'] / 1000)}",
                 soft_wrap=True,
-            ),
-        )
+            )
+            if "outcome" in value:
+                c.print(f"  the call: [{outcome_style(value['outcome'])}]{value['outcome']}[/]")
+
+        self.value(value, human)
+
+    def progress(
+        self, invocation_id: str, seconds: float
+    ) -> Callable[[dict[str, Any]], None] | None:
+        """A line on stderr per change of an awaited invocation, only on a terminal."""
+        if self.json_mode or not self.err.is_terminal:
+            return None
+        self.err.print(f"waiting up to {seconds:g}s for invocation {invocation_id}")
+        seen: list[str] = []
+
+        def show(status: dict[str, Any]) -> None:
+            approval = status.get("approval") or {}
+            what = str(status.get("outcome"))
+            if what == "approval_required" and approval.get("state"):
+                what = f"approval {approval['state']}"
+                if approval.get("state") == "pending" and approval.get("expires_at"):
+                    what += f" (until {iso_utc(approval['expires_at'] / 1000)})"
+            if not seen or seen[-1] != what:
+                seen.append(what)
+                self.err.print(f"  {what}")
+
+        return show
 
     def denial(self, value: dict[str, Any]) -> None:
         reason = f": {escape(value['reason'])}" if value.get("reason") else ""

@@ -18,6 +18,20 @@ def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type
     pr.add_argument("--args", required=True, help="the tool's arguments, a JSON object")
     pr.add_argument("--idempotency-key", help="replays the stored result of the same call (C8)")
     pr.add_argument("--approval-id", help="the approval that confirms this call (C4, C11)")
+    pr.add_argument(
+        "--wait",
+        type=duration,
+        metavar="DURATION",
+        help="when the call needs approval, wait this long (90s, 10m, 1h) for its final "
+        "outcome (ADR 0029)",
+    )
+
+    wa = add_command(sub, common, "wait", "wait for an invocation's final outcome", wait)
+    wa.add_argument("invocation_id")
+    wa.add_argument("--session", required=True, help="the proposing session's token")
+    wa.add_argument(
+        "--wait", type=duration, default=600.0, metavar="DURATION", help="how long (600s)"
+    )
 
     pe = add_command(sub, common, "pending", "pending approvals", pending)
     pe.add_argument(
@@ -52,7 +66,8 @@ def propose(ctx: Context) -> int:
         if e.details.get("limit") in ("syntax", "type"):
             raise Misuse(f"--args must be a JSON object: {e.message}") from None
         # Over a limit: the gateway answers it as a refused call, exit 0 like any refusal.
-    answer = ctx.gateway().propose(
+    gateway = ctx.gateway()
+    answer = gateway.propose(
         ns.session,
         ns.tool,
         ns.args,
@@ -60,8 +75,37 @@ def propose(ctx: Context) -> int:
         approval_id=ns.approval_id,
         timeout_s=ctx.settings.timeout_s,
     )
+    if ns.wait is not None and answer.get("settled") and answer.get("invocation_id"):
+        from callgate.surfaces.gateway import is_final
+
+        status = gateway.status(answer["invocation_id"], ns.session)
+        if status is not None and not is_final(status):
+            return _wait(ctx, answer["invocation_id"], ns.wait)
     ctx.out.answer(answer)
     return EXIT_OK if answer.get("settled") else EXIT_FAILED
+
+
+def wait(ctx: Context) -> int:
+    return _wait(ctx, ctx.ns.invocation_id, ctx.ns.wait)
+
+
+def _wait(ctx: Context, invocation_id: str, seconds: float) -> int:
+    """``Gateway.wait``, with a line per change of state on a terminal's stderr."""
+    progress = ctx.out.progress(invocation_id, seconds)
+    answer = ctx.gateway().wait(invocation_id, ctx.ns.session, seconds, on_change=progress)
+    ctx.out.answer(answer)
+    return EXIT_OK if answer.get("settled") else EXIT_FAILED
+
+
+def duration(text: str) -> float:
+    """Seconds from ``90``, ``90s``, ``1500ms``, ``10m`` or ``1h``."""
+    import re
+
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h)?", text.strip())
+    if m is None:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 10m, 1h)")
+    scale = {"ms": 0.001, "s": 1.0, None: 1.0, "m": 60.0, "h": 3600.0}[m.group(2)]
+    return float(m.group(1)) * scale
 
 
 def pending(ctx: Context) -> int:
@@ -71,7 +115,8 @@ def pending(ctx: Context) -> int:
 
 def approve(ctx: Context) -> int:
     d = ctx.gateway().approve(ctx.ns.invocation_id, ctx.ns.session, ctx.settings.timeout_s)
-    ctx.out.approval({k: d[k] for k in ("approval_id", "invocation_id", "expires_at")})
+    keys = ("approval_id", "invocation_id", "expires_at", "outcome", "granted", "required")
+    ctx.out.approval({k: d[k] for k in keys if k in d})
     return EXIT_OK
 
 

@@ -34,6 +34,14 @@ def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type
         metavar="URL",
         help="the approval console named in approval_required answers (default: none)",
     )
+    m.add_argument(
+        "--hold",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="hold a tools/call that needs approval open up to this long for its final "
+        "outcome, with progress notifications (ADR 0029; default 0: answer at once)",
+    )
 
 
 def check_providers(app: App) -> None:
@@ -57,6 +65,7 @@ def mcp(ctx: Context) -> int:
         session=ctx.ns.session or os.environ.get("CALLGATE_SESSION"),
         console_url=ctx.ns.console_url,
         timeout_s=app.settings.timeout_s,
+        hold_s=max(0.0, ctx.ns.hold),
     )
     host = port = None
     if ctx.ns.http:

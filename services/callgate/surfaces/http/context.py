@@ -29,6 +29,9 @@ class HttpOptions(BaseModel):
     propose_wait_s: float = Field(default=10.0, gt=0, le=60)
     # How long approve/deny wait for the decider's answer before 504 timeout.
     decide_wait_s: float = Field(default=30.0, gt=0, le=120)
+    # The longest a GET /v1/invocations/{id}?wait= long-poll or its event stream is held
+    # open (ADR 0029); past it the answer is the current state, and the client asks again.
+    hold_s: float = Field(default=300.0, gt=0, le=3600)
     max_body_bytes: int = Field(default=64 * 1024, ge=1024)
     # Token bucket per client (bearer token, else address): sustained rate and burst.
     rate_per_s: float = Field(default=50.0, gt=0)
@@ -55,6 +58,7 @@ class HttpOptions(BaseModel):
 _ENV = {
     "PROPOSE_WAIT_S": "propose_wait_s",
     "DECIDE_WAIT_S": "decide_wait_s",
+    "HOLD_S": "hold_s",
     "MAX_BODY_BYTES": "max_body_bytes",
     "RATE_PER_S": "rate_per_s",
     "RATE_BURST": "rate_burst",

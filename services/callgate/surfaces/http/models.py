@@ -71,6 +71,7 @@ class Status(_Open):
     actor: str | None = None
     tenant: str | None = None
     target: str | None = None
+    final: bool | None = None  # with ?wait=: nothing more will happen by itself (ADR 0029)
 
 
 class PendingItem(_Open):
@@ -98,9 +99,15 @@ class DenyIn(BaseModel):
 
 
 class Approved(BaseModel):
-    approval_id: str
+    """A grant: the artifact once the quorum is met (ADR 0030), then what became of the
+    continued call (``outcome``, ADR 0029); before, how many of the required granted."""
+
     invocation_id: str
-    expires_at: int
+    approval_id: str | None = None
+    expires_at: int | None = None
+    outcome: str | None = None
+    granted: int | None = None
+    required: int | None = None
 
 
 class Denied(BaseModel):

@@ -19,6 +19,7 @@ A translation, not a second decision path (STYLE "Surfaces"):
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,8 +29,10 @@ import mcp.types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
+from callgate.domain.canonical import canonical_json
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.principal import Principal
+from callgate.surfaces.gateway import final_answer, is_final
 from callgate.surfaces.mcp.bridge import GatewayBridge
 
 META_APPROVAL_ID = "callgate/approval_id"
@@ -52,10 +55,15 @@ class McpOptions:
     session: str | None = None  # stdio: the configured session token
     console_url: str | None = None  # the approval console (``callgate serve --http``)
     timeout_s: float = 30.0  # how long a tools/call waits for its proposal to settle
+    # How long a tools/call that needs approval is held open for its final outcome
+    # (ADR 0029); 0 answers approval_required at once.
+    hold_s: float = 0.0
 
 
 def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
     app = bridge.app
+
+    held: dict[tuple[str, str, str, str], str] = {}  # the same call -> its invocation
 
     def session_of(ctx: ServerRequestContext[Any, Any]) -> str:
         """C6: the HTTP request's bearer token, else the configured session; never args."""
@@ -107,12 +115,33 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
         except ValueError as exc:
             return _error_result(Code.INVALID_ARGUMENTS.value, str(exc) or "unreadable", None)
         args = params.arguments or {}
-        try:
-            answer = await bridge.propose(
-                session_of(ctx), params.name, args, key, approval_id, options.timeout_s
-            )
-        except Rejection as r:  # the SDK's entry limits: refused before anything is published
-            return _error_result(r.code.value, r.message, None)
+        session = session_of(ctx)
+        # The same call again from the same principal while its approval is pending or
+        # granted resumes that invocation (ADR 0029): no second proposal, no _meta needed.
+        same_call: tuple[str, str, str, str] | None = None
+        if options.hold_s > 0:
+            try:
+                principal = principal_of(ctx)
+            except MCPError:  # the decider answers an unusable session, coded, as always
+                pass
+            else:
+                same_call = (principal.tenant, principal.user, params.name, canonical_json(args))
+        answer: dict[str, Any] | None = None
+        resumable = held.get(same_call) if same_call is not None else None
+        if resumable is not None and approval_id is None and key is None:
+            status = await bridge.run(lambda g: g.status(resumable, session))
+            if status is not None and (not is_final(status) or status["outcome"] in SUCCESS):
+                answer = final_answer(resumable, status)
+        if answer is None:
+            try:
+                answer = await bridge.propose(
+                    session, params.name, args, key, approval_id, options.timeout_s
+                )
+            except Rejection as r:  # the SDK's entry limits: refused before anything is published
+                return _error_result(r.code.value, r.message, None)
+        if answer.get("outcome") == Code.APPROVAL_REQUIRED.value and same_call is not None:
+            held[same_call] = str(answer["invocation_id"])
+            answer = await _hold(ctx, bridge, session, answer, options, params)
         outcome = str(answer["outcome"])
         if answer.get("invocation_id") is None:  # refused before anything was published
             return _error_result(outcome, str(answer["error"]["message"]), None)
@@ -128,6 +157,9 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
             )
         if outcome == Code.APPROVAL_REQUIRED.value:
             return await _approval_required(ctx, answer, options)
+        if outcome in (Code.APPROVAL_DENIED.value, Code.APPROVAL_EXPIRED.value):
+            err = answer["error"]
+            return _error_result(str(err["code"]), str(err["message"]), answer)
         err = answer.get("error") or {"code": outcome, "message": _EXPLAINED.get(outcome, outcome)}
         return _error_result(str(err["code"]), str(err["message"]), answer)
 
@@ -199,6 +231,39 @@ def _error_result(
     )
 
 
+async def _hold(
+    ctx: ServerRequestContext[Any, Any],
+    bridge: GatewayBridge,
+    session: str,
+    answer: dict[str, Any],
+    options: McpOptions,
+    params: types.CallToolRequestParams,
+) -> dict[str, Any]:
+    """Hold the call open while its approval is pending (ADR 0029): ``Gateway.wait`` in
+    one-second slices (other calls share the bridge), a progress notification per slice
+    when the client gave a ``progressToken``; the final answer, or the current one when
+    the hold runs out."""
+    invocation_id = str(answer["invocation_id"])
+    meta: Mapping[str, Any] = params.meta or {}
+    given = meta.get("progress_token", meta.get("progressToken"))
+    token = given if isinstance(given, str | int) and not isinstance(given, bool) else None
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    while (left := options.hold_s - (loop.time() - start)) > 0:
+        answer = await bridge.run(lambda g: g.wait(invocation_id, session, min(1.0, left)))
+        if answer.get("final"):
+            break
+        if token is not None:
+            await ctx.session.send_progress_notification(
+                token,
+                progress=round(loop.time() - start, 1),
+                total=options.hold_s,
+                message=f"waiting for the approval of {invocation_id}",
+                related_request_id=str(ctx.request_id),
+            )
+    return answer
+
+
 async def _approval_required(
     ctx: ServerRequestContext[Any, Any], answer: Mapping[str, Any], options: McpOptions
 ) -> types.CallToolResult:
@@ -211,8 +276,13 @@ async def _approval_required(
     message = (
         f"this call needs a human's confirmation, given with their own session at "
         f"{approve_at}. "
-        f"Then call again with the same arguments and _meta "
-        f'{{"{META_APPROVAL_ID}": <approval id>}}'
+        + (
+            f"It was held {options.hold_s:g}s; call again with the same arguments to "
+            "resume waiting (the approved call runs once, ADR 0029)"
+            if options.hold_s > 0
+            else "Once approved it runs; call again with the same arguments and _meta "
+            f'{{"{META_APPROVAL_ID}": <approval id>}} to get its result'
+        )
     )
     elicited = None
     if options.console_url and _supports_url_elicitation(ctx):

@@ -6,11 +6,16 @@ An invocation of another tenant answers exactly as one that does not exist
 
 from __future__ import annotations
 
+import json
+import time
+from collections.abc import Iterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Path
+from fastapi import APIRouter, Body, Path, Query
+from fastapi.responses import StreamingResponse
 
 from callgate.domain.codes import Code
+from callgate.surfaces.gateway import is_final
 from callgate.surfaces.http.context import ServerContext
 from callgate.surfaces.http.deps import ContextDep, Session, SessionDep
 from callgate.surfaces.http.errors import ApiError
@@ -42,8 +47,75 @@ def visible_status(ctx: ServerContext, invocation_id: str, sess: Session) -> dic
     response_model=Status,
     responses=errors(*COMMON, 404),
 )
-def get_invocation(invocation_id: InvocationId, sess: SessionDep, ctx: ContextDep) -> Any:
-    return visible_status(ctx, invocation_id, sess)
+def get_invocation(
+    invocation_id: InvocationId,
+    sess: SessionDep,
+    ctx: ContextDep,
+    wait: Annotated[
+        float | None,
+        Query(gt=0, le=3600, description="long-poll: seconds to wait for the final outcome"),
+    ] = None,
+) -> Any:
+    """With ``wait``, held until the invocation is final (ADR 0029: executed, failed,
+    its approval denied or expired) or the wait (at most ``hold_s``) runs out; ``final``
+    says which."""
+    status = visible_status(ctx, invocation_id, sess)
+    if wait is None:
+        return status
+    ctx.gateway.wait(invocation_id, sess.token, min(wait, ctx.options.hold_s))
+    status = visible_status(ctx, invocation_id, sess)
+    return {**status, "final": is_final(status)}
+
+
+@router.get(
+    "/{invocation_id}/events",
+    operation_id="streamInvocation",
+    summary="Server-sent events: the invocation's status at each change, until final",
+    response_class=StreamingResponse,
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "`status` events"},
+        **errors(*COMMON, 404),
+    },
+)
+def stream_invocation(
+    invocation_id: InvocationId,
+    sess: SessionDep,
+    ctx: ContextDep,
+    wait: Annotated[float | None, Query(gt=0, le=3600)] = None,
+) -> StreamingResponse:
+    """One ``status`` event per change of the status value (the same value as GET), the
+    last one ``final`` or at the end of the hold; a comment line every 15 s keeps proxies
+    from closing the stream."""
+    visible_status(ctx, invocation_id, sess)
+    hold = min(wait or ctx.options.hold_s, ctx.options.hold_s)
+
+    def events() -> Iterator[str]:
+        deadline = time.monotonic() + hold
+        last: dict[str, Any] | None = None
+        beat = time.monotonic()
+        while True:
+            try:
+                status = visible_status(ctx, invocation_id, sess)
+            except ApiError:
+                return
+            final = is_final(status)
+            if status != last:
+                last = status
+                body = json.dumps({**status, "final": final}, sort_keys=True)
+                yield f"event: status\ndata: {body}\n\n"
+                beat = time.monotonic()
+            if final or time.monotonic() >= deadline:
+                return
+            if time.monotonic() - beat > 15:
+                beat = time.monotonic()
+                yield ": waiting\n\n"
+            time.sleep(0.2)  # each read above is one view lookup
+
+    return StreamingResponse(
+        events(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
 
 
 @router.post(
@@ -51,12 +123,14 @@ def get_invocation(invocation_id: InvocationId, sess: SessionDep, ctx: ContextDe
     operation_id="approveInvocation",
     summary="Approve a pending call (`callgate approve`)",
     response_model=Approved,
+    response_model_exclude_none=True,
     responses=errors(*COMMON, 403, 404, 409, 504),
 )
 def approve(invocation_id: InvocationId, sess: SessionDep, ctx: ContextDep) -> Any:
     visible_status(ctx, invocation_id, sess)
     d = ctx.gateway.approve(invocation_id, sess.token, ctx.options.decide_wait_s)
-    return {k: d[k] for k in ("approval_id", "invocation_id", "expires_at")}
+    keys = ("approval_id", "invocation_id", "expires_at", "outcome", "granted", "required")
+    return {k: d[k] for k in keys if k in d}
 
 
 @router.post(

@@ -15,6 +15,8 @@ const state = {
   selected: null,
   decided: new Map(), // invocation id -> what this console did to it
   feed: null,
+  watch: null, // the stream of the selected invocation's status (ADR 0029)
+  live: null, // its last status value
 };
 
 // --- refusals in words -------------------------------------------------------------------
@@ -195,7 +197,8 @@ function renderList() {
       "button",
       { type: "button", "data-id": item.invocation_id, "aria-current": String(item.invocation_id === state.selected) },
       el("span", { class: "tool", text: item.tool }, el("span", { class: `badge ${high ? "high" : "owner"}`, text: high ? "approver" : "owner" })),
-      el("span", { class: "meta", text: `${item.target} · by ${item.actor}` }),
+      el("span", { class: "meta" }, el("span", { class: "figure", text: keyFigure(item) }), ` · ${item.target} · by ${item.actor}`),
+      ...(quorum(item) ? [el("span", { class: "meta quorum", text: quorum(item) })] : []),
       el("span", { class: "meta" }, "expires in ", el("span", { class: "countdown", "data-expires": String(item.expires_at), text: left(item.expires_at) })),
     );
     label.addEventListener("click", () => select(item.invocation_id));
@@ -203,6 +206,23 @@ function renderList() {
     if (item.invocation_id === focused) label.focus();
   }
   renderDetail();
+}
+
+// The figure an approver decides on: the amount, else where it goes and what.
+function keyFigure(item) {
+  const args = item.args || {};
+  if (args.amount_cents !== undefined) return money("amount_cents", args.amount_cents, args.currency);
+  if (args.environment !== undefined) return `${args.environment}${args.version ? ` ${args.version}` : ""}`;
+  const first = Object.entries(args)[0];
+  return first ? `${first[0]} ${plain(first[1])}` : item.tool;
+}
+
+// "1 of 2 granted (mona)" for a quorum (ADR 0030); "" for a single approver.
+function quorum(item) {
+  const required = item.approvals_required || item.required || 1;
+  if (required <= 1) return "";
+  const grants = item.grants || [];
+  return `${grants.length} of ${required} granted${grants.length ? ` (${grants.join(", ")})` : ""}`;
 }
 
 function fact(dl, term, value, attrs = {}) {
@@ -239,6 +259,7 @@ function renderDetail() {
     : "the session owner");
   fact(facts, "Requested", when(item.requested_at));
   fact(facts, "Invocation", item.invocation_id, { class: "mono" });
+  if (quorum(item)) fact(facts, "Approvals", quorum(item));
 
   const args = $("args");
   args.replaceChildren();
@@ -293,6 +314,7 @@ function tick() {
 }
 
 function select(id) {
+  if (state.selected !== id) watch(id);
   state.selected = id;
   show($("detail-result"), false);
   $("reason").value = "";
@@ -314,7 +336,9 @@ async function decide(kind) {
       const out = await api(`/v1/invocations/${encodeURIComponent(id)}/approve`, { method: "POST" });
       state.decided.set(id, "approved");
       result.className = "result ok";
-      result.textContent = `Approved. The agent's confirming call can now run, until ${when(out.expires_at)}.`;
+      result.textContent = out.approval_id
+        ? `Approved. ${out.outcome ? `The call ${out.outcome === "executed" ? "ran: executed" : `ended: ${out.outcome}`}.` : "The approved call continues."}`
+        : `Your grant is recorded: ${out.granted} of ${out.required}. Another approver must grant too.`;
     } else {
       const reason = $("reason").value.trim();
       const out = await api(`/v1/invocations/${encodeURIComponent(id)}/deny`, { method: "POST", body: { reason } });
@@ -438,6 +462,111 @@ function handleEvent(block) {
   }
 }
 
+// --- one invocation, live (ADR 0029): its status stream ------------------------------------
+
+function targetFromLocation() {
+  const hash = location.hash.match(/^#invocation=(.+)$/);
+  if (hash) return decodeURIComponent(hash[1]);
+  const path = location.pathname.match(/^\/invocations\/([^/]+)$/);
+  return path ? decodeURIComponent(path[1]) : null;
+}
+
+async function watch(id) {
+  if (state.watch) state.watch.abort();
+  state.live = null;
+  renderLive();
+  const controller = new AbortController();
+  state.watch = controller;
+  while (!controller.signal.aborted) {
+    try {
+      const headers = { Accept: "text/event-stream" };
+      if (state.token) headers.Authorization = `Bearer ${state.token}`;
+      const response = await fetch(`/v1/invocations/${encodeURIComponent(id)}/events`, {
+        headers,
+        signal: controller.signal,
+        credentials: "same-origin",
+        cache: "no-store",
+      });
+      if (!response.ok || !response.body) {
+        const body = await response.json().catch(() => ({}));
+        state.live = { error: body.error || { code: "internal_error", message: "" } };
+        renderLive();
+        return;
+      }
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += value;
+        let cut;
+        while ((cut = buffer.indexOf("\n\n")) >= 0) {
+          const block = buffer.slice(0, cut);
+          buffer = buffer.slice(cut + 2);
+          const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5)).join("\n");
+          if (data) {
+            state.live = JSON.parse(data);
+            renderLive();
+          }
+        }
+      }
+      if (state.live && state.live.final) return;
+    } catch (e) {
+      if (controller.signal.aborted) return;
+    }
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+}
+
+// Pending with its countdown, approved with the approval id, executed with the result,
+// denied, expired: what became of the selected invocation.
+function renderLive() {
+  const box = $("live-state");
+  const s = state.live;
+  if (!s) {
+    show(box, false);
+    return;
+  }
+  show(box, true);
+  show($("detail"), true);
+  const approval = s.approval || {};
+  const parts = [];
+  let kind = "pending";
+  if (s.error && !s.outcome) {
+    kind = "failed";
+    parts.push(explain(s.error.code, s.error.message));
+  } else if (s.outcome === "approval_required" && approval.state === "pending") {
+    parts.push(el("strong", { text: "Pending approval" }), " · decide within ",
+      el("span", { class: "countdown", "data-expires": String(approval.expires_at), text: left(approval.expires_at) }));
+    if (s.quorum && quorum(s.quorum)) parts.push(` · ${quorum(s.quorum)}`);
+  } else if (approval.state === "denied") {
+    kind = "denied";
+    parts.push(el("strong", { text: "Denied" }), ` by ${approval.approver || "?"}${approval.reason ? `: ${approval.reason}` : ""}. The call did not run.`);
+  } else if (approval.state === "expired" && s.outcome === "approval_required") {
+    kind = "expired";
+    parts.push(el("strong", { text: "Expired" }), ": nobody decided in time. The call did not run.");
+  } else if (s.outcome === "executed" || s.outcome === "replayed") {
+    kind = "executed";
+    parts.push(el("strong", { text: "Executed" }), ` · result ${JSON.stringify(s.result)}`);
+  } else if (s.outcome === "approval_required" || s.outcome === "allowed") {
+    parts.push(el("strong", { text: "Approved" }), " · the approved call is running");
+  } else {
+    kind = "failed";
+    parts.push(el("strong", { text: s.outcome }), s.error ? ` · ${s.error.message}` : "");
+  }
+  if (approval.approval_id) {
+    parts.push(el("br"), "Approval id ", el("span", { class: "mono", text: approval.approval_id }));
+    const by = s.quorum && s.quorum.grants.length ? s.quorum.grants : [approval.approver];
+    parts.push(` · granted by ${by.join(", ")}`);
+  }
+  box.className = `live-state ${kind}`;
+  box.replaceChildren(...parts);
+  if (!state.items.find((i) => i.invocation_id === s.invocation_id) && s.tool) {
+    $("detail-h").textContent = `${s.tool} on ${s.target}`;
+  }
+  tick();
+}
+
 // --- signing in and out --------------------------------------------------------------------
 
 async function signIn(token) {
@@ -475,11 +604,14 @@ async function enter() {
   renderList();
   state.feed = new AbortController();
   follow(state.feed);
+  const target = targetFromLocation();
+  if (target) select(target);
   $("main").focus();
 }
 
 function signOut(message) {
   if (state.feed) state.feed.abort();
+  if (state.watch) state.watch.abort();
   if (state.csrf && !state.token) {
     // Ends the cookie session on the server (the cookies are HttpOnly); CSRF-protected.
     api("/v1/session/sign-out", { method: "POST" }).catch(() => {});
@@ -547,6 +679,10 @@ document.addEventListener("DOMContentLoaded", () => {
   $("timeline-form").addEventListener("submit", (e) => {
     e.preventDefault();
     loadTimeline($("timeline-id").value.trim());
+  });
+  window.addEventListener("hashchange", () => {
+    const target = targetFromLocation();
+    if (target && state.me) select(target);
   });
   setInterval(tick, 1000);
   const failed = new URLSearchParams(window.location.search).get("sign_in_error");
