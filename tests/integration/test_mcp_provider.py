@@ -35,6 +35,7 @@ def app(tmp_path: Path) -> Iterator[App]:
 
 def notes(app: App) -> McpProvider:
     provider = app.providers.get("notes")
+    provider = getattr(provider, "inner", provider)  # the provider inside its timing wrapper
     assert isinstance(provider, McpProvider)
     return provider
 

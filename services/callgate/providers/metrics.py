@@ -70,6 +70,11 @@ class _Instrumented:
         self._metrics = metrics
         self.name = inner.name
 
+    @property
+    def inner(self) -> Provider:
+        """The provider itself, without the timing."""
+        return self._inner
+
     def __getattr__(self, attribute: str) -> Any:
         value = getattr(self._inner, attribute)
         if attribute in OPERATIONS and callable(value):

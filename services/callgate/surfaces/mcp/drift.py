@@ -37,7 +37,8 @@ def upstream_drift(app: Surface) -> list[str]:
     from callgate.providers.mcp import McpProvider
 
     warnings: list[str] = []
-    for provider in app.providers:
+    for wrapped in app.providers:
+        provider = getattr(wrapped, "inner", wrapped)  # inside its timing wrapper
         if not isinstance(provider, McpProvider):
             continue
         try:
