@@ -149,7 +149,7 @@ def cross_tenant_scenario(gate: Gateway, dead_letters: DeadLetters) -> None:
     # and alice's approval is not blocked
     approval = gate.approve(inv, alice, timeout_s=SETTLE_S)
     assert approval["approval_id"]
-    done = gate.propose(alice, "refunds.issue", REFUND, key, approval["approval_id"], SETTLE_S)
+    done = gate.wait(inv, alice, SETTLE_S)  # the approved call continues (ADR 0029)
     assert done["outcome"] == Code.EXECUTED.value, done
 
 

@@ -97,9 +97,10 @@ def test_sensitive_values_reach_no_output(served: HttpServe, tmp_path: Path) -> 
 
     approval = cli("approve", "approve", inv, "--session", alice)
     approval_id = approval["approval_id"]
+    assert approval["outcome"] == "executed", approval  # the approved call continued
     done = propose(state, alice, "refunds.issue", refund, "r-1", approval_id, profile=profile)
-    outputs["propose (executed)"] = json.dumps(done)
-    assert done["outcome"] == "executed", done
+    outputs["propose (replayed)"] = json.dumps(done)
+    assert done["outcome"] == "replayed", done  # a resubmission replays the continued call
     # The approval binds the full arguments: another order under it is a mismatch.
     swapped = {**refund, "order_id": "ORD-SENTINEL-other"}
     mismatch = propose(state, alice, "refunds.issue", swapped, "r-1", approval_id, profile=profile)
@@ -111,7 +112,7 @@ def test_sensitive_values_reach_no_output(served: HttpServe, tmp_path: Path) -> 
     outputs["propose (invalid)"] = json.dumps(invalid)
     assert invalid["outcome"] == "invalid_arguments", invalid
 
-    for label, i in (("status", inv), ("status executed", done["invocation_id"])):
+    for label, i in (("status executed", inv), ("status replayed", done["invocation_id"])):
         cli(label, "status", i, "--session", operator)
         outputs[f"http {label}"] = http.get(f"/v1/invocations/{i}").text
     cli("audit", "audit", "--session", operator)
@@ -134,7 +135,7 @@ def test_sensitive_values_reach_no_output(served: HttpServe, tmp_path: Path) -> 
 
     # The digest stands for the value everywhere, the same for the same value.
     digest = item["args"]["order_id"]
-    for label in ("propose (executed)", "http status executed", "export file cloudevents"):
+    for label in ("propose (replayed)", "http status executed", "export file cloudevents"):
         assert digest in outputs[label], label
     # The log keeps the full arguments: the events that bind the approval.
     log = sqlite3.connect(state / "events.sqlite3")

@@ -40,8 +40,9 @@ def scenario(gate: Gateway, key: str) -> dict[str, str]:
     with pytest.raises(Rejection):
         gate.approve(first["invocation_id"], tokens["carol"])  # owner confirmation only
     approval = gate.approve(first["invocation_id"], alice)
-    done = gate.propose(alice, "refunds.issue", REFUND, key, approval["approval_id"])
-    assert done["outcome"] == "executed", done
+    assert approval["outcome"] == "executed", approval  # the approved call continued
+    again = gate.propose(alice, "refunds.issue", REFUND, key, approval["approval_id"])
+    assert again["outcome"] == "replayed", again  # a resubmission replays it: one effect
     return tokens
 
 
