@@ -22,7 +22,9 @@ from callgate.adapters.kafka.connection import Property, check_connection, use_c
 from callgate.config import (
     ApprovalSettings,
     ConfigError,
+    NotifySettings,
     SessionSettings,
+    SlackSettings,
     load_settings,
 )
 from callgate.state_dir import default_state_dir
@@ -30,6 +32,7 @@ from callgate.state_dir import default_state_dir
 if TYPE_CHECKING:
     # Imported where used: a command that needs only the keys (``session issue``) should
     # not pay for the policy engine, JSON Schema and the processes at start-up.
+    from callgate.adapters.notify import Notifier, PendingReader, SlackInteractions
     from callgate.adapters.oidc import Discovery, OidcSignIn
     from callgate.config import ApprovalKeys
     from callgate.decider import Decider
@@ -95,6 +98,8 @@ class Settings(BaseModel):
     dev: bool = False
     sessions: SessionSettings = SessionSettings()
     approvals: ApprovalSettings = ApprovalSettings()
+    notify: NotifySettings = NotifySettings()
+    slack: SlackSettings = SlackSettings()
     config_file: Path | None = None  # the file these settings were read from, if any
     # How long requests (which carry bearer session tokens) are kept once consumed: the
     # ``requests`` topic's ``retention.ms`` on Kafka, pruning on the embedded store.
@@ -185,6 +190,27 @@ class App:
             for i, entry in enumerate(self.settings.sessions.issuers)
             if entry.client_id is not None
         ]
+
+    @cached_property
+    def slack_interactions(self) -> SlackInteractions | None:
+        """Slack's Approve/Deny clicks (``[slack]``), None when Slack is not configured."""
+        from callgate.adapters.notify import SlackInteractions
+        from callgate.config import SLACK_ISSUER, slack_issuer
+        from callgate.domain.identity import SessionIssuer
+
+        found = slack_issuer(self.settings)
+        if found is None:
+            return None
+        kid, key = found
+        issuer = SessionIssuer(key, kid, issuer=SLACK_ISSUER)
+        return SlackInteractions(self.settings.slack, issuer, self.clock)
+
+    def notifier(self, reader: PendingReader) -> Notifier | None:
+        """Tells approvers of the pending view's changes (``[notify]``, ``[slack]``)."""
+        from callgate.adapters.notify import build_notifier
+
+        s = self.settings
+        return build_notifier(reader, s.notify, s.slack, s.state_dir, self.clock)
 
     @cached_property
     def approval_keys(self) -> ApprovalKeys:
