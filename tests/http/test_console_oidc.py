@@ -47,7 +47,12 @@ ACCOUNTS = {
 
 
 class Deployment:
-    def __init__(self, root: Path) -> None:
+    """The provider and ``callgate serve --http`` trusting it; ``env`` and ``state_dir``
+    put the server on a Kafka deployment."""
+
+    def __init__(
+        self, root: Path, env: dict[str, str] | None = None, state_dir: Path | None = None
+    ) -> None:
         port = free_port()
         self.redirect_uri = f"http://127.0.0.1:{port}/v1/oidc/callback"
         self.idp = OpenIdProvider(root / "idp.log", self.redirect_uri, ACCOUNTS)
@@ -61,9 +66,12 @@ class Deployment:
         )
         try:
             self.serve = HttpServe(
-                root / "state", root / "serve.log", env={"CALLGATE_CONFIG": str(config)}, port=port
+                state_dir or root / "state",
+                root / "serve.log",
+                env={**(env or {}), "CALLGATE_CONFIG": str(config)},
+                port=port,
             )
-            self.serve.wait_ready()
+            self.serve.wait_ready(timeout_s=120)
         except BaseException:
             self.idp.stop()
             raise
@@ -73,7 +81,7 @@ class Deployment:
 
     def stop(self) -> None:
         try:
-            assert self.serve.stop() == 0
+            assert self.serve.stop() == 0, self.serve.log.read_text()
             assert "Traceback" not in self.serve.log.read_text(), self.serve.log.read_text()
         finally:
             self.idp.stop()

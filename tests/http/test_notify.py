@@ -84,7 +84,12 @@ def secret() -> str:
 
 
 class Setup:
-    def __init__(self, root: Path) -> None:
+    """The receivers, Slack's stand-in and ``callgate serve --http`` configured for them;
+    ``env`` and ``state_dir`` put the server on a Kafka deployment."""
+
+    def __init__(
+        self, root: Path, env: dict[str, str] | None = None, state_dir: Path | None = None
+    ) -> None:
         self.hook, self.broken = Recorder(200), Recorder(500)
         self.slack = Recorder(200, slack_answer)
         self.hook_secret, self.broken_secret = secret(), secret()
@@ -123,13 +128,20 @@ class Setup:
             f'session_key_file = "{root / "keys" / "slack-1.pem"}"\n' + users
         )
         self.serve = HttpServe(
-            root / "state", root / "serve.log", env={"CALLGATE_CONFIG": str(config)}, dev=True
+            state_dir or root / "state",
+            root / "serve.log",
+            env={**(env or {}), "CALLGATE_CONFIG": str(config)},
+            dev=True,
         )
-        self.serve.wait_ready()
+        try:
+            self.serve.wait_ready(timeout_s=120)
+        except BaseException:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         try:
-            assert self.serve.stop() == 0
+            assert self.serve.stop() == 0, self.serve.log.read_text()
             assert "Traceback" not in self.serve.log.read_text(), self.serve.log.read_text()
         finally:
             for r in (self.hook, self.broken, self.slack):
