@@ -9,7 +9,7 @@ UV     := $(TOOLS)/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: install oidc-provider lock upgrade run serve-http openapi screenshots fuzz-http test test-fast test-kafka kafka-fetch lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress chaos-apache fuzz fuzz-atheris up down clean
+.PHONY: bench-simulate install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast test-kafka test-browser test-fuzz test-all kafka-fetch lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress chaos-instances kafka kafka-stop kafka-clean fuzz fuzz-atheris up down clean oidc-provider chaos-apache
 
 $(UV): requirements/uv.txt
 	$(PYTHON) -m venv $(TOOLS)
@@ -59,26 +59,55 @@ screenshots: $(STAMP)
 fuzz-http: $(STAMP)
 	CALLGATE_FUZZ_EXAMPLES=200 PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q -p no:cacheprovider tests/http/test_openapi.py
 
-## The whole test suite (unit, integration, end to end); every Kafka test runs against tansu
-## and against Apache Kafka (from Maven; skipped, saying why, without Java 17 and mvn).
+## Test tiers (ADR 0024): pytest markers decide which target runs a test. `make test` is what
+## a developer runs before a commit: unit, integration and end-to-end tests that need no
+## Kafka, no browser and no fuzzing; two xdist workers.
+PYTEST := PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q -p no:cacheprovider
+XDIST  ?= -n 2
 test: $(STAMP)
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q -p no:cacheprovider
+	$(PYTEST) $(XDIST) -m "not kafka and not browser and not fuzz"
 
-## Every Kafka suite against Apache Kafka alone; fails (not skips) where it cannot start.
+## Every Kafka test, on Apache Kafka from Maven (one broker per xdist worker); fails, not
+## skips, where the broker cannot start (`make kafka-fetch` fetches its jars).
 test-kafka: $(STAMP)
-	PATH="$(abspath $(BIN)):$$PATH" CALLGATE_TEST_BROKERS=apache CALLGATE_REQUIRE_APACHE_KAFKA=1 \
-		$(BIN)/pytest -q -p no:cacheprovider -m "kafka and not tansu_only"
+	CALLGATE_REQUIRE_APACHE_KAFKA=1 $(PYTEST) $(XDIST) -m kafka
+
+## The approval console driven by Chromium (Playwright; Debian's /usr/bin/chromium).
+test-browser: $(STAMP)
+	$(PYTEST) -m browser
+
+## Schemathesis against a live server, the atheris targets and the short fuzz campaign.
+test-fuzz: $(STAMP)
+	$(PYTEST) -m "fuzz and not kafka"
+
+## Every tier, one after the other.
+test-all: test test-kafka test-browser test-fuzz
 
 ## Fetches the Apache Kafka broker's jars (Maven) into the cache once.
 kafka-fetch: $(STAMP)
-	$(PY) -m callgate.ops.apache_kafka fetch
+	$(PY) -m tools.apache_kafka fetch
+
+## A local Apache Kafka for development, no Docker (docs/how-to/run-on-kafka.md): the
+## Maven-fetched broker on 127.0.0.1:9092, in the background, its data kept in
+## .callgate/kafka; `make kafka-stop` stops it (no process left; the data stays until
+## `make kafka-clean`).
+KAFKA_DIR  ?= .callgate/kafka
+KAFKA_PORT ?= 9092
+kafka: $(STAMP)
+	$(PY) -m tools.apache_kafka start --port $(KAFKA_PORT) --data-dir $(KAFKA_DIR)
+
+kafka-stop: $(STAMP)
+	$(PY) -m tools.apache_kafka stop --data-dir $(KAFKA_DIR)
+
+kafka-clean: kafka-stop
+	rm -rf $(KAFKA_DIR)
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider tests/unit
 
 lint: $(STAMP)
-	$(BIN)/ruff check services projections tests examples
-	$(BIN)/ruff format --check services projections tests examples
+	$(BIN)/ruff check services projections tests tools examples
+	$(BIN)/ruff format --check services projections tests tools examples
 	$(BIN)/mypy
 	$(BIN)/mypy examples
 
@@ -89,26 +118,29 @@ demo: $(STAMP)
 example-agents: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python examples/openai_agents_mcp.py
 
+## Developer tools (tools/, not in the installed package: ADR 0025). Each starts the
+## Apache Kafka broker it needs; `python -m tools --help` lists their options.
+TOOL := PATH="$(abspath $(BIN)):$$PATH" $(PY) -m tools
 bench: $(STAMP)
-	$(BIN)/callgate bench
+	$(TOOL) bench
 
 bench-quick: $(STAMP)
-	$(BIN)/callgate bench --quick
+	$(TOOL) bench --quick
 
 chaos: $(STAMP)
-	$(BIN)/callgate chaos --proposals 2000 --kills 10
+	$(TOOL) chaos --proposals 2000 --kills 10
 
 chaos-quick: $(STAMP)
-	$(BIN)/callgate chaos --proposals 300 --kills 3
+	$(TOOL) chaos --proposals 300 --kills 3
 
 chaos-stress: $(STAMP)
-	$(BIN)/callgate chaos --proposals 1500 --kills 40 --seed 23
+	$(TOOL) chaos --proposals 1500 --kills 40 --seed 23
 
-## Two instances on Apache Kafka (from Maven), whole instances SIGKILLed (ADR 0015).
-chaos-apache: $(STAMP)
-	$(BIN)/callgate chaos --broker apache --instances 2 --proposals 2000 --kills 10
+## Two instances, whole instances SIGKILLed (ADR 0015).
+chaos-instances: $(STAMP)
+	$(TOOL) chaos --instances 2 --proposals 2000 --kills 10
 
-## The long fuzzing campaign (bounded: 9 minutes embedded, 1 minute on a tansu broker);
+## The long fuzzing campaign (bounded: 9 minutes embedded, 1 minute on Apache Kafka);
 ## prints inputs tried, stalls, unauthorized effects, overwrites and the codes seen.
 FUZZ_SECONDS ?= 540
 FUZZ_KAFKA_SECONDS ?= 60
@@ -133,3 +165,8 @@ down:
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .callgate .mypy_cache .ruff_cache .pytest_cache .fuzz-corpus
+
+## `callgate policy simulate` throughput on a recorded history of 100,000 proposals
+## (recorded once into ~/.cache/callgate/bench-simulate; prints one row).
+bench-simulate: $(STAMP)
+	$(PY) -m tools.bench_simulate --proposals 100000

@@ -1,12 +1,15 @@
-"""Shared fixtures: the Kafka-protocol brokers the ``kafka`` tests run against.
+"""Shared fixtures and the test tiers.
 
-Every test that takes ``kafka_bootstrap`` (or ``kafka_broker``) runs once per broker:
-``tansu`` (the in-memory stand-in shipped in a wheel) and ``apache`` (Apache Kafka from
-Maven, ``callgate.ops.apache_kafka``). Each broker is started once per test session and
-stopped at its end; tests keep apart by topic prefix. ``CALLGATE_TEST_BROKERS`` (e.g.
-``apache``) limits the brokers; where a broker cannot start, its tests skip with the reason
-printed, unless ``CALLGATE_REQUIRE_APACHE_KAFKA=1`` (CI, ``make test-kafka``), which turns
-Apache Kafka's skip into a failure.
+Tiers (ADR 0024): a test's markers decide which ``make`` target runs it. ``make test`` runs
+every test without ``kafka``, ``browser`` or ``fuzz``; ``make test-kafka``, ``make
+test-browser`` and ``make test-fuzz`` run those. A test that takes the broker fixture is
+marked ``kafka`` here even where its module forgot to say so.
+
+The broker: Apache Kafka from Maven (``tools.apache_kafka``), the reference broker,
+started once per test session (under pytest-xdist: once per worker) and stopped at its
+end; tests keep apart by topic prefix. Where it cannot start (no Java 17, no jars) its
+tests skip with the reason printed, unless ``CALLGATE_REQUIRE_APACHE_KAFKA=1`` (``make
+test-kafka``), which turns the skip into a failure.
 
 ``CALLGATE_CI=1`` (``.ci/run``) turns every skip into a failure: CI installs every real
 dependency a test may skip for (Java and the Kafka jars, Chromium, uv), so a skip there
@@ -20,20 +23,19 @@ import os
 from collections.abc import Iterator
 
 import pytest
+from tools.apache_kafka import ApacheKafka
 
-from callgate.adapters.kafka.tansu import TansuBroker
-from callgate.ops.apache_kafka import ApacheKafka
-from tests.kafka_support import Broker, require_broker, selected_brokers
+from tests.kafka_support import Broker, require_broker
+
+BROKER_FIXTURES = {"kafka_broker", "kafka_bootstrap"}
 
 
-@pytest.fixture(scope="session", params=selected_brokers())
-def kafka_broker(request: pytest.FixtureRequest) -> Iterator[Broker]:
-    """A broker of the parametrized kind, started for this test session."""
-    kind = str(request.param)
-    require_broker(kind)
-    server = TansuBroker() if kind == "tansu" else ApacheKafka()
-    with server:
-        yield Broker(kind, server.bootstrap)
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[Broker]:
+    """An Apache Kafka broker started for this test session (or xdist worker)."""
+    require_broker()
+    with ApacheKafka() as server:
+        yield Broker("apache", server.bootstrap)
         # Destroy clients the tests dropped while the broker still answers, so their
         # background threads do not log connection failures after the run's summary.
         gc.collect()
@@ -41,8 +43,15 @@ def kafka_broker(request: pytest.FixtureRequest) -> Iterator[Broker]:
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap(kafka_broker: Broker) -> str:
-    """``host:port`` of the parametrized broker."""
+    """``host:port`` of the session's broker."""
     return kafka_broker.bootstrap
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that takes the broker belongs to the Kafka tier, marked or not."""
+    for item in items:
+        if BROKER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.kafka)
 
 
 CI_ENV = "CALLGATE_CI"

@@ -6,18 +6,14 @@ process) under a topic prefix of its own, so that test modules share one broker 
 topics, consumer groups or transactional ids. ``wait_ready`` drives one call through every
 process (decider, executor and the four projections) before a test starts. ``cli`` runs
 the installed command against a deployment; ``lifecycle_scenario``, ``v1_scenario`` and
-``v2_scenario`` are run on tansu and on Apache Kafka alike. ``run_with_own_broker`` runs the
+``v2_scenario`` are run on the suite's broker. ``run_with_own_broker`` runs the
 commands that start a broker of their own (``bench``, ``chaos``).
 
-Group settings: tansu's consumer-group joins take about ``session.timeout.ms`` (docs/contract.md
-"Known tansu gaps"), so serve hands its children ``session.timeout.ms=6000`` and a 500 ms
-heartbeat through ``CALLGATE_KAFKA_CONSUMER``; with librdkafka's default a (re)started
-child would be away for about half a minute. Apache Kafka gets the same settings: they are
-the failover bounds of ADR 0015 (a lost member is noticed within ``session.timeout.ms``).
+Group settings: serve hands its children ``session.timeout.ms=6000`` and a 500 ms heartbeat
+through ``CALLGATE_KAFKA_CONSUMER``: the failover bounds of ADR 0015 (a lost member is
+noticed within ``session.timeout.ms``), short enough for kill tests.
 
-Brokers: every ``kafka`` test runs on ``tansu`` and on ``apache`` (``tests/conftest.py``);
-``Broker`` says which, with the tansu gaps as capability flags, so a test states the
-straightforward Kafka behaviour where the broker has it and the gap where it does not.
+Broker: Apache Kafka, one per test session (per xdist worker), ``tests/conftest.py``.
 """
 
 from __future__ import annotations
@@ -37,6 +33,7 @@ from typing import Any, TextIO
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from tools.apache_kafka import CACHE_ENV, JAVA_ENV
 
 from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
 from callgate.adapters.kafka.client import Record, read_partitions_to_end
@@ -45,7 +42,6 @@ from callgate.adapters.view_codec import ViewCodec
 from callgate.bootstrap import Settings
 from callgate.domain import events as ev
 from callgate.domain.scope import OPERATOR_ROLE
-from callgate.ops.apache_kafka import CACHE_ENV, JAVA_ENV
 from callgate.surfaces.sdk import Gateway, connect
 from tests.e2e.helpers import REPO, Run, callgate_argv, checked_answer, cli_env, propose_argv
 
@@ -63,92 +59,53 @@ WORKER_NAMES = (
 )  # fmt: skip
 
 
-BROKERS = ("tansu", "apache")
-BROKERS_ENV = "CALLGATE_TEST_BROKERS"  # e.g. "apache": only those brokers
 REQUIRE_APACHE_ENV = "CALLGATE_REQUIRE_APACHE_KAFKA"  # "1": Apache Kafka must start
 
 
 @dataclass(frozen=True)
 class Broker:
-    """One test broker: its kind and address, and which Kafka behaviours it has."""
+    """The test broker (Apache Kafka, the reference broker: ADR 0024) and its address."""
 
-    kind: str  # "tansu" or "apache"
+    kind: str  # "apache"
     bootstrap: str
 
-    @property
-    def hides_aborted(self) -> bool:
-        """Does ``read_committed`` hide records of aborted transactions? (not on tansu)"""
-        return self.kind != "tansu"
 
-    @property
-    def describes_members(self) -> bool:
-        """Does DescribeGroups list a group's members? (tansu: stable, with none)"""
-        return self.kind != "tansu"
+def require_broker() -> None:
+    """Skip, printing why, where Apache Kafka cannot start here (no Java 17, no jars); fail
+    instead when ``CALLGATE_REQUIRE_APACHE_KAFKA=1`` (``make test-kafka``, CI)."""
+    from tools.apache_kafka import unavailable
 
-    @property
-    def restart_after_kill_s(self) -> float:
-        """How long a kill test waits before the member that must finish the work joins:
-        0, except on tansu, which after quick kills can leave partitions with members it
-        evicted (docs/contract.md "Known tansu gaps"), until the killed ones are out."""
-        return GROUP_SESSION_S + 1 if self.kind == "tansu" else 0.0
-
-    @property
-    def true_latest_offset(self) -> bool:
-        """Is ListOffsets(latest) the log end? (tansu: the last batch's base offset)"""
-        return self.kind != "tansu"
-
-
-def selected_brokers() -> list[str]:
-    """The brokers of this run: ``CALLGATE_TEST_BROKERS`` (comma-separated), else both."""
-    chosen = [b.strip() for b in os.environ.get(BROKERS_ENV, "").split(",") if b.strip()]
-    unknown = sorted(set(chosen) - set(BROKERS))
-    if unknown:
-        raise pytest.UsageError(f"{BROKERS_ENV}: unknown brokers {unknown}; one of {BROKERS}")
-    return chosen or list(BROKERS)
-
-
-def broker_unavailable(kind: str) -> str | None:
-    """Why a broker of ``kind`` cannot start here (fetches the Apache jars once), or None."""
-    if kind == "tansu":
-        from callgate.adapters.kafka.tansu import BrokerUnavailable, find_tansu
-
-        try:
-            find_tansu()
-        except BrokerUnavailable as exc:
-            return str(exc)
-        return None
-    from callgate.ops.apache_kafka import unavailable
-
-    return unavailable()
-
-
-def require_broker(kind: str) -> None:
-    """Skip, printing why, where a broker of ``kind`` cannot start; fail instead for Apache
-    Kafka when ``CALLGATE_REQUIRE_APACHE_KAFKA=1``."""
-    reason = broker_unavailable(kind)
+    reason = unavailable()
     if reason is None:
         return
-    message = f"{kind} kafka tests skipped: {reason}"
+    message = f"kafka tests skipped: {reason}"
     print(message, file=sys.stderr)
-    if kind == "apache" and os.environ.get(REQUIRE_APACHE_ENV) == "1":
+    if os.environ.get(REQUIRE_APACHE_ENV) == "1":
         pytest.fail(f"{REQUIRE_APACHE_ENV}=1 but Apache Kafka cannot start: {reason}")
     pytest.skip(message)
 
 
-def run_with_own_broker(
-    state_dir: Path, *args: str, timeout: float, broker: str = "tansu"
-) -> subprocess.CompletedProcess[str]:
-    """``callgate --json --state-dir D ARGS`` of the Python running the tests, for commands
-    that start a broker of their own (``bench``, ``chaos --broker``); skips, as the suite's
-    broker fixture does, only where that broker cannot start."""
-    require_broker(broker)
-    argv = [sys.executable, "-m", "callgate.surfaces.cli", "--json", "--state-dir", str(state_dir)]
+def run_tool(state_dir: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``python -m tools --json --state-dir D ARGS`` (``bench``, ``chaos``) of the Python
+    running the tests, with no ``CALLGATE_*`` setting of this process but where Java and
+    the Apache Kafka jars are."""
+    argv = [sys.executable, "-m", "tools", "--json", "--state-dir", str(state_dir)]
     keep = {CACHE_ENV, JAVA_ENV}  # where the Apache Kafka jars and Java are: not settings
     env = {k: v for k, v in os.environ.items() if not k.startswith("CALLGATE_") or k in keep}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "services"), str(REPO / "projections")])
+    paths = [REPO / "services", REPO / "projections", REPO]
+    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in paths)
     return subprocess.run(
         [*argv, *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
     )
+
+
+def run_with_own_broker(
+    state_dir: Path, *args: str, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``run_tool`` for the tools that start a broker of their own (``bench``, ``chaos``);
+    skips, as the suite's broker fixture does, only where that broker cannot start."""
+    require_broker()
+    return run_tool(state_dir, *args, timeout=timeout)
 
 
 # What librdkafka's own log lines look like when they reach stderr (``%3|1700000000.123|FAIL|``

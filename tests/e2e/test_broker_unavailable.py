@@ -4,7 +4,7 @@ bootstrap servers (exit 1), and librdkafka's own log lines never reach stderr un
 ``-v`` asks for them. ``serve`` retries with one line per attempt and stops on SIGTERM.
 
 Two ways a broker is missing: nothing ever listened on the port, and a real broker
-(tansu) that answered and then stopped.
+(Apache Kafka) that answered and then stopped.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.helpers import EXIT_FAILED, EXIT_MISUSE, callgate_argv, cli_env, run, session
-from tests.kafka_support import librdkafka_lines
+from tests.kafka_support import librdkafka_lines, require_broker
 
 pytestmark = pytest.mark.e2e
 
@@ -44,24 +43,20 @@ def kafka_args(bootstrap: str) -> list[str]:
 @pytest.fixture
 def nothing_listening() -> str:
     """A loopback port that nothing listens on."""
-    from callgate.adapters.kafka.tansu import free_port
+    from tools.apache_kafka import free_port
 
     return f"127.0.0.1:{free_port()}"
 
 
 @pytest.fixture
 def stopped_broker() -> Iterator[str]:
-    """The address of a tansu broker that answered metadata, then was stopped."""
-    from callgate.adapters.kafka.client import probe
-    from callgate.adapters.kafka.tansu import BrokerUnavailable, TansuBroker, find_tansu
+    """The address of an Apache Kafka broker that answered metadata, then was stopped."""
+    from tools.apache_kafka import ApacheKafka
 
-    try:
-        find_tansu()
-    except BrokerUnavailable as exc:
-        reason = f"kafka tests skipped: {exc}"
-        print(reason, file=sys.stderr)
-        pytest.skip(reason)
-    broker = TansuBroker().start()
+    from callgate.adapters.kafka.client import probe
+
+    require_broker()
+    broker = ApacheKafka().start()
     bootstrap = broker.bootstrap
     probe(bootstrap, 10)  # it did answer
     broker.stop()

@@ -101,12 +101,23 @@ def test_the_wheel_holds_every_file_the_program_reads(built: Built) -> None:
     assert not [n for n in names if n.startswith(("tests/", "services/", "schemas/"))]
 
 
+def test_the_wheel_holds_the_product_alone(built: Built) -> None:
+    """No developer tool (benchmarks, chaos, broker launchers, fuzzers: ``tools/``) and no
+    test ships: every file is under the two packages or the wheel's metadata (ADR 0025)."""
+    names = zipfile.ZipFile(built.wheel).namelist()
+    tops = {n.split("/", 1)[0] for n in names}
+    assert tops == {"callgate", "callgate_projections", "callgate-0.1.0.dist-info"}, tops
+    harness = ("bench", "chaos", "apache_kafka", "tansu", "fuzz", "atheris")
+    leaked = [n for n in names if any(h in Path(n).stem for h in harness)]
+    assert not leaked, leaked
+
+
 def test_the_sdist_holds_the_schemas_and_the_lock(built: Built) -> None:
     with tarfile.open(built.sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     assert {f"schemas/{n}" for n in schema_names()} <= names
     assert {f"services/callgate/{f}" for f in RUNTIME_FILES} <= names
-    assert {"pyproject.toml", "uv.lock", "README.md"} <= names
+    assert {"pyproject.toml", "uv.lock", "README.md", "tools/apache_kafka.py"} <= names
 
 
 def test_the_installed_program_runs_the_whole_story_from_an_unrelated_directory(

@@ -3,7 +3,7 @@
     python -m tests.fuzz.run --seconds 600 [--kafka-seconds 60] [--seed 1]
 
 The embedded backend takes the time budget; with ``--kafka-seconds`` a smaller campaign
-runs on a ``callgate serve`` over a tansu broker started for it. Exits 1 when any check
+runs on a ``callgate serve`` over an Apache Kafka broker started for it. Exits 1 when any check
 failed (a stall, an unauthorized effect, an overwrite, a code outside the vocabulary).
 """
 
@@ -65,10 +65,11 @@ def embedded(seconds: float, max_examples: int = 1_000_000) -> Figures:
 
 
 def on_kafka(seconds: float, max_examples: int = 100_000) -> Figures:
-    from callgate.adapters.kafka.tansu import TansuBroker
+    from tools.apache_kafka import ApacheKafka
+
     from tests.kafka_support import Deployment, KafkaServe, unique_prefix
 
-    with TansuBroker() as broker, tempfile.TemporaryDirectory(prefix="callgate-fuzz-") as tmp:
+    with ApacheKafka() as broker, tempfile.TemporaryDirectory(prefix="callgate-fuzz-") as tmp:
         dep = Deployment(broker.bootstrap, unique_prefix("fuzz"), Path(tmp) / "state")
         server = KafkaServe(dep, Path(tmp) / "serve.log")
         try:
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     runs: list[tuple[str, Callable[[], Figures]]] = [("embedded", lambda: embedded(ns.seconds))]
     if ns.kafka_seconds > 0:
-        runs.append(("kafka (tansu)", lambda: on_kafka(ns.kafka_seconds)))
+        runs.append(("kafka (Apache Kafka)", lambda: on_kafka(ns.kafka_seconds)))
     ok = True
     for name, run in runs:
         started = time.monotonic()

@@ -23,6 +23,8 @@ import pytest
 
 from tests.http_support import REFUND_BIG, HttpServe, short_ttl_profile
 
+pytestmark = pytest.mark.browser
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",

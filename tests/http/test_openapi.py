@@ -75,6 +75,7 @@ def test_the_server_serves_the_checked_in_document(fuzz_server: HttpServe) -> No
     suppress_health_check=list(HealthCheck),
     derandomize=True,
 )
+@pytest.mark.fuzz
 def test_the_api_conforms_to_its_document(case: Any, fuzz_server: HttpServe) -> None:
     token = fuzz_server.token("alice", "acme", "support", "finance-approver")
     response = case.call(base_url=fuzz_server.url, headers={"Authorization": f"Bearer {token}"})

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from tests.toys import proposal
+from tools.bench_core import mixed_proposals
 
 from callgate.adapters.avro_codec import AvroCodec
 from callgate.adapters.embedded.runner import EmbeddedRunner
@@ -22,7 +23,6 @@ from callgate.adapters.embedded.store import EmbeddedStore
 from callgate.bootstrap import Settings, bootstrap
 from callgate.domain.events import ApprovalExpired, Event, ExecutionStarted
 from callgate.domain.process import Output, Process, ViewRecord
-from callgate.ops.bench_core import mixed_proposals
 from callgate_projections import keeps_states_immutable
 
 CODEC = AvroCodec.default()

@@ -17,6 +17,7 @@ from callgate.bootstrap import Settings
 from callgate.surfaces.sdk import connect
 
 
+@pytest.mark.fuzz
 def test_short_fuzz_campaign_on_the_embedded_backend(tmp_path: Path) -> None:
     gate = connect(Settings(state_dir=tmp_path / "state", dev=True))
     try:

@@ -22,11 +22,10 @@ from tests.kafka_support import (
     cli_propose,
     cli_session,
     require_broker,
-    selected_brokers,
 )
+from tools.apache_kafka import ApacheKafka
 
 from callgate.adapters.kafka.connection import use_connection
-from callgate.ops.apache_kafka import ApacheKafka
 
 pytestmark = pytest.mark.kafka
 
@@ -45,9 +44,7 @@ def kafka_client_table(password: str) -> str:
 
 @pytest.fixture(scope="module")
 def sasl_broker() -> Iterator[ApacheKafka]:
-    if "apache" not in selected_brokers():
-        pytest.skip("Apache Kafka is not among CALLGATE_TEST_BROKERS (tansu has no SASL)")
-    require_broker("apache")
+    require_broker()
     with ApacheKafka(sasl_users={"callgate": PASSWORD}) as kafka:
         yield kafka
 

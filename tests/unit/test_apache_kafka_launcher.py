@@ -8,8 +8,7 @@ import re
 from pathlib import Path
 
 import yaml
-
-from callgate.ops.apache_kafka import KAFKA_VERSION, POM, broker_properties, cluster_id
+from tools.apache_kafka import KAFKA_VERSION, POM, broker_properties, cluster_id
 
 REPO = Path(__file__).resolve().parents[2]
 

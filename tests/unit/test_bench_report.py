@@ -3,15 +3,14 @@ which brokers it runs on."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
-
-from callgate.adapters.view_codec import ViewCodec
-from callgate.domain.canonical import canonical_json
-from callgate.ops.apache_kafka import KafkaUnavailable, cached_unavailable, find_java, java_major
-from callgate.ops.bench_core import Row
-from callgate.ops.bench_kafka import (
+from tests.kafka_support import run_tool
+from tools.apache_kafka import KafkaUnavailable, find_java, java_major
+from tools.bench_core import Row
+from tools.bench_kafka import (
     Result,
     _labelled,
     _stuck_at,
@@ -20,6 +19,9 @@ from callgate.ops.bench_kafka import (
     kafka_brokers,
     shown,
 )
+
+from callgate.adapters.view_codec import ViewCodec
+from callgate.domain.canonical import canonical_json
 
 
 def in_progress(invocation_id: str) -> bytes:
@@ -81,13 +83,9 @@ def test_rows_name_their_broker() -> None:
     assert rows == [Row("kafka (apache) pipeline / ceiling", "50%", "≥ 70%", False, "n")]
 
 
-def test_an_explicit_broker_is_taken_as_given_and_the_default_says_why() -> None:
-    assert kafka_brokers("tansu") == (["tansu"], "--broker tansu")
-    assert kafka_brokers("both")[0] == ["tansu", "apache"]
-    kinds, why = kafka_brokers(None)
-    reason = cached_unavailable()
-    assert kinds == (["tansu", "apache"] if reason is None else ["tansu"])
-    assert reason is None or reason in why
+def test_the_kafka_section_runs_on_apache_kafka() -> None:
+    assert kafka_brokers("apache") == (["apache"], "--broker apache")
+    assert kafka_brokers(None)[0] == ["apache"]
 
 
 def test_the_java_release_is_read_from_the_runtime_itself() -> None:
@@ -97,3 +95,11 @@ def test_the_java_release_is_read_from_the_runtime_itself() -> None:
         pytest.skip(f"no Java runtime here: {exc}")
     major = java_major(java)
     assert major is not None and major >= 8
+
+
+def test_an_unknown_bench_section_is_a_usage_error(tmp_path: Path) -> None:
+    """``python -m tools bench --only embeded``: refused (never an empty table)."""
+    run = run_tool(tmp_path, "bench", "--only", "embeded", timeout=60)
+    assert run.returncode == 2, run
+    assert json.loads(run.stdout)["error"]["code"] == "usage"
+    assert run.stderr == ""

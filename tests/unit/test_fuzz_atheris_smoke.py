@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.fuzz
+
 REPO = Path(__file__).resolve().parents[2]
 MODULE = "tests.fuzz.atheris_targets"
 

@@ -365,7 +365,7 @@ def _read_events(store: EmbeddedStore) -> list[Event]:
 
 
 def _bench_log() -> Path:
-    from callgate.ops.bench_core import bench_embedded
+    from tools.bench_core import bench_embedded
 
     _, state = bench_embedded(40)
     return state

@@ -26,7 +26,7 @@ from callgate.domain.keys import (
     algorithm_of,
     decode_signed,
 )
-from callgate.domain.principal import Principal, same_identity
+from callgate.domain.principal import Principal, looks_alike
 
 APPROVAL_TYP = "callgate-approval+jwt"
 CONFIRMATIONS = ("owner", "approver")
@@ -178,16 +178,7 @@ def compare_binding(
     unknown = set(fields) - set(BINDING_FIELDS)
     if unknown:
         raise ValueError(f"unknown binding fields: {sorted(unknown)}")
-    return [f for f in fields if not _same_binding(f, getattr(expected, f), getattr(presented, f))]
-
-
-def _same_binding(name: str, expected: str, presented: str) -> bool:
-    if name in _IDENTITY_BINDINGS:
-        return same_identity(expected, presented)
-    return expected == presented
-
-
-_IDENTITY_BINDINGS = frozenset({"tenant", "actor"})
+    return [f for f in fields if getattr(expected, f) != getattr(presented, f)]
 
 
 def require_match(
@@ -219,18 +210,22 @@ def check_approver(
     ``approver``: someone holding one of ``approver_roles``; by default not the actor
     themself (C4 high impact always uses this kind). Always the same tenant.
     """
-    # Identities compare normalized (docs/contract.md, "Identity normalization"): the actor
-    # under another spelling (case, full width, padding) is still the actor.
-    if not same_identity(approver.tenant, tenant):
+    # Exact to grant, folded only to deny (docs/contract.md, "Identity normalization").
+    if approver.tenant != tenant:
         raise _forbidden("approver belongs to another tenant")
     if confirmation == "owner":
-        if not same_identity(approver.user, actor):
+        if approver.user != actor:
             raise _forbidden("only the session owner may confirm this call")
     elif confirmation == "approver":
         if not approver.has_any_role(approver_roles):
             raise _forbidden(f"approver needs one of the roles: {', '.join(approver_roles)}")
-        if same_identity(approver.user, actor) and not allow_self_approval:
-            raise _forbidden("the actor may not approve their own call")
+        if approver.user == actor:
+            if not allow_self_approval:
+                raise _forbidden("the actor may not approve their own call")
+        elif looks_alike(approver.user, actor):
+            # Another identifier that reads as the actor's: separation of duties holds
+            # against the look-alike even where self-approval is allowed.
+            raise _forbidden("the approver's identity is a look-alike of the actor's")
     else:
         raise _forbidden(f"call does not take confirmation {confirmation!r}")
 

@@ -59,6 +59,8 @@ class Code(StrEnum):
     INTERNAL_ERROR = "internal_error"
     # a development-only operation (``session issue``) asked of a process not in development mode.
     DEVELOPMENT_MODE_REQUIRED = "development_mode_required"
+    # an operator's command (``policy simulate``) asked by a session without the operator role.
+    OPERATOR_REQUIRED = "operator_required"
     # a state-changing HTTP request authenticated by the console's session cookie came
     # without the matching X-CSRF-Token header: refused before anything runs.
     CSRF_FAILED = "csrf_failed"

@@ -27,7 +27,7 @@ from callgate.domain.keys import (
     algorithm_of,
     decode_signed,
 )
-from callgate.domain.principal import Principal, normalize_identity, same_identity
+from callgate.domain.principal import Principal, canonical_problem, fold_identity, looks_alike
 
 DEV_ISSUER = "callgate-dev"
 AUDIENCE = "callgate"
@@ -223,9 +223,9 @@ class SessionVerifier:
         if now_ms + leeway < iat_ms:
             raise _unauthenticated("token issued in the future (iat)")
         user, tenant, roles = claims["sub"], claims["tenant"], claims["roles"]
-        if not isinstance(user, str) or not normalize_identity(user):
+        if not isinstance(user, str) or not user:
             raise _unauthenticated("claim 'sub' must be a non-empty string")
-        if not isinstance(tenant, str) or not normalize_identity(tenant):
+        if not isinstance(tenant, str) or not tenant:
             raise _unauthenticated("claim 'tenant' must be a non-empty string")
         if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
             raise _unauthenticated("claim 'roles' must be a list of strings")
@@ -235,13 +235,15 @@ class SessionVerifier:
         for text in (user, tenant, sid, *roles):
             if not _valid_text(text):
                 raise _unauthenticated("a claim is not valid Unicode or is too long")
-        # One normalization of identity (docs/contract.md): the principal carries the
-        # normalized forms, so that every comparison downstream (C6 spoof checks, actor vs
-        # approver, approver roles, tenant matching, key scoping) compares like with like.
+        # Canonical at the boundary, exact everywhere after (docs/contract.md, "Identity
+        # normalization"): nothing is rewritten, a claim not already canonical is refused.
+        for name, value in (("sub", user), ("tenant", tenant), *(("roles", r) for r in roles)):
+            if (problem := canonical_problem(value)) is not None:
+                raise _unauthenticated(f"claim {name!r} {problem}: {value!r}")
         return Principal(
-            user=normalize_identity(user),
-            tenant=normalize_identity(tenant),
-            roles=tuple(dict.fromkeys(normalize_identity(r) for r in roles if r.strip())),
+            user=user,
+            tenant=tenant,
+            roles=tuple(dict.fromkeys(roles)),
             session_id=sid,
             expires_at=exp_ms,
         )
@@ -286,15 +288,18 @@ def check_identity(
 ) -> dict[str, Any]:
     """C6: every identity field anywhere in ``args`` must name the session's user/tenant.
 
-    Walks dicts and lists at any depth. A key whose normalized name is one of
-    ``spec_identity_args`` names the acting user; one of ``tenant_fields`` names a
-    tenant. A different value, or a non-string one, raises
-    ``Rejection(IDENTITY_SPOOF, ..., {"field": "dotted.path"})``. Returns a copy of
-    ``args`` with each such field set to the session's exact value, so what runs
-    carries the session identity, never the model's spelling of it.
+    Walks dicts and lists at any depth. A key that is, or folds to (``fold_identity``),
+    one of ``spec_identity_args`` names the acting user; one of ``tenant_fields`` names a
+    tenant. Its value must equal the session's identifier exactly: any other value,
+    another spelling of it included, raises ``Rejection(IDENTITY_SPOOF, ...,
+    {"field": "dotted.path"})``. Any other string that is not a session identifier but
+    folds together with one (``ALICE``, full-width ``alice``, a Cyrillic look-alike) is refused
+    the same way, with ``details.reason`` ``look-alike``: folding only ever denies.
+    Returns a copy of ``args``.
     """
-    user_keys = frozenset(normalize_identity(k) for k in spec_identity_args)
-    tenant_keys = frozenset(normalize_identity(k) for k in tenant_fields)
+    user_keys = frozenset(fold_identity(k) for k in spec_identity_args)
+    tenant_keys = frozenset(fold_identity(k) for k in tenant_fields)
+    mine = (principal.user, principal.tenant)
 
     def walk(value: Any, path: str, depth: int) -> Any:
         if depth > MAX_ARGS_DEPTH:
@@ -303,7 +308,7 @@ def check_identity(
             out: dict[Any, Any] = {}
             for key, item in value.items():
                 item_path = f"{path}.{key}" if path else str(key)
-                name = normalize_identity(key) if isinstance(key, str) else None
+                name = fold_identity(key) if isinstance(key, str) else None
                 if name in user_keys:
                     out[key] = _expect(item, principal.user, "user", item_path)
                 elif name in tenant_keys:
@@ -316,6 +321,14 @@ def check_identity(
                 walk(item, f"{path}.{i}" if path else str(i), depth + 1)
                 for i, item in enumerate(value)
             ]
+        if isinstance(value, str) and value not in mine and len(value) <= MAX_CLAIM_CHARS:
+            for who in mine:
+                if looks_alike(value, who):
+                    raise Rejection(
+                        Code.IDENTITY_SPOOF,
+                        f"argument {path!r} names a look-alike of the session's identity",
+                        {"field": path, "reason": "look-alike"},
+                    )
         return value
 
     result: dict[str, Any] = walk(args, "", 0)
@@ -323,7 +336,7 @@ def check_identity(
 
 
 def _expect(value: Any, session_value: str, kind: str, path: str) -> str:
-    if not isinstance(value, str) or not same_identity(value, session_value):
+    if not isinstance(value, str) or value != session_value:
         raise Rejection(
             Code.IDENTITY_SPOOF,
             f"argument {path!r} names a {kind} other than the session's",
@@ -339,7 +352,8 @@ __all__ = [
     "REQUIRED_CLAIMS",
     "SessionIssuer",
     "SessionVerifier",
+    "canonical_problem",
     "check_identity",
-    "normalize_identity",
-    "same_identity",
+    "fold_identity",
+    "looks_alike",
 ]

@@ -11,7 +11,7 @@ Identifiers a client chooses can never address another tenant's invocation, appr
   dead-lettered (``malformed_event``) and never answered under that id, which may be
   someone else's. The SDK and the command line form these ids themselves.
 - **Idempotency keys are scoped by the verified tenant.** A key's state lives under the
-  partition key ``k-<hash(normalized tenant, key)>``: the same key in two tenants is two
+  partition key ``k-<hash(tenant, key)>``: the same key in two tenants is two
   keys (``canonical.partition_key``), and a call routed to another tenant's key partition
   is refused as misrouted (``malformed_event``).
 - **Approval ids** are signed artifacts binding the tenant (C11): another tenant's
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 
-from callgate.domain.principal import Principal, same_identity
+from callgate.domain.principal import Principal
 
 OPERATOR_ROLE = "callgate-operator"
 BINDING_CHARS = 32  # 128 bits of SHA-256
@@ -57,7 +57,8 @@ def is_bound(request_id: str, session_token: str) -> bool:
 
 def may_read(reader: Principal, tenant: object) -> bool:
     """Whether ``reader`` may see a record of ``tenant`` (None: a record no verified session
-    owns, such as an unauthenticated proposal's rejection: operators only)."""
+    owns, such as an unauthenticated proposal's rejection: operators only). Exact: ``ACME``
+    reads nothing of ``acme``."""
     if reader.has_any_role((OPERATOR_ROLE,)):
         return True
-    return isinstance(tenant, str) and bool(tenant) and same_identity(tenant, reader.tenant)
+    return isinstance(tenant, str) and bool(tenant) and tenant == reader.tenant

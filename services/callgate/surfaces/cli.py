@@ -16,7 +16,7 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -146,11 +146,20 @@ def _global_options() -> argparse.ArgumentParser:
     return g
 
 
-def build_parser() -> argparse.ArgumentParser:
+COMMAND_MODULES = tuple(f"callgate.surfaces.commands.{name}" for name in MODULES)
+
+
+def build_parser(
+    modules: Sequence[str] = COMMAND_MODULES,
+    prog: str = "callgate",
+    description: str = "Tool-call authorization gateway for AI agents.",
+) -> argparse.ArgumentParser:
+    """callgate's parser; ``modules`` (each with ``register(sub, common)``) lets the
+    repository's developer tools (``python -m tools``) share its global options."""
     common = _global_options()
     parser = _Parser(
-        prog="callgate",
-        description="Tool-call authorization gateway for AI agents.",
+        prog=prog,
+        description=description,
         epilog=ENVIRONMENT,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[common],
@@ -158,8 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(
         dest="command", required=True, parser_class=_Parser, metavar="COMMAND"
     )
-    for name in MODULES:
-        importlib.import_module(f"callgate.surfaces.commands.{name}").register(sub, common)
+    for module in modules:
+        importlib.import_module(module).register(sub, common)
     return parser
 
 
@@ -177,13 +186,16 @@ def _from_env(ns: argparse.Namespace) -> None:
         ns.verbose = int(value)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None,
+    parser: Callable[[], argparse.ArgumentParser] = build_parser,
+) -> int:
     apply_gc_settings()
     args = list(sys.argv[1:] if argv is None else argv)
     # Before parsing: a refused command line is reported in the form the caller asked for.
     json_mode = "--json" in args[: args.index("--")] if "--" in args else "--json" in args
     try:
-        ns = build_parser().parse_args(args)
+        ns = parser().parse_args(args)
         _from_env(ns)
     except UsageError as e:
         if not json_mode:

@@ -151,6 +151,36 @@ class Renderer:
 
         self.value(tools, human)
 
+    def simulation(self, report: dict[str, Any]) -> None:
+        def human(c: Console) -> None:
+            c.print(
+                f"{report['decided']} recorded decisions decided again under "
+                f"{report['candidate_version'][:12]}: {report['changed']} would change"
+            )
+            if not report["changed"]:
+                return
+            t = _table("changes by transition")
+            t.add_column("transition")
+            t.add_column("calls", justify="right")
+            for transition, count in report["by_transition"].items():
+                t.add_row(escape(transition), str(count))
+            c.print(t)
+            t = _table("changes by tool")
+            t.add_column("tool")
+            t.add_column("calls", justify="right")
+            for tool, count in report["by_tool"].items():
+                t.add_row(escape(tool), str(count))
+            c.print(t)
+            t = _table("examples")
+            t.add_column("invocation")
+            t.add_column("transition")
+            t.add_column("why")
+            for e in report["examples"]:
+                t.add_row(escape(e["invocation_id"]), escape(e["transition"]), escape(e["reason"]))
+            c.print(t)
+
+        self.value(report, human)
+
     def pending(self, rows: list[dict[str, Any]]) -> None:
         keys = (
             "invocation_id",

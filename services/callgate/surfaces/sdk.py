@@ -23,10 +23,12 @@ from callgate.bootstrap import App, Settings, bootstrap
 from callgate.domain import events as ev
 from callgate.domain.approvals import peek_partition_key
 from callgate.domain.canonical import partition_key
+from callgate.domain.catalog import Profile
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.limits import check_text_field, check_value, parse_args
 from callgate.domain.principal import Principal
-from callgate.domain.scope import bound_id, may_read
+from callgate.domain.scope import OPERATOR_ROLE, bound_id, may_read
+from callgate.domain.simulation import SimulationReport, Simulator
 from callgate_projections.audit import VerifyResult, verify_chain
 
 
@@ -60,8 +62,9 @@ class Backend(Protocol):
         """The view as stored: key and canonical JSON value (replay compares bytes)."""
         ...
 
-    def read_events(self) -> Iterator[ev.Event]:
-        """The authoritative ``events`` log from the start, in log order per partition."""
+    def read_events(self, only: type[ev.Event] | None = None) -> Iterator[ev.Event]:
+        """The authoritative ``events`` log from the start, in log order per partition
+        (``only``: just the events of that class, the others skipped undecoded)."""
         ...
 
     def wait(self, predicate: Callable[[], bool], timeout_s: float) -> bool: ...
@@ -211,6 +214,38 @@ class Gateway:
         if invocation_id is not None:
             rows = [r for r in rows if r.get("invocation_id") == invocation_id]
         return sorted(rows, key=lambda r: (r.get("partition_key", ""), r.get("seq", 0)))
+
+    def simulate(
+        self,
+        candidate: Profile,
+        *,
+        session: str,
+        tenant: str | None = None,
+        since_ms: int | None = None,
+    ) -> SimulationReport:
+        """Every recorded decision decided again under ``candidate``: what would change.
+
+        An operator's read of every tenant's history (``operator_required`` otherwise);
+        nothing is published and no provider is called (``callgate.domain.simulation``).
+        """
+        reader = self._reader(session)
+        if not reader.has_any_role((OPERATOR_ROLE,)):
+            raise Rejection(
+                Code.OPERATOR_REQUIRED, f"policy simulate needs the {OPERATOR_ROLE} role"
+            )
+        decisions = (
+            e
+            for e in self.backend.read_events(only=ev.PolicyDecided)
+            if isinstance(e, ev.PolicyDecided)
+        )
+        live = self.app.profile
+        simulator = Simulator(candidate, known={live.digest: live})
+        return simulator.run(
+            decisions,
+            lambda invocation_id: (self._status(invocation_id) or {}).get("outcome"),
+            tenant=tenant,
+            since_ms=since_ms,
+        )
 
     def verify_audit(self, tenant: str | None = None) -> VerifyResult:
         """Check every per-partition hash chain against its head (detects a cut-off tail).

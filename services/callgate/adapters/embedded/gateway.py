@@ -67,9 +67,10 @@ class EmbeddedBackend:
     def view_items_raw(self, view: str) -> list[tuple[str, str]]:
         return self.store.view_items(view)
 
-    def read_events(self) -> Iterator[Event]:
+    def read_events(self, only: type[Event] | None = None) -> Iterator[Event]:
         after = 0
-        while rows := self.store.read_log("events", after_seq=after, limit=5000):
+        kind = None if only is None else only.__name__
+        while rows := self.store.read_log("events", after_seq=after, limit=5000, event_type=kind):
             for row in rows:
                 try:
                     event = self.codec.decode(row.payload)

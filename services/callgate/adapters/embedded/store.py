@@ -353,12 +353,19 @@ class EmbeddedStore:
     # --- readers -------------------------------------------------------------------------
 
     def read_log(
-        self, topic: str | None = None, after_seq: int = 0, limit: int = 10_000
+        self,
+        topic: str | None = None,
+        after_seq: int = 0,
+        limit: int = 10_000,
+        event_type: str | None = None,
     ) -> list[LogRow]:
+        """Rows after ``after_seq`` in log order (of ``topic``, of ``event_type`` as filed)."""
         where = "seq > ?"
         args: list[object] = [after_seq, limit]
         if topic is not None:
             where, args = "topic = ? AND seq > ?", [topic, after_seq, limit]
+        if event_type is not None:
+            where, args = f"{where} AND event_type = ?", [*args[:-1], event_type, limit]
         rows = self._conn().execute(
             f"SELECT {_ROW_COLUMNS} FROM log WHERE {where} ORDER BY seq LIMIT ?", args
         )

@@ -19,6 +19,7 @@ MODULES: tuple[str, ...] = (
     "serve",
     "session",
     "catalog",
+    "policy",
     "calls",
     "records",
     "config",

@@ -1,65 +1,18 @@
-"""Operator tools: ``demo`` (the walk-through), ``bench`` and ``chaos``."""
+"""``callgate demo``: the walk-through of the contract (benchmarks and the chaos run are
+developers' tools outside the product: ``make bench``, ``make chaos``; ADR 0025)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from callgate.surfaces.commands import Subcommands, add_command
 from callgate.surfaces.commands.context import Context
-
-# The sections of ``callgate bench`` (callgate.ops.bench); an unknown name is a usage error.
-BENCH_SECTIONS = ("kafka", "policy", "embedded", "replay", "memory", "history")
 
 
 def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
     dm = add_command(sub, common, "demo", "walk through the contract end to end", demo)
     dm.add_argument("--keep", action="store_true", help="keep the demo's state directory")
-
-    be = add_command(sub, common, "bench", "benchmark figures (starts its own test broker)", bench)
-    be.add_argument("--quick", action="store_true", help="tiny counts (smoke run)")
-    be.add_argument(
-        "--only",
-        action="append",
-        default=[],
-        choices=BENCH_SECTIONS,
-        help="only this section, repeatable: kafka, policy, embedded, replay, memory, or "
-        "history (not in the default run; default: all but history)",
-    )
-    be.add_argument(
-        "--plot",
-        type=Path,
-        metavar="FILE",
-        help="where the Kafka section writes its latency plot (default: <state-dir>/latency.png)",
-    )
-    be.add_argument(
-        "--broker",
-        choices=["tansu", "apache", "both"],
-        default=None,
-        help="what the Kafka section runs on: tansu, Apache Kafka from Maven (Java 17), or "
-        "both (default: both where Java 17 and the Apache Kafka jars are here, else tansu)",
-    )
-
-    ch = add_command(
-        sub, common, "chaos", "chaos run on the Kafka backend (starts its own test broker)", chaos
-    )
-    ch.add_argument("--proposals", type=int, default=2000, help="default: 2000")
-    ch.add_argument("--kills", type=int, default=10, help="workers SIGKILLed (default: 10)")
-    ch.add_argument("--seed", type=int, default=7, help="default: 7")
-    ch.add_argument(
-        "--broker",
-        choices=["tansu", "apache"],
-        default="tansu",
-        help="the broker the run starts unless --bootstrap-servers: tansu, or Apache Kafka "
-        "from Maven (needs Java 17 and mvn; default: tansu)",
-    )
-    ch.add_argument(
-        "--instances",
-        type=int,
-        default=1,
-        help="serve instances; more than 1: each kill takes a whole instance (default: 1)",
-    )
 
 
 def demo(ctx: Context) -> int:
@@ -69,31 +22,3 @@ def demo(ctx: Context) -> int:
     print(DEV_MODE_NOTICE, file=sys.stderr, flush=True)  # the demo always runs in it
 
     return run_demo(ctx.app.settings, ctx.out, keep=ctx.ns.keep)
-
-
-def bench(ctx: Context) -> int:
-    from callgate.ops.bench import run_bench
-
-    return run_bench(
-        ctx.app.settings,
-        ctx.out,
-        quick=ctx.ns.quick,
-        only=ctx.ns.only,
-        plot=ctx.ns.plot,
-        broker=ctx.ns.broker,
-    )
-
-
-def chaos(ctx: Context) -> int:
-    from callgate.ops.chaos import run_chaos
-
-    ns = ctx.ns
-    return run_chaos(
-        ctx.app.settings,
-        ctx.out,
-        proposals=ns.proposals,
-        kills=ns.kills,
-        seed=ns.seed,
-        broker=ns.broker,
-        instances=ns.instances,
-    )

@@ -40,6 +40,7 @@ STATUS: Mapping[Code, int] = MappingProxyType(
         Code.IDENTITY_SPOOF: 403,
         Code.APPROVER_FORBIDDEN: 403,
         Code.DEVELOPMENT_MODE_REQUIRED: 403,
+        Code.OPERATOR_REQUIRED: 403,
         Code.CSRF_FAILED: 403,
         Code.NOT_FOUND: 404,
         Code.UNKNOWN_TOOL: 404,

@@ -24,7 +24,7 @@ from callgate.decider import Decider
 from callgate.domain import events as ev
 from callgate.domain.canonical import partition_key
 from callgate.gc_settings import apply_gc_settings
-from callgate.ops.bench_core import mixed_proposals, peak_rss_mb
+from tools.bench_core import mixed_proposals, peak_rss_mb
 
 BATCH = 500  # the Kafka runner's default batch size (records per transaction)
 TENANT = "acme"  # mixed_proposals' default tenant

@@ -65,7 +65,6 @@ from callgate.adapters.kafka.runner import (
     ProducerFenced,
 )
 from callgate.adapters.kafka.serve import Supervisor, create_topics, views_of
-from callgate.adapters.kafka.tansu import TansuBroker
 from callgate.adapters.kafka.topics import Topics, ensure_topics
 from callgate.adapters.kafka.worker import batch_linger_ms, consumer_overrides
 from callgate.adapters.view_codec import ViewCodec, ViewSchemaError
@@ -74,8 +73,9 @@ from callgate.domain import events as ev
 from callgate.domain.codes import TERMINAL, Rejection
 from callgate.domain.process import Output, Process, ViewRecord, reacts_to
 from callgate.gc_settings import apply_gc_settings
-from callgate.ops.bench_core import Row, mixed_proposals
 from callgate_projections.status import outcome_for
+from tools import child_env
+from tools.bench_core import Row, mixed_proposals
 
 BATCH_SIZE = 500  # ``callgate.adapters.kafka.worker`` defaults, passed explicitly to both
 BATCH_TIMEOUT_MS = 20
@@ -90,23 +90,15 @@ TARGET_RATIO = 0.7  # pipeline / ceiling
 PLOT_FRACTIONS = (0.05, 0.15, 0.3, 0.5, 0.7, 0.9)  # of the measured pipeline throughput
 HOP_RECORD_BYTES = 400
 STALL_S = 60.0  # no final decision for this long: the rest did not settle
-BROKERS = ("tansu", "apache")  # what ``--broker`` names; ``both`` is the two
+BROKERS = ("apache",)  # what ``--broker`` names
 
 
 @dataclass(frozen=True)
 class BenchBroker:
-    """A broker kind the section runs on, and the consumer settings every runner of the
-    pipeline and of the ceiling gets on it (on top of the runner's ``CONSUMER_LATENCY``).
-
-    Both kinds: ``session.timeout.ms=6000`` and a 500 ms heartbeat, as ``callgate serve``'s
-    test deployments use (tansu's group joins take about the session timeout). tansu only:
-    ``fetch.wait.max.ms=10`` (docs/contract.md "Known tansu gaps"): tansu holds a fetch for
-    its whole ``fetch.wait.max.ms`` even when records arrive meanwhile, so the runner's
-    100 ms would add about 30 ms per hop (measured through one runner hop: 10 ms -> 9 ms,
-    100 ms -> 32 ms); and no transaction gap (``TRANSACTION_GAP_MS``: tansu answers a
-    transaction begun right after a commit at once, so the gap would only add up to 3 ms).
-    Apache Kafka answers a fetch as soon as ``fetch.min.bytes`` is there, so it runs with the
-    runner's own settings, as a production deployment does.
+    """The broker the section runs on, and the consumer settings every runner of the
+    pipeline and of the ceiling gets on it (on top of the runner's ``CONSUMER_LATENCY``):
+    ``session.timeout.ms=6000`` and a 500 ms heartbeat, as ``callgate serve``'s test
+    deployments use; otherwise the runner's own settings, as a production deployment has.
     """
 
     name: str
@@ -123,34 +115,18 @@ class BenchBroker:
 
 
 _GROUPS = {k: str(v) for k, v in FAST_GROUP_SETTINGS.items()}
-BENCH_BROKERS = {
-    "tansu": BenchBroker("tansu", _GROUPS | {"fetch.wait.max.ms": "10"}, transaction_gap_ms=0),
-    "apache": BenchBroker("apache", dict(_GROUPS)),
-}
+BENCH_BROKERS = {"apache": BenchBroker("apache", dict(_GROUPS))}
 
 
 def kafka_brokers(choice: str | None) -> tuple[list[str], str]:
-    """The brokers ``--broker`` means (``tansu``, ``apache``, ``both``; None: both when an
-    Apache Kafka broker can start here without fetching anything, else tansu) and a note
-    saying why."""
-    if choice in BROKERS:
-        return [str(choice)], f"--broker {choice}"
-    if choice == "both":
-        return list(BROKERS), "--broker both"
-    from callgate.ops.apache_kafka import cached_unavailable
-
-    reason = cached_unavailable()
-    if reason is None:
-        return list(BROKERS), "both: Java 17+ and the Apache Kafka jars are here"
-    return ["tansu"], f"tansu only: no Apache Kafka broker here ({reason})"
+    """The brokers ``--broker`` means (Apache Kafka, the reference broker) and a note."""
+    return ["apache"], f"--broker {choice or 'apache'}"
 
 
 class _Brokers:
-    """Hands out a fresh place to measure in, per measurement: a new tansu broker (tansu
-    slows down as partitions accumulate record batches, so no figure inherits another's
-    history), or on Apache Kafka a new topic prefix on one broker started for the section
-    (its logs do not slow down so; one warm JVM, as in production), the phase's topics
-    deleted after it."""
+    """Hands out a fresh place to measure in, per measurement: a new topic prefix on one
+    Apache Kafka broker started for the section (one warm JVM, as in production), the
+    phase's topics deleted after it."""
 
     def __init__(self, kind: BenchBroker) -> None:
         self.kind = kind
@@ -159,11 +135,10 @@ class _Brokers:
         self.pid: int | None = None  # the broker of the current measurement
 
     def __enter__(self) -> _Brokers:
-        if self.kind.name == "apache":
-            from callgate.ops.apache_kafka import ApacheKafka
+        from tools.apache_kafka import ApacheKafka
 
-            self._shared = ApacheKafka().start()
-            self.pid = self._shared.pid
+        self._shared = ApacheKafka().start()
+        self.pid = self._shared.pid
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -174,11 +149,6 @@ class _Brokers:
     def fresh(self, label: str = "bench") -> Iterator[tuple[str, str]]:
         """(bootstrap address, topic prefix) for one measurement."""
         self._n += 1
-        if self._shared is None:
-            with TansuBroker() as broker:
-                self.pid = broker.pid
-                yield broker.bootstrap, label
-            return
         prefix = f"{label}{self._n}"
         try:
             yield self._shared.bootstrap, prefix
@@ -352,7 +322,7 @@ def _decode(step: Step, codec: AvroCodec) -> tuple[bytes | None, tuple[Output, .
 
 
 def replay_worker(argv: Sequence[str] | None = None) -> int:
-    """``python -m callgate.ops.bench_kafka RECORDING ...``: one ``Replay`` under a
+    """``python -m tools.bench_kafka RECORDING ...``: one ``Replay`` under a
     ``KafkaRunner``, built as ``callgate.adapters.kafka.worker`` builds a real process."""
     parser = argparse.ArgumentParser(description="Run one replay process (callgate bench).")
     parser.add_argument("recording", type=Path)
@@ -408,7 +378,7 @@ class ClientLog(logging.Handler):
         self.last.append(record.getMessage()[:160])
 
 
-CLIENT_LOGGER = "callgate.ops.bench.kafka_clients"
+CLIENT_LOGGER = "tools.bench.kafka_clients"
 
 
 def client_logger() -> logging.Logger:
@@ -448,7 +418,7 @@ def _reader(bootstrap: str, fetch_wait_ms: str) -> Consumer:
     return Consumer(
         {
             "bootstrap.servers": bootstrap,
-            "group.id": "callgate.ops.bench",
+            "group.id": "tools.bench",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             "fetch.wait.max.ms": fetch_wait_ms,
@@ -728,8 +698,8 @@ def replay_processes(
         str(state_dir),
         *kind.runner_args(),
     ]
-    module = [sys.executable, "-m", "callgate.ops.bench_kafka"]
-    children = [subprocess.Popen([*module, str(f), *args]) for f in files]
+    module = [sys.executable, "-m", "tools.bench_kafka"]
+    children = [subprocess.Popen([*module, str(f), *args], env=child_env()) for f in files]
     try:
         yield
     finally:

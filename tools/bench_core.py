@@ -24,6 +24,7 @@ from callgate.bootstrap import App, Settings, bootstrap
 from callgate.domain import events as ev
 from callgate.domain.canonical import partition_key
 from callgate.domain.scope import bound_id
+from tools import child_env
 
 
 @dataclass
@@ -209,9 +210,9 @@ def bench_replay(state: Path) -> list[Row]:
 
 def bench_memory(keys: int) -> list[Row]:
     """Peak RSS of a decider holding state for ``keys`` idempotency keys (subprocess)."""
-    cmd = [sys.executable, "-m", "callgate.ops.bench_memory", str(keys)]
+    cmd = [sys.executable, "-m", "tools.bench_memory", str(keys)]
     out = subprocess.run(
-        cmd, capture_output=True, text=True, check=True, env=os.environ | {"PYTHONHASHSEED": "0"}
+        cmd, capture_output=True, text=True, check=True, env=child_env({"PYTHONHASHSEED": "0"})
     )
     data = json.loads(out.stdout.strip().splitlines()[-1])
     mb = data["peak_rss_mb"]

@@ -3,7 +3,7 @@
 Issue "Execution reliability, fault injection and hostile input", part 4. One run:
 
 1. its own broker (``--broker tansu``, the default, or ``apache``: Apache Kafka from Maven,
-   ``callgate.ops.apache_kafka``; none with ``--bootstrap-servers``), a fresh state
+   ``tools.apache_kafka``; none with ``--bootstrap-servers``), a fresh state
    directory and topic prefix, and ``--instances`` instances of ``callgate serve``'s
    ``Supervisor`` (ids ``chaos-0``, ``chaos-1``, ...; one state directory, as instances of
    one deployment share its keys and the simulated providers' ledger) with one worker child
@@ -53,7 +53,6 @@ from rich.table import Table
 from callgate.adapters.kafka.client import make_admin
 from callgate.adapters.kafka.gateway import KafkaBackend
 from callgate.adapters.kafka.serve import Supervisor, create_topics, worker_env
-from callgate.adapters.kafka.tansu import BrokerUnavailable, TansuBroker
 from callgate.adapters.kafka.topics import Topics
 from callgate.bootstrap import App, Settings, bootstrap
 from callgate.domain import events as ev
@@ -61,12 +60,12 @@ from callgate.domain.canonical import partition_key
 from callgate.domain.catalog import Profile
 from callgate.domain.codes import TERMINAL, Code
 from callgate.domain.scope import OPERATOR_ROLE, bound_id
-from callgate.ops.apache_kafka import ApacheKafka, KafkaUnavailable
 from callgate.ops.replay import replay
 from callgate.surfaces.render import Renderer
 from callgate.surfaces.sdk import Gateway
 from callgate_projections.audit import VerifyResult
 from callgate_projections.status import outcome_for, subject_of
+from tools.apache_kafka import ApacheKafka, KafkaUnavailable
 
 # Every simulated provider times out after applying 5% of effects and before applying 3%
 # (C12: reconciliation finds the effect, or finds nothing and the retry runs it); latency
@@ -740,7 +739,7 @@ def run_chaos(
     kills: int = 10,
     seed: int = 7,
     *,
-    broker: str = "tansu",
+    broker: str = "apache",
     instances: int = 1,
     time_limit_s: float | None = None,
     keep_state: bool = False,
@@ -751,11 +750,11 @@ def run_chaos(
         return 2
     limit = time_limit_s or max(180.0, 0.45 * proposals)  # 15 minutes for 2,000
     started = time.monotonic()
-    own: TansuBroker | ApacheKafka | None = None
+    own: ApacheKafka | None = None
     if not settings.bootstrap_servers:
         try:
-            own = (ApacheKafka() if broker == "apache" else TansuBroker()).start()
-        except (KafkaUnavailable, BrokerUnavailable) as exc:
+            own = ApacheKafka().start()
+        except KafkaUnavailable as exc:
             out.error(Code.BROKER_UNAVAILABLE, f"chaos: no {broker} broker: {exc}")
             return 1
     state = Path(tempfile.mkdtemp(prefix="callgate-chaos-"))

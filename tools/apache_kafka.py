@@ -13,9 +13,11 @@ delay, group session timeouts down to 1 s allowed, few internal-topic partitions
 create), and timed-out transactions aborted within a second or two (the takeover of a lost
 instance waits for its open transaction: ADR 0015).
 
-``python -m callgate.ops.apache_kafka fetch`` fills the cache (CI runs it);
-``python -m callgate.ops.apache_kafka run`` starts a broker in the foreground and prints
-its bootstrap address.
+``python -m tools.apache_kafka fetch`` fills the cache (CI runs it);
+``python -m tools.apache_kafka run`` starts a broker in the foreground, prints its
+bootstrap address and stops it (JVM and temporary folder) on SIGTERM or SIGINT;
+``start --data-dir D`` / ``stop --data-dir D`` (``make kafka``, ``make kafka-stop``) run
+one in the background on 127.0.0.1:9092, its data kept in D across restarts.
 """
 
 from __future__ import annotations
@@ -27,9 +29,11 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -41,13 +45,31 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from callgate.adapters.kafka.client import LIBRDKAFKA_LOG
-from callgate.adapters.kafka.tansu import free_port
 
 KAFKA_VERSION = "4.4.0"  # docker-compose.yml runs apache/kafka with the same version
 LOG4J_VERSION = "2.24.3"  # the log4j-core that kafka_2.13 depends on; binds its slf4j logging
 CACHE_ENV = "CALLGATE_KAFKA_CACHE"
 JAVA_ENV = "CALLGATE_JAVA"
 HEAP = "-Xmx768m"
+DEFAULT_PORT = 9092  # ``make kafka``: Kafka's usual port, callgate's default bootstrap
+
+
+def port_is_free(port: int) -> bool:
+    """Can a listener bind 127.0.0.1:``port`` right now?"""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    """A loopback port that is free right now (the broker binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
 
 POM = """<?xml version="1.0" encoding="UTF-8"?>
 <project xmlns="http://maven.apache.org/POM/4.0.0">
@@ -259,12 +281,18 @@ class ApacheKafka:
         start_timeout_s: float = 90.0,
         version: str = KAFKA_VERSION,
         sasl_users: Mapping[str, str] | None = None,
+        port: int = 0,
+        data_dir: Path | None = None,
     ) -> None:
         """``sasl_users`` (name -> password): also listen with ``SASL_PLAINTEXT`` (PLAIN) on
-        ``.sasl_bootstrap``, for those accounts."""
+        ``.sasl_bootstrap``, for those accounts. ``port``: listen there (its controller on
+        the next port) instead of on free ports. ``data_dir``: keep the broker's data and
+        logs there across restarts instead of in a temporary folder removed on stop."""
         self._start_timeout_s = start_timeout_s
         self._version = version
         self._sasl_users = dict(sasl_users or {})
+        self._fixed_port = port
+        self._data_dir = data_dir
         self._proc: subprocess.Popen[bytes] | None = None
         self._root: Path | None = None
         self.port = 0
@@ -294,10 +322,22 @@ class ApacheKafka:
 
     def start(self) -> ApacheKafka:
         java, classpath = find_java(), os.pathsep.join(str(p) for p in jars(self._version))
-        self._root = Path(tempfile.mkdtemp(prefix="callgate-kafka-"))
-        for _ in range(3):  # a free port may be taken between probe and bind: retry
-            self.port, controller = free_port(), free_port()
-            log_dir = self._root / f"data-{self.port}"
+        if self._data_dir is not None:
+            self._data_dir.mkdir(parents=True, exist_ok=True)
+            self._root = self._data_dir
+        else:
+            self._root = Path(tempfile.mkdtemp(prefix="callgate-kafka-"))
+        for _ in range(1 if self._fixed_port else 3):  # a free port may be taken: retry
+            if self._fixed_port:
+                self.port, controller = self._fixed_port, self._fixed_port + 1
+                taken = [p for p in (self.port, controller) if not port_is_free(p)]
+                if taken:
+                    self.stop()
+                    raise KafkaUnavailable(f"127.0.0.1:{taken[0]} is in use (another broker?)")
+            else:
+                self.port, controller = free_port(), free_port()
+            kept = self._data_dir is not None
+            log_dir = self._root / ("data" if kept else f"data-{self.port}")
             config = self._root / "server.properties"
             self.sasl_port = free_port() if self._sasl_users else 0
             props = broker_properties(self.port, controller, log_dir, self.sasl_port)
@@ -316,7 +356,13 @@ class ApacheKafka:
                 "-c",
                 str(config),
             ]
-            done = subprocess.run(fmt, capture_output=True, text=True, timeout=120, check=False)
+            if kept and (log_dir / "meta.properties").exists():
+                fmt = []  # formatted by an earlier start: its data is kept
+            done = (
+                subprocess.run(fmt, capture_output=True, text=True, timeout=120, check=False)
+                if fmt
+                else subprocess.CompletedProcess(fmt, 0, "", "")
+            )
             if done.returncode != 0:
                 raise KafkaUnavailable(f"kafka-storage format failed: {done.stdout}{done.stderr}")
             with (self._root / "broker.out").open("ab") as out:
@@ -393,10 +439,11 @@ class ApacheKafka:
             proc.wait(timeout=10)
 
     def stop(self) -> None:
-        """SIGTERM (SIGKILL after 20 s), then remove the log directory."""
+        """SIGTERM (SIGKILL after 20 s), then remove the temporary folder (a ``data_dir``
+        is kept)."""
         self._terminate()
         root, self._root = self._root, None
-        if root is not None:
+        if root is not None and self._data_dir is None:
             shutil.rmtree(root, ignore_errors=True)
 
     def __enter__(self) -> ApacheKafka:
@@ -411,19 +458,128 @@ class ApacheKafka:
         self.stop()
 
 
+def run(port: int = 0, data_dir: Path | None = None, pid_file: Path | None = None) -> int:
+    """Run a broker in the foreground until SIGTERM or SIGINT, then stop it (its JVM and,
+    without ``data_dir``, its temporary folder). Prints the bootstrap address once it
+    answers; ``pid_file`` holds this process's id meanwhile. 1 when the broker exits by
+    itself."""
+    stopping = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stopping.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with ApacheKafka(port=port, data_dir=data_dir) as kafka:
+            if pid_file is not None:
+                pid_file.write_text(f"{os.getpid()}\n")
+            print(kafka.bootstrap, flush=True)
+            while not stopping.wait(0.5):
+                if kafka._proc is None or kafka._proc.poll() is not None:
+                    print(f"apache kafka exited by itself: {kafka._tail()}", file=sys.stderr)
+                    return 1
+        return 0
+    finally:
+        if pid_file is not None:
+            pid_file.unlink(missing_ok=True)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def start(port: int, data_dir: Path, timeout_s: float = 180.0) -> int:
+    """``run`` in the background (its own session, so a terminal's Ctrl-C does not reach
+    it), its pid in ``data_dir/kafka.pid`` and its output in ``data_dir/launcher.log``;
+    returns once the broker answers (0) or the launcher gave up (1)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    pid_file, log = data_dir / "kafka.pid", data_dir / "launcher.log"
+    running = _running(pid_file)
+    if running:
+        print(f"apache kafka already runs (pid {running}) on 127.0.0.1:{port}")
+        return 0
+    argv = [sys.executable, "-m", "tools.apache_kafka", "run", "--port", str(port)]
+    argv += ["--data-dir", str(data_dir), "--pid-file", str(pid_file)]
+    with log.open("w") as out:
+        launcher = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True, env=_env(),
+        )  # fmt: skip
+    deadline = time.monotonic() + timeout_s
+    while not pid_file.exists():
+        if launcher.poll() is not None or time.monotonic() > deadline:
+            if launcher.poll() is None:
+                launcher.terminate()
+                launcher.wait(60)
+            print(f"apache kafka did not start: {log.read_text().strip()}", file=sys.stderr)
+            return 1
+        time.sleep(0.2)
+    print(f"apache kafka on 127.0.0.1:{port} (pid {launcher.pid}; data in {data_dir})")
+    return 0
+
+
+def stop(data_dir: Path, timeout_s: float = 60.0) -> int:
+    """SIGTERM to the launcher ``start`` left running; returns once it, and so its JVM,
+    has exited."""
+    pid = _running(data_dir / "kafka.pid")
+    if not pid:
+        print("apache kafka is not running")
+        return 0
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            print(f"apache kafka (pid {pid}) did not stop in {timeout_s:g}s", file=sys.stderr)
+            return 1
+        time.sleep(0.2)
+    (data_dir / "kafka.pid").unlink(missing_ok=True)
+    print(f"apache kafka stopped (data kept in {data_dir})")
+    return 0
+
+
+def _running(pid_file: Path) -> int:
+    """The launcher's pid from ``pid_file`` if it still runs, else 0."""
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return 0
+    return pid if _alive(pid) else 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    stat = Path(f"/proc/{pid}/stat")  # a zombie has exited (Linux)
+    return not (stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] == "Z")
+
+
+def _env() -> dict[str, str]:
+    from tools import child_env
+
+    return child_env()
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Apache Kafka from Maven, for tests.")
-    parser.add_argument("action", choices=["fetch", "run"])
+    parser = argparse.ArgumentParser(description="Apache Kafka from Maven, on loopback.")
+    parser.add_argument("action", choices=["fetch", "run", "start", "stop"])
+    parser.add_argument("--port", type=int, default=0, help="default: a free port")
+    parser.add_argument("--data-dir", type=Path, help="keep the data here (start, stop: needed)")
+    parser.add_argument("--pid-file", type=Path, help="this process's id while it runs")
     ns = parser.parse_args(argv)
     try:
         if ns.action == "fetch":
             find_java()
             print(f"Apache Kafka {KAFKA_VERSION}: {len(jars())} jars in {cache_dir()}")
             return 0
-        with ApacheKafka() as kafka:
-            print(kafka.bootstrap, flush=True)
-            signal.sigwait({signal.SIGINT, signal.SIGTERM})
-        return 0
+        if ns.action in ("start", "stop") and ns.data_dir is None:
+            parser.error(f"{ns.action} needs --data-dir")
+        if ns.action == "start":
+            return start(ns.port or DEFAULT_PORT, ns.data_dir)
+        if ns.action == "stop":
+            return stop(ns.data_dir)
+        return run(ns.port, ns.data_dir, ns.pid_file)
     except KafkaUnavailable as exc:
         print(f"apache kafka: {exc}", file=sys.stderr)
         return 1

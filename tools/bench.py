@@ -19,7 +19,8 @@ from typing import Any
 from rich.table import Table
 
 from callgate.bootstrap import Settings
-from callgate.ops.bench_core import (
+from callgate.surfaces.render import Renderer
+from tools.bench_core import (
     Row,
     bench_embedded,
     bench_memory,
@@ -27,7 +28,6 @@ from callgate.ops.bench_core import (
     bench_replay,
     machine,
 )
-from callgate.surfaces.render import Renderer
 
 FULL = {
     "policy": 20_000,
@@ -117,7 +117,7 @@ def run_bench(
 
 
 def _history(settings: Settings, counts: dict[str, float]) -> list[Row]:
-    from callgate.ops.bench_history import bench_history
+    from tools.bench_history import bench_history
 
     return bench_history(settings, int(counts["history"]), int(counts["history_samples"]))
 
@@ -125,6 +125,6 @@ def _history(settings: Settings, counts: dict[str, float]) -> list[Row]:
 def _kafka(
     settings: Settings, counts: dict[str, float], plot: Path | None, broker: str | None
 ) -> list[Row]:
-    from callgate.ops.bench_kafka import bench_kafka
+    from tools.bench_kafka import bench_kafka
 
     return bench_kafka(settings, int(counts["kafka"]), float(counts["latency_s"]), plot, broker)

@@ -3,7 +3,7 @@
 Issue item "Reads that do not grow with history" (ADR 0016): a ``propose`` follows its own
 request on its ``events`` partition from the offset recorded before publishing, so its
 latency should not depend on how many invocations the log already holds. Measured on one
-fresh tansu broker with the real pipeline (``callgate serve``'s supervisor):
+fresh Apache Kafka broker with the real pipeline (``callgate serve``'s supervisor):
 
 1. ``samples`` proposals (``tickets.read``, one at a time, each waiting for its answer)
    on an empty log;
@@ -27,12 +27,12 @@ from pathlib import Path
 from callgate.adapters.avro_codec import AvroCodec
 from callgate.adapters.kafka.gateway import KafkaBackend
 from callgate.adapters.kafka.serve import create_topics
-from callgate.adapters.kafka.tansu import TansuBroker
 from callgate.adapters.kafka.topics import Topics
 from callgate.bootstrap import Settings, bootstrap
-from callgate.ops.bench_core import Row, mixed_proposals
-from callgate.ops.bench_kafka import BENCH_BROKERS, Load, outbound, pipeline_processes, wait_idle
 from callgate.surfaces.sdk import Gateway
+from tools.apache_kafka import ApacheKafka
+from tools.bench_core import Row, mixed_proposals
+from tools.bench_kafka import BENCH_BROKERS, Load, outbound, pipeline_processes, wait_idle
 
 # Within this factor (plus a small allowance for a loaded machine) of the empty log.
 GROWTH_FACTOR = 2.0
@@ -59,7 +59,7 @@ def bench_history(settings: Settings, history: int, samples: int) -> list[Row]:
     work = Path(tempfile.mkdtemp(prefix="callgate-bench-history-"))
     codec = AvroCodec.default()
     try:
-        with TansuBroker() as broker:
+        with ApacheKafka() as broker:
             app = bootstrap(
                 Settings(
                     state_dir=work / "state",
@@ -74,7 +74,7 @@ def bench_history(settings: Settings, history: int, samples: int) -> list[Row]:
             names = [p.name for p in app.processes()]
             topics = Topics(app.settings.topic_prefix, settings.partitions)
             create_topics(app)
-            kind = BENCH_BROKERS["tansu"]  # tansu's settings, as the Kafka section's
+            kind = BENCH_BROKERS["apache"]  # the Kafka section's settings
             with pipeline_processes(app, kind):
                 gate = Gateway(app, KafkaBackend(app))
                 alice = app.session_issuer.issue("alice", "acme", ["support"], app.clock())
@@ -101,7 +101,7 @@ def bench_history(settings: Settings, history: int, samples: int) -> list[Row]:
         Row(
             "history: propose on an empty log, p50 / max",
             _figure(empty),
-            note=f"{samples} tickets.read proposals one at a time, real pipeline on tansu",
+            note=f"{samples} tickets.read proposals one at a time, real pipeline on Apache Kafka",
         ),
         Row(
             f"history: propose with {history:,} settled invocations, p50 / max",

@@ -1,4 +1,4 @@
-"""One transactional hop, timed step by step: ``python -m callgate.ops.bench_txn``.
+"""One transactional hop, timed step by step: ``python -m tools.bench_txn``.
 
 Where a Kafka transaction's time goes on a broker of its own (tansu or Apache Kafka), as
 ``KafkaRunner`` spends it per cycle: the first produce of a 400-byte record and its flush
@@ -23,8 +23,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from callgate.adapters.kafka.runner import CONSUMER_LATENCY, PRODUCER_LATENCY
-from callgate.adapters.kafka.tansu import TansuBroker
-from callgate.ops.apache_kafka import ApacheKafka
+from tools.apache_kafka import ApacheKafka
 
 STEPS = ("produce + flush", "send offsets", "commit", "hand-off")
 WARM_UP = 20  # transactions left out of the figures (coordinator lookups, a cold JVM)
@@ -32,8 +31,7 @@ WARM_UP = 20  # transactions left out of the figures (coordinator lookups, a col
 
 @contextmanager
 def _broker(kind: str) -> Iterator[str]:
-    server = ApacheKafka() if kind == "apache" else TansuBroker()
-    with server:
+    with ApacheKafka() as server:
         yield server.bootstrap
 
 
@@ -95,7 +93,7 @@ def time_transactions(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Time one transactional hop step by step.")
-    parser.add_argument("--broker", choices=["tansu", "apache"], default="apache")
+    parser.add_argument("--broker", choices=["apache"], default="apache")
     parser.add_argument("--transactions", type=int, default=300)
     parser.add_argument("--gap-ms", type=float, default=0.0)
     parser.add_argument("--no-hand-off", dest="hand_off", action="store_false")

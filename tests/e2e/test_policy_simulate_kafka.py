@@ -1,0 +1,69 @@
+"""``callgate policy simulate`` on the Kafka backend: the history read from the broker."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.helpers import DEFAULT_PROFILE
+from tests.e2e.test_policy_simulate import FORBID_OVER_500_EUR, candidate_profile
+from tests.kafka_support import (
+    Deployment,
+    KafkaServe,
+    cg,
+    cli_ops,
+    cli_propose,
+    cli_session,
+    unique_prefix,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
+
+# (tenant, amount_cents, currency): the calls of the recorded history.
+REFUNDS = [
+    ("acme", 40_000, "EUR"),
+    ("acme", 60_000, "EUR"),  # over 500 EUR: the candidate forbids it
+    ("acme", 90_000, "USD"),
+    ("acme", 150_000, "EUR"),  # over 500 EUR and high impact
+    ("globex", 60_000, "EUR"),  # another tenant's order: forbidden as recorded already
+]
+
+
+@pytest.fixture(scope="module")
+def dep(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    root = tmp_path_factory.mktemp("simulate-kafka")
+    deployment = Deployment(kafka_bootstrap, unique_prefix("sim"), root / "state", DEFAULT_PROFILE)
+    server = KafkaServe(deployment, root / "serve.log", flags=True)
+    try:
+        server.wait_ready()
+        yield deployment
+    finally:
+        code = server.stop()
+    assert code == 0, server.log.read_text()
+
+
+def test_simulation_reads_the_history_from_the_broker(dep: Deployment, tmp_path: Path) -> None:
+    sessions = {
+        "acme": cli_session(dep, "alice", "acme", "support"),
+        "globex": cli_session(dep, "gina", "globex", "support"),
+    }
+    cli_propose(dep, sessions["acme"], "tickets.read", {"ticket_id": "T-1"})
+    expected = set()
+    for n, (tenant, amount, currency) in enumerate(REFUNDS):
+        user = "alice" if tenant == "acme" else "gina"
+        args = {"order_id": f"ORD-{n}", "amount_cents": amount, "currency": currency,
+                "issued_by": user}  # fmt: skip
+        answer = cli_propose(dep, sessions[tenant], "refunds.issue", args, key=f"sim-{n}")
+        if tenant == "acme" and currency == "EUR" and amount > 50_000:
+            expected.add(answer["invocation_id"])
+    candidate = candidate_profile(tmp_path, FORBID_OVER_500_EUR)
+
+    report = cg(dep, "policy", "simulate", str(candidate), "--session", cli_ops(dep))
+
+    # Every call above, and the refund of 1 EUR that ``wait_ready`` proposes as its probe.
+    assert report["decided"] == 1 + len(REFUNDS) + 1
+    assert report["changed"] == len(expected) == 2
+    assert {e["invocation_id"] for e in report["examples"]} == expected
+    assert report["by_tool"] == {"refunds.issue": 2}
