@@ -122,6 +122,8 @@ class WebhookSettings(_Section):
         "approval.pending",
         "approval.decided",
     )
+    # The tenants whose items it receives (exact names); empty: every tenant's.
+    tenants: tuple[str, ...] = ()
 
 
 class NotifySettings(_Section):

@@ -118,6 +118,7 @@ class Setup:
             f'url = "{self.broken.url}/broken"\n'
             f'secret = "{self.broken_secret}"\n'
             'events = ["approval.pending"]\n'
+            'tenants = ["acme"]\n'
             "[slack]\n"
             f'api_url = "{self.slack.url}/api/"\n'
             'bot_token = "xoxb-test-token"\n'

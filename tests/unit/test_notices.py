@@ -18,6 +18,7 @@ from callgate.domain.notices import (
     retry_due,
     slack_action,
     slack_pending,
+    wanted,
 )
 
 ROW: dict[str, Any] = {
@@ -74,6 +75,15 @@ def test_only_a_single_approve_or_deny_click_is_an_action() -> None:
     assert slack_action({**click, "type": "view_submission"}) is None
     assert slack_action({**click, "actions": [{"action_id": "other", "value": "x"}]}) is None
     assert slack_action({**click, "actions": []}) is None
+
+
+def test_a_receiver_gets_only_its_events_of_its_tenants_compared_exactly() -> None:
+    n = pending_notice(ROW)
+    both = frozenset({PENDING, DECIDED})
+    assert wanted(n, both, frozenset())
+    assert wanted(n, both, frozenset({"acme"}))
+    assert not wanted(n, both, frozenset({"ACME", "globex"}))
+    assert not wanted(n, frozenset({DECIDED}), frozenset())
 
 
 def test_retries_follow_the_delays_then_stop() -> None:

@@ -43,6 +43,7 @@ from callgate.domain.notices import (
     retry_due,
     slack_decided,
     slack_pending,
+    wanted,
 )
 
 log = logging.getLogger("callgate.notify")
@@ -59,6 +60,7 @@ class DeliveryError(Exception):
 class Target(Protocol):
     name: str
     events: frozenset[str]
+    tenants: frozenset[str]  # empty: every tenant
 
     def send(self, notice: Notice) -> None:
         """Deliver once; raise ``DeliveryError`` (or any exception) on failure."""
@@ -161,6 +163,7 @@ class WebhookTarget:
     def __init__(self, conf: WebhookSettings, timeout_s: float, clock: Clock) -> None:
         self.name = conf.url
         self.events: frozenset[str] = frozenset(conf.events)
+        self.tenants = frozenset(conf.tenants)
         self._url = conf.url
         self._webhook = Webhook(conf.secret)
         self._timeout = timeout_s
@@ -191,6 +194,7 @@ class SlackTarget:
 
     name = "slack"
     events: frozenset[str] = frozenset({PENDING, DECIDED})
+    tenants: frozenset[str] = frozenset()  # each tenant's channel: ``_channel_of``
 
     def __init__(self, conf: SlackSettings, timeout_s: float) -> None:
         base = conf.api_url if conf.api_url.endswith("/") else conf.api_url + "/"
@@ -272,7 +276,7 @@ class Notifier:
 
     def _tell(self, notice: Notice) -> None:
         for target in self._targets:
-            if notice.kind in target.events:
+            if wanted(notice, target.events, target.tenants):
                 self._deliveries.submit(target, notice)
 
     def poll(self) -> None:

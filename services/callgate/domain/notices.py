@@ -224,6 +224,12 @@ def slack_action(payload: Mapping[str, Any]) -> SlackAction | None:
     )
 
 
+def wanted(notice: Notice, events: frozenset[str], tenants: frozenset[str]) -> bool:
+    """Whether a receiver subscribed to ``events`` of ``tenants`` (empty: all) gets it.
+    Tenants compare exactly: a receiver never gets another tenant's items by a spelling."""
+    return notice.kind in events and (not tenants or notice.tenant in tenants)
+
+
 def retry_due(attempt: int, delays_s: Sequence[float]) -> float | None:
     """Seconds before retry number ``attempt`` (1-based) of a failed delivery, or None
     when the attempts are spent (then it is a dead letter)."""
