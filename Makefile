@@ -9,7 +9,7 @@ UV     := $(TOOLS)/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: bench-simulate install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast test-kafka test-browser test-fuzz test-all kafka-fetch lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress chaos-instances kafka kafka-stop kafka-clean fuzz fuzz-atheris up down clean oidc-provider chaos-apache
+.PHONY: bench-agent bench-simulate install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast test-kafka test-browser test-fuzz test-all kafka-fetch lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress chaos-instances kafka kafka-stop kafka-clean fuzz fuzz-atheris up down clean oidc-provider chaos-apache
 
 $(UV): requirements/uv.txt
 	$(PYTHON) -m venv $(TOOLS)
@@ -170,3 +170,8 @@ clean:
 ## (recorded once into ~/.cache/callgate/bench-simulate; prints one row).
 bench-simulate: $(STAMP)
 	$(PY) -m tools.bench_simulate --proposals 100000
+
+## The agent's path: the same MCP tool call direct and through `callgate mcp --http`
+## (official SDK client, A/B alternated), sequential and 20 concurrent agents.
+bench-agent: $(STAMP)
+	$(PY) -m tools.bench_agent

@@ -21,6 +21,7 @@ tool_forbidden`` is a call that ran and that the candidate would have refused.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -178,38 +179,48 @@ class Simulator:
             return EXECUTED, why
         return APPROVAL_REQUIRED, why
 
-    def run(
+    def differing(
         self,
         decisions: Iterable[PolicyDecided],
-        outcome_of: Callable[[str], str | None],
         *,
         tenant: str | None = None,
         since_ms: int | None = None,
-    ) -> SimulationReport:
-        """Decide every recorded decision again (of ``tenant``, from ``since_ms``);
-        ``outcome_of``: an invocation's final outcome as recorded, asked of changes only."""
-        report = SimulationReport(self.profile.digest)
+    ) -> tuple[int, list[Change]]:
+        """Decide every recorded decision again (of ``tenant``, from ``since_ms``): how many
+        were decided, and the changes, each with its recorded gate as ``recorded``."""
+        decided_count = 0
+        found: list[Change] = []
         for decided in decisions:
             if tenant is not None and decided.tenant != tenant:
                 continue
             if since_ms is not None and decided.occurred_at < since_ms:
                 continue
-            report.decided += 1
+            decided_count += 1
             candidate, why = self.gate(decided)
-            if candidate == recorded_gate(decided):
-                continue
-            recorded = outcome_of(decided.invocation_id) or recorded_gate(decided)
-            report.add(
-                Change(
-                    decided.invocation_id,
-                    decided.tool,
-                    decided.tenant,
-                    decided.actor,
-                    recorded,
-                    candidate,
-                    why,
+            was = recorded_gate(decided)
+            if candidate != was:
+                found.append(
+                    Change(
+                        decided.invocation_id,
+                        decided.tool,
+                        decided.tenant,
+                        decided.actor,
+                        was,
+                        candidate,
+                        why,
+                    )
                 )
-            )
+        return decided_count, found
+
+    def report(
+        self, decided: int, found: Iterable[Change], outcome_of: Callable[[str], str | None]
+    ) -> SimulationReport:
+        """The report of ``differing``'s result; ``outcome_of``: an invocation's final
+        outcome as recorded (asked of changes only), which replaces the recorded gate."""
+        report = SimulationReport(self.profile.digest, decided=decided)
+        for change in found:
+            outcome = outcome_of(change.invocation_id)
+            report.add(dataclasses.replace(change, recorded=outcome or change.recorded))
         return report
 
 

@@ -222,6 +222,7 @@ class Gateway:
         session: str,
         tenant: str | None = None,
         since_ms: int | None = None,
+        workers: int | None = None,
     ) -> SimulationReport:
         """Every recorded decision decided again under ``candidate``: what would change.
 
@@ -233,18 +234,21 @@ class Gateway:
             raise Rejection(
                 Code.OPERATOR_REQUIRED, f"policy simulate needs the {OPERATOR_ROLE} role"
             )
-        decisions = (
-            e
-            for e in self.backend.read_events(only=ev.PolicyDecided)
-            if isinstance(e, ev.PolicyDecided)
-        )
+        from callgate.ops.simulate import simulate
+
         live = self.app.profile
         simulator = Simulator(candidate, known={live.digest: live})
-        return simulator.run(
+        decisions = [
+            e for e in self.backend.read_events(only=ev.PolicyDecided)
+            if isinstance(e, ev.PolicyDecided)
+        ]  # fmt: skip
+        return simulate(
+            simulator,
             decisions,
             lambda invocation_id: (self._status(invocation_id) or {}).get("outcome"),
             tenant=tenant,
             since_ms=since_ms,
+            workers=workers,
         )
 
     def verify_audit(self, tenant: str | None = None) -> VerifyResult:
