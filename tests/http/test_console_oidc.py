@@ -51,11 +51,17 @@ class Deployment:
     put the server on a Kafka deployment."""
 
     def __init__(
-        self, root: Path, env: dict[str, str] | None = None, state_dir: Path | None = None
+        self,
+        root: Path,
+        env: dict[str, str] | None = None,
+        state_dir: Path | None = None,
+        *,
+        ttl_s: int = 3600,
+        skew_s: int = 5,
     ) -> None:
         port = free_port()
         self.redirect_uri = f"http://127.0.0.1:{port}/v1/oidc/callback"
-        self.idp = OpenIdProvider(root / "idp.log", self.redirect_uri, ACCOUNTS)
+        self.idp = OpenIdProvider(root / "idp.log", self.redirect_uri, ACCOUNTS, ttl_s)
         self.platform = IdentityProvider(root / "platform")
         generate_key_pair(self.platform.keys, "session", "EdDSA", "platform-1")
         config = root / "callgate.toml"
@@ -217,3 +223,22 @@ def test_a_callback_not_started_by_this_browser_signs_nobody_in(deployment: Depl
         assert "code_challenge_method=S256" in location and "nonce=" in location
         # The development routes do not exist outside development mode.
         assert c.get("/v1/dev/users").status_code == 404
+
+
+def test_the_session_ends_when_the_providers_token_expires(
+    browser: Browser, tmp_path: Path
+) -> None:
+    d = Deployment(tmp_path, ttl_s=8, skew_s=0)
+    try:
+        page = new_page(browser)
+        sign_in_with_provider(page, d, "fran")
+        me = page.evaluate("fetch('/v1/session').then(r => r.json())")
+        assert me["expires_at"] / 1000 - time.time() <= 8
+        expect(page.locator("#alert")).to_contain_text("Your session has expired", timeout=20_000)
+        expect(page.get_by_role("link", name="Sign in with Test IdP")).to_be_visible()
+        status = page.evaluate("fetch('/v1/pending').then(r => r.status)")
+        assert status == 401
+        no_page_errors(page)
+        page.close()
+    finally:
+        d.stop()
