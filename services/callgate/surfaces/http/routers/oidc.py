@@ -119,12 +119,8 @@ def callback(request: Request, ctx: ContextDep) -> Response:
         return _back(Code.UNAUTHENTICATED)
     response = _back()
     max_age = max(0, (principal.expires_at - now) // 1000)
-    for name, value, http_only in (
-        (SESSION_COOKIE, id_token, True),
-        (CSRF_COOKIE, secrets.token_urlsafe(32), True),
-    ):
+    for name, value in ((SESSION_COOKIE, id_token), (CSRF_COOKIE, secrets.token_urlsafe(32))):
         response.set_cookie(
-            name, value, max_age=max_age, path="/", secure=True, httponly=http_only,
-            samesite="strict",
-        )  # fmt: skip
+            name, value, max_age=max_age, path="/", secure=True, httponly=True, samesite="strict"
+        )
     return response
