@@ -43,6 +43,7 @@ from tests.http.test_console_browser import (  # noqa: E402
 ACCOUNTS = {
     "fran": {"tenant": "acme", "roles": ["finance-approver"]},
     "alice": {"tenant": "acme", "roles": ["support"]},
+    "nobody": {},  # the provider knows them, but their ID token carries no tenant or roles
 }
 
 
@@ -131,7 +132,7 @@ def approval_state(d: Deployment, invocation: str) -> Any:
         return c.get(f"/v1/invocations/{invocation}").json()["approval"]
 
 
-def sign_in_with_provider(page: Page, d: Deployment, login: str) -> None:
+def through_the_provider(page: Page, d: Deployment, login: str) -> None:
     page.goto(d.serve.url + "/")
     expect(page.locator("#token-form")).to_be_hidden()  # production: no pasted tokens
     expect(page.locator("#dev-form")).to_be_hidden()
@@ -141,6 +142,10 @@ def sign_in_with_provider(page: Page, d: Deployment, login: str) -> None:
     page.locator('input[name="password"]').fill("any")
     page.locator('button[type="submit"]').click()
     page.locator('button[type="submit"]').click()  # consent: openid, callgate
+
+
+def sign_in_with_provider(page: Page, d: Deployment, login: str) -> None:
+    through_the_provider(page, d, login)
     expect(page.locator("#who-text")).to_contain_text(f"{login} @ acme")
     expect(page.locator("#live")).to_have_text("live")
 
@@ -202,6 +207,21 @@ def test_a_cookie_request_without_its_csrf_token_is_refused_and_does_nothing(
         assert answer["status"] == 403, answer
         assert answer["body"]["error"]["code"] == "csrf_failed", answer
     assert approval_state(d, invocation)["state"] == "pending"  # nothing was approved
+    page.close()
+
+
+def test_an_id_token_without_tenant_and_roles_signs_nobody_in(
+    deployment: Deployment, browser: Browser
+) -> None:
+    page = new_page(browser)
+    through_the_provider(page, deployment, "nobody")
+    expect(page.locator("#alert")).to_contain_text("Sign-in failed")
+    assert page.url == deployment.serve.url + "/"  # the error parameter is gone from the URL
+    expect(page.locator("#workspace")).to_be_hidden()
+    names = {c["name"] for c in page.context.cookies()}
+    assert "__Host-callgate-session" not in names
+    log = deployment.serve.log.read_text()
+    assert "missing claims: tenant, roles" in log, log
     page.close()
 
 
