@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -248,9 +249,20 @@ def test_a_pending_refund_is_told_by_webhook_and_slack_and_approved_in_slack(s: 
     assert data["dry_run"] and data["expires_at"] > time.time() * 1000
     assert data["binds"]["policy_version"] and data["binds"]["dry_run_hash"]
     assert data["console_url"] == f"https://callgate.example.com/#invocation={inv}"
-    with pytest.raises(WebhookVerificationError):  # the signature is the endpoint's own
-        r = s.hook.seen()[0]
+    # What a receiver refuses: another endpoint's secret, a changed body, a replay of the
+    # delivery more than five minutes later (its signature covers its timestamp).
+    r = next(r for r in s.hook.seen() if inv in r["body"].decode())
+    with pytest.raises(WebhookVerificationError):
         Webhook(s.broken_secret).verify(r["body"], r["headers"])
+    with pytest.raises(WebhookVerificationError):
+        Webhook(s.hook_secret).verify(r["body"].replace(b"ORD-601", b"ORD-999"), r["headers"])
+    old = int(r["headers"]["webhook-timestamp"]) - 600
+    replayed = {**r["headers"], "webhook-timestamp": str(old)}
+    replayed["webhook-signature"] = Webhook(s.hook_secret).sign(
+        r["headers"]["webhook-id"], datetime.fromtimestamp(old, UTC), r["body"]
+    )
+    with pytest.raises(WebhookVerificationError, match="too old"):
+        Webhook(s.hook_secret).verify(r["body"], replayed)
 
     def posted() -> list[dict[str, Any]]:
         return [m for m in slack_calls(s, "chat.postMessage") if inv in json.dumps(m)]
