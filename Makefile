@@ -9,7 +9,7 @@ UV     := $(TOOLS)/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: bench-agent bench-simulate install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast test-kafka test-browser test-fuzz test-all kafka-fetch lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress chaos-instances kafka kafka-stop kafka-clean fuzz fuzz-atheris up down clean oidc-provider chaos-apache
+.PHONY: install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast test-kafka test-browser test-fuzz test-all kafka-fetch lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress chaos-instances kafka kafka-stop kafka-clean fuzz fuzz-atheris up down clean oidc-provider
 
 $(UV): requirements/uv.txt
 	$(PYTHON) -m venv $(TOOLS)
@@ -36,12 +36,20 @@ lock: $(UV)
 upgrade: $(UV)
 	$(UV) lock --upgrade --python $(PYTHON)
 
+## The runtime alone, for `make run`: the locked runtime dependencies, no development tool
+## (no pytest, mypy, Playwright, Schemathesis, atheris), in an environment of its own.
+RUN_VENV  := .venv-run
+RUN_STAMP := $(RUN_VENV)/.installed
+$(RUN_STAMP): $(UV) pyproject.toml uv.lock
+	UV_PROJECT_ENVIRONMENT=$(RUN_VENV) $(UV) sync --locked --python $(PYTHON) --compile-bytecode
+	touch $(RUN_STAMP)
+
 ## The main job: callgate serve on the embedded backend with the default profile, in
 ## development mode (development session tokens are trusted; it says so on start); state in
 ## ./.callgate, which every callgate command run below this directory then finds.
-run: $(STAMP)
+run: $(RUN_STAMP)
 	mkdir -p .callgate
-	$(BIN)/callgate --dev serve
+	$(RUN_VENV)/bin/callgate --dev serve
 
 ## The service with the HTTP API and the approval console on http://127.0.0.1:8787/.
 serve-http: $(STAMP)
@@ -164,14 +172,16 @@ down:
 	docker compose down -v
 
 clean:
-	rm -rf $(VENV) $(TOOLS) .callgate .mypy_cache .ruff_cache .pytest_cache .fuzz-corpus
+	rm -rf $(VENV) $(RUN_VENV) $(TOOLS) .callgate .mypy_cache .ruff_cache .pytest_cache .fuzz-corpus
 
 ## `callgate policy simulate` throughput on a recorded history of 100,000 proposals
 ## (recorded once into ~/.cache/callgate/bench-simulate; prints one row).
+.PHONY: bench-simulate
 bench-simulate: $(STAMP)
 	$(PY) -m tools.bench_simulate --proposals 100000
 
 ## The agent's path: the same MCP tool call direct and through `callgate mcp --http`
 ## (official SDK client, A/B alternated), sequential and 20 concurrent agents.
+.PHONY: bench-agent
 bench-agent: $(STAMP)
 	$(PY) -m tools.bench_agent

@@ -1,6 +1,6 @@
 """A stand-in identity provider for tests: its keys come from ``callgate keys generate``
 (PEM private keys and a JWKS of the public ones); it signs session tokens the way a
-platform's issuer would (docs/configuration.md ``[[sessions.issuers]]``)."""
+platform's issuer would (docs/reference/configuration.md ``[[sessions.issuers]]``)."""
 
 from __future__ import annotations
 

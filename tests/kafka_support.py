@@ -488,7 +488,7 @@ def pending_ids(rows: Sequence[Mapping[str, Any]]) -> set[str]:
     return {str(r["invocation_id"]) for r in rows}
 
 
-# --- scenarios shared by the tansu and the Apache Kafka tests --------------------------------
+# --- scenarios shared by the Kafka tests ---------------------------------------------------
 
 REFUND = {"order_id": "ORD-42", "amount_cents": 5000, "currency": "EUR"}  # < 10000: owner
 PROVIDER_EVENTS = {"DryRunRequested", "ExecutionRequested", "ExecutionStarted"}

@@ -1,6 +1,6 @@
 """Start a single-node Apache Kafka broker (KRaft, combined mode) on loopback, from Maven.
 
-Used by the test suite, ``callgate chaos --broker apache`` and anyone who wants the real
+Used by the test suite, ``python -m tools chaos --broker apache`` and anyone who wants the real
 broker without Docker (docs/adr/0015-apache-kafka-and-many-instances.md). The broker's jars are
 ``org.apache.kafka:kafka_2.13:KAFKA_VERSION`` and its runtime dependencies, fetched once by
 Maven (``mvn dependency:copy-dependencies``) into a cache directory; the broker runs as
@@ -55,8 +55,10 @@ DEFAULT_PORT = 9092  # ``make kafka``: Kafka's usual port, callgate's default bo
 
 
 def port_is_free(port: int) -> bool:
-    """Can a listener bind 127.0.0.1:``port`` right now?"""
+    """Can a listener bind 127.0.0.1:``port`` right now? (as the broker binds it: connections
+    of a stopped broker in TIME_WAIT do not count)"""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:

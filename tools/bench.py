@@ -1,6 +1,6 @@
-"""``callgate bench``: one table of figures, with machine details, measured in one run.
+"""``python -m tools bench``: one table of figures, with machine details, measured in one run.
 
-Sections (issue "Performance"): per broker (tansu, Apache Kafka: ``--broker``), the
+Sections (issue "Performance"): on Apache Kafka (``--broker``), the
 ceiling (same topology, no logic) and pipeline throughput with its ratio, latency at fixed
 offered loads and per hop; replay; policy CPU time;
 embedded durable throughput; decider memory with many keys. ``--only history`` (not in
@@ -59,8 +59,7 @@ def run_bench(
 ) -> int:
     """Run the sections in ``only`` (default all); ``plot``: where the Kafka section writes
     its latency plot (default ``<state_dir>/latency.png``; docs/latency.png for the docs);
-    ``broker``: what the Kafka section runs on (``tansu``, ``apache``, ``both``; default
-    both where Apache Kafka can start without fetching anything, else tansu)."""
+    ``broker``: what the Kafka section runs on (``apache``, the only one)."""
     counts = QUICK if quick else FULL
     wanted = set(only or ["kafka", "policy", "embedded", "replay", "memory"])
     rows: list[Row] = []

@@ -229,8 +229,8 @@ def bench_memory(keys: int) -> list[Row]:
 
 def peak_rss_mb() -> float:
     """This process's peak RSS. ``ru_maxrss`` is not it on Linux, which carries the parent's
-    peak over ``exec`` into a child's ``ru_maxrss`` (a ``callgate bench`` run that had grown to
-    700 MB made its memory child report 699 MB); ``VmHWM`` belongs to this address space."""
+    peak over ``exec`` into a child's ``ru_maxrss`` (a bench run that had grown to 700 MB
+    made its memory child report 699 MB); ``VmHWM`` belongs to this address space."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("VmHWM:"):

@@ -1,4 +1,4 @@
-"""``callgate bench --only history``: does a single call's cost grow with history?
+"""``python -m tools bench --only history``: does a single call's cost grow with history?
 
 Issue item "Reads that do not grow with history" (ADR 0016): a ``propose`` follows its own
 request on its ``events`` partition from the offset recorded before publishing, so its

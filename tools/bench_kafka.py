@@ -1,11 +1,10 @@
-"""The Kafka section of ``callgate bench``: ceiling, pipeline throughput, latency.
+"""The Kafka section of ``python -m tools bench``: ceiling, pipeline throughput, latency.
 
-Per broker (tansu, Apache Kafka: ``kafka_brokers``), every measurement runs on fresh topics
-on a broker this module starts on loopback (``_Brokers``: a new tansu broker each time, or
-one Apache Kafka broker with a new topic prefix each time), with the deployment's topic
+Every measurement runs on fresh topics on an Apache Kafka broker this module starts on
+loopback (``_Brokers``: one broker, a new topic prefix each time), with the deployment's topic
 layout and ``callgate serve``'s process layout: one OS process per
 process, each a ``KafkaRunner`` with the same batch, transaction and consumer settings
-(``BenchBroker.runner_args``). Method and figures: docs/benchmarks.md.
+(``BenchBroker.runner_args``). Method and figures: docs/explanation/benchmarks.md.
 
 - **Recording.** Before anything is timed, the real processes run in-process over the
   proposals and every step is recorded: per process and input event, the key's state bytes
@@ -489,7 +488,7 @@ def _stuck_at(status: bytes | None) -> str:
     return f"last status {value.get('outcome')!r}, settled={value.get('settled')}"
 
 
-# The critical path of an executed proposal (docs/benchmarks.md "The critical path"), cut
+# The critical path of an executed proposal (docs/explanation/benchmarks.md, "Analysis"), cut
 # at the events the bench sees on the ``events`` log by their record timestamps (the
 # producer's create time, in ms, when the process produced it inside its transaction) and
 # at the bench's receipt of the settled status record. What each span holds:
@@ -1195,7 +1194,7 @@ def _latency_rows(fig: _Figures, latency_s: float) -> list[Row]:
                 "",
                 None,
                 "the broker process alone, averaged over the timed load: what it leaves to "
-                "the six processes (docs/benchmarks.md, 'Broker work per proposal')",
+                "the six processes (docs/explanation/benchmarks.md, 'Broker work per proposal')",
             ),
         ]
     return rows

@@ -1,13 +1,13 @@
 """One transactional hop, timed step by step: ``python -m tools.bench_txn``.
 
-Where a Kafka transaction's time goes on a broker of its own (tansu or Apache Kafka), as
+Where a Kafka transaction's time goes on an Apache Kafka broker of its own, as
 ``KafkaRunner`` spends it per cycle: the first produce of a 400-byte record and its flush
 (with librdkafka's ``AddPartitionsToTxn``), ``send_offsets_to_transaction``,
 ``commit_transaction``, and the hand-off: until a ``read_committed`` consumer has the
 record. ``--gap-ms`` waits that long after each commit before the next transaction begins
 (the runner's ``TRANSACTION_GAP_MS``, docs/adr/0020-transaction-gap.md); ``--no-hand-off``
 begins the next transaction right after the commit instead of after the hand-off, as a
-runner with records waiting does. Figures: docs/benchmarks.md "The critical path".
+runner with records waiting does. Figures: docs/explanation/benchmarks.md "The critical path".
 """
 
 from __future__ import annotations

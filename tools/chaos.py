@@ -1,8 +1,9 @@
-"""``callgate chaos``: the Kafka pipeline under SIGKILL, duplicate delivery and provider timeouts.
+"""``python -m tools chaos``: the Kafka pipeline under SIGKILL, duplicate delivery and
+provider timeouts.
 
 Issue "Execution reliability, fault injection and hostile input", part 4. One run:
 
-1. its own broker (``--broker tansu``, the default, or ``apache``: Apache Kafka from Maven,
+1. its own broker (Apache Kafka from Maven,
    ``tools.apache_kafka``; none with ``--bootstrap-servers``), a fresh state
    directory and topic prefix, and ``--instances`` instances of ``callgate serve``'s
    ``Supervisor`` (ids ``chaos-0``, ``chaos-1``, ...; one state directory, as instances of
@@ -849,7 +850,7 @@ def _run(
         "approval decisions": work.counts.decisions,
         "broker": broker,
         "instances": instances,
-        "decisions resubmitted (not_pending, tansu)": work.counts.decisions_resubmitted,
+        "decisions resubmitted (not_pending)": work.counts.decisions_resubmitted,
         "kills": progress.kills,
         "killed": dict(sorted(fleet.killed.items())),
         "restarts": fleet.restarts,

@@ -70,7 +70,7 @@ def _refuse_constant(name: str) -> Any:
 
 
 # Built once: ``json.loads`` with any keyword builds a new decoder per call, which was about
-# 4% of the embedded runner's time (docs/benchmarks.md).
+# 4% of the embedded runner's time (docs/explanation/benchmarks.md).
 _FIELD_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
 
 

@@ -1,4 +1,5 @@
-"""The configuration file ``callgate.toml`` and ``CALLGATE_*`` variables (docs/configuration.md).
+"""The configuration file ``callgate.toml`` and ``CALLGATE_*`` variables
+(docs/reference/configuration.md).
 
 ``Settings`` (``bootstrap.py``) is one frozen model; this module fills it from, in
 increasing precedence: its defaults, the configuration file, ``CALLGATE_*`` environment

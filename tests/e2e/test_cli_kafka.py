@@ -2,7 +2,7 @@
 line").
 
 One ``callgate --backend kafka --bootstrap-servers B serve`` runs for this module on each
-of the suite's brokers (tansu, Apache Kafka), under a topic prefix of its own
+of the suite's Apache Kafka broker, under a topic prefix of its own
 (``CALLGATE_TOPIC_PREFIX``) with three partitions (``CALLGATE_PARTITIONS``); every other
 command is a fresh subprocess with the same global options, as a script would run it. The
 helpers assert that stdout holds exactly one JSON value and that no traceback escapes.

@@ -1,5 +1,5 @@
 """``callgate keys generate`` and ``callgate config check`` as an adopter runs them, and a
-broken configuration failing at start (docs/configuration.md, ADR 0013)."""
+broken configuration failing at start (docs/reference/configuration.md, ADR 0013)."""
 
 from __future__ import annotations
 

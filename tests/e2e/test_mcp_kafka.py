@@ -1,6 +1,6 @@
 """``callgate mcp`` on the Kafka backend: the MCP surface publishes proposals to the topics
 and reads outcomes from the views, like any other client; ``callgate serve`` (on the
-suite's tansu broker) runs the deciders, and its executor child calls the upstream MCP
+suite's Apache Kafka broker) runs the deciders, and its executor child calls the upstream MCP
 server (``tests/mcp_upstream.py``) it starts from the profile.
 
 One deployment and one MCP session run the scenarios in order (a Kafka deployment takes

@@ -1,4 +1,4 @@
-"""A non-development identity provider on the Kafka backend (tansu), end to end.
+"""A non-development identity provider on the Kafka backend, end to end.
 
 ``callgate serve`` runs without development mode, with a ``callgate.toml`` naming the
 test's identity provider (keys from ``callgate keys generate``, a JWKS file) and shared

@@ -1,13 +1,11 @@
-"""Many ``callgate serve`` instances on one deployment (ADR 0015), on tansu and Apache Kafka.
+"""Many ``callgate serve`` instances on one deployment (ADR 0015), on Apache Kafka.
 
 Two instances with their own ``--instance-id`` share one state directory (its keys and the
 simulated providers' ledger are the deployment's) and the partitions of every process;
 neither fences the other. After a SIGKILL of one whole instance (serve and its children, as
 a lost host) the other takes over its partitions: the time from the SIGKILL until a call on
 every partition has settled again is printed and bounded by ``TAKEOVER_BOUND_S``. A second
-serve with an instance id already running on the same state directory is refused. tansu
-lists no group members (``Broker.describes_members``): there the test waits a session
-timeout for the second instance's joins instead of watching them.
+serve with an instance id already running on the same state directory is refused.
 """
 
 from __future__ import annotations

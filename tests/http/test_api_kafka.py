@@ -1,4 +1,4 @@
-"""The HTTP API on the Kafka backend (each broker the suite starts: tansu, Apache Kafka).
+"""The HTTP API on the Kafka backend (the suite's Apache Kafka broker).
 
 ``callgate serve --http`` runs the supervisor's children and, in its own process, tails
 the view topics into memory; httpx talks to it over loopback. The same stories as on the

@@ -25,6 +25,8 @@ from tests.http_support import REFUND_BIG, HttpServe, free_port
 from tests.idp import IdentityProvider
 from tests.oidc_support import OpenIdProvider, missing
 
+pytestmark = pytest.mark.browser
+
 CHROMIUM = Path("/usr/bin/chromium")
 WHY = missing() or (None if CHROMIUM.exists() else f"{CHROMIUM} is absent")
 if WHY:

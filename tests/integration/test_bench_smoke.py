@@ -1,11 +1,10 @@
-"""``callgate bench --quick --json``: every section reports, none fails (issue "Performance").
+"""``python -m tools bench --quick --json``: every section reports, none fails.
 
 The quick run uses tiny counts, so its figures mean nothing and targets may be missed; what
 is checked is that the command works end to end: one JSON value, machine details, a row from
-every section (the Kafka section on its own tansu broker), no ``FAILED`` row, and the latency
-plot written to the state directory; and the Kafka section alone on an Apache Kafka broker
-of its own (``--broker apache``), with its rows labelled by the broker; and the step timing
-of one transactional hop (``tools.bench_txn``) on the suite's brokers.
+every section (the Kafka section on an Apache Kafka broker of its own), no ``FAILED`` row,
+and the latency plot written to the state directory; the history section; and the step
+timing of one transactional hop (``tools.bench_txn``) on the suite's broker.
 """
 
 from __future__ import annotations

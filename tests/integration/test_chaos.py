@@ -1,7 +1,7 @@
 """The chaos run (issue "Execution reliability, fault injection and hostile input", part 4).
 
 ``test_short_chaos_run_holds_every_check`` runs ``callgate --json chaos`` against its own
-broker, tansu and Apache Kafka: SIGKILLed workers, duplicate deliveries and provider
+Apache Kafka broker: SIGKILLed workers, duplicate deliveries and provider
 timeouts after apply, then the checks (C4, C8, C9, C12). ``test_two_instances_...`` runs
 two instances on Apache Kafka and SIGKILLs whole instances (ADR 0015). The unit tests below
 prove the checker itself can fail: each feeds ``verify`` evidence with one planted violation.
@@ -47,7 +47,7 @@ def holds(run: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     assert figures["audit chain ok"] is True and figures["replay equal"] is True
     # read_committed hides a killed writer's records: nothing is seen twice
     assert figures["events seen twice, by type"] == {}
-    assert figures["decisions resubmitted (not_pending, tansu)"] == 0
+    assert figures["decisions resubmitted (not_pending)"] == 0
     return figures
 
 

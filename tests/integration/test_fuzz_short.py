@@ -1,6 +1,6 @@
 """The short variant of the fuzzing campaign (``make fuzz`` runs the long one): hostile
 JSON, tokens and envelopes (``tests.fuzz.strategies``) through the SDK and as raw records,
-on the embedded backend and, smaller, on Kafka (tansu). Every proposal settles with a code
+on the embedded backend and, smaller, on Kafka. Every proposal settles with a code
 of the vocabulary, no runner stalls (a watchdog on progress), no colliding id changes
 another's invocation, no self-approval under another spelling, and every effect in the
 provider ledger was authorized (``tests.fuzz.drive``)."""

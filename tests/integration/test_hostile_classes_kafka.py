@@ -1,5 +1,5 @@
 """The four hostile-input classes (``tests.hostile_scenarios``) on the Kafka backend: one
-``callgate serve`` on the suite's tansu broker, the SDK as an agent platform uses it, and
+``callgate serve`` on the suite's Apache Kafka broker, the SDK as an agent platform uses it, and
 raw records on ``requests`` as a hand-written client would put them there.
 
 Tansu gap met here (docs/contract.md "Known tansu gaps"): group joins take about

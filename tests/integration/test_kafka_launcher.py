@@ -91,3 +91,60 @@ def test_the_launcher_stops_its_jvm_and_removes_its_folder(signum: signal.Signal
             proc.wait()
         if jvm and alive(jvm):
             os.kill(jvm, signal.SIGKILL)
+
+
+def jvms_of(data_dir: Path) -> list[int]:
+    """Live JVMs whose broker configuration lies in ``data_dir``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = cmdline(int(entry.name))
+            except OSError:
+                continue
+            if "kafka.Kafka" in argv and any(str(data_dir) in a for a in argv):
+                found.append(int(entry.name))
+    return [pid for pid in found if alive(pid)]
+
+
+def test_start_runs_in_the_background_keeps_its_data_and_stop_leaves_no_process(
+    tmp_path: Path,
+) -> None:
+    """``make kafka`` / ``make kafka-stop`` (with a free port here): the broker answers on the
+    port asked for, a topic created before a stop is there after the next start, and a stop
+    leaves no launcher, no JVM and no pid file."""
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
+    from tools.apache_kafka import free_port
+
+    require_broker()
+    data, port = tmp_path / "kafka", free_port()
+
+    def tool(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", LAUNCHER, *args, "--data-dir", str(data)]
+        return subprocess.run(
+            argv, capture_output=True, text=True, env=launcher_env(), timeout=240, check=False
+        )
+
+    def topics() -> set[str]:
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", "log_level": 0})
+        return set(admin.list_topics(timeout=30).topics)
+
+    try:
+        started = tool("start", "--port", str(port))
+        assert started.returncode == 0, started
+        assert f"127.0.0.1:{port}" in started.stdout
+        pid = int((data / "kafka.pid").read_text())
+        assert tool("start", "--port", str(port)).stdout.startswith("apache kafka already runs")
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", "log_level": 0})
+        admin.create_topics([NewTopic("kept", 1, 1)])["kept"].result(30)
+        assert tool("stop").returncode == 0
+        assert not alive(pid) and not jvms_of(data) and not (data / "kafka.pid").exists()
+
+        assert tool("start", "--port", str(port)).returncode == 0
+        assert "kept" in topics()
+    finally:
+        stopped = tool("stop")
+    assert stopped.returncode == 0, stopped
+    assert not jvms_of(data) and not (data / "kafka.pid").exists()
+    assert tool("stop").stdout.strip() == "apache kafka is not running"

@@ -1,7 +1,7 @@
 """The whole service on the Kafka backend, through the Python SDK, against a real broker.
 
 One ``callgate serve`` (the supervisor and its six worker processes) runs for this module
-on each of the suite's brokers (tansu, Apache Kafka) under a topic prefix of its own
+on the suite's Apache Kafka broker under a topic prefix of its own
 (``tests.kafka_support``); the SDK publishes to ``requests`` and reads the compacted view
 topics, exactly as an agent platform and an approval UI would. Nothing Kafka is mocked.
 

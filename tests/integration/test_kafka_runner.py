@@ -1,4 +1,4 @@
-"""The Kafka runner on real brokers (tansu, Apache Kafka): exactly once, kill -9, timers.
+"""The Kafka runner on Apache Kafka: exactly once, kill -9, timers.
 
 Toy processes (``tests.toys``) stand in for the deciders; what is under test is the runner's
 commit sequence (outputs + changelog state + input offsets in one Kafka transaction), its
@@ -350,9 +350,9 @@ def test_no_op_cycles_commit_later_and_are_redone_as_no_ops(
     again: every input still counts exactly once."""
     rng = random.Random(11)
     keys = [f"k{rng.randrange(7)}" for _ in range(900)]
-    # Every third input is a no-op. Not the last ones: committing only offsets, in a
-    # transaction that produced nothing, is dropped by tansu after the first time (a tansu
-    # gap, docs/benchmarks.md), so a trailing no-op's position would stay uncommitted here.
+    # Every third input is a no-op. Not the last ones: a trailing no-op commits only offsets,
+    # in a transaction that produced nothing, and the test reads positions that such a
+    # commit need not have moved yet.
     ignored = frozenset(i for i in range(len(keys)) if i % 3 == 0)
     process = CountingSome(frozenset(f"in-{i}" for i in ignored), frozenset({"in-601"}))
     dep = Deployment.fresh(kafka_bootstrap, process)

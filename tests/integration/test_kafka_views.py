@@ -1,6 +1,6 @@
 """What other programs see on the topics: published schemas, tenant headers, no tokens.
 
-One ``callgate serve`` runs for this module on the suite's tansu broker (its own topic
+One ``callgate serve`` runs for this module on the suite's Apache Kafka broker (its own topic
 prefix). A scenario with two tenants (reads, an approved and a denied refund, a refund left
 pending in the other tenant, a refused approver, poison input) runs once;
 then the tests read the raw topics as an approval UI, a compliance tool or an auditor in

@@ -1,4 +1,5 @@
-"""Approval keys as configuration (C11; docs/configuration.md "Rotating the approval key").
+"""Approval keys as configuration (C11; docs/reference/configuration.md, "Rotating the
+approval key").
 
 Every instance sharing a configuration verifies every other's approvals; a rotation
 makes a new key active while the old one keeps verifying what it signed, until the old

@@ -1,4 +1,4 @@
-"""The configuration file and ``CALLGATE_*`` variables (docs/configuration.md, ADR 0013).
+"""The configuration file and ``CALLGATE_*`` variables (docs/reference/configuration.md, ADR 0013).
 
 Precedence (defaults < file < environment < options), relative paths, the older
 variables, discovery of the file, and errors that name the file and the key.

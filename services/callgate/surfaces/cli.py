@@ -111,7 +111,7 @@ def _global_options() -> argparse.ArgumentParser:
         default=keep,
         metavar="FILE",
         help="the configuration file (env CALLGATE_CONFIG; default: callgate.toml in the "
-        "state directory when present; docs/configuration.md)",
+        "state directory when present; docs/reference/configuration.md)",
     )
     add(
         "--dev",

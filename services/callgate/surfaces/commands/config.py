@@ -1,4 +1,4 @@
-"""``callgate config check`` and ``callgate keys generate`` (docs/configuration.md)."""
+"""``callgate config check`` and ``callgate keys generate`` (docs/reference/configuration.md)."""
 
 from __future__ import annotations
 

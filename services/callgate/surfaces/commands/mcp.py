@@ -1,4 +1,4 @@
-"""``callgate mcp``: serve callgate as an MCP server (docs/integrations.md, ADR 0019).
+"""``callgate mcp``: serve callgate as an MCP server (docs/how-to/integrations.md, ADR 0019).
 
 The MCP SDK is imported only when the command runs.
 """

@@ -19,6 +19,7 @@ def demo(ctx: Context) -> int:
     from callgate.ops.demo import run_demo
     from callgate.surfaces.commands.serve import DEV_MODE_NOTICE
 
+    ctx.needs_kafka_servers()
     print(DEV_MODE_NOTICE, file=sys.stderr, flush=True)  # the demo always runs in it
 
     return run_demo(ctx.app.settings, ctx.out, keep=ctx.ns.keep)

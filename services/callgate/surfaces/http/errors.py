@@ -24,7 +24,7 @@ from callgate.domain.codes import Code, Rejection
 
 log = logging.getLogger("callgate.http")
 
-# The documented table (docs/http-api.md, ADR 0017). Outcome codes of a call that ran or
+# The documented table (docs/reference/http-api.md, ADR 0017). Outcome codes of a call that ran or
 # is waiting for a human are not errors and answer 200.
 STATUS: Mapping[Code, int] = MappingProxyType(
     {
