@@ -37,7 +37,11 @@ def missing() -> str | None:
 
 class OpenIdProvider:
     def __init__(
-        self, log: Path, redirect_uri: str, accounts: Mapping[str, Mapping[str, Any]]
+        self,
+        log: Path,
+        redirect_uri: str,
+        accounts: Mapping[str, Mapping[str, Any]],
+        ttl_s: int = 3600,
     ) -> None:
         self.port = free_port()
         self.issuer = f"http://127.0.0.1:{self.port}"
@@ -45,6 +49,7 @@ class OpenIdProvider:
         conf = {
             "port": self.port,
             "accounts": accounts,
+            "ttl_s": ttl_s,
             "clients": [
                 {
                     "client_id": CLIENT_ID,
@@ -70,7 +75,7 @@ class OpenIdProvider:
             time.sleep(0.05)
 
     def issuer_config(
-        self, redirect_uri: str, scopes: Sequence[str] = ("openid", "callgate")
+        self, redirect_uri: str, scopes: Sequence[str] = ("openid", "callgate"), skew_s: int = 5
     ) -> str:
         """The ``[[sessions.issuers]]`` table of ``callgate.toml`` for this provider."""
         listed = ", ".join(f'"{s}"' for s in scopes)
@@ -83,7 +88,7 @@ class OpenIdProvider:
             f'redirect_uri = "{redirect_uri}"\n'
             f"scopes = [{listed}]\n"
             'algorithms = ["RS256"]\n'
-            "clock_skew_s = 5\n"
+            f"clock_skew_s = {skew_s}\n"
         )
 
     def stop(self) -> None:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from callgate.adapters.embedded.runner import EmbeddedRunner
     from callgate.adapters.embedded.store import EmbeddedStore
     from callgate.adapters.kafka.live import LiveKafkaBackend
+    from callgate.adapters.notify import Notifier, PendingReader, SlackInteractions
     from callgate.adapters.oidc import Discovery, OidcSignIn
     from callgate.config import ApprovalKeys
     from callgate.decider import Decider
@@ -133,6 +134,27 @@ class App:
             for i, entry in enumerate(self.settings.sessions.issuers)
             if entry.client_id is not None
         ]
+
+    @cached_property
+    def slack_interactions(self) -> SlackInteractions | None:
+        """Slack's Approve/Deny clicks (``[slack]``), None when Slack is not configured."""
+        from callgate.adapters.notify import SlackInteractions
+        from callgate.config import SLACK_ISSUER, slack_issuer
+        from callgate.domain.identity import SessionIssuer
+
+        found = slack_issuer(self.settings)
+        if found is None:
+            return None
+        kid, key = found
+        issuer = SessionIssuer(key, kid, issuer=SLACK_ISSUER)
+        return SlackInteractions(self.settings.slack, issuer, self.clock)
+
+    def notifier(self, reader: PendingReader) -> Notifier | None:
+        """Tells approvers of the pending view's changes (``[notify]``, ``[slack]``)."""
+        from callgate.adapters.notify import build_notifier
+
+        s = self.settings
+        return build_notifier(reader, s.notify, s.slack, s.state_dir, self.clock)
 
     @cached_property
     def approval_keys(self) -> ApprovalKeys:

@@ -115,6 +115,78 @@ class ApprovalSettings(_Section):
         return bool(self.signing_kid or self.signing_key_file or self.jwks_file or self.pem_files)
 
 
+class WebhookSettings(_Section):
+    """One receiver of approval notices, signed per Standard Webhooks (ADR 0032)."""
+
+    url: str = Field(pattern=r"^https?://", description="where notices are POSTed")
+    secret: str = Field(min_length=1, description="the endpoint's whsec_… signing secret")
+    events: tuple[Literal["approval.pending", "approval.decided"], ...] = (
+        "approval.pending",
+        "approval.decided",
+    )
+    # The tenants whose items it receives (exact names); empty: every tenant's.
+    tenants: tuple[str, ...] = ()
+
+
+class NotifySettings(_Section):
+    """Telling approvers that something waits for them (``callgate serve --http``)."""
+
+    webhooks: tuple[WebhookSettings, ...] = ()
+    # The console's public URL: notices link to ``<console_url>/#invocation=<id>``.
+    console_url: str | None = Field(default=None, pattern=r"^https?://")
+    # Seconds before each retry of a failed delivery; after the last, a dead letter.
+    retry_delays_s: tuple[float, ...] = Field(default=(1.0, 5.0, 30.0, 120.0, 600.0))
+    timeout_s: float = Field(default=5.0, gt=0, le=60)
+    # JSON lines of the deliveries given up on; relative to the state directory.
+    dead_letter_file: Path = Path("notify-dead-letters.jsonl")
+
+
+class SlackUser(_Section):
+    """A Slack user and the callgate identity their clicks act as (exact ids)."""
+
+    slack_user: str = Field(min_length=1, description="the Slack user id, e.g. U0123ABCD")
+    user: str = Field(min_length=1)
+    tenant: str = Field(min_length=1)
+    roles: tuple[str, ...] = ()
+
+
+class SlackSettings(_Section):
+    """Approvals in Slack: a Block Kit message per pending item, Approve/Deny buttons
+    whose clicks callgate verifies and decides on (ADR 0032)."""
+
+    api_url: str = Field(default="https://slack.com/api/", pattern=r"^https?://")
+    bot_token: str | None = Field(default=None, min_length=1, description="xoxb-…")
+    signing_secret: str | None = Field(default=None, min_length=1)
+    channel: str | None = Field(default=None, min_length=1, description="default channel")
+    tenant_channels: dict[str, str] = Field(default_factory=dict, description="tenant -> ch")
+    team_id: str | None = Field(default=None, min_length=1, description="required team")
+    users: tuple[SlackUser, ...] = ()
+    # The key that signs the short-lived session tokens of mapped Slack users (issuer
+    # ``callgate-slack``, trusted exactly when configured here).
+    session_kid: str | None = Field(default=None, min_length=1)
+    session_key_file: Path | None = Field(default=None, description="PEM private key")
+
+    @model_validator(mode="after")
+    def _complete(self) -> SlackSettings:
+        given = [self.bot_token, self.signing_secret, self.session_kid, self.session_key_file]
+        if any(v is not None for v in given) and not all(v is not None for v in given):
+            raise ValueError(
+                "bot_token, signing_secret, session_kid and session_key_file go together"
+            )
+        if self.bot_token is not None and self.channel is None and not self.tenant_channels:
+            raise ValueError("a channel (or tenant_channels) is needed")
+        seen: set[str] = set()
+        for u in self.users:
+            if u.slack_user in seen:
+                raise ValueError(f"Slack user {u.slack_user!r} is mapped twice")
+            seen.add(u.slack_user)
+        return self
+
+    @property
+    def configured(self) -> bool:
+        return self.bot_token is not None
+
+
 # --- loading ----------------------------------------------------------------------------------
 
 
@@ -370,7 +442,35 @@ def trusted_issuers(settings: Any, discovered: DiscoveredKeys | None = None) -> 
                 entry.issuer, entry.audience, keys, entry.algorithms, entry.clock_skew_s * 1000
             )
         )
+    slack = slack_issuer(settings)
+    if slack is not None:
+        kid, private = slack
+        if kid in owner:
+            raise ConfigError(
+                f"{_where(settings, 'slack.session_kid')}: kid {kid!r} also belongs to"
+                f" issuer {owner[kid]!r}"
+            )
+        alg = algorithm_of(private.public_key())
+        out.append(TrustedIssuer(SLACK_ISSUER, "callgate", {kid: private.public_key()}, (alg,)))
     return out
+
+
+SLACK_ISSUER = "callgate-slack"
+
+
+def slack_issuer(settings: Any) -> tuple[str, PrivateKey] | None:
+    """The kid and private key that sign mapped Slack users' session tokens, if Slack is
+    configured (``[slack]``)."""
+    from callgate.adapters.keyfiles import KeyFileError, load_private_key
+
+    conf: SlackSettings = settings.slack
+    if not conf.configured:
+        return None
+    assert conf.session_kid is not None and conf.session_key_file is not None
+    try:
+        return conf.session_kid, load_private_key(conf.session_key_file)
+    except KeyFileError as exc:
+        raise ConfigError(f"{_where(settings, 'slack.session_key_file')}: {exc}") from None
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from callgate.adapters.kafka.connection import Brokers, Property, check_connection
-from callgate.config import ApprovalSettings, ConfigError, SessionSettings, load_settings
+from callgate.config import (
+    ApprovalSettings,
+    ConfigError,
+    NotifySettings,
+    SessionSettings,
+    SlackSettings,
+    load_settings,
+)
 from callgate.state_dir import default_state_dir
 
 Clock = Callable[[], int]
@@ -70,6 +77,8 @@ class Settings(BaseModel):
     dev: bool = False
     sessions: SessionSettings = SessionSettings()
     approvals: ApprovalSettings = ApprovalSettings()
+    notify: NotifySettings = NotifySettings()
+    slack: SlackSettings = SlackSettings()
     config_file: Path | None = None  # the file these settings were read from, if any
     # How long requests (which carry bearer session tokens) are kept once consumed: the
     # ``requests`` topic's ``retention.ms`` on Kafka, pruning on the embedded store.

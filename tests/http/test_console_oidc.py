@@ -45,14 +45,26 @@ from tests.http.test_console_browser import (  # noqa: E402
 ACCOUNTS = {
     "fran": {"tenant": "acme", "roles": ["finance-approver"]},
     "alice": {"tenant": "acme", "roles": ["support"]},
+    "nobody": {},  # the provider knows them, but their ID token carries no tenant or roles
 }
 
 
 class Deployment:
-    def __init__(self, root: Path) -> None:
+    """The provider and ``callgate serve --http`` trusting it; ``env`` and ``state_dir``
+    put the server on a Kafka deployment."""
+
+    def __init__(
+        self,
+        root: Path,
+        env: dict[str, str] | None = None,
+        state_dir: Path | None = None,
+        *,
+        ttl_s: int = 3600,
+        skew_s: int = 5,
+    ) -> None:
         port = free_port()
         self.redirect_uri = f"http://127.0.0.1:{port}/v1/oidc/callback"
-        self.idp = OpenIdProvider(root / "idp.log", self.redirect_uri, ACCOUNTS)
+        self.idp = OpenIdProvider(root / "idp.log", self.redirect_uri, ACCOUNTS, ttl_s)
         self.platform = IdentityProvider(root / "platform")
         generate_key_pair(self.platform.keys, "session", "EdDSA", "platform-1")
         config = root / "callgate.toml"
@@ -63,9 +75,12 @@ class Deployment:
         )
         try:
             self.serve = HttpServe(
-                root / "state", root / "serve.log", env={"CALLGATE_CONFIG": str(config)}, port=port
+                state_dir or root / "state",
+                root / "serve.log",
+                env={**(env or {}), "CALLGATE_CONFIG": str(config)},
+                port=port,
             )
-            self.serve.wait_ready()
+            self.serve.wait_ready(timeout_s=120)
         except BaseException:
             self.idp.stop()
             raise
@@ -75,7 +90,7 @@ class Deployment:
 
     def stop(self) -> None:
         try:
-            assert self.serve.stop() == 0
+            assert self.serve.stop() == 0, self.serve.log.read_text()
             assert "Traceback" not in self.serve.log.read_text(), self.serve.log.read_text()
         finally:
             self.idp.stop()
@@ -119,7 +134,7 @@ def approval_state(d: Deployment, invocation: str) -> Any:
         return c.get(f"/v1/invocations/{invocation}").json()["approval"]
 
 
-def sign_in_with_provider(page: Page, d: Deployment, login: str) -> None:
+def through_the_provider(page: Page, d: Deployment, login: str) -> None:
     page.goto(d.serve.url + "/")
     expect(page.locator("#token-form")).to_be_hidden()  # production: no pasted tokens
     expect(page.locator("#dev-form")).to_be_hidden()
@@ -129,6 +144,10 @@ def sign_in_with_provider(page: Page, d: Deployment, login: str) -> None:
     page.locator('input[name="password"]').fill("any")
     page.locator('button[type="submit"]').click()
     page.locator('button[type="submit"]').click()  # consent: openid, callgate
+
+
+def sign_in_with_provider(page: Page, d: Deployment, login: str) -> None:
+    through_the_provider(page, d, login)
     expect(page.locator("#who-text")).to_contain_text(f"{login} @ acme")
     expect(page.locator("#live")).to_have_text("live")
 
@@ -140,7 +159,7 @@ def test_approver_signs_in_with_the_provider_approves_reloads_and_signs_out(
     invocation = propose_refund(d, "ORD-501")
     page = new_page(browser)
     sign_in_with_provider(page, d, "fran")
-    assert d.serve.url not in page.url or "code=" not in page.url  # back on the console
+    assert page.url == d.serve.url + "/"  # back on the console, no code or state in the URL
 
     cookies = {c["name"]: c for c in page.context.cookies()}
     session = cookies["__Host-callgate-session"]
@@ -193,6 +212,21 @@ def test_a_cookie_request_without_its_csrf_token_is_refused_and_does_nothing(
     page.close()
 
 
+def test_an_id_token_without_tenant_and_roles_signs_nobody_in(
+    deployment: Deployment, browser: Browser
+) -> None:
+    page = new_page(browser)
+    through_the_provider(page, deployment, "nobody")
+    expect(page.locator("#alert")).to_contain_text("Sign-in failed")
+    assert page.url == deployment.serve.url + "/"  # the error parameter is gone from the URL
+    expect(page.locator("#workspace")).to_be_hidden()
+    names = {c["name"] for c in page.context.cookies()}
+    assert "__Host-callgate-session" not in names
+    log = deployment.serve.log.read_text()
+    assert "missing claims: tenant, roles" in log, log
+    page.close()
+
+
 def test_a_callback_not_started_by_this_browser_signs_nobody_in(deployment: Deployment) -> None:
     d = deployment
     with httpx.Client(base_url=d.serve.url) as c:
@@ -211,3 +245,22 @@ def test_a_callback_not_started_by_this_browser_signs_nobody_in(deployment: Depl
         assert "code_challenge_method=S256" in location and "nonce=" in location
         # The development routes do not exist outside development mode.
         assert c.get("/v1/dev/users").status_code == 404
+
+
+def test_the_session_ends_when_the_providers_token_expires(
+    browser: Browser, tmp_path: Path
+) -> None:
+    d = Deployment(tmp_path, ttl_s=8, skew_s=0)
+    try:
+        page = new_page(browser)
+        sign_in_with_provider(page, d, "fran")
+        me = page.evaluate("fetch('/v1/session').then(r => r.json())")
+        assert me["expires_at"] / 1000 - time.time() <= 8
+        expect(page.locator("#alert")).to_contain_text("Your session has expired", timeout=20_000)
+        expect(page.get_by_role("link", name="Sign in with Test IdP")).to_be_visible()
+        status = page.evaluate("fetch('/v1/pending').then(r => r.status)")
+        assert status == 401
+        no_page_errors(page)
+        page.close()
+    finally:
+        d.stop()

@@ -25,6 +25,7 @@ from callgate.domain.simulation import SimulationReport, Simulator
 from callgate_projections.audit import VerifyResult, verify_chain
 
 if TYPE_CHECKING:
+    from callgate.adapters.notify import Notifier, PendingReader, SlackInteractions
     from callgate.adapters.oidc import Discovery
     from callgate.config import ApprovalKeys
     from callgate.domain.catalog import Profile
@@ -91,6 +92,15 @@ class Surface(Wiring, Protocol):
     @property
     def discovery(self) -> Discovery:
         """The identity providers' discovery documents and keys."""
+        ...
+
+    @property
+    def slack_interactions(self) -> SlackInteractions | None:
+        """Slack's Approve/Deny clicks (``[slack]``), None when Slack is not configured."""
+        ...
+
+    def notifier(self, reader: PendingReader) -> Notifier | None:
+        """Tells approvers of the pending view's changes (``[notify]``, ``[slack]``)."""
         ...
 
     def gateway(self) -> Gateway:

@@ -28,6 +28,7 @@ from callgate.surfaces.http.routers import (
     pending,
     proposals,
     session,
+    slack,
 )
 from callgate.surfaces.http.routers.console import STATIC
 from callgate.surfaces.strict_body import StrictJsonBody
@@ -63,7 +64,7 @@ def create_app(
     )
     api.state.context = ctx
     errors.install(api)
-    for module in (proposals, invocations, pending, audit, session, oidc, ops, console):
+    for module in (proposals, invocations, pending, audit, session, oidc, slack, ops, console):
         api.include_router(module.router)
     if dev_mode:
         api.include_router(dev.router)

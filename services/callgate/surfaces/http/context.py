@@ -80,6 +80,8 @@ class ServerContext:
     published: OrderedDict[str, str] = field(default_factory=OrderedDict)
     # The providers the console signs approvers in with (OpenID Connect; ADR 0031).
     sign_in: Sequence[SignIn] = ()
+    # Slack's interaction requests (``[slack]``; ADR 0032), None when not configured.
+    slack: SlackBridge | None = None
 
     MAX_PUBLISHED = 10_000
 
@@ -107,4 +109,14 @@ class SignIn(Protocol):
 
     def finish(self, tx: Any, params: Mapping[str, str]) -> str:
         """The ID token for the callback's parameters (``SignInError`` otherwise)."""
+        ...
+
+
+class SlackBridge(Protocol):
+    """``callgate.adapters.notify.SlackInteractions``: Slack's signature, the mapping."""
+
+    def verify(self, body: bytes, timestamp: str | None, signature: str | None) -> None: ...
+
+    def session_for(self, action: Any) -> tuple[Any, str]:
+        """The mapped identity and a short-lived session token of it."""
         ...

@@ -140,6 +140,13 @@ class SessionInfo(BaseModel):
     csrf_token: str | None = None
 
 
+class SlackDecision(BaseModel):
+    invocation_id: str
+    decision: str  # granted or denied
+    approver: str
+    approval_id: str | None = None
+
+
 class SignInProvider(BaseModel):
     name: str
     issuer: str

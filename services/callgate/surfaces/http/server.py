@@ -54,6 +54,7 @@ def build_context(
         metrics=metrics,
         verifier=surface.session_verifier,
         sign_in=surface.sign_in,
+        slack=surface.slack_interactions,
     )
     return ctx, feed
 
@@ -131,8 +132,11 @@ def _serve_embedded(
     stats = EmbeddedStats(backend.store, app.processes(), lambda: failure[0] if failure else None)
     ctx, feed = build_context(surface, backend, stats, options, app.provider_metrics.collectors)
     worker = threading.Thread(target=work, name="callgate-runner")
+    notifier = surface.notifier(backend)
     worker.start()
     feed.start()
+    if notifier is not None:
+        notifier.start()
     _announce(out, options, f"embedded, {app.settings.state_dir.resolve()}")
     try:
         run_uvicorn(ctx, app.settings.dev, stop)
@@ -140,6 +144,8 @@ def _serve_embedded(
         stop.set()
         worker.join()
         feed.stop()
+        if notifier is not None:
+            notifier.stop()
         runner.release()
         backend.close()
         store.close()
@@ -188,8 +194,11 @@ def _serve_kafka(
     stats = KafkaStats(backend, app.processes(), children)
     ctx, feed = build_context(surface, backend, stats, options, app.provider_metrics.collectors)
     keeper = threading.Thread(target=supervise, name="callgate-supervisor")
+    notifier = surface.notifier(backend)
     keeper.start()
     feed.start()
+    if notifier is not None:
+        notifier.start()
     _announce(out, options, f"Kafka {app.settings.bootstrap_servers}, {len(names)} processes")
     try:
         run_uvicorn(ctx, app.settings.dev, stop)
@@ -197,6 +206,8 @@ def _serve_kafka(
         stop.set()
         keeper.join()
         feed.stop()
+        if notifier is not None:
+            notifier.stop()
         sup.stop()
         backend.close()
         serve_line(

@@ -25,7 +25,7 @@ from callgate.domain.codes import Code, Rejection
 from callgate.surfaces.http.context import ServerContext, SignIn
 from callgate.surfaces.http.deps import CSRF_COOKIE, SESSION_COOKIE, ContextDep
 from callgate.surfaces.http.errors import ApiError
-from callgate.surfaces.http.models import SignInProvider
+from callgate.surfaces.http.models import SignInProvider, errors
 
 log = logging.getLogger("callgate.http")
 router = APIRouter(prefix="/v1/oidc", tags=["sign-in"])
@@ -39,6 +39,7 @@ TRANSACTION_TTL_S = 600
     operation_id="signInProviders",
     summary="The identity providers the console signs in with (none: paste a token)",
     response_model=list[SignInProvider],
+    responses=errors(429, 500),
 )
 def providers(ctx: ContextDep) -> Any:
     return [
@@ -54,7 +55,13 @@ def _provider(ctx: ServerContext, index: int) -> SignIn:
     return found
 
 
-@router.get("/sign-in/{index}", operation_id="signIn", status_code=303, response_class=Response)
+@router.get(
+    "/sign-in/{index}",
+    operation_id="signIn",
+    status_code=303,
+    response_class=Response,
+    responses=errors(404, 422, 429, 500),
+)
 def sign_in(index: Annotated[int, Path(ge=0, le=1000)], ctx: ContextDep) -> Response:
     """Redirect to the provider's authorization endpoint (a browser navigation)."""
     url, tx = _provider(ctx, index).begin()
@@ -80,7 +87,13 @@ def _back(error: Code | None = None) -> RedirectResponse:
     return response
 
 
-@router.get("/callback", operation_id="signInCallback", status_code=303, response_class=Response)
+@router.get(
+    "/callback",
+    operation_id="signInCallback",
+    status_code=303,
+    response_class=Response,
+    responses=errors(429, 500),
+)
 def callback(request: Request, ctx: ContextDep) -> Response:
     """Finish the sign-in: the session and CSRF cookies, then back to the console."""
     from callgate.adapters.oidc import SignInError, Transaction
@@ -106,12 +119,8 @@ def callback(request: Request, ctx: ContextDep) -> Response:
         return _back(Code.UNAUTHENTICATED)
     response = _back()
     max_age = max(0, (principal.expires_at - now) // 1000)
-    for name, value, http_only in (
-        (SESSION_COOKIE, id_token, True),
-        (CSRF_COOKIE, secrets.token_urlsafe(32), True),
-    ):
+    for name, value in ((SESSION_COOKIE, id_token), (CSRF_COOKIE, secrets.token_urlsafe(32))):
         response.set_cookie(
-            name, value, max_age=max_age, path="/", secure=True, httponly=http_only,
-            samesite="strict",
-        )  # fmt: skip
+            name, value, max_age=max_age, path="/", secure=True, httponly=True, samesite="strict"
+        )
     return response

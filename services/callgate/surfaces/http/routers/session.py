@@ -38,7 +38,7 @@ def get_session(sess: SessionDep) -> Any:
     summary="End the console's cookie session (its CSRF token is required)",
     status_code=204,
     response_class=Response,
-    responses=errors(403),
+    responses=errors(403, 413, 429, 500),
 )
 def sign_out(request: Request) -> Response:
     """Clears the session and CSRF cookies. An expired session can sign out too, so only

@@ -624,6 +624,7 @@ function signOut(message) {
   say("");
   alarm(message || "");
   offerProviders();
+  offerDevUsers();
   $("token").focus();
 }
 
@@ -645,7 +646,11 @@ async function offerProviders() {
   show($("token-form"), providers.length === 0);
 }
 
+let devUsersOffered = false;
+
 async function offerDevUsers() {
+  if (devUsersOffered) return;
+  devUsersOffered = true;
   let users;
   try {
     users = await api("/v1/dev/users");

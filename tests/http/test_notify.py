@@ -1,0 +1,358 @@
+"""Approvers are told: Standard Webhooks deliveries and Slack, end to end over loopback.
+
+``callgate serve --http`` (embedded, development mode for the agents' tokens) is
+configured with two webhook endpoints, real HTTP servers on loopback (one answers 200
+and checks nothing itself; the other always answers 500), and Slack, whose API base
+URL is a third loopback server standing in for slack.com's ``chat.postMessage`` and
+``chat.update``. The tests verify every delivery's signature with the
+``standardwebhooks`` library, and drive ``POST /v1/slack/interactions`` with payloads
+signed the way Slack signs them (``slack_sdk``'s ``SignatureVerifier``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+import pytest
+from slack_sdk.signature import SignatureVerifier
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+from callgate.adapters.keyfiles import generate_key_pair
+from tests.http_support import REFUND_BIG, HttpServe, wait_until
+
+SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+TEAM = "T0ACME"
+RETRIES = (0.2, 0.4)
+
+
+class Recorder:
+    """A loopback HTTP server that records every request and answers ``status``."""
+
+    def __init__(self, status: int = 200, answer: Any = None) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                with recorder.lock:
+                    recorder.requests.append(
+                        {"path": self.path, "headers": dict(self.headers), "body": body}
+                    )
+                out = json.dumps(answer(self.path) if callable(answer) else {}).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def seen(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return list(self.requests)
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def slack_answer(path: str) -> dict[str, Any]:
+    return {"ok": True, "channel": "C0APPROVALS", "ts": "1700000000.000100"}
+
+
+def secret() -> str:
+    return "whsec_" + base64.b64encode(os.urandom(24)).decode()
+
+
+class Setup:
+    """The receivers, Slack's stand-in and ``callgate serve --http`` configured for them;
+    ``env`` and ``state_dir`` put the server on a Kafka deployment."""
+
+    def __init__(
+        self, root: Path, env: dict[str, str] | None = None, state_dir: Path | None = None
+    ) -> None:
+        self.hook, self.broken = Recorder(200), Recorder(500)
+        self.slack = Recorder(200, slack_answer)
+        self.hook_secret, self.broken_secret = secret(), secret()
+        generate_key_pair(root / "keys", "session", "EdDSA", "slack-1")
+        self.dead_letters = root / "dead.jsonl"
+        users = "".join(
+            f'[[slack.users]]\nslack_user = "{sid}"\nuser = "{user}"\ntenant = "acme"\n'
+            f"roles = {json.dumps(roles)}\n"
+            for sid, user, roles in (
+                ("U0FRAN", "fran", ["finance-approver"]),
+                ("U0SUE", "sue", ["support", "finance-approver"]),
+                ("U0ALICE", "alice", ["support"]),
+            )
+        )
+        config = root / "callgate.toml"
+        config.write_text(
+            "[notify]\n"
+            'console_url = "https://callgate.example.com"\n'
+            f"retry_delays_s = {list(RETRIES)}\n"
+            "timeout_s = 2\n"
+            f'dead_letter_file = "{self.dead_letters}"\n'
+            "[[notify.webhooks]]\n"
+            f'url = "{self.hook.url}/hook"\n'
+            f'secret = "{self.hook_secret}"\n'
+            "[[notify.webhooks]]\n"
+            f'url = "{self.broken.url}/broken"\n'
+            f'secret = "{self.broken_secret}"\n'
+            'events = ["approval.pending"]\n'
+            'tenants = ["acme"]\n'
+            "[slack]\n"
+            f'api_url = "{self.slack.url}/api/"\n'
+            'bot_token = "xoxb-test-token"\n'
+            f'signing_secret = "{SIGNING_SECRET}"\n'
+            'channel = "C0APPROVALS"\n'
+            f'team_id = "{TEAM}"\n'
+            'session_kid = "slack-1"\n'
+            f'session_key_file = "{root / "keys" / "slack-1.pem"}"\n' + users
+        )
+        self.serve = HttpServe(
+            state_dir or root / "state",
+            root / "serve.log",
+            env={**(env or {}), "CALLGATE_CONFIG": str(config)},
+            dev=True,
+        )
+        try:
+            self.serve.wait_ready(timeout_s=120)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        try:
+            assert self.serve.stop() == 0, self.serve.log.read_text()
+            assert "Traceback" not in self.serve.log.read_text(), self.serve.log.read_text()
+        finally:
+            for r in (self.hook, self.broken, self.slack):
+                r.stop()
+
+
+@pytest.fixture(scope="module")
+def s(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    s = Setup(tmp_path_factory.mktemp("notify"))
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def propose(s: Setup, user: str, roles: tuple[str, ...], order: str) -> str:
+    token = s.serve.token(user, "acme", *roles)
+    with s.serve.client(token) as c:
+        answer = c.post(
+            "/v1/proposals",
+            json={"tool": "refunds.issue", "args": {**REFUND_BIG, "order_id": order}},
+            headers={"Idempotency-Key": uuid.uuid4().hex},
+        ).json()
+    assert answer["outcome"] == "approval_required", answer
+    invocation: str = answer["invocation_id"]
+    return invocation
+
+
+def status(s: Setup, invocation: str) -> Any:
+    with s.serve.client(s.serve.token("alice", "acme", "support")) as c:
+        return c.get(f"/v1/invocations/{invocation}").json()
+
+
+def webhooks(recorder: Recorder, whsec: str, kind: str, invocation: str) -> list[Any]:
+    """The verified deliveries of ``kind`` for ``invocation`` (every signature checked)."""
+    out = []
+    for r in recorder.seen():
+        message = Webhook(whsec).verify(r["body"], r["headers"])
+        if message["type"] == kind and message["data"]["invocation_id"] == invocation:
+            assert r["headers"]["webhook-id"] == f"{kind}.{invocation}"
+            out.append(message)
+    return out
+
+
+def slack_click(
+    s: Setup,
+    invocation: str,
+    slack_user: str,
+    action: str = "callgate_approve",
+    *,
+    team: str = TEAM,
+    signing_secret: str = SIGNING_SECRET,
+    age_s: int = 0,
+) -> httpx.Response:
+    """POST an interaction the way Slack does: form-encoded ``payload``, signed."""
+    payload = {
+        "type": "block_actions",
+        "team": {"id": team, "domain": "acme"},
+        "user": {"id": slack_user, "username": slack_user.lower(), "team_id": team},
+        "channel": {"id": "C0APPROVALS", "name": "approvals"},
+        "actions": [
+            {
+                "type": "button",
+                "action_id": action,
+                "block_id": f"callgate:{invocation}",
+                "value": invocation,
+                "action_ts": str(time.time()),
+            }
+        ],
+        "response_url": "https://hooks.slack.invalid/actions/T0/1/x",
+    }
+    body = urlencode({"payload": json.dumps(payload)})
+    timestamp = str(int(time.time()) - age_s)
+    signature = SignatureVerifier(signing_secret).generate_signature(timestamp=timestamp, body=body)
+    assert signature is not None
+    return httpx.post(
+        f"{s.serve.url}/v1/slack/interactions",
+        content=body.encode(),
+        headers={
+            "Content-Type": "application/x-www-form-urlencoded",
+            "X-Slack-Request-Timestamp": timestamp,
+            "X-Slack-Signature": signature,
+        },
+        timeout=30,
+    )
+
+
+def slack_calls(s: Setup, method: str) -> list[dict[str, Any]]:
+    calls = [r for r in s.slack.seen() if r["path"] == f"/api/{method}"]
+    for r in calls:
+        assert r["headers"]["Authorization"] == "Bearer xoxb-test-token"
+    return [json.loads(r["body"]) for r in calls]
+
+
+def test_a_pending_refund_is_told_by_webhook_and_slack_and_approved_in_slack(s: Setup) -> None:
+    inv = propose(s, "alice", ("support",), "ORD-601")
+
+    wait_until(lambda: webhooks(s.hook, s.hook_secret, "approval.pending", inv), 15, "webhook")
+    [told] = webhooks(s.hook, s.hook_secret, "approval.pending", inv)
+    data = told["data"]
+    assert (data["tool"], data["actor"], data["target"]) == ("refunds.issue", "alice", "ORD-601")
+    assert data["tenant"] == "acme" and data["args"]["amount_cents"] == 25000
+    assert data["dry_run"] and data["expires_at"] > time.time() * 1000
+    assert data["binds"]["policy_version"] and data["binds"]["dry_run_hash"]
+    assert data["console_url"] == f"https://callgate.example.com/#invocation={inv}"
+    # What a receiver refuses: another endpoint's secret, a changed body, a replay of the
+    # delivery more than five minutes later (its signature covers its timestamp).
+    r = next(r for r in s.hook.seen() if inv in r["body"].decode())
+    with pytest.raises(WebhookVerificationError):
+        Webhook(s.broken_secret).verify(r["body"], r["headers"])
+    with pytest.raises(WebhookVerificationError):
+        Webhook(s.hook_secret).verify(r["body"].replace(b"ORD-601", b"ORD-999"), r["headers"])
+    old = int(r["headers"]["webhook-timestamp"]) - 600
+    replayed = {**r["headers"], "webhook-timestamp": str(old)}
+    replayed["webhook-signature"] = Webhook(s.hook_secret).sign(
+        r["headers"]["webhook-id"], datetime.fromtimestamp(old, UTC), r["body"]
+    )
+    with pytest.raises(WebhookVerificationError, match="too old"):
+        Webhook(s.hook_secret).verify(r["body"], replayed)
+
+    def posted() -> list[dict[str, Any]]:
+        return [m for m in slack_calls(s, "chat.postMessage") if inv in json.dumps(m)]
+
+    wait_until(posted, 15, "the Slack message")
+    [message] = posted()
+    assert message["channel"] == "C0APPROVALS"
+    text = json.dumps(message["blocks"])
+    for shown in ("refunds.issue", "alice", "ORD-601", "Dry run", "The approval binds",
+                  "policy version", "Decide before", "refundable_cents"):  # fmt: skip
+        assert shown in text, shown
+    [actions] = [b for b in message["blocks"] if b["type"] == "actions"]
+    assert [(e["action_id"], e["value"]) for e in actions["elements"]] == [
+        ("callgate_approve", inv),
+        ("callgate_deny", inv),
+    ]
+
+    answer = slack_click(s, inv, "U0FRAN")
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["decision"] == "granted" and answer.json()["approver"] == "fran"
+    approval = status(s, inv)["approval"]
+    assert approval["state"] == "granted" and approval["approver"] == "fran"
+
+    wait_until(lambda: webhooks(s.hook, s.hook_secret, "approval.decided", inv), 15, "decided")
+    [decided] = webhooks(s.hook, s.hook_secret, "approval.decided", inv)
+    assert decided["data"]["decision"] == "granted" and decided["data"]["approver"] == "fran"
+    assert decided["data"]["approval_id"] == approval["approval_id"]
+    wait_until(lambda: slack_calls(s, "chat.update"), 15, "the Slack message's update")
+    update = slack_calls(s, "chat.update")[-1]
+    assert update["ts"] == "1700000000.000100" and "granted by fran" in update["text"]
+
+
+def test_a_failing_receiver_is_retried_with_backoff_then_dead_lettered(s: Setup) -> None:
+    inv = propose(s, "alice", ("support",), "ORD-603")
+
+    def tries() -> list[dict[str, Any]]:
+        return [r for r in s.broken.seen() if inv in r["body"].decode()]
+
+    wait_until(lambda: len(tries()) == 1 + len(RETRIES), 20, "every attempt")
+    attempts = tries()
+    for r in attempts:  # each attempt is signed anew, under the same webhook-id
+        assert Webhook(s.broken_secret).verify(r["body"], r["headers"])["type"] == (
+            "approval.pending"
+        )
+        assert r["headers"]["webhook-id"] == f"approval.pending.{inv}"
+
+    def dead() -> list[dict[str, Any]]:
+        if not s.dead_letters.exists():
+            return []
+        lines = s.dead_letters.read_text().splitlines()
+        return [d for d in map(json.loads, lines) if d["invocation_id"] == inv]
+
+    wait_until(dead, 10, "the dead letter")
+    [letter] = dead()
+    assert letter["target"] == f"{s.broken.url}/broken"
+    assert letter["attempts"] == 1 + len(RETRIES) and letter["error"] == "DeliveryError: HTTP 500"
+    assert letter["message_id"] == f"approval.pending.{inv}"
+    time.sleep(sum(RETRIES) + 0.5)
+    assert len(tries()) == 1 + len(RETRIES)  # no attempt after the last
+    # The healthy endpoint got it once.
+    assert len(webhooks(s.hook, s.hook_secret, "approval.pending", inv)) == 1
+
+
+def test_slack_refusals_are_coded_and_approve_nothing(s: Setup) -> None:
+    inv = propose(s, "sue", ("support", "finance-approver"), "ORD-602")
+    refusals = {
+        "bad signature": (slack_click(s, inv, "U0FRAN", signing_secret="x" * 32), 401),
+        "old timestamp": (slack_click(s, inv, "U0FRAN", age_s=600), 401),
+        "unmapped user": (slack_click(s, inv, "U0NOBODY"), 403),
+        "another team": (slack_click(s, inv, "U0FRAN", team="T0EVIL"), 403),
+        "the actor herself": (slack_click(s, inv, "U0SUE"), 403),
+        "no approver role": (slack_click(s, inv, "U0ALICE"), 403),
+    }
+    codes = {}
+    for what, (answer, expected) in refusals.items():
+        assert answer.status_code == expected, (what, answer.text)
+        codes[what] = answer.json()["error"]["code"]
+    assert codes == {
+        "bad signature": "unauthenticated",
+        "old timestamp": "unauthenticated",
+        "unmapped user": "approver_forbidden",
+        "another team": "approver_forbidden",
+        "the actor herself": "approver_forbidden",
+        "no approver role": "approver_forbidden",
+    }
+    assert status(s, inv)["approval"]["state"] == "pending"  # nothing was approved
+
+    denied = slack_click(s, inv, "U0FRAN", "callgate_deny")
+    assert denied.status_code == 200 and denied.json()["decision"] == "denied"
+    assert status(s, inv)["approval"]["state"] == "denied"
+    wait_until(lambda: webhooks(s.hook, s.hook_secret, "approval.decided", inv), 15, "decided")
+    [decided] = webhooks(s.hook, s.hook_secret, "approval.decided", inv)
+    assert decided["data"]["decision"] == "denied" and decided["data"]["approver"] == "fran"
