@@ -270,6 +270,18 @@ def token_tenant(token: str) -> str:
     return str(claims["tenant"])
 
 
+def without_continuation(profile: Path) -> Path:
+    """``profile`` rewritten in place so that every tool waits for the agent's
+    resubmission after an approval and one approver suffices (ADR 0029, 0030)."""
+    raw = yaml.safe_load(profile.read_text())
+    for body in raw["tools"].values():
+        body["continue_on_approval"] = False
+        body.pop("approvals_required", None)
+        body.pop("approvals_required_when", None)
+    profile.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return profile
+
+
 def write_profile(
     directory: Path,
     edit_tools: Callable[[dict[str, Any]], None] | None = None,

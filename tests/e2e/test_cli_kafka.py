@@ -29,6 +29,7 @@ import yaml
 
 from tests.e2e.helpers import DEFAULT_PROFILE, EXIT_FAILED
 from tests.e2e.ownership import created_ticket_ownership
+from tests.harness import without_continuation
 from tests.kafka_support import (
     Deployment,
     KafkaServe,
@@ -65,7 +66,7 @@ def short_ttl_profile(folder: Path, tool: str, ttl_seconds: int) -> Path:
     doc["tools"][tool]["approval_ttl_seconds"] = ttl_seconds
     path = folder / "short-ttl.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
+    return without_continuation(path)  # the agent resubmits after an approval here
 
 
 SERVE_LOGS: dict[str, Path] = {}  # topic prefix -> the module's serve log (its stderr)

@@ -19,6 +19,7 @@ import mcp_types as types
 import pytest
 
 from tests.e2e.helpers import CALLGATE, cli_env
+from tests.harness import without_continuation
 from tests.kafka_support import Deployment, KafkaServe, unique_prefix
 from tests.mcp_support import effects, inject, write_profile
 
@@ -39,6 +40,7 @@ def deployment(
     # The executor's upstream call gets 4 s here: a transaction commit on tansu can take
     # a second, and only the injected fault may time out.
     profile = write_profile(root / "profile", ledger, timeout_s=4.0, with_defaults=True)
+    without_continuation(profile)  # the platform resubmits with the approval id here
     dep = Deployment(kafka_bootstrap, unique_prefix("mcp"), root / "state", profile)
     server = KafkaServe(dep, root / "serve.log")
     try:

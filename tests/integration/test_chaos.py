@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.harness import write_profile
 from tests.kafka_support import librdkafka_lines, run_with_own_broker
 from tools.chaos import Call, Evidence, Verdict, verify
 
@@ -28,6 +29,12 @@ from callgate.domain.catalog import Profile, default_profile_path
 
 PROFILE: Profile = load_profile(default_profile_path())
 CHAOS_ARGS = ("--proposals", "300", "--kills", "3", "--seed", "11")
+
+
+def resubmitting(tmp_path: Path) -> tuple[str, str]:
+    """``--profile`` of the default profile in which the flows' agents resubmit after an
+    approval, as the chaos flows do (``continue_on_approval: false``, ADR 0029)."""
+    return ("--profile", str(write_profile(tmp_path / "profile")))
 
 
 # --- the run -------------------------------------------------------------------------------
@@ -56,7 +63,7 @@ def holds(run: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 def test_short_chaos_run_holds_every_check(tmp_path: Path) -> None:
     """300 proposals, at least 3 SIGKILLs: nothing lost, no effect twice, no unapproved
     high-impact effect, the audit chain verifies and replay equals the live views."""
-    run = run_with_own_broker(tmp_path, "chaos", *CHAOS_ARGS, timeout=240)
+    run = run_with_own_broker(tmp_path, "chaos", *CHAOS_ARGS, *resubmitting(tmp_path), timeout=240)
     figures = holds(run)
     assert figures["proposals"] == 300
     assert figures["kills"] >= 3 and figures["restarts"] >= 3
@@ -72,7 +79,7 @@ def test_two_instances_on_apache_kafka_survive_instance_kills(tmp_path: Path) ->
     the groups' membership), the lost one comes back, and every check still holds:
     reconciliation finds effects the lost instance applied (one shared provider ledger)."""
     args = ("chaos", "--proposals", "150", "--kills", "2", "--seed", "5", "--instances", "2")
-    run = run_with_own_broker(tmp_path, *args, timeout=240)
+    run = run_with_own_broker(tmp_path, *args, *resubmitting(tmp_path), timeout=240)
     figures = holds(run)
     print(f"\ntwo-instance chaos on Apache Kafka: {json.dumps(figures)}")
     assert figures["instances"] == 2 and figures["instance kills"] == 2

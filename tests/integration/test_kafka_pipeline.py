@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 from tests.e2e.helpers import Planned, make_plan
+from tests.harness import write_profile
 from tests.kafka_support import (
     CODEC,
     PARTITIONS,
@@ -63,8 +64,10 @@ ONCE = (*DECISIONS, "ApprovalRequested", "DryRunRequested", "ExecutionSucceeded"
 
 @pytest.fixture(scope="module")
 def dep(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Deployment:
-    state = tmp_path_factory.mktemp("kafka-pipeline") / "state"
-    return Deployment(kafka_bootstrap, unique_prefix("pipeline"), state)
+    root = tmp_path_factory.mktemp("kafka-pipeline")
+    # The agent resubmits after an approval here (C4, C8, C11, V2: ADR 0029).
+    profile = write_profile(root / "profile")
+    return Deployment(kafka_bootstrap, unique_prefix("pipeline"), root / "state", profile)
 
 
 @pytest.fixture(scope="module")

@@ -32,6 +32,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource  # not re-exported by the stubs
 from tests.e2e.helpers import REPO
+from tests.harness import write_profile
 from tests.kafka_support import (
     REFUND,
     Deployment,
@@ -65,8 +66,10 @@ class Run:
 
 @pytest.fixture(scope="module")
 def dep(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Deployment:
-    state = tmp_path_factory.mktemp("kafka-views") / "state"
-    return Deployment(kafka_bootstrap, unique_prefix("views"), state)
+    root = tmp_path_factory.mktemp("kafka-views")
+    # The agent resubmits after an approval here (C4, C8, C11, V2: ADR 0029).
+    profile = write_profile(root / "profile")
+    return Deployment(kafka_bootstrap, unique_prefix("views"), root / "state", profile)
 
 
 @pytest.fixture(scope="module")

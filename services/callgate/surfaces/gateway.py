@@ -423,11 +423,11 @@ def is_final(status: Mapping[str, Any]) -> bool:
     if status.get("outcome") != Code.APPROVAL_REQUIRED.value:
         return True
     state = (status.get("approval") or {}).get("state")
-    if state == "pending":
-        return False
-    approved_by = status.get("approved_by") or {}
-    continuing = approved_by.get("approved_invocation_id") == status.get("invocation_id")
-    return not (state == "granted" and continuing)
+    # Pending; not shown in the status yet; or granted, which the continued call follows
+    # (on Kafka a step later, so "granted" can be seen before the call goes on). Where the
+    # tool waits for a resubmission instead (``continue_on_approval: false``) a wait ends at
+    # its timeout with ``approval_required`` and the approval id.
+    return state not in (None, "pending", "granted")
 
 
 _DECIDED = {"denied": Code.APPROVAL_DENIED, "expired": Code.APPROVAL_EXPIRED}
