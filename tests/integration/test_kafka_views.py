@@ -146,7 +146,8 @@ def everything(dep: Deployment, topic: str) -> list[Record]:
 
 
 def test_a_call_reads_its_own_partition_not_the_views(dep: Deployment, run: Run) -> None:
-    """``propose`` reads no view; ``approve`` reads only the pending view (compacted)."""
+    """``propose`` reads no view; ``approve`` reads the pending view (compacted) and, after a
+    grant, the invocation's status by its key (what became of the call, ADR 0029)."""
     gate = dep.connect()
     try:
         alice = run.tokens["alice"]
@@ -156,7 +157,7 @@ def test_a_call_reads_its_own_partition_not_the_views(dep: Deployment, run: Run)
         backend = gate.backend
         assert isinstance(backend, KafkaBackend) and backend.views_read == frozenset()
         assert gate.approve(first["invocation_id"], alice)["approval_id"]
-        assert backend.views_read == {"pending"}
+        assert backend.views_read == {"pending", "status"}
     finally:
         gate.close()
 

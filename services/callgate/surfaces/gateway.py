@@ -160,9 +160,14 @@ class Gateway:
             approval_id=approval_id,
         )
         status = self.backend.follow(proposal, "status", invocation_id, _settled, timeout_s)
-        if wait is not None and status is not None and not is_final(status):
+        if wait is not None and status is not None and not self.is_final(status):
             return self.wait(invocation_id, session, wait)
         return _answer(invocation_id, status)
+
+    def is_final(self, status: Mapping[str, Any]) -> bool:
+        """``is_final``, knowing from the catalog whether the tool's calls continue."""
+        spec = self.app.profile.tool(str(status.get("tool") or ""))
+        return is_final(status, None if spec is None else spec.continue_on_approval)
 
     def wait(
         self,
@@ -191,7 +196,7 @@ class Gateway:
             if status != last and status is not None and on_change is not None:
                 on_change(status)
             last = status
-            return status is not None and is_final(status)
+            return status is not None and self.is_final(status)
 
         self.backend.wait(done, timeout_s)
         if last is None:
@@ -278,7 +283,7 @@ class Gateway:
             def continued() -> bool:
                 nonlocal status
                 status = self._status(invocation_id)
-                return status is not None and is_final(status)
+                return status is not None and self.is_final(status)
 
             self.backend.wait(continued, max(0.0, deadline - time.monotonic()))
             if status is not None:
@@ -415,19 +420,28 @@ def _answered(decision: Mapping[str, Any]) -> bool:
     return int(decision.get("granted") or 0) < int(decision.get("required") or 0)
 
 
-def is_final(status: Mapping[str, Any]) -> bool:
+def is_final(status: Mapping[str, Any], continues: bool | None = None) -> bool:
     """Nothing more will happen to the invocation by itself (ADR 0029): settled, and not
-    waiting on its approval (pending, or granted and continuing)."""
+    waiting on its approval (pending, or granted and continuing).
+
+    ``continues``: whether the tool's calls continue once approved (the catalog's
+    ``continue_on_approval``); when the caller knows it, a grant is not final until the
+    call goes on (on Kafka the status can show the grant a step before that). Otherwise a
+    grant is final unless the status already shows the invocation continuing.
+    """
     if not status.get("settled"):
         return False
     if status.get("outcome") != Code.APPROVAL_REQUIRED.value:
         return True
     state = (status.get("approval") or {}).get("state")
-    # Pending; not shown in the status yet; or granted, which the continued call follows
-    # (on Kafka a step later, so "granted" can be seen before the call goes on). Where the
-    # tool waits for a resubmission instead (``continue_on_approval: false``) a wait ends at
-    # its timeout with ``approval_required`` and the approval id.
-    return state not in (None, "pending", "granted")
+    if state in (None, "pending"):
+        return False  # pending, or its approval not shown in the status yet
+    if state != "granted":
+        return True
+    if continues is not None:
+        return not continues
+    approved_by = status.get("approved_by") or {}
+    return approved_by.get("approved_invocation_id") != status.get("invocation_id")
 
 
 _DECIDED = {"denied": Code.APPROVAL_DENIED, "expired": Code.APPROVAL_EXPIRED}

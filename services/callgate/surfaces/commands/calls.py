@@ -75,12 +75,11 @@ def propose(ctx: Context) -> int:
         approval_id=ns.approval_id,
         timeout_s=ctx.settings.timeout_s,
     )
-    if ns.wait is not None and answer.get("settled") and answer.get("invocation_id"):
-        from callgate.surfaces.gateway import is_final
-
-        status = gateway.status(answer["invocation_id"], ns.session)
-        if status is not None and not is_final(status):
-            return _wait(ctx, answer["invocation_id"], ns.wait)
+    waits = answer.get("outcome") == "approval_required" and answer.get("invocation_id")
+    if ns.wait is not None and answer.get("settled") and waits:
+        # ``Gateway.wait`` reads the status until it is final (an answer already final
+        # returns at once); on Kafka this process's first view read may not see it yet.
+        return _wait(ctx, answer["invocation_id"], ns.wait)
     ctx.out.answer(answer)
     return EXIT_OK if answer.get("settled") else EXIT_FAILED
 
