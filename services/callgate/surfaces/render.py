@@ -192,18 +192,16 @@ class Renderer:
             )
             if not report["changed"]:
                 return
-            t = _table("changes by transition")
-            t.add_column("transition")
-            t.add_column("calls", justify="right")
-            for transition, count in report["by_transition"].items():
-                t.add_row(escape(transition), str(count))
-            c.print(t)
-            t = _table("changes by tool")
-            t.add_column("tool")
-            t.add_column("calls", justify="right")
-            for tool, count in report["by_tool"].items():
-                t.add_row(escape(tool), str(count))
-            c.print(t)
+            for title, column, counts in (
+                ("changes by transition", "transition", report["by_transition"]),
+                ("changes by tool", "tool", report["by_tool"]),
+            ):
+                t = _table(title)
+                t.add_column(column)
+                t.add_column("calls", justify="right")
+                for name, count in counts.items():
+                    t.add_row(escape(name), str(count))
+                c.print(t)
             t = _table("examples")
             t.add_column("invocation")
             t.add_column("transition")
