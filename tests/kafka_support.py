@@ -203,8 +203,8 @@ class Deployment:
     # -- reading the log, as compliance would ------------------------------------------------
 
     def records(self, logical: str) -> list[Record]:
-        """Every record of a logical topic, ``read_committed`` (on tansu that still shows
-        records of aborted transactions: docs/contract.md "Known tansu gaps")."""
+        """Every record of a logical topic, ``read_committed``: records of aborted transactions are
+        hidden."""
         return read_partitions_to_end(self.bootstrap, self.topics.physical(logical), timeout_s=60)
 
     def events(self, logical: str = "events") -> list[tuple[Record, ev.Event]]:

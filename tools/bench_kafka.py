@@ -744,7 +744,7 @@ def single_hop(
     kind: BenchBroker,
 ) -> Row:
     """Records/s through one transactional passthrough hop without state, 400-byte records:
-    the broker's reference (docs/contract.md "Known tansu gaps": 60,000-85,000/s measured there)."""
+    the broker's reference."""
 
     def proposal(i: int, pad: str) -> ev.Event:
         return ev.ToolCallProposed(

@@ -80,8 +80,7 @@ WINDOW = 200  # flows in flight at once: enough to keep every worker busy
 STEP_TIMEOUT_S = 240.0  # one step (a proposal settling, a decision answered)
 MAX_RETRIES = 8  # resubmissions of one call that stays outcome_uncertain
 MIN_KILL_GAP_S = 2.0
-# Group settings: on tansu because its joins take session.timeout.ms (docs/contract.md "Known tansu
-# gaps"); on Apache Kafka they bound the takeover of a lost instance (ADR 0015).
+# Group settings: they bound the takeover of a lost instance (ADR 0015).
 WORKER_ARGS = ("-X", "session.timeout.ms=6000", "-X", "heartbeat.interval.ms=500")
 TAKEOVER_LIMIT_S = 60.0  # a lost instance's partitions must move within this
 UP_BEFORE_KILL_S = 3.0  # an instance kill waits until every instance has been up this long
@@ -397,11 +396,9 @@ class Workload:
     def decide(self, flow: int, who: Who, status: Mapping[str, Any], decision: str) -> Step:
         """Submit a decision; wait for its answer.
 
-        Tansu gap (docs/contract.md "Known tansu gaps"): a SIGKILLed decider's uncommitted
-        ``ApprovalRequested`` becomes visible, so a UI can answer an approval the restarted
-        decider has not requested again yet, and gets ``not_pending``. As a UI would, resubmit
-        (at most twice) while the status still shows the approval pending. On Apache Kafka a
-        UI only sees committed requests.
+        A decision answered ``not_pending`` while the status view still shows the approval
+        pending (the view is a projection, a step behind the decider) is resubmitted, at most
+        twice, as a UI would.
         """
         inv = str(status["invocation_id"])
         for attempt in range(3):

@@ -2,8 +2,7 @@
 ``callgate serve`` on the suite's Apache Kafka broker, the SDK as an agent platform uses it, and
 raw records on ``requests`` as a hand-written client would put them there.
 
-Tansu gap met here (docs/contract.md "Known tansu gaps"): group joins take about
-``session.timeout.ms``, so serve's children get 6 s and the module pays about 10 s at start.
+serve's children get a 6 s session timeout (``FAST_GROUP_SETTINGS``): a shorter failover.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""What the brokers do, where callgate's tansu workarounds depend on it, on tansu and
-Apache Kafka alike (docs/contract.md "Known tansu gaps").
-
-On Apache Kafka the straightforward behaviour holds: ``read_committed`` hides the records
-of an aborted transaction, and ListOffsets(latest) is the log end. On tansu each test
-asserts the gap instead, so the workaround next to it (``read_partitions_to_end`` ends at
-``enable.partition.eof``; the changelog token chain in ``state``) is shown to be still
-needed there, and harmless where the gap is absent.
-"""
+"""What Apache Kafka does where callgate's Kafka adapter depends on it: ``read_committed``
+hides the records of an aborted transaction, ListOffsets(latest) is the log end, and the
+partition-EOF read finds every record."""
 
 from __future__ import annotations
 
@@ -32,7 +26,7 @@ def fresh_topic(broker: Broker) -> str:
 
 def test_read_committed_and_aborted_transactions(kafka_broker: Broker) -> None:
     """Two committed records around an aborted one: a ``read_committed`` reader sees the
-    two on Apache Kafka; on tansu it sees the aborted one too."""
+    two."""
     topic = fresh_topic(kafka_broker)
     producer = make_producer(kafka_broker.bootstrap, f"{topic}.txn")
     producer.init_transactions(30)
@@ -49,9 +43,8 @@ def test_read_committed_and_aborted_transactions(kafka_broker: Broker) -> None:
 
 
 def test_latest_offset_is_the_log_end(kafka_broker: Broker) -> None:
-    """Five records in one batch: ListOffsets(latest) is 5 on Apache Kafka; tansu answers
-    the base offset of the last batch (0), which is why callgate reads to the partition's
-    EOF instead. The EOF read finds all five on both."""
+    """Five records in one batch: ListOffsets(latest) is 5, and the EOF read finds all
+    five."""
     topic = fresh_topic(kafka_broker)
     producer = make_producer(kafka_broker.bootstrap, None, **{"linger.ms": 100})
     for i in range(5):

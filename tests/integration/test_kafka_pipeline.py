@@ -5,15 +5,10 @@ on the suite's Apache Kafka broker under a topic prefix of its own
 (``tests.kafka_support``); the SDK publishes to ``requests`` and reads the compacted view
 topics, exactly as an agent platform and an approval UI would. Nothing Kafka is mocked.
 
-Tansu gaps met here (docs/contract.md "Known tansu gaps") and how the tests handle them:
-- group joins take about ``session.timeout.ms``: serve's children get 6 s (so the module
-  pays about 10 s at start and about 8 s per restarted child);
-- ``read_committed`` does not hide records of aborted transactions: after a SIGKILL the
-  ``events`` topic can show the killed transaction's records next to the committed redo.
-  Every event id is deterministic (derived from the causing event), so such a leftover
-  has the id of a committed event; ``test_sigkill_*`` proves that any id seen twice is
-  such a copy (same decision, at most one copy from a committed transaction) and never a
-  second decision. On Apache Kafka the copies are absent.
+serve's children get a 6 s session timeout, so a SIGKILLed child's partitions move soon.
+Every event id is deterministic (derived from the causing event); ``test_sigkill_*`` proves
+that any id seen twice on ``events`` would be a byte-identical copy (same decision), never a
+second decision (``read_committed`` hides aborted transactions, so none is expected).
 """
 
 from __future__ import annotations

@@ -4,13 +4,12 @@ Toy processes (``tests.toys``) stand in for the deciders; what is under test is 
 commit sequence (outputs + changelog state + input offsets in one Kafka transaction), its
 abort-and-rewind, restore from the changelog, dead-lettering (``malformed_event``) and timers.
 
-How "no duplicates" is proven on tansu, whose ``read_committed`` does NOT hide records of
-aborted transactions (docs/contract.md "Known tansu gaps"): a reader of the output topic sees the
-committed outputs *and* leftovers of aborted transactions. Every record the runner writes
-carries its transaction's token (header ``cg-txn``). Which tokens committed is read from the
-broker alone: the changelog's committed bound is a consumer-group offset, committed
-atomically with each transaction, and the changelog records before it link back through
-``cg-prev`` (``callgate.adapters.kafka.state``). Then:
+How "no duplicates" is proven without trusting ``read_committed`` alone: the proof also
+holds for a reader that sees the committed outputs *and* leftovers of aborted transactions.
+Every record the runner writes carries its transaction's token (header ``cg-txn``). Which
+tokens committed is read from the broker alone: the changelog's committed bound is a
+consumer-group offset, committed atomically with each transaction, and the changelog
+records before it link back through ``cg-prev`` (``callgate.adapters.kafka.state``). Then:
 
 - committed outputs (token committed) hold each input's output exactly once, and the running
   counts per key are exactly 1..n: no loss, no duplicate, no double-counted state;
@@ -602,14 +601,12 @@ def test_a_fenced_runner_exits_and_its_successor_loses_nothing(
     new = running(successor)
     # The successor's start fences the old producer at once; the old runner finds out at its
     # next transaction, once the new inputs are there. They are published only after the
-    # rebalance the successor's join began has completed: on tansu, a leader that leaves a
-    # rebalance in progress wedges the group for good (docs/contract.md "Known tansu gaps";
-    # ``test_a_rebalance_that_never_completes_is_reported``).
+    # rebalance the successor's join began has completed, so that the fenced runner meets
+    # them in the successor's group, not in a rebalance.
     wait_for(lambda: owns_partitions(successor), 120, "the successor's first assignment")
     dep.publish([proposal(100 + i, k) for i, k in enumerate(keys[100:])])
     wait_for(lambda: not old.thread.is_alive(), 60, "the fenced runner to exit")
     assert isinstance(old.error, ProducerFenced), old.error  # recognised, on both brokers
-    # On tansu each rebalance waits out about a session timeout; under load over 60 s.
     wait_for(lambda: dep.committed_inputs("counter") == 200, 120, "all inputs committed")
     new.stop()
     assert_counted_exactly_once(dep, "counter", keys)
@@ -632,9 +629,8 @@ def test_a_rebalance_that_never_completes_is_reported(
 ) -> None:
     """The group's leader leaves while the runner's join is in progress. Apache Kafka
     completes the rebalance without it: the runner gets every partition and warns of
-    nothing. tansu keeps the departed member as the leader, so the rebalance never
-    completes (docs/contract.md "Known tansu gaps"): the runner warns, once, that its group
-    has assigned it nothing."""
+    nothing (a broker that kept the departed leader would leave it unassigned: then the
+    runner warns, once, that its group has assigned it nothing)."""
     dep = Deployment.fresh(kafka_broker.bootstrap, Counting())
     leader = make_consumer(
         kafka_broker.bootstrap, dep.topics.group("counter"), **FAST_GROUP_SETTINGS

@@ -35,11 +35,12 @@ class MemoryLog:
 class Chaos:
     """Delivery faults a Kafka deployment can produce, for property tests.
 
-    ``interleave``: events of different lanes (topic, partition key) are delivered in
-    any order; one lane stays FIFO, as one Kafka partition does. ``duplicate``: the
-    probability that an event is delivered a second time to every consumer (at-least-once
-    delivery; on tansu, records of aborted transactions stay visible). Each event is
-    duplicated at most once, so a run always ends.
+        ``interleave``: events of different lanes (topic, partition key) are delivered in
+        any order; one lane stays FIFO, as one Kafka partition does. ``duplicate``: the
+        probability that an event is delivered a second time to every consumer (at-least-once
+        delivery, which the processes must survive though Apache Kafka's transactions do not
+    produce it). Each event is
+        duplicated at most once, so a run always ends.
     """
 
     rng: random.Random

@@ -70,10 +70,9 @@ def on_uncertain(state: DeciderState, e: ev.ExecutionUncertain, out: Emitter) ->
         return
     inv.phase, inv.outcome = Phase.SETTLED, Code.OUTCOME_UNCERTAIN.value
     # The executor reports an outcome only for a run it started, so the attempt in force
-    # has started even if its ExecutionStarted was not seen: the two input topics are not
-    # ordered with each other, and on tansu a re-decided proposal can arrive after the
-    # ExecutionStarted of its aborted first decision. Without this the reconciliation
-    # below would never retry (found by the chaos run: calls left waiting forever).
+    # has started even if its ExecutionStarted was not seen: the decider's two input
+    # topics (``requests``, ``events``) are not ordered with each other. Without this the
+    # reconciliation below would never retry (calls left waiting forever).
     inv.started_attempt = max(inv.started_attempt, inv.attempt)
     rec = key_record(state, inv)
     if rec is None or rec.invocation_id != inv.invocation_id:

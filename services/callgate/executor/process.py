@@ -15,11 +15,9 @@ A crash between 1 and 2 leaves a started-but-unfinished execution, which
 second execution.
 
 A request for a run that already finished is answered again with its recorded outcome
-(the same event, byte for byte), never run again. On tansu a killed decider's
-uncommitted ``ExecutionRequested`` becomes visible (docs/contract.md "Known tansu gaps"): this
-executor runs it, and the restarted decider, whose state predates that request, drops
-the outcome as premature and requests the run again. Without the answer it would wait
-forever (found by the chaos run).
+(the same event, byte for byte), never run again: the executor's rule "a run executes at
+most once" does not rest on its input arriving once (``callgate.adapters.memory.Chaos``
+delivers duplicates; a decider that requests a run again waits for that answer).
 
 Dry-runs and lookups are read-only by contract, so they run inside ``handle``: a
 crash before commit merely repeats them.

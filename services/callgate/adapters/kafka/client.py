@@ -108,8 +108,8 @@ def _reason(exc: KafkaException) -> str:
     return err.str() if isinstance(err, KafkaError) else str(exc)
 
 
-# Group settings for tests: on tansu, whose group joins take about ``session.timeout.ms``
-# (docs/contract.md "Known tansu gaps"), and on Apache Kafka, where they shorten failover. The
+# Group settings for tests: Apache Kafka moves a lost member's partitions after
+# ``session.timeout.ms``, so a shorter one shortens the failover tests wait for. The
 # runners' own defaults are ``runner.GROUP_SETTINGS`` (ADR 0015).
 FAST_GROUP_SETTINGS: Config = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
 
@@ -243,10 +243,11 @@ def read_partitions_to_end(
 ) -> list[Record]:
     """Every record of ``topic`` (all partitions unless given) from ``start`` to the end.
 
-    The end is the partition EOF event (``enable.partition.eof``), NOT the watermark: tansu's
-    ListOffsets for the latest offset returns the base offset of the last record batch, while
-    its fetch responses carry the right high watermark. Records come in offset order per
-    partition. Raises ``TimeoutError`` if a partition never reports its end.
+    The end is the partition EOF event (``enable.partition.eof``), NOT the watermark: on a
+    transactional topic the offsets below the high watermark end with a commit marker, which
+    no consumer is given, and a ``read_committed`` reader stops at the last stable offset;
+    librdkafka's EOF accounts for both. Records come in offset order per partition. Raises
+    ``TimeoutError`` if a partition never reports its end.
     """
     consumer = Consumer(
         client_config(

@@ -10,15 +10,14 @@ waits on (the same projection code the service runs), and stops once the value
 satisfies it. The cost is the
 traffic on one partition while the call is in flight, whatever the history.
 
-Starting early is safe, starting late would miss events: tansu's latest offset is the base
-offset of the last record batch (lower than the end), and its ``read_committed`` shows
-records of aborted transactions, which repeat what the retry commits (DESIGN "Known tansu
-gaps"); the fold skips an ``event_id`` it has seen.
+Starting early is safe, starting late would miss events; the fold skips an ``event_id`` it
+has seen (a guard: ``read_committed`` already hides records of aborted transactions).
 
 Queries of whole views (``pending``, ``audit``, ``status`` of any invocation) read the
 compacted view topics they need, and only those, into a local table (Avro values decoded
 with the published schemas); the end of a partition is detected with
-``enable.partition.eof`` (tansu's latest-offset answer is not the log end).
+``enable.partition.eof`` (``client.read_all``: commit markers make the high watermark no
+record's offset).
 """
 
 from __future__ import annotations

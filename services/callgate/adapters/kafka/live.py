@@ -5,12 +5,12 @@ must not. ``LiveKafkaBackend`` runs one consumer thread, assigned to every parti
 every view topic and of the dead-letter topic from the beginning, that applies records
 to in-memory tables as they arrive (a tombstone removes a key) and wakes the waiters.
 Requests read the tables under a lock and never touch the broker. Until the first
-catch-up has reached the end of every partition (``enable.partition.eof``: tansu's
-latest-offset answer is not the log end) the server reports not ready.
+catch-up has reached the end of every partition (``enable.partition.eof``: the high
+watermark of a transactional topic counts commit markers no consumer is given) the server
+reports not ready.
 
 ``KafkaStats`` gives /metrics the consumer lag of each process's group (committed offset
-against the high watermark; tansu answers the watermark with the base offset of the last
-batch, so there the figure can read low by up to one batch) and the dead-letter count.
+against the high watermark, commit markers included) and the dead-letter count.
 """
 
 from __future__ import annotations

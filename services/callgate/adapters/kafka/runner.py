@@ -46,10 +46,10 @@ racing a transaction just begun) replaces the producer: the new one fences the o
 transaction is aborted by the coordinator. A fenced producer (a newer instance with the same
 ``transactional.id``) raises ``ProducerFenced``: the runner must exit, not continue.
 
-Inputs are read ``read_committed``; on tansu that does not hide records of aborted upstream
-transactions (docs/contract.md "Known tansu gaps"), so there a process can see an upstream event
-twice. Processes are idempotent per ``event_id`` for that reason too (at-least-once delivery
-plus idempotent effects); on Apache Kafka it does not happen.
+Inputs are read ``read_committed``: records of aborted upstream transactions are never
+seen. Processes stay idempotent per ``event_id`` all the same: a guard that costs one set
+lookup, kept because the same processes run under at-least-once delivery elsewhere (the
+in-memory runner's property tests deliver duplicates: ``callgate.adapters.memory.Chaos``).
 
 On assignment: restore each partition's store from the changelog, rebuild the timer index,
 then (processes with ``recovers``) call ``recover`` for every restored key and commit the
@@ -127,8 +127,9 @@ NOOP_COMMIT_DELAY_S = 0.5
 GROUP_SETTINGS: dict[str, Any] = {"session.timeout.ms": 10_000, "heartbeat.interval.ms": 1_000}
 # A runner with no partitions this long after joining its group (or after a revocation) logs a
 # warning: the group's rebalance has not completed, so nothing of the group is processed. A
-# join takes seconds (a session timeout at most); on tansu, a group whose leader left during a
-# rebalance never completes one (docs/contract.md "Known tansu gaps").
+# join takes seconds on Apache Kafka (a session timeout at most); a rebalance waits up to
+# ``max.poll.interval.ms`` (5 min) for a member that does not rejoin (one stuck in a provider
+# call), and librdkafka raises no error meanwhile, so the runner says so.
 JOIN_OVERDUE_S = 60.0
 TRANSACTION_TIMEOUT_MS = 15_000
 _FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
@@ -138,7 +139,7 @@ _FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVA
 # (flush itself never waits for linger); Nagle's algorithm is off on every socket, so a
 # small request never waits for the ack of the one before it. The consumer's fetch is
 # answered as soon as one byte is there (``fetch.min.bytes``), and an empty one returns
-# after ``fetch.wait.max.ms``; ``consumer_overrides`` win (tansu needs 10 ms there).
+# after ``fetch.wait.max.ms``; ``consumer_overrides`` win.
 PRODUCER_LATENCY: dict[str, Any] = {"linger.ms": 1, "socket.nagle.disable": True}
 CONSUMER_LATENCY: dict[str, Any] = {
     "fetch.min.bytes": 1,
@@ -222,7 +223,7 @@ class KafkaRunner:
         (``callgate serve`` prints a line per settled decision from the status view).
         ``transaction_gap_ms``: begin a transaction no sooner than this after the last
         commit; ``callgate serve``'s workers pass ``TRANSACTION_GAP_MS`` (Apache Kafka),
-        0 begins at once (tansu needs no gap). ``join_overdue_s``: ``JOIN_OVERDUE_S``.
+        0 begins at once. ``join_overdue_s``: ``JOIN_OVERDUE_S``.
         ``batch_linger_ms``: after a cycle's first record, wait this long for more (0: take
         only what is already fetched); the worker gives it to the processes no caller waits
         on (``worker.BATCH_LINGER_MS``)."""
@@ -704,8 +705,8 @@ class KafkaRunner:
         self._joining_since = None  # once; the next revocation starts another wait
         log.warning(
             "%s: no partitions assigned %.0f s after joining group %s: its rebalance has not "
-            "completed and none of its input is processed (on tansu, a group whose leader "
-            "left during a rebalance never completes one: see the contract's known tansu gaps)",
+            "completed and none of its input is processed (a member may be holding it up "
+            "past max.poll.interval.ms)",
             self.process.name, waited, self._topics.group(self.process.name),
         )  # fmt: skip
 

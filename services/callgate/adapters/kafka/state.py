@@ -5,29 +5,28 @@ Each runner keeps, for every partition it owns, an ``Rdict`` under
 the store reflects and the *token* of the last transaction it applied. State writes go to the
 changelog inside the runner's transaction (with outputs and consumer offsets) and into the
 store only after the commit, so the store never holds uncommitted state; it may lag (a crash
-between commit and apply). It leads the broker's committed bound only where the broker lost
-the offsets of a transaction it acknowledged: tansu did, for the last transaction of a
-producer SIGKILLed and fenced soon after (found by ``callgate chaos``). Its records are in
-the log, so the store is kept, not wiped: a wiped executor would run those calls again.
+between commit and apply), never lead: a store ahead of the broker's committed bound is
+another world's (a recreated topic, another cluster) and is wiped.
 
-Which changelog records are committed? On Apache Kafka a ``read_committed`` reader hides
-aborted transactions, but tansu does not (docs/contract.md "Known tansu gaps"), and a restore that
-applies the records of an aborted or killed transaction would double-count what is then
-re-processed. So the runner makes committedness readable from the log itself:
+Which changelog records are committed? A ``read_committed`` reader knows, but on Apache Kafka
+it reads no further than the partition's last stable offset (LSO): the first offset of the
+oldest open transaction. The instance that owned a partition before this one may have left
+such a transaction behind (SIGKILLed, or cut off mid-commit by a rebalance); the transaction
+coordinator aborts it only after ``transaction.timeout.ms`` (``runner.TRANSACTION_TIMEOUT_MS``),
+so a ``read_committed`` restore would hold every failover (ADR 0015) that long. The restore
+reads uncommitted instead and makes committedness readable from the log itself:
 
 - every transaction has a unique token; each changelog record it writes carries headers
   ``cg-txn`` (its token) and ``cg-prev`` (the token of the last *committed* transaction that
   wrote this partition when it began);
 - in the same transaction the runner commits, for the consumer group, an offset on the
   changelog partition itself: one past its last changelog record. That "changelog bound"
-  is committed atomically with the transaction (it is an offset commit, and tansu honours
-  those: an aborted ``send_offsets_to_transaction`` leaves the group's offsets untouched).
+  is committed atomically with the transaction (it is an offset commit: an aborted
+  ``send_offsets_to_transaction`` leaves the group's offsets untouched).
 
-Restore reads ``[stored offset, bound)`` (the bound also replaces the high watermark, which
-tansu reports wrongly for the latest offset), takes the token of the last record before the
-bound as the head, and follows ``cg-prev`` back: only records of that chain are applied.
-On Apache Kafka the chain check is a no-op (every record it sees is committed); with it the
-restore consumer can read uncommitted, so it never stalls behind a zombie's open transaction.
+Restore reads ``[stored offset, bound)``, takes the token of the last record before the
+bound as the head, and follows ``cg-prev`` back: only records of that chain are applied, so
+the records of an open or aborted transaction below the bound are skipped.
 """
 
 from __future__ import annotations
@@ -305,9 +304,7 @@ def restore_partition(
             store.wipe()  # the log knows no committed state: nor may we (fail closed)
         return 0
     if store.offset > bound:
-        if _log_holds_head(store, reader, partition):
-            return 0  # the broker lost an acknowledged offset commit (module docstring)
-        store.wipe()  # ahead of the log: a store from another broker/world
+        store.wipe()  # ahead of the log: a store from another broker/world (module docstring)
     start, local_head = store.offset, store.head
     if start == bound:
         return 0
@@ -323,15 +320,6 @@ def restore_partition(
         latest[entry.key] = entry.value
     store.apply(latest, bound, head)
     return len(valid)
-
-
-def _log_holds_head(store: PartitionStore, reader: ChangelogReader, partition: int) -> bool:
-    """Is the store's last applied record (offset ``store.offset - 1``, token ``store.head``)
-    in the changelog? Then the store reflects this log, not another world's."""
-    if not store.head:
-        return False
-    last = reader.read(store.changelog, partition, store.offset - 1, store.offset)
-    return bool(last) and last[-1].offset == store.offset - 1 and last[-1].token == store.head
 
 
 @dataclass(frozen=True, slots=True)

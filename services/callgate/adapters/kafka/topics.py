@@ -62,7 +62,7 @@ class TopicSpec:
     readers: tuple[str, ...]
 
     def config(self, replication_factor: int) -> dict[str, str]:
-        """Explicit configs: tansu omits ``retention.ms`` from DescribeConfigs unless given."""
+        """Explicit configs: a topic keeps callgate's retention, not the broker's defaults."""
         return {
             "cleanup.policy": self.cleanup_policy,
             "retention.ms": str(self.retention_ms),

@@ -5,9 +5,9 @@ process exactly as for the embedded backend (``callgate.kafka_worker`` is the co
 passes it in: this adapter never imports the root); the process is chosen by name.
 ``CALLGATE_KAFKA_CONSUMER`` (``key=value,key=value``) adds consumer settings, like ``-X``,
 so that ``callgate serve`` can hand them to every child: tests set
-``session.timeout.ms=6000,heartbeat.interval.ms=500`` there (on tansu because its group
-joins take about ``session.timeout.ms``: docs/contract.md "Known tansu gaps"; on Apache Kafka to
-shorten failover); the runner's own defaults are ``runner.GROUP_SETTINGS`` (ADR 0015).
+``session.timeout.ms=6000,heartbeat.interval.ms=500`` there (a SIGKILLed child's partitions
+move to another member after ``session.timeout.ms``: a shorter one shortens the failover the
+tests wait for); the runner's own defaults are ``runner.GROUP_SETTINGS`` (ADR 0015).
 """
 
 from __future__ import annotations
