@@ -146,7 +146,6 @@ def bench_policy(n: int) -> list[Row]:
 def bench_embedded(n: int) -> tuple[list[Row], Path]:
     """Durable proposals per second to final decision on the embedded backend."""
     from callgate.adapters.avro_codec import AvroCodec
-    from callgate.adapters.embedded.runner import EmbeddedRunner
     from callgate.adapters.embedded.store import EmbeddedStore
 
     state = Path(tempfile.mkdtemp(prefix="callgate-bench-"))
@@ -155,7 +154,7 @@ def bench_embedded(n: int) -> tuple[list[Row], Path]:
     store = EmbeddedStore(state, codec)
     proposals = mixed_proposals(app, n)
     store.append(proposals)  # published before the timer: we time deciding, not publishing
-    runner = EmbeddedRunner(store, app.processes(), codec, app.clock)
+    runner = app.embedded_runner(store, codec)
     assert runner.try_acquire()
     t0 = time.perf_counter()
     runner.run_until_idle(max_seconds=3600)

@@ -60,7 +60,6 @@ from callgate.adapters.kafka.client import (
 from callgate.adapters.kafka.runner import (
     CONSUMER_LATENCY,
     TRANSACTION_GAP_MS,
-    KafkaRunner,
     ProducerFenced,
 )
 from callgate.adapters.kafka.serve import Supervisor, create_topics, views_of
@@ -338,14 +337,15 @@ def replay_worker(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     process = Replay(marshal.loads(ns.recording.read_bytes()), codec)
-    runner = KafkaRunner(
+    settings = Settings(
+        state_dir=Path(ns.state_dir),
+        bootstrap_servers=ns.bootstrap_servers,
+        topic_prefix=ns.prefix,
+        partitions=ns.partitions,
+        instance_id="0",
+    )
+    runner = bootstrap(settings).kafka_runner(
         process,
-        codec,
-        Topics(ns.prefix, ns.partitions),
-        ns.bootstrap_servers,
-        "0",
-        ns.state_dir,
-        lambda: time.time_ns() // 1_000_000,
         batch_size=ns.batch_size,
         batch_timeout_ms=ns.batch_timeout_ms,
         consumer_overrides=consumer_overrides(ns.consumer),

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from callgate.adapters.embedded.runner import EmbeddedRunner
     from callgate.adapters.embedded.store import EmbeddedStore
     from callgate.adapters.kafka.live import LiveKafkaBackend
+    from callgate.adapters.kafka.runner import KafkaRunner
     from callgate.adapters.notify import Notifier, PendingReader, SlackInteractions
     from callgate.adapters.oidc import Discovery, OidcSignIn
     from callgate.config import ApprovalKeys
@@ -271,6 +272,27 @@ class App:
             codec,
             self.clock,
             requests_retention_ms=self.settings.requests_retention_ms,
+            **options,
+        )
+
+    def kafka_runner(self, process: Process[Any], **options: Any) -> KafkaRunner:
+        """The runner of one process on the settings' Kafka deployment (``callgate serve``'s
+        workers, the benchmark's replay worker): its topics, brokers, instance id, state
+        stores and clock come from here; ``options`` are the runner's tuning."""
+        from callgate.adapters.avro_codec import AvroCodec
+        from callgate.adapters.kafka.runner import KafkaRunner
+        from callgate.adapters.kafka.topics import Topics
+        from callgate.adapters.kafka.worker import kafka_state_dir
+
+        settings = self.settings
+        return KafkaRunner(
+            process,
+            AvroCodec.default(),
+            Topics(settings.topic_prefix, settings.partitions),
+            settings.brokers,
+            settings.instance_id,
+            kafka_state_dir(settings),
+            self.clock,
             **options,
         )
 

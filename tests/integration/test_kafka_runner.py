@@ -18,7 +18,7 @@ records before it link back through ``cg-prev`` (``callgate.adapters.kafka.state
   input, so this check does not depend on the token bookkeeping being right.
 On Apache Kafka the leftovers are simply absent.
 
-Run as a worker subprocess by the SIGKILL test: ``python -m callgate.adapters.kafka.runner
+Run as a worker subprocess by the SIGKILL test: ``python -m tests.kafka_runner_main
 --process test_kafka_runner:SlowCounting`` (this directory and the repository root on
 ``PYTHONPATH``).
 """
@@ -671,8 +671,8 @@ def start_worker(dep: Deployment, state_dir: Path) -> subprocess.Popen[bytes]:
     paths = [REPO, REPO / "services", REPO / "projections", Path(__file__).parent]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, paths))}
     cmd = [
-        sys.executable, "-m", "callgate.adapters.kafka.runner",
-        "--process", "test_kafka_runner:SlowCounting", "--json-views",
+        sys.executable, "-m", "tests.kafka_runner_main",
+        "--process", "test_kafka_runner:SlowCounting",
         "--bootstrap-servers", dep.bootstrap, "--instance-id", "w1",
         "--state-dir", str(state_dir), "--prefix", dep.topics.prefix,
         "--partitions", str(PARTITIONS), "--batch-size", "50", "--batch-timeout-ms", "50",
@@ -682,8 +682,8 @@ def start_worker(dep: Deployment, state_dir: Path) -> subprocess.Popen[bytes]:
 
 
 def forge_aborted_changelog_transaction(dep: Deployment, process: str, keys: set[str]) -> None:
-    """Bogus state in an aborted transaction, shaped like the runner's own records. tansu
-    keeps it visible to every reader, so a restore that trusted the log would apply it."""
+    """Bogus state in an aborted transaction, shaped like the runner's own records. The
+    restore reads uncommitted (``state``), so it sees it: the token chain must skip it."""
     producer = make_producer(dep.bootstrap, transactional_id=f"{dep.topics.prefix}.forger")
     producer.init_transactions(10)
     producer.begin_transaction()
@@ -732,7 +732,8 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
             forge_aborted_changelog_transaction(dep, process.name, set(keys))
 
     dep.publish([proposal(published + i, k) for i, k in enumerate(stages[3])])
-    shutil.rmtree(tmp_path / process.name)  # lost local state: restore from the changelog
+    # lost local state: restore from the changelog (``worker.kafka_state_dir``'s layout)
+    shutil.rmtree(tmp_path / "kafka-state" / "w1" / process.name)
     worker = start_worker(dep, tmp_path)
     wait_for(lambda: dep.committed_inputs(process.name) == len(keys), 90, "all committed")
     worker.send_signal(signal.SIGTERM)

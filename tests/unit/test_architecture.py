@@ -252,6 +252,34 @@ def test_no_adapter_holds_a_module_global_kafka_connection() -> None:
     assert held == []
 
 
+RUNNERS = frozenset({"KafkaRunner", "EmbeddedRunner", "MemoryRunner"})
+# The one place that builds runners for the product and the tools (serve, CLI, SDK, HTTP,
+# MCP, benchmarks, chaos): ``App.kafka_runner`` and ``App.embedded_runner``.
+RUNNER_BUILDER = ROOT / "services" / "callgate" / "bootstrap.py"
+
+
+def runners_built_outside_the_root() -> list[str]:
+    """``file:line`` of every call of a runner class in the packages and ``tools/``, except
+    in the composition root."""
+    paths = [*modules().values(), *sorted((ROOT / "tools").rglob("*.py"))]
+    found = []
+    for path in paths:
+        if path == RUNNER_BUILDER:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                func = node.func
+                name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+                if name in RUNNERS:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
+def test_runners_are_built_by_the_composition_root_alone() -> None:
+    """Product and tools get runners from ``App``: one place decides their wiring."""
+    assert runners_built_outside_the_root() == []
+
+
 def figures() -> str:
     sizes = sorted(
         ((len(p.read_text(encoding="utf-8").splitlines()), m) for m, p in modules().items()),

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from callgate.adapters.avro_codec import AvroCodec
     from callgate.adapters.embedded.runner import EmbeddedRunner
     from callgate.adapters.embedded.store import EmbeddedStore
+    from callgate.adapters.kafka.runner import KafkaRunner
     from callgate.domain.keys import KeyRing
     from callgate.domain.process import Process
     from callgate.settings import Clock, Settings
@@ -40,4 +41,8 @@ class Wiring(Protocol):
         self, store: EmbeddedStore, codec: AvroCodec, **options: Any
     ) -> EmbeddedRunner:
         """The runner over every process on the embedded store (built by the root alone)."""
+        ...
+
+    def kafka_runner(self, process: Process[Any], **options: Any) -> KafkaRunner:
+        """The runner of one process on Kafka (built by the root alone)."""
         ...

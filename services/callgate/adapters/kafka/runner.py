@@ -58,12 +58,9 @@ results before processing new input.
 
 from __future__ import annotations
 
-import argparse
 import heapq
-import importlib
 import itertools
 import logging
-import signal
 import threading
 import time
 import uuid
@@ -81,7 +78,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
+from callgate.adapters.avro_codec import MalformedEvent
 from callgate.adapters.engine import (
     StateCache,
     decode_input,
@@ -101,16 +98,13 @@ from callgate.adapters.kafka.state import (
     restore_partition,
 )
 from callgate.adapters.kafka.topics import (
-    DEFAULT_PARTITIONS,
-    DEFAULT_PREFIX,
     HEADER_TENANT,
     Topics,
 )
-from callgate.adapters.view_codec import JsonViews, ViewCodec, ViewEncoder
+from callgate.adapters.view_codec import ViewCodec, ViewEncoder
 from callgate.domain.codes import Code
 from callgate.domain.events import Event, EventDeadLettered
 from callgate.domain.process import Output, Process, ViewRecord, reacts_to
-from callgate.gc_settings import apply_gc_settings
 from callgate_projections import keeps_states_immutable
 
 log = logging.getLogger(__name__)
@@ -831,79 +825,3 @@ def _raise_if_fatal(exc: BaseException) -> None:
         raise ProducerFenced(str(err)) from exc
     if err.fatal():
         raise exc
-
-
-# --- entry point: usable as a subprocess or multiprocessing target ---------------------------
-
-
-def load_process(ref: str) -> Process[Any]:
-    """``"module:attr"`` -> a process (``attr`` is a class or factory called with no args)."""
-    module, _, attr = ref.partition(":")
-    factory = getattr(importlib.import_module(module), attr)
-    process: Process[Any] = factory()
-    return process
-
-
-def run_process_main(
-    process_ref: str,
-    bootstrap: BrokerAddress,
-    instance_id: str,
-    state_dir: str,
-    prefix: str = DEFAULT_PREFIX,
-    partitions: int = DEFAULT_PARTITIONS,
-    batch_size: int = 500,
-    batch_timeout_ms: int = 100,
-    consumer_overrides: Mapping[str, Any] | None = None,
-    json_views: bool = False,
-) -> None:
-    """Run one process until SIGTERM/SIGINT (installing those handlers in the main thread).
-
-    ``json_views``: write view values as JSON text, for processes whose views have no
-    published schema (test processes); otherwise the published Avro schemas.
-    """
-    stop = threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        signal.signal(signal.SIGINT, lambda *_: stop.set())
-    runner = KafkaRunner(
-        load_process(process_ref),
-        AvroCodec.default(),
-        Topics(prefix, partitions),
-        bootstrap,
-        instance_id,
-        state_dir,
-        lambda: int(time.time() * 1000),
-        batch_size=batch_size,
-        batch_timeout_ms=batch_timeout_ms,
-        consumer_overrides=consumer_overrides,
-        views=JsonViews() if json_views else None,
-    )
-    runner.run(stop)
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Run one callgate process on Kafka.")
-    parser.add_argument("--process", required=True, help="module:attr of the process")
-    parser.add_argument("--bootstrap-servers", required=True)
-    parser.add_argument("--instance-id", required=True)
-    parser.add_argument("--state-dir", required=True)
-    parser.add_argument("--prefix", default=DEFAULT_PREFIX)
-    parser.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS)
-    parser.add_argument("--batch-size", type=int, default=500)
-    parser.add_argument("--batch-timeout-ms", type=int, default=100)
-    parser.add_argument("--json-views", action="store_true",
-                        help="view values as JSON (no view schemas)")  # fmt: skip
-    parser.add_argument("-X", dest="consumer", action="append", default=[],
-                        metavar="KEY=VALUE", help="consumer config override")  # fmt: skip
-    args = parser.parse_args(argv)
-    apply_gc_settings()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    overrides = dict(item.split("=", 1) for item in args.consumer)
-    run_process_main(
-        args.process, args.bootstrap_servers, args.instance_id, args.state_dir, args.prefix,
-        args.partitions, args.batch_size, args.batch_timeout_ms, overrides, args.json_views,
-    )  # fmt: skip
-
-
-if __name__ == "__main__":
-    main()

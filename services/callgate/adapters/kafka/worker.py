@@ -22,9 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from callgate import logs
-from callgate.adapters.avro_codec import AvroCodec
-from callgate.adapters.kafka.runner import TRANSACTION_GAP_MS, KafkaRunner, ProducerFenced
-from callgate.adapters.kafka.topics import Topics
+from callgate.adapters.kafka.runner import TRANSACTION_GAP_MS, ProducerFenced
 from callgate.adapters.wiring import Wiring
 from callgate.gc_settings import apply_gc_settings
 from callgate.logs import SettledLog
@@ -145,14 +143,8 @@ def main(wire: Callable[[Settings], Wiring], argv: list[str] | None = None) -> i
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    runner = KafkaRunner(
+    runner = app.kafka_runner(
         processes[ns.process],
-        AvroCodec.default(),
-        Topics(settings.topic_prefix, settings.partitions),
-        settings.brokers,
-        settings.instance_id,
-        kafka_state_dir(settings),
-        app.clock,
         batch_size=ns.batch_size,
         batch_timeout_ms=ns.batch_timeout_ms,
         consumer_overrides=consumer_overrides(ns.consumer),
