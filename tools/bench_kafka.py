@@ -413,7 +413,7 @@ class Outbound:
 
 def _reader(bootstrap: str, fetch_wait_ms: str) -> Consumer:
     """The bench's ``read_committed`` consumer (``assign()`` only: never joins or commits).
-    With tansu's fetch hold at its 500 ms default it would see records in late lumps."""
+    ``fetch_wait_ms`` bounds how late an empty fetch returns."""
     return Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -805,7 +805,7 @@ def single_hop(
                 if msg.error() is not None:
                     raise KafkaException(msg.error())
                 if (key := msg.key() or b"") in seen:
-                    continue  # a leftover of an aborted transaction (tansu shows them)
+                    continue  # a copy of an event already seen (guard)
                 seen.add(key)
                 token = dict(headers_of(msg)).get("cg-txn")
                 if first is None:

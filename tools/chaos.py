@@ -185,7 +185,7 @@ def _conflicting_outcomes(events: Iterable[ev.Event]) -> list[str]:
     """Invocations whose log gives more than one terminal outcome.
 
     The one allowed change is C12's: ``outcome_uncertain`` reconciled to ``executed``. The log
-    is deduplicated by ``event_id`` (tansu shows records of aborted transactions too).
+    is deduplicated by ``event_id`` (a guard: ``read_committed`` hides aborted records).
     """
     seen: set[str] = set()
     outcomes: dict[str, set[str]] = {}
@@ -956,8 +956,8 @@ def _drive(
 
 
 def _seen_twice(events: Sequence[ev.Event]) -> dict[str, int]:
-    """Events on the log twice (a killed writer's uncommitted records that tansu shows, then
-    the same records again from its restarted self), by type: where the kills landed."""
+    """Events on the log twice (a guard: ``read_committed`` hides a killed writer's
+    uncommitted records, so none are expected), by type: where the kills landed."""
     ids = Counter(e.event_id for e in events)
     twice = {e.event_id: e.event_type for e in events if ids[e.event_id] > 1}
     return dict(sorted(Counter(twice.values()).items()))

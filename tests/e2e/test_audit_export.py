@@ -6,7 +6,7 @@ line is found and named by its line number; a named exporter resumes from its st
 position, never skipping or repeating a record (also when the stored position is behind
 the file, as after a crash between writing and storing); ``--follow`` writes records as
 they settle until SIGTERM. The same scenario runs on the embedded store and on Kafka
-(tansu and Apache Kafka, ``kafka_bootstrap``).
+(Apache Kafka, ``kafka_bootstrap``).
 """
 
 from __future__ import annotations

@@ -37,8 +37,8 @@ def deployment(
 ) -> Iterator[tuple[Deployment, Path]]:
     root = tmp_path_factory.mktemp("mcp-kafka")
     ledger = root / "notes.jsonl"
-    # The executor's upstream call gets 4 s here: a transaction commit on tansu can take
-    # a second, and only the injected fault may time out.
+    # The executor's upstream call gets 4 s here: a transaction commit under load can
+    # take a second, and only the injected fault may time out.
     profile = write_profile(root / "profile", ledger, timeout_s=4.0, with_defaults=True)
     without_continuation(profile)  # the platform resubmits with the approval id here
     dep = Deployment(kafka_bootstrap, unique_prefix("mcp"), root / "state", profile)

@@ -1,7 +1,7 @@
 """``callgate serve`` killed with SIGKILL mid-stream, again and again (C8, C9, C12).
 
-A separate process publishes a stream of proposals into the log (embedded, then Kafka on
-tansu and Apache Kafka) without waiting for any of them, while the test SIGKILLs
+A separate process publishes a stream of proposals into the log (embedded, then Apache
+Kafka) without waiting for any of them, while the test SIGKILLs
 ``callgate serve`` at random moments and starts it again. At the end every proposal must
 have settled exactly once with the outcome it would have had without the crashes, every
 ticket must have been created exactly once, and the audit trail and the projections must

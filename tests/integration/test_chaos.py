@@ -303,10 +303,9 @@ def test_an_uncertain_mutation_never_reconciled_is_reported() -> None:
 def test_a_repeated_execution_request_gets_the_recorded_answer(
     tmp_path: Path, faults: dict[str, Any], crash: bool, answer_type: type[ev.Event]
 ) -> None:
-    """C12, found by the chaos run on tansu: a killed decider's uncommitted
-    ``ExecutionRequested`` became visible, ran, and the restarted decider (whose state
-    predated it) requested the run again. Given a finished run, when the same request
-    arrives again, then the executor re-emits the recorded outcome and runs nothing."""
+    """C12: a run executes at most once whatever delivers its request twice (ADR 0062).
+    Given a finished run, when the same request arrives again, then the executor re-emits
+    the recorded outcome and runs nothing."""
     app = bootstrap(Settings(state_dir=tmp_path, faults=faults, dev=True))
     executor = app.executor()
     request = ev.ExecutionRequested(

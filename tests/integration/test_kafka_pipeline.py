@@ -200,7 +200,7 @@ def test_sigkill_the_decider_mid_stream_settles_everything_exactly_once(
     dep: Deployment, serve: KafkaServe, gate: Gateway, kafka_broker: Broker
 ) -> None:
     """SIGKILL the decider child three times while 540 proposals flow; serve's supervisor
-    restarts it (on tansu once the dead child's group session expired), the new child fences
+    restarts it, the new child fences
     the dead one's transaction and restores its state from the changelog. C8, C9, C12: every
     proposal settles once with the outcome it would have had anyway, every ticket exists
     exactly once, no invocation is decided twice."""
@@ -296,7 +296,7 @@ def test_sigkill_the_decider_mid_stream_settles_everything_exactly_once(
 
 def assert_no_second_decision(dep: Deployment, ids: set[str]) -> int:
     """No invocation of ``ids`` was decided twice; returns how many leftover copies the
-    ``events`` topic shows (records of aborted transactions: tansu keeps them visible).
+    ``events`` topic shows (``read_committed``: none expected).
 
     Event ids are deterministic (the decider derives them from the causing event), so a
     copy left by an aborted attempt has the id of the event its redo committed. Hence:
@@ -342,9 +342,8 @@ def test_replay_rebuilds_identical_projections(gate: Gateway) -> None:
     assert gate.propose(alice, "tickets.read", {"ticket_id": "T-77"})["outcome"] == "executed"
     # The views are eventually consistent: the pending and decisions projections may still
     # be folding the tail of the log. Nothing is in flight, so they converge within a few
-    # seconds or never (a real difference). Committed consumer offsets cannot tell when
-    # they are done on tansu: a transaction that produces no record (a projection handling
-    # events it ignores) does not commit its offsets there.
+    # seconds or never (a real difference). Replay equality is what is asserted, so
+    # it is what is waited for.
     deadline = time.monotonic() + 30
     while not (report := replay(gate))["equal"] and time.monotonic() < deadline:
         time.sleep(0.5)

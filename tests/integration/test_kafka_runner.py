@@ -80,7 +80,7 @@ from callgate.domain.process import Output, Process
 
 CODEC = AvroCodec.default()
 REPO = Path(__file__).resolve().parents[2]
-PARTITIONS = 3  # few partitions: tansu group joins are slow, and co-partitioning needs >1
+PARTITIONS = 3  # few partitions: short rebalances; co-partitioning needs >1
 
 
 # --- toy processes (the shared ones are in tests.toys) ----------------------------------------
@@ -799,7 +799,7 @@ def histories(draw: st.DrawFn) -> History:
 @settings(max_examples=300, deadline=None)
 @given(history=histories(), pick=st.integers(0, 10))
 def test_restore_applies_exactly_the_committed_transactions(history: History, pick: int) -> None:
-    """The tansu workaround in ``state``: records of aborted and zombie transactions are
+    """The token chain in ``state``: records of aborted and zombie transactions are
     never applied, restoring from offset 0 or from a local store at any commit."""
     valid, _ = select_committed(history.entries, "", full=True)
     assert _fold(valid) == history.committed

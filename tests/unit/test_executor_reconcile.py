@@ -215,7 +215,7 @@ def test_a_duplicated_reconciliation_does_not_execute_again(
     tmp_path: Path, key: str | None
 ) -> None:
     """C12 under at-least-once delivery: the same ExecutionReconciled(found=False)
-    delivered twice (e.g. a record of an aborted transaction that tansu still shows)
+    delivered twice (at-least-once delivery: ``adapters.memory.Chaos``)
     authorizes one retry, not two."""
     g = Gate(tmp_path / "state")
     alice = g.session("alice")
@@ -235,7 +235,7 @@ def test_an_uncertain_outcome_proves_its_attempt_started_when_started_was_seen_f
 ) -> None:
     """C12: the decider reads ``requests`` and ``events``, which are not ordered with each
     other. When the executor's ``ExecutionStarted`` reaches a restarted decider before the
-    proposal it re-decides (tansu shows an aborted first decision's ExecutionRequested), the
+    proposal it re-decides (its two input topics are not ordered with each other), the
     later ``ExecutionUncertain`` still proves that attempt started: a retry that reconciles
     and finds nothing executes once instead of waiting forever."""
     # given the log of: a create that timed out before applying, then a retry that
