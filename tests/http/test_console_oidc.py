@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from callgate.adapters.keyfiles import generate_key_pair
+from tests.http.approval_flow import refund_waited_on_runs_once_approved
 from tests.http_support import REFUND_BIG, HttpServe, free_port
 from tests.idp import IdentityProvider
 from tests.oidc_support import OpenIdProvider, missing
@@ -188,6 +189,31 @@ def test_approver_signs_in_with_the_provider_approves_reloads_and_signs_out(
     assert "__Host-callgate-session" not in names and "__Host-callgate-csrf" not in names
     page.reload()
     expect(page.get_by_role("link", name="Sign in with Test IdP")).to_be_visible()
+    no_page_errors(page)
+    page.close()
+
+
+def test_a_refund_the_agent_waits_on_is_approved_in_the_console_and_runs_once(
+    deployment: Deployment, browser: Browser
+) -> None:
+    """Issue 27: the agent's ``callgate propose --wait`` (the installed command, its own
+    process) waits; fran signs in through the provider, opens the link callgate hands out
+    and approves; the refund runs without resubmission, the agent prints ``executed``;
+    one effect, ``audit verify`` true, replay equal."""
+    d = deployment
+    page = new_page(browser)
+    sign_in_with_provider(page, d, "fran")
+
+    def approve_in_the_console(invocation: str) -> None:
+        page.goto(f"{d.serve.url}/#invocation={invocation}")
+        expect(page.locator("#live-state")).to_contain_text("Pending approval")
+        page.get_by_role("button", name="Approve", exact=True).click()
+        expect(page.locator("#detail-result")).to_contain_text("Approved.")
+
+    inv = refund_waited_on_runs_once_approved(d.serve, d.agent(), d.agent(), approve_in_the_console)
+    expect(page.locator("#live-state")).to_contain_text("Executed")
+    approval = approval_state(d, inv)
+    assert approval["state"] == "granted" and approval["approver"] == "fran", approval
     no_page_errors(page)
     page.close()
 

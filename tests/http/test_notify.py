@@ -30,6 +30,7 @@ from slack_sdk.signature import SignatureVerifier
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from callgate.adapters.keyfiles import generate_key_pair
+from tests.http.approval_flow import effects_of, refund_waited_on_runs_once_approved
 from tests.http_support import REFUND_BIG, HttpServe, wait_until
 
 SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
@@ -295,6 +296,24 @@ def test_a_pending_refund_is_told_by_webhook_and_slack_and_approved_in_slack(s: 
     assert update["ts"] == "1700000000.000100" and "granted by fran" in update["text"]
 
 
+def test_a_refund_the_agent_waits_on_is_approved_in_slack_and_runs_once(s: Setup) -> None:
+    """Issue 27: the agent's ``callgate propose --wait`` waits; fran's signed Approve click
+    on the real interaction endpoint approves; the refund runs without resubmission and
+    the agent prints ``executed``; one effect, ``audit verify`` true, replay equal."""
+    alice = s.serve.token("alice", "acme", "support")
+
+    def approve_in_slack(invocation: str) -> None:
+        answer = slack_click(s, invocation, "U0FRAN")
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["decision"] == "granted" and answer.json()["approver"] == "fran"
+
+    inv = refund_waited_on_runs_once_approved(s.serve, alice, alice, approve_in_slack)
+    assert status(s, inv)["approval"]["approver"] == "fran"
+    again = slack_click(s, inv, "U0FRAN")  # the same click again: decided, nothing more
+    assert again.status_code == 409 and again.json()["error"]["code"] == "not_pending"
+    assert len(effects_of(s.serve, inv)) == 1
+
+
 def test_a_failing_receiver_is_retried_with_backoff_then_dead_lettered(s: Setup) -> None:
     inv = propose(s, "alice", ("support",), "ORD-603")
 
@@ -349,6 +368,7 @@ def test_slack_refusals_are_coded_and_approve_nothing(s: Setup) -> None:
         "no approver role": "approver_forbidden",
     }
     assert status(s, inv)["approval"]["state"] == "pending"  # nothing was approved
+    assert effects_of(s.serve, inv) == []  # nothing executed
 
     denied = slack_click(s, inv, "U0FRAN", "callgate_deny")
     assert denied.status_code == 200 and denied.json()["decision"] == "denied"
