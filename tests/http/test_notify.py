@@ -12,6 +12,7 @@ signed the way Slack signs them (``slack_sdk``'s ``SignatureVerifier``).
 from __future__ import annotations
 
 import base64
+import hmac
 import json
 import os
 import threading
@@ -22,7 +23,7 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote_from_bytes, urlencode
 
 import httpx
 import pytest
@@ -31,7 +32,7 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from callgate.adapters.keyfiles import generate_key_pair
 from tests.http.approval_flow import effects_of, refund_waited_on_runs_once_approved
-from tests.http_support import REFUND_BIG, HttpServe, wait_until
+from tests.http_support import HOSTILE_JSON, REFUND_BIG, HttpServe, wait_until
 
 SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 TEAM = "T0ACME"
@@ -200,7 +201,14 @@ def slack_click(
     age_s: int = 0,
 ) -> httpx.Response:
     """POST an interaction the way Slack does: form-encoded ``payload``, signed."""
-    payload = {
+    payload = click_payload(invocation, slack_user, action, team)
+    body = urlencode({"payload": json.dumps(payload)}).encode()
+    return slack_post(s, body, signing_secret=signing_secret, age_s=age_s)
+
+
+def click_payload(invocation: str, slack_user: str, action: str, team: str) -> dict[str, Any]:
+    """A ``block_actions`` payload: ``slack_user`` clicked ``action`` on the item's message."""
+    return {
         "type": "block_actions",
         "team": {"id": team, "domain": "acme"},
         "user": {"id": slack_user, "username": slack_user.lower(), "team_id": team},
@@ -216,13 +224,25 @@ def slack_click(
         ],
         "response_url": "https://hooks.slack.invalid/actions/T0/1/x",
     }
-    body = urlencode({"payload": json.dumps(payload)})
+
+
+def slack_post(
+    s: Setup, body: bytes, *, signing_secret: str = SIGNING_SECRET, age_s: int = 0
+) -> httpx.Response:
+    """POST ``body`` to the interaction endpoint, signed as Slack signs (``v0:ts:body``;
+    ``slack_sdk`` for a UTF-8 body, the same HMAC by hand for one that is not)."""
     timestamp = str(int(time.time()) - age_s)
-    signature = SignatureVerifier(signing_secret).generate_signature(timestamp=timestamp, body=body)
+    try:
+        signature = SignatureVerifier(signing_secret).generate_signature(
+            timestamp=timestamp, body=body.decode("utf-8")
+        )
+    except UnicodeDecodeError:
+        mac = hmac.new(signing_secret.encode(), b"v0:" + timestamp.encode() + b":" + body, "sha256")
+        signature = "v0=" + mac.hexdigest()
     assert signature is not None
     return httpx.post(
         f"{s.serve.url}/v1/slack/interactions",
-        content=body.encode(),
+        content=body,
         headers={
             "Content-Type": "application/x-www-form-urlencoded",
             "X-Slack-Request-Timestamp": timestamp,
@@ -376,3 +396,31 @@ def test_slack_refusals_are_coded_and_approve_nothing(s: Setup) -> None:
     wait_until(lambda: webhooks(s.hook, s.hook_secret, "approval.decided", inv), 15, "decided")
     [decided] = webhooks(s.hook, s.hook_secret, "approval.decided", inv)
     assert decided["data"]["decision"] == "denied" and decided["data"]["approver"] == "fran"
+
+
+def test_hostile_interaction_bodies_are_refused_with_a_code_and_approve_nothing(s: Setup) -> None:
+    """Signed as Slack signs, so that the reader, not the signature, refuses: each hostile
+    class in the ``payload`` JSON, a repeated form field (which one would Slack have
+    meant?) and a form that is not UTF-8 get a coded refusal; nothing is approved."""
+    inv = propose(s, "alice", ("support",), "ORD-604")
+    click = click_payload(inv, "U0FRAN", "callgate_approve", TEAM)
+    bodies = {
+        name: (b"payload=" + quote_from_bytes(json_body).encode(), status, code)
+        for name, (json_body, status, code) in HOSTILE_JSON.items()
+    }
+    bodies["oversized"] = (b"payload=" + b"y" * 70_000, 413, "payload_too_large")
+    other = {**click, "actions": [{**click["actions"][0], "action_id": "callgate_deny"}]}
+    bodies["a repeated field"] = (
+        urlencode([("payload", json.dumps(click)), ("payload", json.dumps(other))]).encode(),
+        422,
+        "invalid_request",
+    )
+    bodies["a raw byte that is not UTF-8"] = (b"payload=\xff", 422, "invalid_request")
+    for what, (body, expected, code) in bodies.items():
+        answer = slack_post(s, body)
+        assert answer.status_code == expected, (what, answer.text)
+        assert answer.json()["error"]["code"] == code, (what, answer.text)
+        assert "Traceback" not in answer.text
+    assert status(s, inv)["approval"]["state"] == "pending"  # nothing was decided
+    assert effects_of(s.serve, inv) == []  # nothing executed
+    assert "Traceback" not in s.serve.log.read_text()

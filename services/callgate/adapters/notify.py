@@ -359,7 +359,11 @@ class SlackInteractions:
             raise Rejection(
                 Code.UNAUTHENTICATED, f"the Slack request timestamp is {int(age)} s old (over 300)"
             )
-        if not self._verifier.is_valid(body, timestamp, signature):
+        try:  # Slack sends UTF-8; ``slack_sdk`` would raise on anything else
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise Rejection(Code.INVALID_REQUEST, "the Slack request body is not UTF-8") from None
+        if not self._verifier.is_valid(text, timestamp, signature):
             raise Rejection(Code.UNAUTHENTICATED, "the Slack request signature does not verify")
 
     def session_for(self, action: SlackAction) -> tuple[SlackUser, str]:

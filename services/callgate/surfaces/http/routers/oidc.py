@@ -16,7 +16,7 @@ import hmac
 import logging
 import secrets
 from typing import Annotated, Any
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode
 
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import RedirectResponse, Response
@@ -32,6 +32,10 @@ router = APIRouter(prefix="/v1/oidc", tags=["sign-in"])
 
 TRANSACTION_COOKIE = "__Host-callgate-sign-in"
 TRANSACTION_TTL_S = 600
+# A provider's redirect carries a few short parameters (code, state, iss, session_state,
+# error...): anything much larger or longer is not one.
+CALLBACK_MAX_QUERY_BYTES = 8 * 1024
+CALLBACK_MAX_FIELDS = 16
 
 
 @router.get(
@@ -80,6 +84,31 @@ def sign_in(index: Annotated[int, Path(ge=0, le=1000)], ctx: ContextDep) -> Resp
     return response
 
 
+def _callback_params(query: bytes) -> dict[str, str]:
+    """The callback's query, read strictly: a parameter given twice (which one would the
+    provider have meant?), bytes that are not percent-encoded UTF-8, or an oversized query
+    refuse the sign-in (``SignInError``) instead of being read leniently."""
+    from callgate.adapters.oidc import SignInError
+
+    if len(query) > CALLBACK_MAX_QUERY_BYTES:
+        raise SignInError(f"the callback's query is over {CALLBACK_MAX_QUERY_BYTES} bytes")
+    try:
+        pairs = parse_qsl(
+            query.decode("ascii"),
+            keep_blank_values=True,
+            errors="strict",
+            max_num_fields=CALLBACK_MAX_FIELDS,
+        )
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise SignInError(f"the callback's query is not readable: {exc}") from None
+    params: dict[str, str] = {}
+    for name, value in pairs:
+        if name in params:
+            raise SignInError(f"the callback repeats the parameter {name!r}")
+        params[name] = value
+    return params
+
+
 def _back(error: Code | None = None) -> RedirectResponse:
     where = "/" if error is None else "/?" + urlencode({"sign_in_error": error.value})
     response = RedirectResponse(where, status_code=303)
@@ -99,11 +128,11 @@ def callback(request: Request, ctx: ContextDep) -> Response:
     from callgate.adapters.oidc import SignInError, Transaction
 
     tx = Transaction.decode(request.cookies.get(TRANSACTION_COOKIE))
-    params = dict(request.query_params)
     if tx is None:
         log.warning("sign-in callback without this browser's sign-in cookie")
         return _back(Code.UNAUTHENTICATED)
     try:
+        params = _callback_params(request.scope.get("query_string", b""))
         provider = _provider(ctx, tx.provider)
         id_token = provider.finish(tx, params)
         now = ctx.gateway.app.clock()

@@ -23,8 +23,11 @@ from callgate.surfaces.http.deps import ContextDep, Session
 from callgate.surfaces.http.errors import ApiError
 from callgate.surfaces.http.models import SlackDecision, errors
 from callgate.surfaces.http.routers.invocations import visible_status
+from callgate.surfaces.strict_body import ENVELOPE_MAX_DEPTH
 
 router = APIRouter(prefix="/v1/slack", tags=["slack"])
+# Slack's interaction form has one field (``payload``); a few more are tolerated.
+SLACK_MAX_FIELDS = 8
 
 
 @router.post(
@@ -42,17 +45,38 @@ async def interactions(request: Request, ctx: ContextDep) -> Any:
     ctx.slack.verify(
         body, headers.get("X-Slack-Request-Timestamp"), headers.get("X-Slack-Signature")
     )
-    try:
-        payload = parse_json(parse_qs(body.decode("utf-8"))["payload"][0])  # the strict reader
-    except (KeyError, IndexError, ValueError, Rejection):
-        raise ApiError(
-            Code.INVALID_REQUEST, "not a Slack interaction (form field payload)"
-        ) from None
+    payload = _payload(body)
     action = slack_action(payload) if isinstance(payload, dict) else None
     if action is None:
         raise ApiError(Code.INVALID_REQUEST, "not a callgate Approve or Deny click")
     _, token = ctx.slack.session_for(action)
     return await run_in_threadpool(_decide, ctx, action, token)
+
+
+def _payload(body: bytes) -> Any:
+    """The form's one ``payload`` field, read strictly: the form itself (UTF-8, every
+    percent-escape UTF-8, no field twice) and the JSON in it (``parse_json``: no duplicate
+    key, non-finite number or lone surrogate, nested at most as deep as an envelope)."""
+    try:
+        fields = parse_qs(
+            body.decode("utf-8"),
+            strict_parsing=True,
+            errors="strict",
+            max_num_fields=SLACK_MAX_FIELDS,
+        )
+    except ValueError:  # UnicodeDecodeError too
+        raise ApiError(
+            Code.INVALID_REQUEST, "not a Slack interaction: the form is not percent-encoded UTF-8"
+        ) from None
+    if any(len(values) > 1 for values in fields.values()):
+        raise ApiError(Code.INVALID_REQUEST, "not a Slack interaction: a form field repeats")
+    if "payload" not in fields:
+        raise ApiError(Code.INVALID_REQUEST, "not a Slack interaction (form field payload)")
+    try:
+        return parse_json(fields["payload"][0], max_depth=ENVELOPE_MAX_DEPTH)
+    except Rejection as r:
+        message = r.message.replace("arguments", "Slack payload", 1)
+        raise ApiError(Code.INVALID_REQUEST, message) from None
 
 
 def _decide(ctx: Any, action: Any, token: str) -> dict[str, Any]:
