@@ -16,13 +16,14 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
 
 from callgate.adapters.keyfiles import generate_key_pair
 from tests.http.approval_flow import refund_waited_on_runs_once_approved
-from tests.http_support import REFUND_BIG, HttpServe, free_port
+from tests.http_support import HOSTILE_JSON, REFUND_BIG, HttpServe, free_port
 from tests.idp import IdentityProvider
 from tests.oidc_support import OpenIdProvider, missing
 
@@ -290,3 +291,74 @@ def test_the_session_ends_when_the_providers_token_expires(
         page.close()
     finally:
         d.stop()
+
+
+SIGN_IN_ENDPOINTS = (
+    "/v1/session/sign-out",
+    "/v1/session",
+    "/v1/oidc/providers",
+    "/v1/oidc/sign-in/0",
+    "/v1/oidc/callback",
+)
+
+
+def test_hostile_bodies_to_the_sign_in_endpoints_are_refused_and_change_nothing(
+    deployment: Deployment, browser: Browser
+) -> None:
+    """Each hostile class of body, sent with a signed-in session's cookies and its CSRF
+    token, is refused with its code before any route runs: no cookie is set or cleared,
+    the session still holds; the same sign-out with a plain body then does sign out."""
+    d = deployment
+    page = new_page(browser)
+    sign_in_with_provider(page, d, "fran")
+    jar = {c["name"]: c["value"] for c in page.context.cookies()}
+    csrf = jar["__Host-callgate-csrf"]
+    cookie = "; ".join(f"{n}={jar[n]}" for n in ("__Host-callgate-session", "__Host-callgate-csrf"))
+    headers = {"Cookie": cookie, "X-CSRF-Token": csrf, "Content-Type": "application/json"}
+    with httpx.Client(base_url=d.serve.url, headers=headers, timeout=30) as c:
+        for path in SIGN_IN_ENDPOINTS:
+            for what, (body, status, code) in HOSTILE_JSON.items():
+                r = c.post(path, content=body)
+                assert r.status_code == status, (path, what, r.text)
+                assert r.json()["error"]["code"] == code, (path, what, r.text)
+                assert "set-cookie" not in r.headers, (path, what, r.headers)
+        assert c.get("/v1/session").json()["user"] == "fran"  # still signed in
+        signed_out = c.post("/v1/session/sign-out", content=b"{}")
+        assert signed_out.status_code == 204 and "set-cookie" in signed_out.headers
+    assert "Traceback" not in d.serve.log.read_text()
+    page.close()
+
+
+def test_a_hostile_callback_query_signs_nobody_in(deployment: Deployment) -> None:
+    """The provider's redirect back, read strictly: an oversized query, a parameter given
+    twice, a percent-escape that is not UTF-8 each end the sign-in with
+    ``sign_in_error=unauthenticated`` and no session, even with this browser's own sign-in
+    cookie and state; a sign-in path that is no provider's number is a coded 4xx."""
+    d = deployment
+    with httpx.Client(base_url=d.serve.url, timeout=30) as c:
+        begin = c.get("/v1/oidc/sign-in/0")
+        assert begin.status_code == 303
+        tx = begin.headers["set-cookie"].split(";")[0]
+        state = parse_qs(urlsplit(begin.headers["location"]).query)["state"][0]
+        queries = {
+            "oversized": f"state={state}&code={'c' * 9000}",
+            "state twice": f"state={state}&state={state}&code=abc",
+            "code twice": f"state={state}&code=abc&code=def",
+            "not UTF-8": f"state={state}&code=%FF%FE",
+            "too many fields": f"state={state}&code=abc&" + "&".join(f"f{i}=1" for i in range(20)),
+        }
+        for what, query in queries.items():
+            r = c.get(f"/v1/oidc/callback?{query}", headers={"Cookie": tx})
+            assert r.status_code == 303, (what, r.text)
+            assert r.headers["location"] == "/?sign_in_error=unauthenticated", what
+            assert "callgate-session" not in r.headers.get("set-cookie", ""), what
+        for index in ("NaN", "Infinity", "1e400", "9" * 400, "-1", "%F0%9F", "0x0"):
+            r = c.get(f"/v1/oidc/sign-in/{index}")
+            assert r.status_code in (404, 422), (index, r.text)
+            assert r.json()["error"]["code"] in ("not_found", "invalid_request"), index
+            assert "set-cookie" not in r.headers, index
+    log = d.serve.log.read_text()
+    for says in ("over 8192 bytes", "repeats the parameter 'state'",
+                 "repeats the parameter 'code'", "not readable"):  # fmt: skip
+        assert says in log, says
+    assert "Traceback" not in log
