@@ -31,7 +31,12 @@ from slack_sdk.signature import SignatureVerifier
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from callgate.adapters.keyfiles import generate_key_pair
-from tests.http.approval_flow import effects_of, refund_waited_on_runs_once_approved
+from tests.http.approval_flow import (
+    callgate,
+    effects_of,
+    refund_waited_on_runs_once_approved,
+    value_of,
+)
 from tests.http_support import HOSTILE_JSON, REFUND_BIG, HttpServe, wait_until
 
 SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
@@ -131,17 +136,22 @@ class Setup:
             'session_kid = "slack-1"\n'
             f'session_key_file = "{root / "keys" / "slack-1.pem"}"\n' + users
         )
-        self.serve = HttpServe(
-            state_dir or root / "state",
-            root / "serve.log",
-            env={**(env or {}), "CALLGATE_CONFIG": str(config)},
-            dev=True,
-        )
+        self._state_dir = state_dir or root / "state"
+        self._log = root / "serve.log"
+        self._env = {**(env or {}), "CALLGATE_CONFIG": str(config)}
+        self.serve = HttpServe(self._state_dir, self._log, env=self._env, dev=True)
         try:
             self.serve.wait_ready(timeout_s=120)
         except BaseException:
             self.stop()
             raise
+
+    def start_again(self) -> None:
+        """``serve --http`` anew on the same state, configuration and port (after
+        ``serve.stop()``)."""
+        port = self.serve.port
+        self.serve = HttpServe(self._state_dir, self._log, env=self._env, dev=True, port=port)
+        self.serve.wait_ready(timeout_s=120)
 
     def stop(self) -> None:
         try:
@@ -332,6 +342,27 @@ def test_a_refund_the_agent_waits_on_is_approved_in_slack_and_runs_once(s: Setup
     again = slack_click(s, inv, "U0FRAN")  # the same click again: decided, nothing more
     assert again.status_code == 409 and again.json()["error"]["code"] == "not_pending"
     assert len(effects_of(s.serve, inv)) == 1
+
+
+def test_a_decision_made_while_serve_is_down_is_told_after_it_starts_again(s: Setup) -> None:
+    """ADR 0040: the notifier resumes from its stored position: fran approves with the
+    command line while no server runs; the restarted server tells the decision, and does
+    not tell the item as pending a second time."""
+    inv = propose(s, "alice", ("support",), "ORD-605")
+    wait_until(lambda: webhooks(s.hook, s.hook_secret, "approval.pending", inv), 15, "webhook")
+    time.sleep(0.5)  # the position is stored after the poll that told it
+    assert s.serve.stop() == 0, s.serve.log.read_text()
+    fran = s.serve.token("fran", "acme", "finance-approver")
+    approved = value_of(callgate(s.serve, "approve", inv, "--session", fran))
+    assert approved["invocation_id"] == inv and approved["approval_id"], approved
+    assert webhooks(s.hook, s.hook_secret, "approval.decided", inv) == []
+    s.start_again()
+    wait_until(lambda: webhooks(s.hook, s.hook_secret, "approval.decided", inv), 15, "decided")
+    [decided] = webhooks(s.hook, s.hook_secret, "approval.decided", inv)
+    assert decided["data"]["decision"] == "granted" and decided["data"]["approver"] == "fran"
+    time.sleep(1)
+    assert len(webhooks(s.hook, s.hook_secret, "approval.pending", inv)) == 1  # not again
+    assert len(webhooks(s.hook, s.hook_secret, "approval.decided", inv)) == 1
 
 
 def test_a_failing_receiver_is_retried_with_backoff_then_dead_lettered(s: Setup) -> None:
