@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +51,7 @@ class Views:
 
 class Told:
     name = "recorder"
-    events = frozenset({PENDING, DECIDED})
+    events: frozenset[str] = frozenset({PENDING, DECIDED})
     tenants: frozenset[str] = frozenset()
 
     def __init__(self) -> None:
@@ -73,25 +72,30 @@ def views() -> Views:
     return Views()
 
 
-def running(views: Views, told: Told, tmp: Path, position: Path | None) -> Notifier:
+def told_in_one_run(
+    views: Views, tmp: Path, position: Path, expected: list[tuple[str, str]]
+) -> set[str]:
+    """Start a notifier on ``position``; it tells exactly ``expected`` (no more, in any
+    order); stop it; the invocations in the position it stored."""
+    told = Told()
     deliveries = Deliveries((0.05,), tmp / "dead.jsonl", lambda: int(time.time() * 1000))
     notifier = Notifier(views, [told], deliveries, None, interval_s=0.02, position=position)
     notifier.start()
-    return notifier
-
-
-def until(told: Told, expected: list[tuple[str, str]]) -> None:
-    deadline = time.monotonic() + 5
-    while sorted(told.seen()) != sorted(expected):
-        assert time.monotonic() < deadline, told.seen()
-        time.sleep(0.02)
-    time.sleep(0.2)  # and nothing more
-    assert sorted(told.seen()) == sorted(expected)
+    try:
+        deadline = time.monotonic() + 5
+        while sorted(told.seen()) != sorted(expected):
+            assert time.monotonic() < deadline, told.seen()
+            time.sleep(0.02)
+        time.sleep(0.2)  # and nothing more
+        assert sorted(told.seen()) == sorted(expected)
+    finally:
+        notifier.stop()
+    return set(json.loads(position.read_text())["told"])
 
 
 @pytest.fixture
-def position(tmp_path: Path) -> Iterator[Path]:
-    yield tmp_path / "notify-position.json"
+def position(tmp_path: Path) -> Path:
+    return tmp_path / "notify-position.json"
 
 
 def test_a_decision_made_while_the_notifier_was_down_is_told_after_restart(
@@ -99,20 +103,17 @@ def test_a_decision_made_while_the_notifier_was_down_is_told_after_restart(
 ) -> None:
     views.ask("a")
     views.ask("b")
-    first = Told()
-    notifier = running(views, first, tmp_path, position)
-    until(first, [(PENDING, "a"), (PENDING, "b")])
-    notifier.stop()
-    assert set(json.loads(position.read_text())["told"]) == {"a", "b"}
-
+    assert told_in_one_run(views, tmp_path, position, [(PENDING, "a"), (PENDING, "b")]) == {
+        "a",
+        "b",
+    }
     views.decide("a")  # while no notifier runs
     views.ask("c")
-    again = Told()
-    notifier = running(views, again, tmp_path, position)
     # a: decided (told once, now); b: still pending, told before (not again); c: new.
-    until(again, [(DECIDED, "a"), (PENDING, "c")])
-    notifier.stop()
-    assert set(json.loads(position.read_text())["told"]) == {"b", "c"}
+    assert told_in_one_run(views, tmp_path, position, [(DECIDED, "a"), (PENDING, "c")]) == {
+        "b",
+        "c",
+    }
 
 
 def test_without_a_readable_position_everything_pending_is_told_again(
@@ -120,32 +121,20 @@ def test_without_a_readable_position_everything_pending_is_told_again(
 ) -> None:
     views.ask("a")
     position.write_text("{not json")
-    told = Told()
-    notifier = running(views, told, tmp_path, position)
-    until(told, [(PENDING, "a")])
-    notifier.stop()
-    assert set(json.loads(position.read_text())["told"]) == {"a"}  # rewritten, readable
+    assert told_in_one_run(views, tmp_path, position, [(PENDING, "a")]) == {"a"}  # rewritten
 
 
-def test_an_item_leaving_the_view_at_stop_is_told_as_decided_after_restart(
+def test_an_item_leaving_the_view_while_its_status_lags_is_told_after_restart(
     views: Views, tmp_path: Path, position: Path
 ) -> None:
     """Left the pending view but its status still lags when the notifier stops: it stays
     in the position, so the restarted notifier tells its decision."""
     views.ask("a")
-    told = Told()
-    notifier = running(views, told, tmp_path, position)
-    until(told, [(PENDING, "a")])
-    del views.pending["a"]  # the status view has not caught up yet
-    time.sleep(0.2)
-    notifier.stop()
-    assert set(json.loads(position.read_text())["told"]) == {"a"}
+    row = views.pending.pop("a")  # decided, but the status view has not caught up yet
+    position.write_text(json.dumps({"told": {"a": row}}))  # as a stopped notifier left it
+    assert told_in_one_run(views, tmp_path, position, []) == {"a"}  # still waiting
     views.status["a"] = {"approval": {"state": "denied", "approver": "fran"}}
-    again = Told()
-    notifier = running(views, again, tmp_path, position)
-    until(again, [(DECIDED, "a")])
-    notifier.stop()
-    assert json.loads(position.read_text())["told"] == {}
+    assert told_in_one_run(views, tmp_path, position, [(DECIDED, "a")]) == set()
 
 
 def test_an_instance_with_post_messages_false_takes_clicks_but_posts_nothing(

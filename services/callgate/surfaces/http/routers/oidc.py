@@ -16,7 +16,7 @@ import hmac
 import logging
 import secrets
 from typing import Annotated, Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import RedirectResponse, Response
@@ -26,6 +26,7 @@ from callgate.surfaces.http.context import ServerContext, SignIn
 from callgate.surfaces.http.deps import CSRF_COOKIE, SESSION_COOKIE, ContextDep
 from callgate.surfaces.http.errors import ApiError
 from callgate.surfaces.http.models import SignInProvider, errors
+from callgate.surfaces.strict_body import read_form
 
 log = logging.getLogger("callgate.http")
 router = APIRouter(prefix="/v1/oidc", tags=["sign-in"])
@@ -85,28 +86,17 @@ def sign_in(index: Annotated[int, Path(ge=0, le=1000)], ctx: ContextDep) -> Resp
 
 
 def _callback_params(query: bytes) -> dict[str, str]:
-    """The callback's query, read strictly: a parameter given twice (which one would the
-    provider have meant?), bytes that are not percent-encoded UTF-8, or an oversized query
-    refuse the sign-in (``SignInError``) instead of being read leniently."""
+    """The callback's query, read strictly (``read_form``): a parameter given twice, bytes
+    that are not percent-encoded UTF-8, or an oversized query refuse the sign-in
+    (``SignInError``) instead of being read leniently."""
     from callgate.adapters.oidc import SignInError
 
     if len(query) > CALLBACK_MAX_QUERY_BYTES:
         raise SignInError(f"the callback's query is over {CALLBACK_MAX_QUERY_BYTES} bytes")
     try:
-        pairs = parse_qsl(
-            query.decode("ascii"),
-            keep_blank_values=True,
-            errors="strict",
-            max_num_fields=CALLBACK_MAX_FIELDS,
-        )
-    except (UnicodeDecodeError, ValueError) as exc:
+        return read_form(query, CALLBACK_MAX_FIELDS, encoding="ascii")
+    except ValueError as exc:
         raise SignInError(f"the callback's query is not readable: {exc}") from None
-    params: dict[str, str] = {}
-    for name, value in pairs:
-        if name in params:
-            raise SignInError(f"the callback repeats the parameter {name!r}")
-        params[name] = value
-    return params
 
 
 def _back(error: Code | None = None) -> RedirectResponse:

@@ -11,7 +11,6 @@ grants nothing.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
@@ -23,7 +22,7 @@ from callgate.surfaces.http.deps import ContextDep, Session
 from callgate.surfaces.http.errors import ApiError
 from callgate.surfaces.http.models import SlackDecision, errors
 from callgate.surfaces.http.routers.invocations import visible_status
-from callgate.surfaces.strict_body import ENVELOPE_MAX_DEPTH
+from callgate.surfaces.strict_body import ENVELOPE_MAX_DEPTH, read_form
 
 router = APIRouter(prefix="/v1/slack", tags=["slack"])
 # Slack's interaction form has one field (``payload``); a few more are tolerated.
@@ -54,26 +53,17 @@ async def interactions(request: Request, ctx: ContextDep) -> Any:
 
 
 def _payload(body: bytes) -> Any:
-    """The form's one ``payload`` field, read strictly: the form itself (UTF-8, every
-    percent-escape UTF-8, no field twice) and the JSON in it (``parse_json``: no duplicate
-    key, non-finite number or lone surrogate, nested at most as deep as an envelope)."""
+    """The form's one ``payload`` field, read strictly: the form itself (``read_form``:
+    UTF-8, no field twice) and the JSON in it (``parse_json``: no duplicate key,
+    non-finite number or lone surrogate, nested at most as deep as an envelope)."""
     try:
-        fields = parse_qs(
-            body.decode("utf-8"),
-            strict_parsing=True,
-            errors="strict",
-            max_num_fields=SLACK_MAX_FIELDS,
-        )
-    except ValueError:  # UnicodeDecodeError too
-        raise ApiError(
-            Code.INVALID_REQUEST, "not a Slack interaction: the form is not percent-encoded UTF-8"
-        ) from None
-    if any(len(values) > 1 for values in fields.values()):
-        raise ApiError(Code.INVALID_REQUEST, "not a Slack interaction: a form field repeats")
+        fields = read_form(body, SLACK_MAX_FIELDS)
+    except ValueError as exc:
+        raise ApiError(Code.INVALID_REQUEST, f"not a Slack interaction form: {exc}") from None
     if "payload" not in fields:
         raise ApiError(Code.INVALID_REQUEST, "not a Slack interaction (form field payload)")
     try:
-        return parse_json(fields["payload"][0], max_depth=ENVELOPE_MAX_DEPTH)
+        return parse_json(fields["payload"], max_depth=ENVELOPE_MAX_DEPTH)
     except Rejection as r:
         message = r.message.replace("arguments", "Slack payload", 1)
         raise ApiError(Code.INVALID_REQUEST, message) from None
