@@ -1,0 +1,270 @@
+"""``make conformance``: the official MCP conformance suite, upstream alone and through callgate.
+
+1. starts ``tests/conformance/upstream.py`` (an MCP server on the official Python SDK) and
+   runs the suite's server requirement sets (2025-11-25, 2026-07-28) against it;
+2. starts ``callgate mcp --http`` in front of it, with a profile that catalogs every
+   upstream tool as a low-impact read any ``agent`` may call (a policy that allows
+   everything), and runs the same sets through it.
+
+The suite's client cannot send a header, and ``callgate mcp --http`` wants each request's
+session as ``Authorization: Bearer``: a small forwarding proxy adds it, as an MCP host's
+configuration does (everything else, ``Host`` and ``Origin`` included, passes unchanged).
+
+Prints, per requirement set, the required scenarios passed upstream alone and through
+callgate, and the ones that pass alone but not through callgate. Exit status 0 when every
+scenario the upstream passes also passes through callgate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+import yaml
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+CALLGATE = Path(sys.executable).with_name("callgate")
+REVISIONS = ("2025-11-25", "2026-07-28")
+NODE = os.environ.get("CALLGATE_CONFORMANCE_NODE", "node@22")
+ALLOWED_ROLE = "agent"
+
+# The upstream fixture's tools and their arguments (tests/conformance/upstream.py).
+TOOLS: dict[str, dict[str, Any]] = {
+    "test_simple_text": {},
+    "test_image_content": {},
+    "test_audio_content": {},
+    "test_embedded_resource": {},
+    "test_multiple_content_types": {},
+    "test_tool_with_logging": {},
+    "test_tool_with_progress": {},
+    "test_error_handling": {},
+    "test_sampling": {"prompt": {"type": "string"}},
+    "test_elicitation": {"message": {"type": "string"}},
+    "test_elicitation_sep1034_defaults": {},
+    "test_elicitation_sep1330_enums": {},
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_listening(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"did not listen on {port}:\n{log.read_text()}")
+        time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def process(args: list[str], port: int, log: Path, env: dict[str, str]) -> Iterator[None]:
+    with log.open("w") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            wait_listening(port, proc, log)
+            yield
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def write_profile(folder: Path, upstream_url: str) -> Path:
+    """Every upstream tool catalogued as a read any ``agent`` may call, no approval."""
+    default = REPO / "services" / "callgate" / "profiles" / "default.cedar"
+    (folder / "policy.cedar").write_text(default.read_text())
+    tools = {
+        name: {
+            "description": f"The upstream's {name}.",
+            "provider": "up",
+            "upstream_tool": name,
+            "mutation": False,
+            "impact": "low",
+            "require_dry_run": False,
+            "confirmation": "none",
+            "target_arg": None,
+            "callers": [ALLOWED_ROLE],
+            "args_schema": {"type": "object", "properties": props},
+        }
+        for name, props in TOOLS.items()
+    }
+    doc = {
+        "version": 1,
+        "policy_file": "policy.cedar",
+        "resources": {"acme": ["*"]},
+        "providers": {"up": {"kind": "mcp", "url": upstream_url, "timeout_s": 20}},
+        "tools": tools,
+    }
+    path = folder / "profile.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def session_token(state_dir: Path, profile: Path) -> str:
+    from callgate.bootstrap import bootstrap
+    from callgate.settings import Settings
+
+    app = bootstrap(Settings(state_dir=state_dir, profile=profile, dev=True))
+    return app.session_issuer.issue("conformance", "acme", [ALLOWED_ROLE], app.clock())
+
+
+def bearer_proxy(target: str, token: str) -> Any:
+    """An ASGI app forwarding every request to ``target`` with the session as a bearer
+    token; responses (SSE included) stream back as they come."""
+    client = httpx.AsyncClient(timeout=httpx.Timeout(60.0))
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        headers = [
+            (k.decode("latin-1"), v.decode("latin-1"))
+            for k, v in scope["headers"]
+            if k.lower() not in (b"authorization", b"content-length")
+        ]
+        headers.append(("authorization", f"Bearer {token}"))
+        url = (
+            target
+            + scope["path"]
+            + (f"?{scope['query_string'].decode()}" if scope["query_string"] else "")
+        )
+        request = client.build_request(scope["method"], url, headers=headers, content=body)
+        response = await client.send(request, stream=True)
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": response.status_code,
+                    "headers": [
+                        (k.encode("latin-1"), v.encode("latin-1"))
+                        for k, v in response.headers.multi_items()
+                        if k.lower()
+                        not in ("content-length", "transfer-encoding", "content-encoding")
+                    ],
+                }
+            )
+            chunks: AsyncIterator[bytes] = response.aiter_raw()
+            with contextlib.suppress(httpx.HTTPError):  # a stream the server closed midway
+                async for chunk in chunks:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+        finally:
+            await response.aclose()
+
+    return app
+
+
+@contextlib.contextmanager
+def serve_in_thread(app: Any, port: int) -> Iterator[None]:
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise SystemExit("the bearer proxy did not start")
+        time.sleep(0.05)
+    try:
+        yield
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+_LINE = re.compile(r"^\s*([✓✗])\s+([\w./-]+)")
+
+
+def run_suite(url: str, revision: str, out: Path) -> dict[str, bool]:
+    """The required scenarios of ``revision`` and whether each passed."""
+    cmd = ["npx", "-y", "-p", NODE, "--", "conformance", "server", "--url", url]
+    cmd += ["--requirements", revision]
+    done = subprocess.run(cmd, cwd=HERE, capture_output=True, text=True, timeout=900)
+    out.write_text(done.stdout + done.stderr)
+    text = done.stdout
+    summary, _, unscored = text.partition("=== SUMMARY ===")[2].partition("Not scored")
+    skip = {m.group(2) for line in unscored.splitlines() if (m := _LINE.match(line))}
+    results: dict[str, bool] = {}
+    for line in summary.splitlines():
+        m = _LINE.match(line)
+        if m and m.group(2) not in skip:
+            results[m.group(2)] = m.group(1) == "✓"
+    if not results:
+        raise SystemExit(f"the conformance suite printed no summary; see {out}")
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--revision", action="append", choices=REVISIONS)
+    parser.add_argument("--keep", type=Path, help="a folder for logs and suite outputs")
+    ns = parser.parse_args()
+    revisions = ns.revision or list(REVISIONS)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = ns.keep or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "CALLGATE_DEV": "1"}
+        up_port, cg_port, proxy_port = free_port(), free_port(), free_port()
+        upstream = [sys.executable, "-P", str(HERE / "upstream.py"), "--port", str(up_port)]
+        state = work / "state"
+        state.mkdir(exist_ok=True)
+        profile = write_profile(work, f"http://127.0.0.1:{up_port}/mcp")
+        token = session_token(state, profile)
+        gateway = [str(CALLGATE), "--state-dir", str(state), "--profile", str(profile)]
+        gateway += ["mcp", "--http", f"127.0.0.1:{cg_port}"]
+        alone: dict[str, dict[str, bool]] = {}
+        through: dict[str, dict[str, bool]] = {}
+        with process(upstream, up_port, work / "upstream.log", env):
+            for rev in revisions:
+                alone[rev] = run_suite(
+                    f"http://127.0.0.1:{up_port}/mcp", rev, work / f"alone-{rev}.txt"
+                )
+            with (
+                process(gateway, cg_port, work / "callgate.log", env),
+                serve_in_thread(bearer_proxy(f"http://127.0.0.1:{cg_port}", token), proxy_port),
+            ):
+                for rev in revisions:
+                    url = f"http://127.0.0.1:{proxy_port}/mcp"
+                    through[rev] = run_suite(url, rev, work / f"callgate-{rev}.txt")
+    status = 0
+    for rev in revisions:
+        a, t = alone[rev], through[rev]
+        lost = sorted(s for s, ok in a.items() if ok and not t.get(s, False))
+        print(
+            f"MCP conformance {rev}: upstream alone {sum(a.values())}/{len(a)} required "
+            f"scenarios pass; through callgate {sum(t.values())}/{len(t)}"
+        )
+        if lost:
+            status = 1
+            print(f"  pass alone, fail through callgate: {', '.join(lost)}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
