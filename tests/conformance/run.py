@@ -41,6 +41,8 @@ CALLGATE = Path(sys.executable).with_name("callgate")
 REVISIONS = ("2025-11-25", "2026-07-28")
 NODE = os.environ.get("CALLGATE_CONFORMANCE_NODE", "node@22")
 ALLOWED_ROLE = "agent"
+# callgate's session to the upstream: the 2025-11-25 handshake keeps subscriptions.
+MODE = os.environ.get("CALLGATE_CONFORMANCE_UPSTREAM_MODE", "legacy")
 
 # The upstream fixture's tools and their arguments (tests/conformance/upstream.py).
 TOOLS: dict[str, dict[str, Any]] = {
@@ -56,6 +58,17 @@ TOOLS: dict[str, dict[str, Any]] = {
     "test_elicitation": {"message": {"type": "string"}},
     "test_elicitation_sep1034_defaults": {},
     "test_elicitation_sep1330_enums": {},
+}
+# Its resources (catalog entries of resources/read, by URI glob) and prompts.
+RESOURCES: dict[str, list[str]] = {
+    "up.static": ["test://static-text", "test://static-binary", "test://watched-resource"],
+    "up.template": ["test://template/*/data"],
+}
+PROMPTS: dict[str, list[str]] = {
+    "test_simple_prompt": [],
+    "test_prompt_with_arguments": ["arg1", "arg2"],
+    "test_prompt_with_embedded_resource": ["resourceUri"],
+    "test_prompt_with_image": [],
 }
 
 
@@ -95,7 +108,7 @@ def write_profile(folder: Path, upstream_url: str) -> Path:
     """Every upstream tool catalogued as a read any ``agent`` may call, no approval."""
     default = REPO / "services" / "callgate" / "profiles" / "default.cedar"
     (folder / "policy.cedar").write_text(default.read_text())
-    tools = {
+    tools: dict[str, dict[str, Any]] = {
         name: {
             "description": f"The upstream's {name}.",
             "provider": "up",
@@ -110,11 +123,49 @@ def write_profile(folder: Path, upstream_url: str) -> Path:
         }
         for name, props in TOOLS.items()
     }
+    uri_schema: dict[str, Any] = {
+        "type": "object",
+        "required": ["uri"],
+        "properties": {"uri": {"type": "string", "maxLength": 2048}},
+        "additionalProperties": False,
+    }
+    for name, uris in RESOURCES.items():
+        tools[name] = {
+            "description": f"Reads of {', '.join(uris)}.",
+            "provider": "up",
+            "upstream_method": "resources/read",
+            "uris": uris,
+            "mutation": False,
+            "impact": "low",
+            "require_dry_run": False,
+            "confirmation": "none",
+            "target_arg": "uri",
+            "callers": [ALLOWED_ROLE],
+            "args_schema": uri_schema,
+        }
+    for name, props in PROMPTS.items():
+        tools[name] = {
+            "description": f"The upstream's prompt {name}.",
+            "provider": "up",
+            "upstream_method": "prompts/get",
+            "upstream_tool": name,
+            "mutation": False,
+            "impact": "low",
+            "require_dry_run": False,
+            "confirmation": "none",
+            "target_arg": None,
+            "callers": [ALLOWED_ROLE],
+            "args_schema": {
+                "type": "object",
+                "properties": {p: {"type": "string", "maxLength": 4096} for p in props},
+                "additionalProperties": False,
+            },
+        }
     doc = {
         "version": 1,
         "policy_file": "policy.cedar",
-        "resources": {"acme": ["*"]},
-        "providers": {"up": {"kind": "mcp", "url": upstream_url, "timeout_s": 20}},
+        "resources": {"acme": ["test://*"]},
+        "providers": {"up": {"kind": "mcp", "url": upstream_url, "timeout_s": 20, "mode": MODE}},
         "tools": tools,
     }
     path = folder / "profile.yaml"
@@ -224,6 +275,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--revision", action="append", choices=REVISIONS)
     parser.add_argument("--keep", type=Path, help="a folder for logs and suite outputs")
+    parser.add_argument("--scenario", help="run one scenario through callgate, printing its checks")
     ns = parser.parse_args()
     revisions = ns.revision or list(REVISIONS)
     with tempfile.TemporaryDirectory() as tmp:
@@ -241,7 +293,7 @@ def main() -> int:
         alone: dict[str, dict[str, bool]] = {}
         through: dict[str, dict[str, bool]] = {}
         with process(upstream, up_port, work / "upstream.log", env):
-            for rev in revisions:
+            for rev in revisions if not ns.scenario else ():
                 alone[rev] = run_suite(
                     f"http://127.0.0.1:{up_port}/mcp", rev, work / f"alone-{rev}.txt"
                 )
@@ -249,6 +301,11 @@ def main() -> int:
                 process(gateway, cg_port, work / "callgate.log", env),
                 serve_in_thread(bearer_proxy(f"http://127.0.0.1:{cg_port}", token), proxy_port),
             ):
+                if ns.scenario:
+                    url = f"http://127.0.0.1:{proxy_port}/mcp"
+                    cmd = ["npx", "-y", "-p", NODE, "--", "conformance", "server", "--url", url]
+                    cmd += ["--scenario", ns.scenario, "--spec-version", revisions[0]]
+                    return subprocess.run(cmd, cwd=HERE, check=False).returncode
                 for rev in revisions:
                     url = f"http://127.0.0.1:{proxy_port}/mcp"
                     through[rev] = run_suite(url, rev, work / f"callgate-{rev}.txt")

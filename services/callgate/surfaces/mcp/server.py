@@ -34,6 +34,7 @@ from callgate.domain.codes import Code, Rejection
 from callgate.domain.principal import Principal
 from callgate.surfaces.gateway import final_answer, is_final
 from callgate.surfaces.mcp.bridge import GatewayBridge
+from callgate.surfaces.mcp.relay import Relay
 
 META_APPROVAL_ID = "callgate/approval_id"
 META_IDEMPOTENCY_KEY = "callgate/idempotency_key"
@@ -163,6 +164,7 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
         err = answer.get("error") or {"code": outcome, "message": _EXPLAINED.get(outcome, outcome)}
         return _error_result(str(err["code"]), str(err["message"]), answer)
 
+    relay = Relay(bridge, principal_of, session_of, options.timeout_s)
     return Server(
         "callgate",
         version=_version(),
@@ -176,6 +178,7 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
         # The transport checks Mcp-Param headers against a tool's schema; give it the
         # catalog's directly rather than a session-dependent tools/list.
         get_tool_input_schema=input_schema,
+        **relay.handlers(),
     )
 
 
