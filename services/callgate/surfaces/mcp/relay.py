@@ -108,6 +108,12 @@ class Relay:
             return None
         return spec if self.profile.owner_of(uri) == principal.tenant else None
 
+    def may_use_template(self, principal: Principal, template: str) -> bool:
+        """A template an entry covers and the principal may read through; the tenant's ACL
+        applies to each URI when it is read."""
+        spec = self.profile.resource_entry(template) if len(template) <= MAX_URI else None
+        return spec is not None and principal.has_any_role(spec.callers)
+
     # -- upstream calls, off the event loop ------------------------------------------------
 
     async def upstream(self, provider: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -156,7 +162,7 @@ class Relay:
             t
             for _, page in await self.each_upstream("resources/templates/list")
             for t in page.get("resourceTemplates", [])
-            if self.readable(principal, str(t.get("uriTemplate", ""))) is not None
+            if self.may_use_template(principal, str(t.get("uriTemplate", "")))
         ]
         return types.ListResourceTemplatesResult.model_validate({"resourceTemplates": listed})
 
@@ -238,8 +244,8 @@ class Relay:
                 raise refusal(Code.UNKNOWN_TOOL.value, f"no prompt {ref.name!r} for this session")
             upstream_ref: dict[str, Any] = {"type": "ref/prompt", "name": spec.upstream_name}
         else:
-            found = self.readable(principal, ref.uri)
-            if found is None:
+            found = self.profile.resource_entry(ref.uri) if len(ref.uri) <= MAX_URI else None
+            if found is None or not self.may_use_template(principal, ref.uri):
                 raise refusal(Code.UNKNOWN_TOOL.value, "no resource template for this session")
             spec, upstream_ref = found, {"type": "ref/resource", "uri": ref.uri}
         body = params.model_dump(by_alias=True, mode="json", exclude_none=True)

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import mcp.types as types
 from mcp.server import Server, ServerRequestContext
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
 from callgate.domain.canonical import canonical_json
 from callgate.domain.codes import Code, Rejection
@@ -102,7 +103,7 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
                 ),
             )
             for spec in app.profile.tools.values()
-            if principal.has_any_role(spec.callers)
+            if principal.has_any_role(spec.callers) and spec.upstream_method == "tools/call"
         ]
         return types.ListToolsResult(tools=tools)
 
@@ -115,6 +116,11 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
             key = _meta_text(meta, META_IDEMPOTENCY_KEY)
         except ValueError as exc:
             return _error_result(Code.INVALID_ARGUMENTS.value, str(exc) or "unreadable", None)
+        spec = app.profile.tool(params.name)
+        if spec is not None and spec.upstream_method != "tools/call":  # ADR 0044
+            return _error_result(
+                Code.UNKNOWN_TOOL.value, f"{params.name} is a {spec.upstream_method} entry", None
+            )
         args = params.arguments or {}
         session = session_of(ctx)
         # The same call again from the same principal while its approval is pending or
@@ -165,6 +171,13 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
         return _error_result(str(err["code"]), str(err["message"]), answer)
 
     relay = Relay(bridge, principal_of, session_of, options.timeout_s)
+    with warnings.catch_warnings():
+        # logging/setLevel is deprecated at 2026-07-28 and served to 2025-11-25 clients
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        return _server(input_schema, list_tools, call_tool, relay)
+
+
+def _server(input_schema: Any, list_tools: Any, call_tool: Any, relay: Relay) -> Server[Any]:
     return Server(
         "callgate",
         version=_version(),
