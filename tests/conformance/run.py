@@ -11,8 +11,10 @@ session as ``Authorization: Bearer``: a small forwarding proxy adds it, as an MC
 configuration does (everything else, ``Host`` and ``Origin`` included, passes unchanged).
 
 Prints, per requirement set, the required scenarios passed upstream alone and through
-callgate, and the ones that pass alone but not through callgate. Exit status 0 when every
-scenario the upstream passes also passes through callgate.
+callgate, and the ones that pass alone but not through callgate. Exit status 0 when those
+are exactly the exceptions ``KNOWN_LOST`` lists (each with its reason in
+docs/how-to/integrations.md): a new loss fails, and so does a listed one that now passes
+(the list and the docs must then shrink).
 """
 
 from __future__ import annotations
@@ -59,6 +61,22 @@ TOOLS: dict[str, dict[str, Any]] = {
     "test_elicitation_sep1034_defaults": {},
     "test_elicitation_sep1330_enums": {},
 }
+# Required scenarios that pass alone but not through callgate, and why (the docs' table).
+_DURING_A_CALL = ("tools-call-with-progress",)  # nothing the upstream sends mid-call is relayed
+KNOWN_LOST: dict[str, frozenset[str]] = {
+    "2025-11-25": frozenset(
+        {
+            *_DURING_A_CALL,
+            "tools-call-with-logging",
+            "tools-call-sampling",
+            "tools-call-elicitation",
+            "elicitation-sep1034-defaults",
+            "elicitation-sep1330-enums",
+        }
+    ),
+    "2026-07-28": frozenset(_DURING_A_CALL),
+}
+
 # Its resources (catalog entries of resources/read, by URI glob) and prompts.
 RESOURCES: dict[str, list[str]] = {
     "up.static": ["test://static-text", "test://static-binary", "test://watched-resource"],
@@ -318,8 +336,12 @@ def main() -> int:
             f"scenarios pass; through callgate {sum(t.values())}/{len(t)}"
         )
         if lost:
-            status = 1
             print(f"  pass alone, fail through callgate: {', '.join(lost)}")
+        if set(lost) != KNOWN_LOST[rev]:
+            status = 1
+            new = sorted(set(lost) - KNOWN_LOST[rev])
+            fixed = sorted(KNOWN_LOST[rev] - set(lost))
+            print(f"  not the known exceptions: newly lost {new}, now passing {fixed}")
     return status
 
 

@@ -687,3 +687,38 @@ async def test_prompts_are_decided_like_calls(gate: Gate) -> None:
             "code"
         ] == "unknown_tool"  # the upstream's own name is not an entry
     assert reads(gate.ledger) == ["N-1"]
+
+
+async def test_the_documented_stdio_host_configuration_works(tmp_path: Path) -> None:
+    """The stdio ``mcpServers`` entry of docs/how-to/integrations.md, as a host would run
+    it: the session comes from ``env``, not from the arguments."""
+    import re
+
+    from tests.e2e.helpers import REPO
+
+    doc = (REPO / "docs" / "how-to" / "integrations.md").read_text()
+    section = doc.split("## 5. What an MCP host's configuration must contain", 1)[1]
+    block = re.search(r"```json\n(.*?)```", section, re.S)
+    assert block is not None
+    (entry,) = json.loads(block.group(1))["mcpServers"].values()
+    ledger = tmp_path / "notes.jsonl"
+    g = Gate(tmp_path / "state", write_profile(tmp_path / "profile", ledger), ledger, "stdio")
+    g.state_dir.mkdir()
+    assert entry["command"] == "callgate" and "CALLGATE_SESSION" in entry["env"]
+    args = [str(g.profile) if a == "/etc/callgate/profile.yaml" else a for a in entry["args"]]
+    params = mcp.StdioServerParameters(
+        command=str(CALLGATE),
+        args=["--state-dir", str(g.state_dir), *args],
+        env={
+            **cli_env(),
+            "CALLGATE_DEV": "1",  # development tokens
+            "CALLGATE_SESSION": g.token("alice", ALICE_ROLES),
+        },
+    )
+    async with mcp.Client(params, cache=None) as c:
+        assert "notes.read" in {t.name for t in (await c.list_tools()).tools}
+        wrote = await c.call_tool(
+            "notes.quick_write", {"note_id": "N-1", "text": "hi", "author": "alice"}
+        )
+    assert not wrote.is_error, wrote
+    assert [e["tenant"] for e in effects(ledger)] == ["acme"]
