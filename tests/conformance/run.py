@@ -60,6 +60,19 @@ TOOLS: dict[str, dict[str, Any]] = {
     "test_elicitation": {"message": {"type": "string"}},
     "test_elicitation_sep1034_defaults": {},
     "test_elicitation_sep1330_enums": {},
+    **{
+        f"test_input_required_result_{name}": {}
+        for name in (
+            "elicitation",
+            "sampling",
+            "list_roots",
+            "request_state",
+            "tampered_state",
+            "multiple_inputs",
+            "multi_round",
+            "capabilities",
+        )
+    },
 }
 # Required scenarios that pass alone but not through callgate, and why (the docs' table).
 _DURING_A_CALL = ("tools-call-with-progress",)  # nothing the upstream sends mid-call is relayed
@@ -74,7 +87,27 @@ KNOWN_LOST: dict[str, frozenset[str]] = {
             "elicitation-sep1330-enums",
         }
     ),
-    "2026-07-28": frozenset(_DURING_A_CALL),
+    # An upstream's input_required result is not relayed: the call ends execution_failed.
+    "2026-07-28": frozenset(
+        {
+            *_DURING_A_CALL,
+            *(
+                f"input-required-result-{name}"
+                for name in (
+                    "basic-elicitation",
+                    "basic-sampling",
+                    "basic-list-roots",
+                    "request-state",
+                    "multiple-input-requests",
+                    "multi-round",
+                    "non-tool-request",
+                    "result-type",
+                    "tampered-state",
+                    "capability-check",
+                )
+            ),
+        }
+    ),
 }
 
 # Its resources (catalog entries of resources/read, by URI glob) and prompts.
@@ -87,6 +120,7 @@ PROMPTS: dict[str, list[str]] = {
     "test_prompt_with_arguments": ["arg1", "arg2"],
     "test_prompt_with_embedded_resource": ["resourceUri"],
     "test_prompt_with_image": [],
+    "test_input_required_result_prompt": [],
 }
 
 

@@ -23,6 +23,7 @@ from mcp.types import (
     EmbeddedResource,
     EmptyResult,
     ImageContent,
+    InputRequiredResult,
     PromptReference,
     ResourceTemplateReference,
     SamplingMessage,
@@ -248,6 +249,96 @@ def build() -> MCPServer:
         ref: PromptReference | ResourceTemplateReference, argument: Any, context: Any
     ) -> Completion:
         return Completion(values=["paris", "park", "party"], total=3, has_more=False)
+
+    # 2026-07-28 input_required (SEP-2322): ask, then answer once the responses are there.
+    def ask(ctx: Context, requests: dict[str, Any], state: str | None = None) -> Any:
+        answered = ctx.input_responses or {}
+        if all(k in answered for k in requests):
+            return None
+        return InputRequiredResult.model_validate(
+            {"inputRequests": requests, **({"requestState": state} if state else {})}
+        )
+
+    def elicit(message: str, prop: str) -> dict[str, Any]:
+        schema = {"type": "object", "properties": {prop: {"type": "string"}}, "required": [prop]}
+        return {
+            "method": "elicitation/create",
+            "params": {"message": message, "requestedSchema": schema},
+        }
+
+    sample = {
+        "method": "sampling/createMessage",
+        "params": {
+            "messages": [{"role": "user", "content": {"type": "text", "text": "Capital?"}}],
+            "maxTokens": 100,
+        },
+    }
+    roots = {"method": "roots/list", "params": {}}
+
+    @server.tool()
+    def test_input_required_result_elicitation(ctx: Context) -> InputRequiredResult | str:
+        """Asks for a name."""
+        return ask(ctx, {"user_name": elicit("What is your name?", "name")}) or "Hello!"
+
+    @server.tool()
+    def test_input_required_result_sampling(ctx: Context) -> InputRequiredResult | str:
+        """Asks the client's model."""
+        return ask(ctx, {"capital_question": sample}) or "The model answered."
+
+    @server.tool()
+    def test_input_required_result_list_roots(ctx: Context) -> InputRequiredResult | str:
+        """Asks for the client's roots."""
+        return ask(ctx, {"client_roots": roots}) or "Roots received."
+
+    @server.tool()
+    def test_input_required_result_request_state(ctx: Context) -> InputRequiredResult | str:
+        """Round-trips its state."""
+        asked = ask(ctx, {"confirm": elicit("Please confirm", "ok")}, "round-1")
+        if asked is not None:
+            return asked  # type: ignore[no-any-return]
+        return "state-ok" if ctx.request_state == "round-1" else "state missing"
+
+    @server.tool()
+    def test_input_required_result_tampered_state(ctx: Context) -> InputRequiredResult | str:
+        """Its state is sealed by the SDK; a tampered one is refused before this runs."""
+        return ask(ctx, {"confirm": elicit("Please confirm", "ok")}, "sealed") or "state-ok"
+
+    @server.tool()
+    def test_input_required_result_multiple_inputs(ctx: Context) -> InputRequiredResult | str:
+        """Three questions at once."""
+        requests = {
+            "user_name": elicit("What is your name?", "name"),
+            "greeting": sample,
+            "client_roots": roots,
+        }
+        return ask(ctx, requests, "multi") or "All inputs received."
+
+    @server.tool()
+    def test_input_required_result_multi_round(ctx: Context) -> InputRequiredResult | str:
+        """Two rounds, the state changing between them."""
+        if ctx.request_state != "round-2":
+            asked = ask(ctx, {"step1": elicit("Step 1: What is your name?", "name")}, "round-1")
+            if asked is not None:
+                return asked  # type: ignore[no-any-return]
+            return ask(ctx, {"step2": elicit("Step 2: Favorite color?", "color")}, "round-2")  # type: ignore[no-any-return]
+        return ask(ctx, {"step2": elicit("Step 2: Favorite color?", "color")}, "round-2") or "Done."
+
+    @server.tool()
+    def test_input_required_result_capabilities(ctx: Context) -> InputRequiredResult | str:
+        """Asks only for what the client declared."""
+        caps = ctx.client_capabilities
+        requests: dict[str, Any] = {}
+        if caps is not None and caps.sampling is not None:
+            requests["q"] = sample
+        if caps is not None and caps.elicitation is not None:
+            requests["e"] = elicit("Name?", "name")
+        return (ask(ctx, requests) if requests else None) or "Nothing to ask."
+
+    @server.prompt()
+    def test_input_required_result_prompt(ctx: Context) -> InputRequiredResult | list[Message]:
+        """A prompt that needs context first."""
+        asked = ask(ctx, {"user_context": elicit("What context?", "context")})
+        return asked or [UserMessage("Prompt with the given context.")]
 
     low = server._lowlevel_server  # logging and subscriptions: MCPServer leaves them out
 
