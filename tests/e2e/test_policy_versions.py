@@ -169,3 +169,36 @@ def test_hostile_input_is_refused_with_a_code_and_changes_nothing(tmp_path: Path
     missing = run(state, "policy", "activate", good, "--session", operator, rc=EXIT_MISUSE).value
     assert missing["error"]["code"] == "usage"  # --reason is required
     assert cg(state, "policy", "history", "--session", operator) == before
+
+
+def test_a_running_serve_switches_without_restart_and_counts_shadow_differences(
+    tmp_path: Path,
+) -> None:
+    """``serve`` keeps running while versions are activated and a shadow set: the next
+    decisions use them, and ``/metrics`` counts the shadow's disagreements."""
+    from tests.http_support import HttpServe, wait_until
+
+    state = tmp_path / "state"
+    serve = HttpServe(state, tmp_path / "serve.log", dev=True)
+    try:
+        serve.wait_ready()
+        operator = serve.token("olga", "ops", OPERATOR_ROLE)
+        alice = serve.token("alice", "acme", "support")
+        candidate = candidate_profile(tmp_path, FORBID_OVER_500_EUR)
+        strict = cg(state, "policy", "publish", str(candidate), "--session", operator,
+                    "--reason", "cap")["published"]  # fmt: skip
+        cg(state, "policy", "shadow", strict, "--session", operator, "--reason", "watch")
+        shadowed = _refund(state, alice, 90_000)
+        assert shadowed["outcome"] != "tool_forbidden"  # the shadow changes no outcome
+        with serve.client() as c:
+            wait_until(
+                lambda: "callgate_shadow_decisions_differed 1.0" in c.get("/metrics").text,
+                20,
+                "the shadow difference on /metrics",
+            )
+        cg(state, "policy", "activate", strict, "--session", operator, "--reason", "go")
+        enforced = _refund(state, alice, 90_000)
+        assert enforced["outcome"] == "tool_forbidden"
+        assert _version_of(state, enforced) == strict
+    finally:
+        assert serve.stop() == 0, serve.log.read_text()
