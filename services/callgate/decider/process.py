@@ -39,7 +39,8 @@ from callgate.decider.state import (
 )
 from callgate.domain import events as ev
 from callgate.domain.canonical import canonical_json
-from callgate.domain.codes import Code
+from callgate.domain.catalog import ProfileError
+from callgate.domain.codes import Code, Rejection
 from callgate.domain.policy import PolicyEngine
 from callgate.domain.policy_versions import POLICY_EVENTS, PolicyVersions, profile_of
 from callgate.domain.process import Output
@@ -86,15 +87,23 @@ class Decider:
     def _on_policy(self, event: ev.Event) -> None:
         if not self.versions.apply(event):
             return
+        # Content whose digest is not its version (only a forged event: the gateway checks)
+        # is not decided with: the version before it stays (``profile_of`` refuses it).
         active = self.versions.active
         if active and active != self.deps.profile.digest:
-            profile = profile_of(self.versions.published[active])
-            self.deps = replace(self._base, profile=profile, policy=PolicyEngine(profile))
+            try:
+                profile = profile_of(self.versions.published[active])
+                self.deps = replace(self._base, profile=profile, policy=PolicyEngine(profile))
+            except (Rejection, ProfileError):
+                self.versions.active = self.deps.profile.digest
         shadow = self.versions.shadow
-        if not shadow:
-            self._shadow = None
-        elif self._shadow is None or self._shadow.profile.digest != shadow:
-            self._shadow = Simulator(profile_of(self.versions.published[shadow]))
+        try:
+            if not shadow:
+                self._shadow = None
+            elif self._shadow is None or self._shadow.profile.digest != shadow:
+                self._shadow = Simulator(profile_of(self.versions.published[shadow]))
+        except (Rejection, ProfileError):
+            self.versions.shadow, self._shadow = "", None
 
     def _shadow_decisions(self, out: Emitter) -> None:
         """Decide each ``PolicyDecided`` just emitted again under the shadow version, with
