@@ -196,6 +196,14 @@ def test_a_running_serve_switches_without_restart_and_counts_shadow_differences(
                 20,
                 "the shadow difference on /metrics",
             )
+        with serve.client(operator) as c:
+            shadow = c.get("/v1/policy/shadow").json()
+            assert shadow["differed"] == 1
+            assert shadow["differences"][0]["invocation_id"] == shadowed["invocation_id"]
+        with serve.client(alice) as c:
+            refused = c.get("/v1/policy/shadow")
+            assert refused.status_code == 403
+            assert refused.json()["error"]["code"] == "operator_required"
         cg(state, "policy", "activate", strict, "--session", operator, "--reason", "go")
         enforced = _refund(state, alice, 90_000)
         assert enforced["outcome"] == "tool_forbidden"
