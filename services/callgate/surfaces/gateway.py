@@ -405,6 +405,7 @@ class Gateway:
         """Publish a catalog+policy version (an operator's); its version, the digest.
         ``policy_version_invalid`` when it does not parse: nothing is published."""
         operator = self._operator(session, "policy publish")
+        check_text_field("profile and policy", profile_yaml + policy_text)  # one record
         profile = content_of(profile_yaml, policy_text)
         if profile.digest not in self.policy_versions().published:
             self._policy_event(
