@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from callgate.config import ApprovalKeys
     from callgate.decider import Decider
     from callgate.domain.catalog import Profile
+    from callgate.domain.freeze import Freezes
     from callgate.domain.identity import SessionIssuer, SessionVerifier
     from callgate.domain.keys import KeyRing
     from callgate.domain.policy import PolicyEngine
@@ -193,9 +194,10 @@ class App:
 
         return ProviderMetrics()
 
-    def decider(self) -> Decider:
+    def decider(self, freezes: Freezes | None = None) -> Decider:
         from callgate.decider import Decider, DeciderDeps
         from callgate.domain.approvals import ApprovalSigner, ApprovalVerifier
+        from callgate.domain.freeze import Freezes
 
         return Decider(
             DeciderDeps(
@@ -206,6 +208,7 @@ class App:
                     self.approval_keys.signing_key, self.approval_keys.signing_kid
                 ),
                 approval_verifier=ApprovalVerifier(self.approval_keys.verification_keys),
+                freezes=freezes if freezes is not None else Freezes(),
             )
         )
 
@@ -265,9 +268,10 @@ class App:
         """The runner ``callgate serve`` drives on the embedded store (every process)."""
         from callgate.adapters.embedded.runner import EmbeddedRunner
 
+        freezes = freezes_on(store, codec)
         return EmbeddedRunner(
             store,
-            self.processes(),
+            [self.decider(freezes), self.executor(), *self.projections()],
             codec,
             self.clock,
             requests_retention_ms=self.settings.requests_retention_ms,
@@ -277,6 +281,26 @@ class App:
     def again(self) -> App:
         """A second wiring of the same settings and clock (a surface's own verifier cache)."""
         return bootstrap(self.settings, self.clock)
+
+
+def freezes_on(store: EmbeddedStore, codec: AvroCodec) -> Freezes:
+    """The freezes the log holds (ADR 0054), folded in log order: the decider starts from
+    them and folds the ones it reads after."""
+    from callgate.adapters.avro_codec import MalformedEvent
+    from callgate.domain.freeze import Freezes
+
+    freezes = Freezes()
+    rows = [
+        row
+        for kind in ("FreezeApplied", "FreezeLifted")
+        for row in store.read_log("events", limit=1_000_000, event_type=kind)
+    ]
+    for row in sorted(rows, key=lambda r: r.seq):
+        try:
+            freezes.apply(codec.decode(row.payload))
+        except MalformedEvent:
+            continue  # dead-lettered by the runner: no process folds it
+    return freezes
 
 
 def bootstrap(settings: Settings, clock: Clock = system_clock) -> App:

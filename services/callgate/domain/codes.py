@@ -65,6 +65,9 @@ class Code(StrEnum):
     # a state-changing HTTP request authenticated by the console's session cookie came
     # without the matching X-CSRF-Token header: refused before anything runs.
     CSRF_FAILED = "csrf_failed"
+    # an operator froze the call's tool, tenant or actor (``callgate freeze``): refused on
+    # every instance, a continuation of an approval granted before the freeze included.
+    FROZEN = "frozen"
 
 
 # Outcomes after which an invocation will not change by itself.
@@ -88,6 +91,7 @@ TERMINAL: frozenset[Code] = frozenset(
         Code.OUTCOME_UNCERTAIN,
         Code.MALFORMED_EVENT,
         Code.DRY_RUN_UNAVAILABLE,
+        Code.FROZEN,
     }
 )
 
