@@ -35,7 +35,9 @@ def unfreeze(ctx: Context) -> int:
 
 def _publish(ctx: Context, *, lift: bool) -> int:
     ns = ctx.ns
-    scope, value = next((s, getattr(ns, s)) for s in ("tool", "tenant", "actor") if getattr(ns, s))
+    # argparse requires one of them; an empty one is refused by the gateway's checks.
+    scope = next(s for s in ("tool", "tenant", "actor") if getattr(ns, s) is not None)
+    value = getattr(ns, scope)
     event = ctx.gateway().freeze(scope, value, reason=ns.reason, session=ns.session, lift=lift)
     ctx.out.record(
         {
