@@ -110,8 +110,10 @@ class Decider:
                 continue_approved(state, inv, granted, out)
         elif isinstance(event, ev.DryRunRecorded):
             inv = state.invocations.get(event.invocation_id)
-            if inv is None or inv.phase not in _BEFORE_EXECUTION or not self._stopped(
-                state, inv, out
+            if (
+                inv is None
+                or inv.phase not in _BEFORE_EXECUTION
+                or not self._stopped(state, inv, out)
             ):
                 on_dry_run(state, event, out)
         elif isinstance(event, (ev.FreezeApplied, ev.FreezeLifted)):
