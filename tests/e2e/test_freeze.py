@@ -182,3 +182,32 @@ def test_malformed_arguments_are_refused_and_publish_nothing(
     refused = run(state, *argv, "--session", operator, rc=rc)
     assert f'"{code}"' in refused.stderr + refused.stdout
     assert freeze_count(state) == 0
+
+
+def test_the_http_api_answers_403_frozen_until_unfrozen(tmp_path: Path) -> None:
+    """The HTTP surface is a translation of the same decision (ADR 0054)."""
+    from tests.http_support import HttpServe
+
+    serve = HttpServe(tmp_path / "state", tmp_path / "serve.log", dev=True)
+    try:
+        serve.wait_ready()
+        operator = serve.token("olga", "ops", OPERATOR_ROLE)
+        call = {"tool": "tickets.create", "args": TICKET}
+        with serve.client(serve.token("alice", "acme", "support")) as c:
+            cg(
+                serve.state_dir,
+                "freeze",
+                "--actor",
+                "alice",
+                "--reason",
+                "r",
+                "--session",
+                operator,
+            )
+            r = c.post("/v1/proposals", json=call)
+            assert r.status_code == 403 and r.json()["error"]["code"] == "frozen", r.text
+            cg(serve.state_dir, "unfreeze", "--actor", "alice", "--session", operator)
+            r = c.post("/v1/proposals", json=call)
+            assert r.status_code == 200 and r.json()["outcome"] == "executed", r.text
+    finally:
+        assert serve.stop() == 0, serve.log.read_text()
