@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from callgate.config import ApprovalKeys
     from callgate.decider import Decider
     from callgate.domain.catalog import Profile
-    from callgate.domain.freeze import Freezes
+    from callgate.domain.events import Event
     from callgate.domain.identity import SessionIssuer, SessionVerifier
     from callgate.domain.keys import KeyRing
     from callgate.domain.policy import PolicyEngine
@@ -194,10 +194,9 @@ class App:
 
         return ProviderMetrics()
 
-    def decider(self, freezes: Freezes | None = None) -> Decider:
+    def decider(self) -> Decider:
         from callgate.decider import Decider, DeciderDeps
         from callgate.domain.approvals import ApprovalSigner, ApprovalVerifier
-        from callgate.domain.freeze import Freezes
 
         return Decider(
             DeciderDeps(
@@ -208,7 +207,6 @@ class App:
                     self.approval_keys.signing_key, self.approval_keys.signing_kid
                 ),
                 approval_verifier=ApprovalVerifier(self.approval_keys.verification_keys),
-                freezes=freezes if freezes is not None else Freezes(),
             )
         )
 
@@ -267,11 +265,15 @@ class App:
     ) -> EmbeddedRunner:
         """The runner ``callgate serve`` drives on the embedded store (every process)."""
         from callgate.adapters.embedded.runner import EmbeddedRunner
+        from callgate.decider import Decider
 
-        freezes = freezes_on(store, codec)
+        processes = self.processes()
+        for process in processes:
+            if isinstance(process, Decider):
+                process.seed(policy_events_through(store, codec, store.position(process.name)))
         return EmbeddedRunner(
             store,
-            [self.decider(freezes), self.executor(), *self.projections()],
+            processes,
             codec,
             self.clock,
             requests_retention_ms=self.settings.requests_retention_ms,
@@ -283,24 +285,26 @@ class App:
         return bootstrap(self.settings, self.clock)
 
 
-def freezes_on(store: EmbeddedStore, codec: AvroCodec) -> Freezes:
-    """The freezes the log holds (ADR 0054), folded in log order: the decider starts from
-    them and folds the ones it reads after."""
+def policy_events_through(store: EmbeddedStore, codec: AvroCodec, seq: int) -> list[Event]:
+    """The policy-version and freeze events of the embedded log up to ``seq``, in log
+    order: what a decider at that position has folded (ADR 0050, 0054)."""
     from callgate.adapters.avro_codec import MalformedEvent
-    from callgate.domain.freeze import Freezes
+    from callgate.domain.freeze import FREEZE_EVENTS
+    from callgate.domain.policy_versions import POLICY_EVENTS
 
-    freezes = Freezes()
     rows = [
         row
-        for kind in ("FreezeApplied", "FreezeLifted")
-        for row in store.read_log("events", limit=1_000_000, event_type=kind)
+        for cls in (*POLICY_EVENTS, *FREEZE_EVENTS)
+        for row in store.read_log("events", event_type=cls.__name__, limit=1_000_000)
+        if row.seq <= seq
     ]
+    found: list[Event] = []
     for row in sorted(rows, key=lambda r: r.seq):
         try:
-            freezes.apply(codec.decode(row.payload))
+            found.append(codec.decode(row.payload))
         except MalformedEvent:
-            continue  # dead-lettered by the runner: no process folds it
-    return freezes
+            continue  # a poison row was dead-lettered: no decider saw it
+    return found
 
 
 def bootstrap(settings: Settings, clock: Clock = system_clock) -> App:

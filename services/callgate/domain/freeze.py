@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from callgate.domain import events as ev
 from callgate.domain.codes import Code, Rejection
 
+FREEZE_EVENTS: tuple[type[ev.Event], ...] = (ev.FreezeApplied, ev.FreezeLifted)
 SCOPES: tuple[str, ...] = ("tool", "tenant", "actor")
 # Every freeze event shares one partition key, so on Kafka they keep one order.
 FREEZE_KEY = "freeze"
@@ -100,4 +101,4 @@ def _printable(text: str) -> bool:
     return all(unicodedata.category(c)[0] != "C" for c in text)
 
 
-__all__ = ["FREEZE_KEY", "SCOPES", "Freeze", "Freezes", "checked_request"]
+__all__ = ["FREEZE_EVENTS", "FREEZE_KEY", "SCOPES", "Freeze", "Freezes", "checked_request"]

@@ -64,6 +64,9 @@ STATUS: Mapping[Code, int] = MappingProxyType(
         Code.USAGE: 400,
         Code.BUSY: 503,
         Code.BROKER_UNAVAILABLE: 503,
+        # Policy versions (ADR 0050): command line only so far.
+        Code.POLICY_VERSION_INVALID: 422,
+        Code.POLICY_VERSION_UNKNOWN: 404,
     }
 )
 
