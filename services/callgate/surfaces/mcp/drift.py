@@ -44,6 +44,8 @@ def upstream_drift(app: Surface) -> list[str]:
             warnings.append(f"provider {provider.name!r}: cannot list the upstream's tools: {exc}")
             continue
         for name, spec in sorted(provider.tools.items()):
+            if spec.upstream_method != "tools/call":  # a resource or prompt entry
+                continue
             for role, tool in (
                 ("upstream_tool", spec.upstream_name),
                 ("dry_run_tool", spec.dry_run_tool),
