@@ -286,14 +286,15 @@ class App:
 
 
 def policy_events_through(store: EmbeddedStore, codec: AvroCodec, seq: int) -> list[Event]:
-    """The policy-version events of the embedded log up to ``seq``, in log order: what a
-    decider at that position has folded (ADR 0050)."""
+    """The policy-version and freeze events of the embedded log up to ``seq``, in log
+    order: what a decider at that position has folded (ADR 0050, 0054)."""
     from callgate.adapters.avro_codec import MalformedEvent
+    from callgate.domain.freeze import FREEZE_EVENTS
     from callgate.domain.policy_versions import POLICY_EVENTS
 
     rows = [
         row
-        for cls in POLICY_EVENTS
+        for cls in (*POLICY_EVENTS, *FREEZE_EVENTS)
         for row in store.read_log("events", event_type=cls.__name__, limit=1_000_000)
         if row.seq <= seq
     ]

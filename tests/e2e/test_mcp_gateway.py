@@ -731,3 +731,24 @@ async def test_the_documented_stdio_host_configuration_works(tmp_path: Path) -> 
         )
     assert not wrote.is_error, wrote
     assert [e["tenant"] for e in effects(ledger)] == ["acme"]
+
+
+async def test_a_frozen_tool_is_a_coded_tool_error_until_unfrozen(gate: Gate) -> None:
+    """ADR 0054: the MCP surface is a translation of the same decision: ``frozen``."""
+    from callgate.domain.scope import OPERATOR_ROLE
+
+    operator = gate.token("olga", [OPERATOR_ROLE], tenant="ops")
+    freeze = ["--tool", "notes.read", "--session", operator]
+    cg(gate.state_dir, "freeze", *freeze, "--reason", "upstream incident", profile=gate.profile)
+    async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
+        wrote = await c.call_tool(
+            "notes.quick_write", {"note_id": "N-1", "text": "hello", "author": "alice"}
+        )
+        assert not wrote.is_error, wrote  # another tool: not frozen
+        r = await c.call_tool("notes.read", {"note_id": "N-1"})
+        assert r.is_error and outcome(r) == "frozen", r
+        assert "upstream incident" in body(r)["error"]["message"]
+        cg(gate.state_dir, "unfreeze", *freeze, profile=gate.profile)
+        again = await c.call_tool("notes.read", {"note_id": "N-1"})
+        assert not again.is_error, again
+        assert again.structured_content == {"note_id": "N-1", "text": "hello", "author": None}

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from tests.harness import Gate, write_profile
+from tests.unit.test_freeze import freeze_event
 
 from callgate.domain import events as ev
 from callgate.domain.process import Process, reacts_to
@@ -71,6 +72,9 @@ def log(tmp_path_factory: pytest.TempPathFactory) -> tuple[Gate, list[ev.Event]]
     production = g.propose(carol, "deploys.trigger", {**deploy, "environment": "production"})
     g.decide(manager, production)  # one grant of two
     _policy_versions(g, alice)
+    g.runner.publish(freeze_event("tool", "users.delete"))  # ADR 0054
+    g.runner.publish(freeze_event("tool", "users.delete", lift=True, n=2))
+    g.runner.run()
     g.runner.advance(24 * 3_600_000)  # the last ones' approvals expire
     return g, g.events()
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from callgate.decider.approvals import on_approval_decision
-from callgate.decider.authorization import continue_approved
+from callgate.decider.authorization import continue_approved, reject_late
 from callgate.decider.deps import DeciderDeps
 from callgate.decider.emitter import Emitter, tick_event
 from callgate.decider.key_records import key_record
@@ -34,6 +34,7 @@ from callgate.decider.state import (
     DeciderState,
     Invocation,
     KeyStatus,
+    Phase,
     dump_state,
     load_state,
 )
@@ -41,6 +42,7 @@ from callgate.domain import events as ev
 from callgate.domain.canonical import canonical_json
 from callgate.domain.catalog import ProfileError
 from callgate.domain.codes import Code, Rejection
+from callgate.domain.freeze import FREEZE_EVENTS
 from callgate.domain.policy import PolicyEngine
 from callgate.domain.policy_versions import POLICY_EVENTS, PolicyVersions, profile_of
 from callgate.domain.process import Output
@@ -68,6 +70,7 @@ class Decider:
             ev.ExecutionReconciled,
             ev.ExecutionStarted,
             *POLICY_EVENTS,
+            *FREEZE_EVENTS,
         }
     )
 
@@ -80,9 +83,12 @@ class Decider:
         self._shadow: Simulator | None = None
 
     def seed(self, events: Sequence[ev.Event]) -> None:
-        """Fold the policy events before this process's position (at start)."""
+        """Fold the policy and freeze events before this process's position (at start)."""
         for event in events:
-            self._on_policy(event)
+            if isinstance(event, FREEZE_EVENTS):
+                self.deps.freezes.apply(event)
+            else:
+                self._on_policy(event)
 
     def _on_policy(self, event: ev.Event) -> None:
         if not self.versions.apply(event):
@@ -176,10 +182,19 @@ class Decider:
         elif isinstance(event, ev.ApprovalDecisionSubmitted):
             granted = on_approval_decision(self.deps, state, event, out)
             inv = state.invocations.get(event.invocation_id)
-            if granted is not None and inv is not None:
-                continue_approved(state, inv, granted, out)  # ADR 0029
+            # ADR 0029; a freeze stops a continuation too (ADR 0054)
+            if granted is not None and inv is not None and not self._stopped(state, inv, out):
+                continue_approved(state, inv, granted, out)
         elif isinstance(event, ev.DryRunRecorded):
-            on_dry_run(state, event, out)
+            inv = state.invocations.get(event.invocation_id)
+            if (
+                inv is None
+                or inv.phase not in _BEFORE_EXECUTION
+                or not self._stopped(state, inv, out)
+            ):
+                on_dry_run(state, event, out)
+        elif isinstance(event, FREEZE_EVENTS):
+            self.deps.freezes.apply(event)
         elif isinstance(event, ev.DryRunFailed):
             on_dry_run_failed(state, event, out)
         elif isinstance(event, ev.ExecutionSucceeded):
@@ -198,6 +213,16 @@ class Decider:
                 started.started_attempt = max(started.started_attempt, event.attempt)
         # Every other event on the log is the decider's own output or not its concern.
         return state, out.out
+
+    def _stopped(self, state: DeciderState, inv: Invocation, out: Emitter) -> bool:
+        """Refuse ``inv`` with ``frozen`` when a freeze now stops it (ADR 0054): an
+        approved call that would go on to run is checked again at that step."""
+        try:
+            self.deps.freezes.check(inv.tool, inv.tenant, inv.actor)
+        except Rejection as r:
+            reject_late(state, inv, r, out)
+            return True
+        return False
 
     def due(self, state: DeciderState, now_ms: int) -> tuple[DeciderState, Sequence[Output]]:
         """Expire pending approvals and unused artifacts on schedule (C11), as events."""
@@ -230,6 +255,10 @@ class Decider:
                         rec.status = KeyStatus.EXPIRED
                 outputs += out.out
         return state, outputs
+
+
+# Where a recorded dry-run is the last step before the execution is requested.
+_BEFORE_EXECUTION = frozenset({Phase.CONFIRMING, Phase.DRY_RUN_THEN_EXECUTE})
 
 
 def _message_json(message: str) -> str:

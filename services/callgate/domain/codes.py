@@ -69,6 +69,9 @@ class Code(StrEnum):
     POLICY_VERSION_INVALID = "policy_version_invalid"
     # ``policy activate``/``shadow``: no version of that digest was published.
     POLICY_VERSION_UNKNOWN = "policy_version_unknown"
+    # an operator froze the call's tool, tenant or actor (``callgate freeze``): refused on
+    # every instance, a continuation of an approval granted before the freeze included.
+    FROZEN = "frozen"
 
 
 # Outcomes after which an invocation will not change by itself.
@@ -92,6 +95,7 @@ TERMINAL: frozenset[Code] = frozenset(
         Code.OUTCOME_UNCERTAIN,
         Code.MALFORMED_EVENT,
         Code.DRY_RUN_UNAVAILABLE,
+        Code.FROZEN,
     }
 )
 

@@ -389,6 +389,32 @@ class ShadowDecisionDiffered(Event):
     reason: str
 
 
+# --- events topic: freezes (ADR 0054) ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FreezeApplied(Event):
+    """An operator stopped every call of one tool, tenant or actor (``scope``: tool, tenant
+    or actor; ``value``: its exact name), on every instance, from this event on."""
+
+    scope: str
+    value: str
+    reason: str
+    author: str
+    tenant: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FreezeLifted(Event):
+    """An operator lifted the freeze of ``scope`` ``value``."""
+
+    scope: str
+    value: str
+    reason: str
+    author: str
+    tenant: str
+
+
 REQUEST_TYPES: tuple[type[Event], ...] = (ToolCallProposed, ApprovalDecisionSubmitted)
 
 EVENT_TYPES: tuple[type[Event], ...] = (
@@ -421,6 +447,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     PolicyActivated,
     PolicyShadowSet,
     ShadowDecisionDiffered,
+    FreezeApplied,
+    FreezeLifted,
 )
 
 BY_NAME: dict[str, type[Event]] = {cls.__name__: cls for cls in EVENT_TYPES}

@@ -18,6 +18,7 @@ from callgate.domain.approvals import peek_partition_key
 from callgate.domain.canonical import partition_key
 from callgate.domain.catalog import Profile
 from callgate.domain.codes import Code, Rejection
+from callgate.domain.freeze import FREEZE_KEY, checked_request
 from callgate.domain.limits import check_text_field, check_value, parse_args
 from callgate.domain.policy_versions import POLICY_EVENTS, PolicyVersions, content_of, fold
 from callgate.domain.principal import Principal
@@ -470,6 +471,35 @@ class Gateway:
                 for e in found
             ],
         }
+
+    def freeze(
+        self, scope: str, value: str, *, reason: str, session: str, lift: bool = False
+    ) -> ev.FreezeApplied | ev.FreezeLifted:
+        """Freeze (``lift``: unfreeze) every call of one tool, tenant or actor on every
+        instance (ADR 0054): an operator's command (``operator_required`` otherwise), its
+        fields checked before anything is published (``invalid_request``). The event is
+        authored by the verified session; the deciders fold it and refuse ``frozen``."""
+        operator = self._operator(session, "unfreeze" if lift else "freeze")
+        checked_request(scope, value, reason, lifting=lift)
+        kind: type[ev.FreezeApplied] | type[ev.FreezeLifted] = (
+            ev.FreezeLifted if lift else ev.FreezeApplied
+        )
+        event_id = uuid.uuid4().hex
+        event = kind(
+            event_id=event_id,
+            invocation_id=f"{FREEZE_KEY}-{event_id}",
+            partition_key=FREEZE_KEY,
+            correlation_id=event_id,
+            occurred_at=self.app.clock(),
+            producer="callgate-sdk",
+            scope=scope,
+            value=value,
+            reason=reason,
+            author=operator.user,
+            tenant=operator.tenant,
+        )
+        self.backend.publish([event])
+        return event
 
     def audit_chains(self, session: str) -> list[dict[str, Any]]:
         """Every audit record of every chain, for an export: an operator's read only.

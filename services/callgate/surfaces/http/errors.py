@@ -42,6 +42,7 @@ STATUS: Mapping[Code, int] = MappingProxyType(
         Code.DEVELOPMENT_MODE_REQUIRED: 403,
         Code.OPERATOR_REQUIRED: 403,
         Code.CSRF_FAILED: 403,
+        Code.FROZEN: 403,
         Code.NOT_FOUND: 404,
         Code.UNKNOWN_TOOL: 404,
         Code.NOT_PENDING: 409,

@@ -37,10 +37,7 @@ def upstream_drift(app: Surface) -> list[str]:
     from callgate.providers.mcp import McpProvider
 
     warnings: list[str] = []
-    for wrapped in app.providers:
-        provider = getattr(wrapped, "inner", wrapped)  # inside its timing wrapper
-        if not isinstance(provider, McpProvider):
-            continue
+    for provider in app.providers.of_kind(McpProvider):
         try:
             listed = {t.name: t for t in provider.upstream.list_tools()}
         except Exception as exc:
