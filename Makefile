@@ -9,7 +9,7 @@ UV     := $(TOOLS)/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast test-kafka test-browser test-fuzz test-all kafka-fetch lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress chaos-instances kafka kafka-stop kafka-clean fuzz fuzz-atheris up down clean oidc-provider
+.PHONY: install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast test-kafka test-browser test-fuzz test-all kafka-fetch lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress chaos-instances kafka kafka-stop kafka-clean fuzz fuzz-atheris up down clean oidc-provider conformance
 
 $(UV): requirements/uv.txt
 	$(PYTHON) -m venv $(TOOLS)
@@ -27,6 +27,14 @@ install: $(STAMP)
 ## the version pinned in tests/oidc/package-lock.json).
 oidc-provider:
 	cd tests/oidc && npm ci --no-audit --no-fund
+
+## The official MCP conformance suite (@modelcontextprotocol/conformance, pinned in
+## tests/conformance/package-lock.json, run under Node 22 from npm): the 2025-11-25 and
+## 2026-07-28 server requirement sets against an upstream fixture alone, then through
+## `callgate mcp --http` with a policy that allows everything; prints both pass counts.
+conformance: $(STAMP)
+	cd tests/conformance && npm ci --no-audit --no-fund
+	$(PY) -P tests/conformance/run.py
 
 ## Re-resolves the lock after a change of pyproject.toml (keeps pinned versions where it can).
 lock: $(UV)
@@ -185,3 +193,9 @@ bench-simulate: $(STAMP)
 .PHONY: bench-agent
 bench-agent: $(STAMP)
 	$(PY) -m tools.bench_agent
+
+## Time from `callgate freeze` / `unfreeze` to enforcement on a running `callgate serve`
+## (embedded store; prints two rows: from the event, and from the command's start).
+.PHONY: bench-freeze
+bench-freeze: $(STAMP)
+	$(PY) -m tools.bench_freeze --rounds 5

@@ -26,6 +26,19 @@ from tests.e2e.helpers import DEFAULT_PROFILE, REPO, callgate_argv, cli_env
 
 REFUND_BIG = {"order_id": "ORD-77", "amount_cents": 25000, "currency": "EUR"}  # high impact
 
+# The hostile classes a JSON body can carry, each with the status and code that refuse it
+# before any route acts: oversized (over the 64 KiB body limit), deeply nested, duplicate
+# keys (after unescaping), non-finite numbers, invalid Unicode.
+HOSTILE_JSON: dict[str, tuple[bytes, int, str]] = {
+    "oversized": (b'{"x": "' + b"y" * 70_000 + b'"}', 413, "payload_too_large"),
+    "deeply nested": (b"[" * 100 + b"]" * 100, 422, "invalid_request"),
+    "duplicate keys": (b'{"type": "block_actions", "typ\\u0065": "x"}', 422, "invalid_request"),
+    "NaN": (b'{"type": "block_actions", "n": NaN}', 422, "invalid_request"),
+    "infinite": (b'{"type": "block_actions", "n": 1e400}', 422, "invalid_request"),
+    "invalid UTF-8": (b'{"type": "block_actions", "s": "\xff"}', 422, "invalid_request"),
+    "lone surrogate": (b'{"type": "block_actions", "s": "\\ud800"}', 422, "invalid_request"),
+}
+
 
 def free_port() -> int:
     with socket.socket() as s:

@@ -11,6 +11,8 @@
 | notes.send | send_note | mutation | - | - | none | support |
 | notes.delete | delete_note | mutation (strict defaults) | none declared | - | approver | support |
 | notes.audit | read_note | read | - | - | none | auditor |
+| notes.resource | resources/read notes://* | read | - | - | none | support |
+| notes.summarize | prompts/get summarize_note | read | - | - | none | support |
 
 ``purge_all`` is an upstream tool with no catalog entry. Notes ``N-*`` belong to tenant
 acme, ``GN-*`` to globex. ``notes.write`` names the author as an identity argument.
@@ -50,6 +52,22 @@ SEND_SCHEMA = {
     "type": "object",
     "required": ["note_id", "to"],
     "properties": {"note_id": {"type": "string"}, "to": {"type": "string"}},
+    "additionalProperties": False,
+}
+
+URI_SCHEMA = {
+    "type": "object",
+    "required": ["uri"],
+    "properties": {"uri": {"type": "string", "maxLength": 512}},
+    "additionalProperties": False,
+}
+PROMPT_SCHEMA = {
+    "type": "object",
+    "required": ["note_id"],
+    "properties": {
+        "note_id": {"type": "string", "minLength": 1, "maxLength": 64},
+        "style": {"type": "string", "enum": ["short", "long"]},
+    },
     "additionalProperties": False,
 }
 
@@ -138,6 +156,26 @@ def tools() -> dict[str, Any]:
             "callers": ["auditor"],
             "args_schema": READ_SCHEMA,
         },
+        "notes.resource": {
+            **_READ,
+            "description": "Notes as resources (notes://<note id>).",
+            "provider": "notes",
+            "upstream_method": "resources/read",
+            "uris": ["notes://*"],
+            "target_arg": "uri",
+            "callers": ["support"],
+            "args_schema": URI_SCHEMA,
+        },
+        "notes.summarize": {
+            **_READ,
+            "description": "The upstream's summarize_note prompt.",
+            "provider": "notes",
+            "upstream_method": "prompts/get",
+            "upstream_tool": "summarize_note",
+            "target_arg": "note_id",
+            "callers": ["support"],
+            "args_schema": PROMPT_SCHEMA,
+        },
     }
 
 
@@ -160,7 +198,7 @@ def write_profile(
     doc: dict[str, Any] = {
         "version": 1,
         "policy_file": "policy.cedar",
-        "resources": {"acme": ["N-*"], "globex": ["GN-*"]},
+        "resources": {"acme": ["N-*", "notes://N-*"], "globex": ["GN-*", "notes://GN-*"]},
         "providers": {"notes": notes},
         "tools": tools(),
     }

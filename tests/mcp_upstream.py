@@ -156,6 +156,44 @@ def build(ledger: Ledger) -> MCPServer:
         await _apply("purge_all", ctx, {})
         return {"purged": "all"}
 
+    # Resources and prompts (ADR 0044): each read is one line in the ledger, so tests see
+    # whether the upstream was reached at all.
+    @server.resource("notes://{note_id}", mime_type="application/json")
+    def note_resource(note_id: str) -> str:
+        """One note as a resource."""
+        ledger.append({"tool": "resources/read", "note_id": note_id})
+        return json.dumps(ledger.notes().get(note_id) or {"note_id": note_id, "text": ""})
+
+    @server.resource("notes://N-readme", mime_type="text/plain")
+    def acme_readme() -> str:
+        """acme's readme."""
+        ledger.append({"tool": "resources/read", "note_id": "N-readme"})
+        return "acme readme"
+
+    @server.resource("notes://GN-readme", mime_type="text/plain")
+    def globex_readme() -> str:
+        """globex's readme."""
+        ledger.append({"tool": "resources/read", "note_id": "GN-readme"})
+        return "globex readme"
+
+    @server.resource("secret://keys", mime_type="text/plain")
+    def secret() -> str:
+        """Not in callgate's catalog: no session may read it."""
+        ledger.append({"tool": "resources/read", "note_id": "secret"})
+        return "keys"
+
+    @server.prompt()
+    def summarize_note(note_id: str, style: str = "short") -> str:
+        """Summarize one note."""
+        ledger.append({"tool": "prompts/get", "note_id": note_id})
+        return f"Summarize note {note_id} ({style})."
+
+    @server.prompt()
+    def leak_everything() -> str:
+        """Not in callgate's catalog."""
+        ledger.append({"tool": "prompts/get", "note_id": "leak"})
+        return "leak"
+
     return server
 
 

@@ -38,6 +38,7 @@ FULL = {
     "history": 100_000,
     "history_samples": 30,
     "simulate": 100_000,
+    "freeze_rounds": 5,
 }
 QUICK = {
     "policy": 300,
@@ -48,6 +49,7 @@ QUICK = {
     "history": 300,
     "history_samples": 5,
     "simulate": 300,
+    "freeze_rounds": 1,
 }
 
 
@@ -93,6 +95,7 @@ def run_bench(
     section("memory", lambda: bench_memory(int(counts["memory"])))
     section("history", lambda: _history(settings, counts))
     section("simulate", lambda: _simulate(counts))
+    section("freeze", lambda: _freeze(counts))
 
     info = machine() | {"quick": quick}
     report: dict[str, Any] = {
@@ -122,6 +125,12 @@ def _simulate(counts: dict[str, float]) -> list[Row]:
     from tools.bench_simulate import bench_simulate
 
     return bench_simulate(int(counts["simulate"]))
+
+
+def _freeze(counts: dict[str, float]) -> list[Row]:
+    from tools.bench_freeze import bench_freeze
+
+    return bench_freeze(int(counts["freeze_rounds"]))
 
 
 def _history(settings: Settings, counts: dict[str, float]) -> list[Row]:

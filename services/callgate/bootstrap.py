@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from callgate.config import ApprovalKeys
     from callgate.decider import Decider
     from callgate.domain.catalog import Profile
+    from callgate.domain.events import Event
     from callgate.domain.identity import SessionIssuer, SessionVerifier
     from callgate.domain.keys import KeyRing
     from callgate.domain.policy import PolicyEngine
@@ -265,10 +266,15 @@ class App:
     ) -> EmbeddedRunner:
         """The runner ``callgate serve`` drives on the embedded store (every process)."""
         from callgate.adapters.embedded.runner import EmbeddedRunner
+        from callgate.decider import Decider
 
+        processes = self.processes()
+        for process in processes:
+            if isinstance(process, Decider):
+                process.seed(policy_events_through(store, codec, store.position(process.name)))
         return EmbeddedRunner(
             store,
-            self.processes(),
+            processes,
             codec,
             self.clock,
             requests_retention_ms=self.settings.requests_retention_ms,
@@ -299,6 +305,28 @@ class App:
     def again(self) -> App:
         """A second wiring of the same settings and clock (a surface's own verifier cache)."""
         return bootstrap(self.settings, self.clock)
+
+
+def policy_events_through(store: EmbeddedStore, codec: AvroCodec, seq: int) -> list[Event]:
+    """The policy-version and freeze events of the embedded log up to ``seq``, in log
+    order: what a decider at that position has folded (ADR 0050, 0054)."""
+    from callgate.adapters.avro_codec import MalformedEvent
+    from callgate.domain.freeze import FREEZE_EVENTS
+    from callgate.domain.policy_versions import POLICY_EVENTS
+
+    rows = [
+        row
+        for cls in (*POLICY_EVENTS, *FREEZE_EVENTS)
+        for row in store.read_log("events", event_type=cls.__name__, limit=1_000_000)
+        if row.seq <= seq
+    ]
+    found: list[Event] = []
+    for row in sorted(rows, key=lambda r: r.seq):
+        try:
+            found.append(codec.decode(row.payload))
+        except MalformedEvent:
+            continue  # a poison row was dead-lettered: no decider saw it
+    return found
 
 
 def bootstrap(settings: Settings, clock: Clock = system_clock) -> App:

@@ -139,6 +139,9 @@ class NotifySettings(_Section):
     timeout_s: float = Field(default=5.0, gt=0, le=60)
     # JSON lines of the deliveries given up on; relative to the state directory.
     dead_letter_file: Path = Path("notify-dead-letters.jsonl")
+    # The notifier's stored position (the items it has told as pending), so that after a
+    # restart it tells what was decided meanwhile; relative to the state directory.
+    position_file: Path = Path("notify-position.json")
 
 
 class SlackUser(_Section):
@@ -165,6 +168,9 @@ class SlackSettings(_Section):
     # ``callgate-slack``, trusted exactly when configured here).
     session_kid: str | None = Field(default=None, min_length=1)
     session_key_file: Path | None = Field(default=None, description="PEM private key")
+    # Whether this instance posts the messages. Slack does not deduplicate: with several
+    # instances, one posts (true) and the others only take clicks (false).
+    post_messages: bool = True
 
     @model_validator(mode="after")
     def _complete(self) -> SlackSettings:

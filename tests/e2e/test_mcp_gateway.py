@@ -455,6 +455,14 @@ DUPLICATES = {
         '"params": {"name": "notes.read", "arguments": {"note_id": "N-1"}}}'
     ),
     "escaped key": _raw_call('{"note_id": "GN-1", "note\\u005fid": "N-1"}'),
+    "in a resource URI": (
+        '{"jsonrpc": "2.0", "id": 7, "method": "resources/read", '
+        '"params": {"uri": "notes://GN-readme", "uri": "notes://N-readme"}}'
+    ),
+    "in prompt arguments": (
+        '{"jsonrpc": "2.0", "id": 7, "method": "prompts/get", "params": '
+        '{"name": "notes.summarize", "arguments": {"note_id": "GN-1", "note_id": "N-1"}}}'
+    ),
 }
 
 
@@ -504,7 +512,8 @@ def test_duplicate_keys_over_stdio_are_a_json_rpc_parse_error(gate: Gate) -> Non
     try:
         proc.stdin.write("\n".join(lines) + "\n")
         proc.stdin.flush()
-        while not {99, 10, 11, 12} <= set(answers):  # it goes on after refused lines
+        expected = {99, *range(10, 10 + len(DUPLICATES))}
+        while not expected <= set(answers):  # it goes on after refused lines
             line = proc.stdout.readline()
             assert line, proc.stderr.read() if proc.stderr else "no answer"
             answer = json.loads(line)
@@ -620,3 +629,126 @@ async def test_a_held_call_answers_approval_denied(tmp_path: Path) -> None:
         result = await c.call_tool("notes.write", args)
     assert result.is_error and outcome(result) == "approval_denied", result
     assert effects(ledger) == []
+
+
+# -- resources and prompts under policy (ADR 0044) ---------------------------------------
+
+
+def reads(ledger: Path) -> list[str]:
+    """What the upstream served: one ledger line per resource read or prompt."""
+    return [
+        str(e["note_id"]) for e in effects(ledger) if e["tool"] in ("resources/read", "prompts/get")
+    ]
+
+
+async def refused(call: Any) -> dict[str, Any]:
+    """The coded JSON-RPC refusal of a non-tool request."""
+    with pytest.raises(mcp.MCPError) as err:
+        await call
+    assert err.value.code == types.INVALID_PARAMS, err.value
+    data = err.value.data
+    assert isinstance(data, dict) and err.value.message.startswith(f"{data['code']}: ")
+    return data
+
+
+async def test_resources_are_read_after_the_acl_and_lists_are_filtered(gate: Gate) -> None:
+    async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
+        listed = {str(r.uri) for r in (await c.list_resources()).resources}
+        assert listed == {"notes://N-readme"}  # not globex's, not the uncatalogued secret
+        templates = (await c.list_resource_templates()).resource_templates
+        assert [t.uri_template for t in templates] == ["notes://{note_id}"]
+        read = await c.read_resource("notes://N-readme")
+        assert [getattr(x, "text", None) for x in read.contents] == ["acme readme"]
+        assert read.meta is not None and read.meta["callgate/outcome"] == "executed"
+        invocation = str(read.meta["callgate/invocation_id"])
+        # another tenant's resource, an uncatalogued one, an oversized URI: coded, unread
+        other = await refused(c.read_resource("notes://GN-readme"))
+        assert other["code"] == "tool_forbidden" and other["invocation_id"]
+        assert (await refused(c.read_resource("secret://keys")))["code"] == "unknown_tool"
+        long_uri = "notes://N-" + "x" * 5000
+        assert (await refused(c.read_resource(long_uri)))["code"] == "invalid_arguments"
+        # a resource entry is not a tool
+        as_tool = await c.call_tool("notes.resource", {"uri": "notes://N-readme"})
+        assert as_tool.is_error and outcome(as_tool) == "unknown_tool"
+    assert reads(gate.ledger) == ["N-readme"]
+    # the read's decision is recorded like a call's
+    status = cg(gate.state_dir, "status", invocation, "--session", gate.token("alice", ALICE_ROLES))
+    assert status["outcome"] == "executed"
+    async with gate.client(gate.token("carol", ["auditor"])) as c:
+        assert (await c.list_resources()).resources == []  # no role for the entry
+        assert (await refused(c.read_resource("notes://N-readme")))["code"] == "tool_forbidden"
+    assert reads(gate.ledger) == ["N-readme"]
+
+
+async def test_prompts_are_decided_like_calls(gate: Gate) -> None:
+    async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
+        assert [p.name for p in (await c.list_prompts()).prompts] == ["notes.summarize"]
+        got = await c.get_prompt("notes.summarize", {"note_id": "N-1", "style": "long"})
+        assert "Summarize note N-1 (long)." in json.dumps(got.model_dump(mode="json"))
+        hostile: dict[str, dict[str, str]] = {
+            "invalid_arguments": {"note_id": "N-1", "style": "x" * 10_000},
+            "tool_forbidden": {"note_id": "GN-1"},  # another tenant's note
+        }
+        for code, args in hostile.items():
+            assert (await refused(c.get_prompt("notes.summarize", args)))["code"] == code
+        assert (await refused(c.get_prompt("leak_everything")))["code"] == "unknown_tool"
+        assert (await refused(c.get_prompt("summarize_note", {"note_id": "N-1"})))[
+            "code"
+        ] == "unknown_tool"  # the upstream's own name is not an entry
+    assert reads(gate.ledger) == ["N-1"]
+
+
+async def test_the_documented_stdio_host_configuration_works(tmp_path: Path) -> None:
+    """The stdio ``mcpServers`` entry of docs/how-to/integrations.md, as a host would run
+    it: the session comes from ``env``, not from the arguments."""
+    import re
+
+    from tests.e2e.helpers import REPO
+
+    doc = (REPO / "docs" / "how-to" / "integrations.md").read_text()
+    section = doc.split("## 5. What an MCP host's configuration must contain", 1)[1]
+    block = re.search(r"```json\n(.*?)```", section, re.S)
+    assert block is not None
+    (entry,) = json.loads(block.group(1))["mcpServers"].values()
+    ledger = tmp_path / "notes.jsonl"
+    g = Gate(tmp_path / "state", write_profile(tmp_path / "profile", ledger), ledger, "stdio")
+    g.state_dir.mkdir()
+    assert entry["command"] == "callgate" and "CALLGATE_SESSION" in entry["env"]
+    args = [str(g.profile) if a == "/etc/callgate/profile.yaml" else a for a in entry["args"]]
+    params = mcp.StdioServerParameters(
+        command=str(CALLGATE),
+        args=["--state-dir", str(g.state_dir), *args],
+        env={
+            **cli_env(),
+            "CALLGATE_DEV": "1",  # development tokens
+            "CALLGATE_SESSION": g.token("alice", ALICE_ROLES),
+        },
+    )
+    async with mcp.Client(params, cache=None) as c:
+        assert "notes.read" in {t.name for t in (await c.list_tools()).tools}
+        wrote = await c.call_tool(
+            "notes.quick_write", {"note_id": "N-1", "text": "hi", "author": "alice"}
+        )
+    assert not wrote.is_error, wrote
+    assert [e["tenant"] for e in effects(ledger)] == ["acme"]
+
+
+async def test_a_frozen_tool_is_a_coded_tool_error_until_unfrozen(gate: Gate) -> None:
+    """ADR 0054: the MCP surface is a translation of the same decision: ``frozen``."""
+    from callgate.domain.scope import OPERATOR_ROLE
+
+    operator = gate.token("olga", [OPERATOR_ROLE], tenant="ops")
+    freeze = ["--tool", "notes.read", "--session", operator]
+    cg(gate.state_dir, "freeze", *freeze, "--reason", "upstream incident", profile=gate.profile)
+    async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
+        wrote = await c.call_tool(
+            "notes.quick_write", {"note_id": "N-1", "text": "hello", "author": "alice"}
+        )
+        assert not wrote.is_error, wrote  # another tool: not frozen
+        r = await c.call_tool("notes.read", {"note_id": "N-1"})
+        assert r.is_error and outcome(r) == "frozen", r
+        assert "upstream incident" in body(r)["error"]["message"]
+        cg(gate.state_dir, "unfreeze", *freeze, profile=gate.profile)
+        again = await c.call_tool("notes.read", {"note_id": "N-1"})
+        assert not again.is_error, again
+        assert again.structured_content == {"note_id": "N-1", "text": "hello", "author": None}

@@ -1,15 +1,20 @@
 """Approvals that finish (ADR 0029, 0030), end to end against a running ``serve --http``.
 
 Shared by the embedded and the Apache Kafka suites: the agent's ``callgate propose
---wait`` runs as its own process while an approver decides over the HTTP API; the
-approved call runs without any resubmission, exactly once.
+--wait`` runs as its own process while an approver decides (over the HTTP API here; in
+the console by Playwright, or by a Slack click, in the suites that pass ``approve``); the
+approved call runs without any resubmission, exactly once, and ``settled_once`` checks
+what every such story ends with: one effect, ``callgate audit verify`` true and
+``callgate replay`` equal.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from tests.e2e.helpers import callgate_argv, cli_env
@@ -51,17 +56,63 @@ def pending_item(server: HttpServe, token: str, key: str, value: str) -> dict[st
     return found[0]
 
 
+def settled_once(server: HttpServe, invocation_id: str) -> None:
+    """Exactly one effect at the provider for ``invocation_id``; ``callgate audit verify``
+    true; ``callgate replay`` equal (the projections rebuilt from the log equal the live
+    ones: eventually, on Kafka, whose views follow the log)."""
+    assert len(effects_of(server, invocation_id)) == 1
+    verified = value_of(callgate(server, "audit", "verify"))
+    assert verified["ok"] is True and verified["records"] >= 1, verified
+    deadline = time.monotonic() + 60
+    while not (replayed := value_of(callgate(server, "replay")))["equal"]:
+        assert time.monotonic() < deadline, replayed
+        time.sleep(0.5)
+    assert replayed["events"] > 0, replayed
+
+
+def agent_waits(
+    server: HttpServe, agent: str, order: str
+) -> tuple[subprocess.Popen[str], str, str]:
+    """The agent's ``callgate propose --wait 120s`` of a high-impact refund of ``order``,
+    its own process: (the process, its idempotency key, the arguments' JSON)."""
+    key = f"refund-{order}-{uuid.uuid4().hex[:6]}"
+    args = json.dumps({**REFUND, "order_id": order})
+    proc = callgate(
+        server,
+        *("propose", "--session", agent, "--tool", "refunds.issue", "--args", args),
+        *("--idempotency-key", key, "--wait", "120s"),
+    )
+    return proc, key, args
+
+
+def refund_waited_on_runs_once_approved(
+    server: HttpServe, agent_token: str, reader: str, approve: Callable[[str], None]
+) -> str:
+    """The agent waits on a high-impact refund; ``approve(invocation_id)`` approves it
+    however the suite does; the waiting ``propose --wait`` prints ``executed`` (no
+    resubmission) and the story ends ``settled_once``. ``reader`` sees the pending list."""
+    order = f"ORD-{uuid.uuid4().hex[:8]}"
+    agent, _, _ = agent_waits(server, agent_token, order)
+    try:
+        inv: str = pending_item(server, reader, "order_id", order)["invocation_id"]
+        approve(inv)
+        answer = value_of(agent)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+    assert answer["outcome"] == "executed", answer
+    assert answer["invocation_id"] == inv and answer["final"] is True
+    assert answer["result"]["order_id"] == order
+    settled_once(server, inv)
+    return inv
+
+
 def refund_approved_over_http_runs_without_resubmission(server: HttpServe) -> None:
     alice = server.token("alice", "acme", "support")
     fran = server.token("fran", "acme", "finance-approver")
     order = f"ORD-{uuid.uuid4().hex[:8]}"
-    key = f"refund-{order}"
-    args = json.dumps({**REFUND, "order_id": order})
-    agent = callgate(
-        server,
-        *("propose", "--session", alice, "--tool", "refunds.issue", "--args", args),
-        *("--idempotency-key", key, "--wait", "120s"),
-    )
+    agent, key, args = agent_waits(server, alice, order)
     try:
         item = pending_item(server, fran, "order_id", order)
         inv = item["invocation_id"]
@@ -115,7 +166,7 @@ def refund_approved_over_http_runs_without_resubmission(server: HttpServe) -> No
         assert record["authorized_by"]["decision"] == "permit"
         assert record["authorized_by"]["approval"]["approver"] == "fran"
         assert c.get("/v1/audit/verify").json()["ok"] is True
-    assert len(effects_of(server, inv)) == 1
+    settled_once(server, inv)
 
 
 def deploy_needs_two_distinct_release_managers(server: HttpServe) -> None:
@@ -161,4 +212,4 @@ def deploy_needs_two_distinct_release_managers(server: HttpServe) -> None:
     with server.client(rita) as c:
         done = c.get(f"/v1/invocations/{inv}", params={"wait": 60}).json()
         assert done["outcome"] == "executed" and done["final"] is True, done
-    assert len(effects_of(server, inv)) == 1
+    settled_once(server, inv)

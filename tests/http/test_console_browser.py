@@ -338,3 +338,43 @@ def test_a_link_opens_a_pending_two_of_n_deploy_live(browser: Browser, tmp_path:
         page.close()
     finally:
         assert serve.stop() == 0, serve.log.read_text()
+
+
+def test_an_operator_sees_the_shadow_policys_disagreements(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """ADR 0050: a refund the shadow version forbids is listed for an operator, with the
+    outcome it kept; a user without the operator role sees no shadow card."""
+    from tests.e2e.helpers import cg
+    from tests.e2e.test_policy_simulate import FORBID_OVER_500_EUR, candidate_profile
+
+    serve = HttpServe(tmp_path / "state", tmp_path / "serve.log", dev=True)
+    try:
+        serve.wait_ready()
+        operator = serve.token("olga", "ops", "callgate-operator")
+        candidate = candidate_profile(tmp_path, FORBID_OVER_500_EUR)
+        version = cg(serve.state_dir, "policy", "publish", str(candidate), "--session",
+                     operator, "--reason", "cap")["published"]  # fmt: skip
+        cg(serve.state_dir, "policy", "shadow", version, "--session", operator)
+        alice = serve.token("alice", "acme", "support")
+        args = {"order_id": "ORD-7", "amount_cents": 90_000, "currency": "EUR",
+                "issued_by": "alice"}  # fmt: skip
+        answer = agent_proposes(serve, alice, "refunds.issue", args)
+
+        page = new_page(browser)
+        sign_in_with_token(page, serve, operator)
+        expect(page.locator("#shadow-count")).to_have_text("1")
+        row = page.locator("#shadow-rows tr")
+        expect(row).to_contain_text(answer["invocation_id"])
+        expect(row).to_contain_text("approval_required")
+        expect(row).to_contain_text("tool_forbidden")
+        no_page_errors(page)
+        page.close()
+
+        page = new_page(browser)
+        sign_in_with_token(page, serve, alice)
+        expect(page.locator("#shadow")).to_be_hidden()
+        no_page_errors(page)
+        page.close()
+    finally:
+        assert serve.stop() == 0, serve.log.read_text()

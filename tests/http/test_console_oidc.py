@@ -16,12 +16,14 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
 
 from callgate.adapters.keyfiles import generate_key_pair
-from tests.http_support import REFUND_BIG, HttpServe, free_port
+from tests.http.approval_flow import effects_of, refund_waited_on_runs_once_approved
+from tests.http_support import HOSTILE_JSON, REFUND_BIG, HttpServe, free_port
 from tests.idp import IdentityProvider
 from tests.oidc_support import OpenIdProvider, missing
 
@@ -192,6 +194,31 @@ def test_approver_signs_in_with_the_provider_approves_reloads_and_signs_out(
     page.close()
 
 
+def test_a_refund_the_agent_waits_on_is_approved_in_the_console_and_runs_once(
+    deployment: Deployment, browser: Browser
+) -> None:
+    """Issue 27: the agent's ``callgate propose --wait`` (the installed command, its own
+    process) waits; fran signs in through the provider, opens the link callgate hands out
+    and approves; the refund runs without resubmission, the agent prints ``executed``;
+    one effect, ``audit verify`` true, replay equal."""
+    d = deployment
+    page = new_page(browser)
+    sign_in_with_provider(page, d, "fran")
+
+    def approve_in_the_console(invocation: str) -> None:
+        page.goto(f"{d.serve.url}/#invocation={invocation}")
+        expect(page.locator("#live-state")).to_contain_text("Pending approval")
+        page.get_by_role("button", name="Approve", exact=True).click()
+        expect(page.locator("#detail-result")).to_contain_text("Approved.")
+
+    inv = refund_waited_on_runs_once_approved(d.serve, d.agent(), d.agent(), approve_in_the_console)
+    expect(page.locator("#live-state")).to_contain_text("Executed")
+    approval = approval_state(d, inv)
+    assert approval["state"] == "granted" and approval["approver"] == "fran", approval
+    no_page_errors(page)
+    page.close()
+
+
 def test_a_cookie_request_without_its_csrf_token_is_refused_and_does_nothing(
     deployment: Deployment, browser: Browser
 ) -> None:
@@ -209,6 +236,7 @@ def test_a_cookie_request_without_its_csrf_token_is_refused_and_does_nothing(
         assert answer["status"] == 403, answer
         assert answer["body"]["error"]["code"] == "csrf_failed", answer
     assert approval_state(d, invocation)["state"] == "pending"  # nothing was approved
+    assert effects_of(d.serve, invocation) == []  # nothing executed
     page.close()
 
 
@@ -264,3 +292,74 @@ def test_the_session_ends_when_the_providers_token_expires(
         page.close()
     finally:
         d.stop()
+
+
+SIGN_IN_ENDPOINTS = (
+    "/v1/session/sign-out",
+    "/v1/session",
+    "/v1/oidc/providers",
+    "/v1/oidc/sign-in/0",
+    "/v1/oidc/callback",
+)
+
+
+def test_hostile_bodies_to_the_sign_in_endpoints_are_refused_and_change_nothing(
+    deployment: Deployment, browser: Browser
+) -> None:
+    """Each hostile class of body, sent with a signed-in session's cookies and its CSRF
+    token, is refused with its code before any route runs: no cookie is set or cleared,
+    the session still holds; the same sign-out with a plain body then does sign out."""
+    d = deployment
+    page = new_page(browser)
+    sign_in_with_provider(page, d, "fran")
+    jar = {c["name"]: c["value"] for c in page.context.cookies()}
+    csrf = jar["__Host-callgate-csrf"]
+    cookie = "; ".join(f"{n}={jar[n]}" for n in ("__Host-callgate-session", "__Host-callgate-csrf"))
+    headers = {"Cookie": cookie, "X-CSRF-Token": csrf, "Content-Type": "application/json"}
+    with httpx.Client(base_url=d.serve.url, headers=headers, timeout=30) as c:
+        for path in SIGN_IN_ENDPOINTS:
+            for what, (body, status, code) in HOSTILE_JSON.items():
+                r = c.post(path, content=body)
+                assert r.status_code == status, (path, what, r.text)
+                assert r.json()["error"]["code"] == code, (path, what, r.text)
+                assert "set-cookie" not in r.headers, (path, what, r.headers)
+        assert c.get("/v1/session").json()["user"] == "fran"  # still signed in
+        signed_out = c.post("/v1/session/sign-out", content=b"{}")
+        assert signed_out.status_code == 204 and "set-cookie" in signed_out.headers
+    assert "Traceback" not in d.serve.log.read_text()
+    page.close()
+
+
+def test_a_hostile_callback_query_signs_nobody_in(deployment: Deployment) -> None:
+    """The provider's redirect back, read strictly: an oversized query, a parameter given
+    twice, a percent-escape that is not UTF-8 each end the sign-in with
+    ``sign_in_error=unauthenticated`` and no session, even with this browser's own sign-in
+    cookie and state; a sign-in path that is no provider's number is a coded 4xx."""
+    d = deployment
+    with httpx.Client(base_url=d.serve.url, timeout=30) as c:
+        begin = c.get("/v1/oidc/sign-in/0")
+        assert begin.status_code == 303
+        tx = begin.headers["set-cookie"].split(";")[0]
+        state = parse_qs(urlsplit(begin.headers["location"]).query)["state"][0]
+        queries = {
+            "oversized": f"state={state}&code={'c' * 9000}",
+            "state twice": f"state={state}&state={state}&code=abc",
+            "code twice": f"state={state}&code=abc&code=def",
+            "not UTF-8": f"state={state}&code=%FF%FE",
+            "too many fields": f"state={state}&code=abc&" + "&".join(f"f{i}=1" for i in range(20)),
+        }
+        for what, query in queries.items():
+            r = c.get(f"/v1/oidc/callback?{query}", headers={"Cookie": tx})
+            assert r.status_code == 303, (what, r.text)
+            assert r.headers["location"] == "/?sign_in_error=unauthenticated", what
+            assert "callgate-session" not in r.headers.get("set-cookie", ""), what
+        for index in ("NaN", "Infinity", "1e400", "9" * 400, "-1", "%F0%9F", "0x0"):
+            r = c.get(f"/v1/oidc/sign-in/{index}")
+            assert r.status_code in (404, 422), (index, r.text)
+            assert r.json()["error"]["code"] in ("not_found", "invalid_request"), index
+            assert "set-cookie" not in r.headers, index
+    log = d.serve.log.read_text()
+    for says in ("over 8192 bytes", "the field 'state' repeats", "the field 'code' repeats",
+                 "not readable: 'utf-8' codec", "not readable: Max number of fields"):  # fmt: skip
+        assert says in log, says
+    assert "Traceback" not in log

@@ -14,8 +14,11 @@ from tests.http.test_console_oidc import (
     browser,
     test_a_callback_not_started_by_this_browser_signs_nobody_in,
     test_a_cookie_request_without_its_csrf_token_is_refused_and_does_nothing,
+    test_a_hostile_callback_query_signs_nobody_in,
+    test_a_refund_the_agent_waits_on_is_approved_in_the_console_and_runs_once,
     test_an_id_token_without_tenant_and_roles_signs_nobody_in,
     test_approver_signs_in_with_the_provider_approves_reloads_and_signs_out,
+    test_hostile_bodies_to_the_sign_in_endpoints_are_refused_and_change_nothing,
 )
 from tests.http_support import wait_until
 from tests.kafka_support import Deployment as KafkaDeployment
@@ -27,8 +30,11 @@ __all__ = [
     "browser",
     "test_a_callback_not_started_by_this_browser_signs_nobody_in",
     "test_a_cookie_request_without_its_csrf_token_is_refused_and_does_nothing",
+    "test_a_hostile_callback_query_signs_nobody_in",
+    "test_a_refund_the_agent_waits_on_is_approved_in_the_console_and_runs_once",
     "test_an_id_token_without_tenant_and_roles_signs_nobody_in",
     "test_approver_signs_in_with_the_provider_approves_reloads_and_signs_out",
+    "test_hostile_bodies_to_the_sign_in_endpoints_are_refused_and_change_nothing",
 ]
 
 

@@ -12,6 +12,7 @@ signed the way Slack signs them (``slack_sdk``'s ``SignatureVerifier``).
 from __future__ import annotations
 
 import base64
+import hmac
 import json
 import os
 import threading
@@ -22,7 +23,7 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote_from_bytes, urlencode
 
 import httpx
 import pytest
@@ -30,7 +31,13 @@ from slack_sdk.signature import SignatureVerifier
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from callgate.adapters.keyfiles import generate_key_pair
-from tests.http_support import REFUND_BIG, HttpServe, wait_until
+from tests.http.approval_flow import (
+    callgate,
+    effects_of,
+    refund_waited_on_runs_once_approved,
+    value_of,
+)
+from tests.http_support import HOSTILE_JSON, REFUND_BIG, HttpServe, wait_until
 
 SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 TEAM = "T0ACME"
@@ -129,17 +136,22 @@ class Setup:
             'session_kid = "slack-1"\n'
             f'session_key_file = "{root / "keys" / "slack-1.pem"}"\n' + users
         )
-        self.serve = HttpServe(
-            state_dir or root / "state",
-            root / "serve.log",
-            env={**(env or {}), "CALLGATE_CONFIG": str(config)},
-            dev=True,
-        )
+        self._state_dir = state_dir or root / "state"
+        self._log = root / "serve.log"
+        self._env = {**(env or {}), "CALLGATE_CONFIG": str(config)}
+        self.serve = HttpServe(self._state_dir, self._log, env=self._env, dev=True)
         try:
             self.serve.wait_ready(timeout_s=120)
         except BaseException:
             self.stop()
             raise
+
+    def start_again(self) -> None:
+        """``serve --http`` anew on the same state, configuration and port (after
+        ``serve.stop()``)."""
+        port = self.serve.port
+        self.serve = HttpServe(self._state_dir, self._log, env=self._env, dev=True, port=port)
+        self.serve.wait_ready(timeout_s=120)
 
     def stop(self) -> None:
         try:
@@ -199,7 +211,14 @@ def slack_click(
     age_s: int = 0,
 ) -> httpx.Response:
     """POST an interaction the way Slack does: form-encoded ``payload``, signed."""
-    payload = {
+    payload = click_payload(invocation, slack_user, action, team)
+    body = urlencode({"payload": json.dumps(payload)}).encode()
+    return slack_post(s, body, signing_secret=signing_secret, age_s=age_s)
+
+
+def click_payload(invocation: str, slack_user: str, action: str, team: str) -> dict[str, Any]:
+    """A ``block_actions`` payload: ``slack_user`` clicked ``action`` on the item's message."""
+    return {
         "type": "block_actions",
         "team": {"id": team, "domain": "acme"},
         "user": {"id": slack_user, "username": slack_user.lower(), "team_id": team},
@@ -215,13 +234,25 @@ def slack_click(
         ],
         "response_url": "https://hooks.slack.invalid/actions/T0/1/x",
     }
-    body = urlencode({"payload": json.dumps(payload)})
+
+
+def slack_post(
+    s: Setup, body: bytes, *, signing_secret: str = SIGNING_SECRET, age_s: int = 0
+) -> httpx.Response:
+    """POST ``body`` to the interaction endpoint, signed as Slack signs (``v0:ts:body``;
+    ``slack_sdk`` for a UTF-8 body, the same HMAC by hand for one that is not)."""
     timestamp = str(int(time.time()) - age_s)
-    signature = SignatureVerifier(signing_secret).generate_signature(timestamp=timestamp, body=body)
+    try:
+        signature = SignatureVerifier(signing_secret).generate_signature(
+            timestamp=timestamp, body=body.decode("utf-8")
+        )
+    except UnicodeDecodeError:
+        mac = hmac.new(signing_secret.encode(), b"v0:" + timestamp.encode() + b":" + body, "sha256")
+        signature = "v0=" + mac.hexdigest()
     assert signature is not None
     return httpx.post(
         f"{s.serve.url}/v1/slack/interactions",
-        content=body.encode(),
+        content=body,
         headers={
             "Content-Type": "application/x-www-form-urlencoded",
             "X-Slack-Request-Timestamp": timestamp,
@@ -295,6 +326,45 @@ def test_a_pending_refund_is_told_by_webhook_and_slack_and_approved_in_slack(s: 
     assert update["ts"] == "1700000000.000100" and "granted by fran" in update["text"]
 
 
+def test_a_refund_the_agent_waits_on_is_approved_in_slack_and_runs_once(s: Setup) -> None:
+    """Issue 27: the agent's ``callgate propose --wait`` waits; fran's signed Approve click
+    on the real interaction endpoint approves; the refund runs without resubmission and
+    the agent prints ``executed``; one effect, ``audit verify`` true, replay equal."""
+    alice = s.serve.token("alice", "acme", "support")
+
+    def approve_in_slack(invocation: str) -> None:
+        answer = slack_click(s, invocation, "U0FRAN")
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["decision"] == "granted" and answer.json()["approver"] == "fran"
+
+    inv = refund_waited_on_runs_once_approved(s.serve, alice, alice, approve_in_slack)
+    assert status(s, inv)["approval"]["approver"] == "fran"
+    again = slack_click(s, inv, "U0FRAN")  # the same click again: decided, nothing more
+    assert again.status_code == 409 and again.json()["error"]["code"] == "not_pending"
+    assert len(effects_of(s.serve, inv)) == 1
+
+
+def test_a_decision_made_while_serve_is_down_is_told_after_it_starts_again(s: Setup) -> None:
+    """ADR 0040: the notifier resumes from its stored position: fran approves with the
+    command line while no server runs; the restarted server tells the decision, and does
+    not tell the item as pending a second time."""
+    inv = propose(s, "alice", ("support",), "ORD-605")
+    wait_until(lambda: webhooks(s.hook, s.hook_secret, "approval.pending", inv), 15, "webhook")
+    time.sleep(0.5)  # the position is stored after the poll that told it
+    assert s.serve.stop() == 0, s.serve.log.read_text()
+    fran = s.serve.token("fran", "acme", "finance-approver")
+    approved = value_of(callgate(s.serve, "approve", inv, "--session", fran))
+    assert approved["invocation_id"] == inv and approved["approval_id"], approved
+    assert webhooks(s.hook, s.hook_secret, "approval.decided", inv) == []
+    s.start_again()
+    wait_until(lambda: webhooks(s.hook, s.hook_secret, "approval.decided", inv), 15, "decided")
+    [decided] = webhooks(s.hook, s.hook_secret, "approval.decided", inv)
+    assert decided["data"]["decision"] == "granted" and decided["data"]["approver"] == "fran"
+    time.sleep(1)
+    assert len(webhooks(s.hook, s.hook_secret, "approval.pending", inv)) == 1  # not again
+    assert len(webhooks(s.hook, s.hook_secret, "approval.decided", inv)) == 1
+
+
 def test_a_failing_receiver_is_retried_with_backoff_then_dead_lettered(s: Setup) -> None:
     inv = propose(s, "alice", ("support",), "ORD-603")
 
@@ -349,6 +419,7 @@ def test_slack_refusals_are_coded_and_approve_nothing(s: Setup) -> None:
         "no approver role": "approver_forbidden",
     }
     assert status(s, inv)["approval"]["state"] == "pending"  # nothing was approved
+    assert effects_of(s.serve, inv) == []  # nothing executed
 
     denied = slack_click(s, inv, "U0FRAN", "callgate_deny")
     assert denied.status_code == 200 and denied.json()["decision"] == "denied"
@@ -356,3 +427,31 @@ def test_slack_refusals_are_coded_and_approve_nothing(s: Setup) -> None:
     wait_until(lambda: webhooks(s.hook, s.hook_secret, "approval.decided", inv), 15, "decided")
     [decided] = webhooks(s.hook, s.hook_secret, "approval.decided", inv)
     assert decided["data"]["decision"] == "denied" and decided["data"]["approver"] == "fran"
+
+
+def test_hostile_interaction_bodies_are_refused_with_a_code_and_approve_nothing(s: Setup) -> None:
+    """Signed as Slack signs, so that the reader, not the signature, refuses: each hostile
+    class in the ``payload`` JSON, a repeated form field (which one would Slack have
+    meant?) and a form that is not UTF-8 get a coded refusal; nothing is approved."""
+    inv = propose(s, "alice", ("support",), "ORD-604")
+    click = click_payload(inv, "U0FRAN", "callgate_approve", TEAM)
+    bodies = {
+        name: (b"payload=" + quote_from_bytes(json_body).encode(), status, code)
+        for name, (json_body, status, code) in HOSTILE_JSON.items()
+    }
+    bodies["oversized"] = (b"payload=" + b"y" * 70_000, 413, "payload_too_large")
+    other = {**click, "actions": [{**click["actions"][0], "action_id": "callgate_deny"}]}
+    bodies["a repeated field"] = (
+        urlencode([("payload", json.dumps(click)), ("payload", json.dumps(other))]).encode(),
+        422,
+        "invalid_request",
+    )
+    bodies["a raw byte that is not UTF-8"] = (b"payload=\xff", 422, "invalid_request")
+    for what, (body, expected, code) in bodies.items():
+        answer = slack_post(s, body)
+        assert answer.status_code == expected, (what, answer.text)
+        assert answer.json()["error"]["code"] == code, (what, answer.text)
+        assert "Traceback" not in answer.text
+    assert status(s, inv)["approval"]["state"] == "pending"  # nothing was decided
+    assert effects_of(s.serve, inv) == []  # nothing executed
+    assert "Traceback" not in s.serve.log.read_text()

@@ -13,6 +13,8 @@ from tests.http.test_notify import (
     Setup,
     test_a_failing_receiver_is_retried_with_backoff_then_dead_lettered,
     test_a_pending_refund_is_told_by_webhook_and_slack_and_approved_in_slack,
+    test_a_refund_the_agent_waits_on_is_approved_in_slack_and_runs_once,
+    test_hostile_interaction_bodies_are_refused_with_a_code_and_approve_nothing,
     test_slack_refusals_are_coded_and_approve_nothing,
 )
 from tests.http_support import wait_until
@@ -23,6 +25,8 @@ pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
 __all__ = [
     "test_a_failing_receiver_is_retried_with_backoff_then_dead_lettered",
     "test_a_pending_refund_is_told_by_webhook_and_slack_and_approved_in_slack",
+    "test_a_refund_the_agent_waits_on_is_approved_in_slack_and_runs_once",
+    "test_hostile_interaction_bodies_are_refused_with_a_code_and_approve_nothing",
     "test_slack_refusals_are_coded_and_approve_nothing",
 ]
 

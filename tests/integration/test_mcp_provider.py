@@ -34,9 +34,7 @@ def app(tmp_path: Path) -> Iterator[App]:
 
 
 def notes(app: App) -> McpProvider:
-    provider = app.providers.get("notes")
-    provider = getattr(provider, "inner", provider)  # the provider inside its timing wrapper
-    assert isinstance(provider, McpProvider)
+    (provider,) = (p for p in app.providers.of_kind(McpProvider) if p.name == "notes")
     return provider
 
 

@@ -329,3 +329,63 @@ def test_provider_declarations_are_checked(
 
     with pytest.raises(ProfileError, match=message.replace("(", r"\(")):
         load_profile(write_profile(tmp_path, edit))
+
+
+# -- resources and prompts of an mcp upstream (ADR 0044) ------------------------------------
+
+_URI_SCHEMA = {
+    "type": "object",
+    "required": ["uri"],
+    "properties": {"uri": {"type": "string"}},
+    "additionalProperties": False,
+}
+
+
+def _resource_entry(name: str, uris: list[str]) -> Edit:
+    def edit(data: dict[str, Any]) -> None:
+        data["tools"][name] = {
+            "provider": data["tools"]["tickets.read"]["provider"],
+            "upstream_method": "resources/read",
+            "uris": uris,
+            "mutation": False,
+            "impact": "low",
+            "require_dry_run": False,
+            "confirmation": "none",
+            "target_arg": "uri",
+            "callers": ["support"],
+            "args_schema": _URI_SCHEMA,
+        }
+
+    return edit
+
+
+def test_a_resource_uri_maps_to_exactly_one_entry_else_none(tmp_path: Path) -> None:
+    def edit(data: dict[str, Any]) -> None:
+        _resource_entry("docs.read", ["docs://*"])(data)
+        _resource_entry("docs.secret", ["docs://secret/*"])(data)
+
+    p = load_profile(write_profile(tmp_path, edit))
+    found = p.resource_entry("docs://readme")
+    assert found is not None and found.name == "docs.read"
+    assert p.resource_entry("docs://secret/keys") is None  # two entries cover it: fail closed
+    assert p.resource_entry("DOCS://readme") is None  # globs are case-sensitive
+    assert p.resource_entry("other://x") is None  # not catalogued
+    assert p.prompt_entry("tickets", "nothing") is None
+
+
+def test_resource_entries_are_checked_and_old_entries_keep_their_digest(tmp_path: Path) -> None:
+    base = load_profile(default_profile_path())
+    (tmp_path / "a").mkdir()
+    same = load_profile(write_profile(tmp_path / "a", _set("tickets.read", "uris", [])))
+    assert same.digest == base.digest  # an entry at the defaults keeps the policy version
+    for i, (edit, says) in enumerate(
+        (
+            (_set("tickets.read", "uris", ["t://*"]), "only a resources/read entry covers URIs"),
+            (_set("tickets.read", "upstream_method", "resources/read"), "target_arg 'uri'"),
+            (_set("tickets.read", "upstream_method", "tools/list"), "Input should be"),
+        )
+    ):
+        folder = tmp_path / f"e{i}"
+        folder.mkdir()
+        with pytest.raises(ProfileError, match=re.escape(says)):
+            load_profile(write_profile(folder, edit))

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from tests.harness import Gate, write_profile
+from tests.unit.test_freeze import freeze_event
 
 from callgate.domain import events as ev
 from callgate.domain.process import Process, reacts_to
@@ -70,8 +71,36 @@ def log(tmp_path_factory: pytest.TempPathFactory) -> tuple[Gate, list[ev.Event]]
     g.propose(carol, "deploys.trigger", deploy, approval_id=g.approve(manager, asked))  # fails
     production = g.propose(carol, "deploys.trigger", {**deploy, "environment": "production"})
     g.decide(manager, production)  # one grant of two
+    _policy_versions(g, alice)
+    g.runner.publish(freeze_event("tool", "users.delete"))  # ADR 0054
+    g.runner.publish(freeze_event("tool", "users.delete", lift=True, n=2))
+    g.runner.run()
     g.runner.advance(24 * 3_600_000)  # the last ones' approvals expire
     return g, g.events()
+
+
+def _policy_versions(g: Gate, caller: str) -> None:
+    """A version published, run in shadow (one call it decides otherwise), activated."""
+    from callgate.domain.catalog import default_profile_path
+    from callgate.domain.policy_versions import content_of
+
+    path = default_profile_path()
+    text = path.read_text(encoding="utf-8")
+    cedar = (path.parent / "default.cedar").read_text(encoding="utf-8")
+    cedar += '\nforbid (principal, action == Action::"tickets.read", resource);\n'
+    version = content_of(text, cedar).digest
+    common: dict[str, Any] = {
+        "invocation_id": "policy", "partition_key": ev.POLICY_KEY, "author": "olga",
+        "tenant": "ops", "reason": "test", "version": version,
+    }  # fmt: skip
+    g.runner.publish(
+        ev.PolicyPublished(event_id="p1", profile_yaml=text, policy_text=cedar, **common),
+        ev.PolicyShadowSet(event_id="p2", **common),
+    )
+    g.runner.run()
+    g.propose(caller, "tickets.read", {"ticket_id": "T-2"})  # the shadow forbids it
+    g.runner.publish(ev.PolicyActivated(event_id="p3", **common))
+    g.runner.run()
 
 
 def declaring(g: Gate) -> list[Process[Any]]:

@@ -15,6 +15,7 @@ import heapq
 import itertools
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -242,7 +243,13 @@ class PendingReader(Protocol):
 
 class Notifier:
     """Follows the pending view; tells the targets of each item that appears and of each
-    that leaves it (its decision from the status view)."""
+    that leaves it (its decision from the status view).
+
+    Its position, the items told as pending and not yet as decided, is stored in
+    ``position`` after each change: a restarted notifier starts from it, so an item
+    decided while it was down is told as decided, and one told before is not told as
+    pending again. Without a readable position, everything pending at start is told
+    (again): at least once; receivers drop repeats by webhook-id."""
 
     def __init__(
         self,
@@ -251,20 +258,22 @@ class Notifier:
         deliveries: Deliveries,
         console_url: str | None,
         interval_s: float = 0.25,
+        position: Path | None = None,
     ) -> None:
         self._reader = reader
         self._targets = list(targets)
         self._deliveries = deliveries
         self._console_url = console_url
         self._interval_s = interval_s
-        # Everything pending at start is told (again): at least once; receivers drop
-        # repeats by webhook-id.
+        self._position = position
         self._before: dict[str, Mapping[str, Any]] = {}
         self._closing: dict[str, tuple[Mapping[str, Any], float]] = {}
+        self._saved: dict[str, Mapping[str, Any]] | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="callgate-notify", daemon=True)
 
     def start(self) -> None:
+        self._before = self._saved = self._load()
         self._deliveries.start()
         self._thread.start()
 
@@ -273,6 +282,37 @@ class Notifier:
         if self._thread.is_alive():
             self._thread.join(timeout=5)
         self._deliveries.stop()
+
+    def _load(self) -> dict[str, Mapping[str, Any]]:
+        """The stored position, or nothing (everything pending is then told)."""
+        if self._position is None or not self._position.exists():
+            return {}
+        try:
+            told = json.loads(self._position.read_text(encoding="utf-8"))["told"]
+            if not isinstance(told, dict) or not all(isinstance(r, dict) for r in told.values()):
+                raise ValueError("'told' is not an object of rows")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning(
+                "the notifier's position %s is unreadable (%s): everything pending is told again",
+                self._position,
+                exc,
+            )
+            return {}
+        return told
+
+    def _save(self) -> None:
+        """Store the position (atomically) when it changed: the items told as pending
+        whose decision is not yet told, those still in the view and those leaving it."""
+        if self._position is None:
+            return
+        told = {**{inv: row for inv, (row, _) in self._closing.items()}, **self._before}
+        if told == self._saved:
+            return
+        self._position.parent.mkdir(parents=True, exist_ok=True)
+        scratch = self._position.with_name(self._position.name + ".tmp")
+        scratch.write_text(json.dumps({"told": told}, ensure_ascii=False), encoding="utf-8")
+        os.replace(scratch, self._position)
+        self._saved = told
 
     def _tell(self, notice: Notice) -> None:
         for target in self._targets:
@@ -295,6 +335,7 @@ class Notifier:
                 continue  # the status view has not caught up yet
             del self._closing[inv]
             self._tell(decided_notice(row, status, self._console_url))
+        self._save()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -315,7 +356,7 @@ def build_notifier(
 ) -> Notifier | None:
     """The notifier for the configuration, or None when nobody is to be told."""
     targets: list[Target] = [WebhookTarget(w, notify.timeout_s, clock) for w in notify.webhooks]
-    if slack.configured:
+    if slack.configured and slack.post_messages:
         targets.append(SlackTarget(slack, notify.timeout_s))
     if not targets:
         return None
@@ -323,7 +364,14 @@ def build_notifier(
     deliveries = Deliveries(
         notify.retry_delays_s, dead if dead.is_absolute() else state_dir / dead, clock
     )
-    return Notifier(reader, targets, deliveries, notify.console_url)
+    position = notify.position_file
+    return Notifier(
+        reader,
+        targets,
+        deliveries,
+        notify.console_url,
+        position=position if position.is_absolute() else state_dir / position,
+    )
 
 
 # --- Slack interactions ---------------------------------------------------------------------
@@ -359,7 +407,11 @@ class SlackInteractions:
             raise Rejection(
                 Code.UNAUTHENTICATED, f"the Slack request timestamp is {int(age)} s old (over 300)"
             )
-        if not self._verifier.is_valid(body, timestamp, signature):
+        try:  # Slack sends UTF-8; ``slack_sdk`` would raise on anything else
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise Rejection(Code.INVALID_REQUEST, "the Slack request body is not UTF-8") from None
+        if not self._verifier.is_valid(text, timestamp, signature):
             raise Rejection(Code.UNAUTHENTICATED, "the Slack request signature does not verify")
 
     def session_for(self, action: SlackAction) -> tuple[SlackUser, str]:

@@ -3,10 +3,11 @@ what a tool is; C1: the policy engine decides; C6, C11: session and approval key
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from callgate.domain.approvals import ApprovalSigner, ApprovalVerifier
 from callgate.domain.catalog import Profile
+from callgate.domain.freeze import Freezes
 from callgate.domain.identity import SessionVerifier
 from callgate.domain.policy import PolicyEngine
 
@@ -20,6 +21,9 @@ class DeciderDeps:
     sessions: SessionVerifier
     approval_signer: ApprovalSigner
     approval_verifier: ApprovalVerifier
+    # The freezes in force (ADR 0054): folded by the decider from the freeze events it
+    # reads, seeded by the runner with those before its position.
+    freezes: Freezes = field(default_factory=Freezes)
 
 
 __all__ = ["DeciderDeps"]

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from callgate.decider.approvals import on_approval_decision
-from callgate.decider.authorization import continue_approved
+from callgate.decider.authorization import continue_approved, reject_late
 from callgate.decider.deps import DeciderDeps
 from callgate.decider.emitter import Emitter, tick_event
 from callgate.decider.key_records import key_record
@@ -34,13 +34,19 @@ from callgate.decider.state import (
     DeciderState,
     Invocation,
     KeyStatus,
+    Phase,
     dump_state,
     load_state,
 )
 from callgate.domain import events as ev
 from callgate.domain.canonical import canonical_json
-from callgate.domain.codes import Code
+from callgate.domain.catalog import ProfileError
+from callgate.domain.codes import Code, Rejection
+from callgate.domain.freeze import FREEZE_EVENTS
+from callgate.domain.policy import PolicyEngine
+from callgate.domain.policy_versions import POLICY_EVENTS, PolicyVersions, profile_of
 from callgate.domain.process import Output
+from callgate.domain.simulation import Simulator, recorded_gate
 
 
 class Decider:
@@ -63,11 +69,81 @@ class Decider:
             ev.ExecutionUncertain,
             ev.ExecutionReconciled,
             ev.ExecutionStarted,
+            *POLICY_EVENTS,
+            *FREEZE_EVENTS,
         }
     )
 
     def __init__(self, deps: DeciderDeps) -> None:
         self.deps = deps
+        # The policy versions folded from the log in order (ADR 0050): process-wide, not a
+        # key's state, so every key decides with the version active at its input's position.
+        self.versions = PolicyVersions()
+        self._base = deps  # the profile file's: decides until a version is activated
+        self._shadow: Simulator | None = None
+
+    def seed(self, events: Sequence[ev.Event]) -> None:
+        """Fold the policy and freeze events before this process's position (at start)."""
+        for event in events:
+            if isinstance(event, FREEZE_EVENTS):
+                self.deps.freezes.apply(event)
+            else:
+                self._on_policy(event)
+
+    def _on_policy(self, event: ev.Event) -> None:
+        if not self.versions.apply(event):
+            return
+        # Content whose digest is not its version (only a forged event: the gateway checks)
+        # is not decided with: the version before it stays (``profile_of`` refuses it).
+        active = self.versions.active
+        if active and active != self.deps.profile.digest:
+            try:
+                profile = profile_of(self.versions.published[active])
+                self.deps = replace(self._base, profile=profile, policy=PolicyEngine(profile))
+            except (Rejection, ProfileError):
+                self.versions.active = self.deps.profile.digest
+        shadow = self.versions.shadow
+        try:
+            if not shadow:
+                self._shadow = None
+            elif self._shadow is None or self._shadow.profile.digest != shadow:
+                self._shadow = Simulator(profile_of(self.versions.published[shadow]))
+        except (Rejection, ProfileError):
+            self.versions.shadow, self._shadow = "", None
+
+    def _shadow_decisions(self, out: Emitter) -> None:
+        """Decide each ``PolicyDecided`` just emitted again under the shadow version, with
+        the simulation's steps; a different gate is a ``ShadowDecisionDiffered`` (the call
+        goes on as the active version decided)."""
+        shadow = self._shadow
+        if shadow is None:
+            return
+        for decided in list(out.out):
+            if not isinstance(decided, ev.PolicyDecided):
+                continue
+            candidate, why = shadow.gate(decided)
+            active = recorded_gate(decided)
+            if candidate == active:
+                continue
+            out.out.append(
+                ev.ShadowDecisionDiffered(
+                    event_id=f"{decided.event_id}:shadow",
+                    invocation_id=decided.invocation_id,
+                    partition_key=decided.partition_key,
+                    causation_id=decided.event_id,
+                    correlation_id=decided.correlation_id,
+                    occurred_at=decided.occurred_at,
+                    producer=decided.producer,
+                    tool=decided.tool,
+                    actor=decided.actor,
+                    call_tenant=decided.tenant,
+                    active_version=decided.policy_version,
+                    active_outcome=active,
+                    candidate_version=shadow.profile.digest,
+                    candidate_outcome=candidate,
+                    reason=why,
+                )
+            )
 
     # -- Process protocol ----------------------------------------------------------
 
@@ -95,17 +171,30 @@ class Decider:
         self, state: DeciderState, event: ev.Event, now_ms: int
     ) -> tuple[DeciderState, Sequence[Output]]:
         out = Emitter(event, now_ms)
-        if isinstance(event, ev.ToolCallProposed):
+        if isinstance(event, POLICY_EVENTS):
+            self._on_policy(event)
+        elif isinstance(event, ev.ToolCallProposed):
             on_proposed(self.deps, state, event, out)
+            self._shadow_decisions(out)
         elif isinstance(event, ev.ResourceDescribed):
             on_described(self.deps, state, event, out)
+            self._shadow_decisions(out)
         elif isinstance(event, ev.ApprovalDecisionSubmitted):
             granted = on_approval_decision(self.deps, state, event, out)
             inv = state.invocations.get(event.invocation_id)
-            if granted is not None and inv is not None:
-                continue_approved(state, inv, granted, out)  # ADR 0029
+            # ADR 0029; a freeze stops a continuation too (ADR 0054)
+            if granted is not None and inv is not None and not self._stopped(state, inv, out):
+                continue_approved(state, inv, granted, out)
         elif isinstance(event, ev.DryRunRecorded):
-            on_dry_run(state, event, out)
+            inv = state.invocations.get(event.invocation_id)
+            if (
+                inv is None
+                or inv.phase not in _BEFORE_EXECUTION
+                or not self._stopped(state, inv, out)
+            ):
+                on_dry_run(state, event, out)
+        elif isinstance(event, FREEZE_EVENTS):
+            self.deps.freezes.apply(event)
         elif isinstance(event, ev.DryRunFailed):
             on_dry_run_failed(state, event, out)
         elif isinstance(event, ev.ExecutionSucceeded):
@@ -124,6 +213,16 @@ class Decider:
                 started.started_attempt = max(started.started_attempt, event.attempt)
         # Every other event on the log is the decider's own output or not its concern.
         return state, out.out
+
+    def _stopped(self, state: DeciderState, inv: Invocation, out: Emitter) -> bool:
+        """Refuse ``inv`` with ``frozen`` when a freeze now stops it (ADR 0054): an
+        approved call that would go on to run is checked again at that step."""
+        try:
+            self.deps.freezes.check(inv.tool, inv.tenant, inv.actor)
+        except Rejection as r:
+            reject_late(state, inv, r, out)
+            return True
+        return False
 
     def due(self, state: DeciderState, now_ms: int) -> tuple[DeciderState, Sequence[Output]]:
         """Expire pending approvals and unused artifacts on schedule (C11), as events."""
@@ -156,6 +255,10 @@ class Decider:
                         rec.status = KeyStatus.EXPIRED
                 outputs += out.out
         return state, outputs
+
+
+# Where a recorded dry-run is the last step before the execution is requested.
+_BEFORE_EXECUTION = frozenset({Phase.CONFIRMING, Phase.DRY_RUN_THEN_EXECUTE})
 
 
 def _message_json(message: str) -> str:

@@ -101,6 +101,7 @@ def on_described(
         spec = deps.profile.tool(inv.tool)
         if spec is None:
             raise Rejection(Code.UNKNOWN_TOOL, f"no tool named {inv.tool!r} in the catalog")
+        deps.freezes.check(spec.name, principal.tenant, principal.user)  # ADR 0054
         args = json.loads(inv.args_json)
         _decide_policy(deps, state, p, principal, spec, args, inv.target, facts, out)
 
@@ -163,6 +164,7 @@ def _decide_proposal(
     _strict_record(deps, p)
     args = normalize_args(spec, deps.profile.limits, p.args_json)  # C7: schema first
     args = check_identity(spec.identity_args, deps.profile.tenant_fields, args, principal)
+    deps.freezes.check(spec.name, principal.tenant, principal.user)  # ADR 0054
     target = target_of(spec, args)
     facts = _static_facts(deps, spec, target)
     if facts is None:

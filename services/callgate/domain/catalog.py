@@ -37,6 +37,7 @@ Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.:-]*$
 Glob = Annotated[str, StringConstraints(min_length=1)]
 # A tool name on an upstream MCP server (the MCP tool-name alphabet; never placed in Cedar).
 UpstreamName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-/]{1,128}$")]
+UpstreamMethod = Literal["tools/call", "resources/read", "prompts/get"]
 
 # Provider kinds a profile may declare under ``providers:``; a provider a tool names but the
 # profile does not declare is one of the bundled simulations.
@@ -117,6 +118,12 @@ class ToolSpec(_Frozen):
     # Paths into the arguments (keys joined by dots) whose values no view, export, log or
     # console shows, only a keyed digest (callgate.domain.redaction, ADR 0035).
     sensitive: tuple[str, ...] = ()
+    # What the entry is to an ``mcp`` upstream (ADR 0044): a tool (``tools/call``), a
+    # resource read (``resources/read`` of a URI the ``uris`` globs cover, target_arg
+    # ``uri``) or a prompt (``prompts/get`` of ``upstream_tool``). A URI or prompt that no
+    # entry covers is not served (fail closed).
+    upstream_method: UpstreamMethod = "tools/call"
+    uris: tuple[Glob, ...] = ()
 
     @property
     def upstream_name(self) -> str:
@@ -214,6 +221,28 @@ class Profile(_Frozen):
         owners = [t for t, pattern in self.resource_patterns if pattern.match(target)]
         return owners[0] if len(owners) == 1 else None
 
+    def resource_entry(self, uri: str) -> ToolSpec | None:
+        """The ``resources/read`` entry whose ``uris`` cover ``uri`` (case-sensitive globs);
+        None when none does or when two do (fail closed, ADR 0044)."""
+        found = [
+            spec
+            for spec in self.tools.values()
+            if spec.upstream_method == "resources/read"
+            and any(re.fullmatch(translate(g), uri) for g in spec.uris)
+        ]
+        return found[0] if len(found) == 1 else None
+
+    def prompt_entry(self, provider: str, prompt: str) -> ToolSpec | None:
+        """The ``prompts/get`` entry for an upstream's prompt, or None (fail closed)."""
+        found = [
+            spec
+            for spec in self.tools.values()
+            if spec.upstream_method == "prompts/get"
+            and spec.provider == provider
+            and spec.upstream_name == prompt
+        ]
+        return found[0] if len(found) == 1 else None
+
     def sensitive_paths(self) -> dict[str, tuple[str, ...]]:
         """Per tool with any, its ``sensitive`` argument paths (ADR 0035)."""
         return {name: spec.sensitive for name, spec in self.tools.items() if spec.sensitive}
@@ -275,6 +304,10 @@ def _tool_problems(spec: ToolSpec) -> list[tuple[str, str]]:
     if spec.high_impact_when is not None and spec.high_impact_when.arg not in props:
         arg = spec.high_impact_when.arg
         problems.append(("high_impact_when.arg", f"'{arg}' is not an argument of the tool"))
+    if spec.upstream_method == "resources/read" and (spec.target_arg != "uri" or not spec.uris):
+        problems.append(("uris", "a resources/read entry has target_arg 'uri' and uris globs"))
+    if spec.uris and spec.upstream_method != "resources/read":
+        problems.append(("uris", "only a resources/read entry covers URIs"))
     may_need_approver = (
         spec.impact is Impact.HIGH
         or spec.high_impact_when is not None
@@ -291,6 +324,8 @@ def _catalog_entry(spec: ToolSpec) -> dict[str, Any]:
     entry = spec.model_dump(mode="json")
     if not entry["sensitive"]:
         del entry["sensitive"]
+    if entry["upstream_method"] == "tools/call" and not entry["uris"]:
+        del entry["upstream_method"], entry["uris"]
     return entry
 
 

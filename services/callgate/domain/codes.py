@@ -65,6 +65,13 @@ class Code(StrEnum):
     # a state-changing HTTP request authenticated by the console's session cookie came
     # without the matching X-CSRF-Token header: refused before anything runs.
     CSRF_FAILED = "csrf_failed"
+    # ``policy publish``: the catalog or the Cedar policy does not parse (nothing published).
+    POLICY_VERSION_INVALID = "policy_version_invalid"
+    # ``policy activate``/``shadow``: no version of that digest was published.
+    POLICY_VERSION_UNKNOWN = "policy_version_unknown"
+    # an operator froze the call's tool, tenant or actor (``callgate freeze``): refused on
+    # every instance, a continuation of an approval granted before the freeze included.
+    FROZEN = "frozen"
 
 
 # Outcomes after which an invocation will not change by itself.
@@ -88,6 +95,7 @@ TERMINAL: frozenset[Code] = frozenset(
         Code.OUTCOME_UNCERTAIN,
         Code.MALFORMED_EVENT,
         Code.DRY_RUN_UNAVAILABLE,
+        Code.FROZEN,
     }
 )
 
@@ -106,6 +114,8 @@ COMMAND_ERRORS: frozenset[Code] = frozenset(
         Code.CSRF_FAILED,
         Code.USAGE,
         Code.INTERNAL_ERROR,
+        Code.POLICY_VERSION_INVALID,
+        Code.POLICY_VERSION_UNKNOWN,
     }
 )
 

@@ -332,6 +332,89 @@ class EventDeadLettered(Event):
     original: bytes
 
 
+# --- events topic: policy versions (ADR 0050) --------------------------------------------
+
+# Every policy-version event shares one partition key, so on Kafka they keep one order.
+POLICY_KEY = "policy"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PolicyPublished(Event):
+    """An operator published a catalog+policy version; ``version`` is its digest.
+
+    The content travels whole (``profile_yaml``, ``policy_text``): the version is the digest
+    of what ``parse_profile`` reads from them, so the event is its own content address."""
+
+    version: str
+    author: str
+    tenant: str
+    reason: str
+    profile_yaml: str
+    policy_text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PolicyActivated(Event):
+    """An operator made a published version the one every decider decides with, from this
+    event's position in the log on (rolling back: activating an earlier version)."""
+
+    version: str
+    author: str
+    tenant: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PolicyShadowSet(Event):
+    """An operator set the published version decided beside the active one on every live
+    call (``version`` empty: shadowing off). A shadow never changes an outcome."""
+
+    version: str
+    author: str
+    tenant: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShadowDecisionDiffered(Event):
+    """The shadow version decided a live call otherwise than the active version did."""
+
+    tool: str
+    actor: str
+    call_tenant: str
+    active_version: str
+    active_outcome: str
+    candidate_version: str
+    candidate_outcome: str
+    reason: str
+
+
+# --- events topic: freezes (ADR 0054) ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FreezeApplied(Event):
+    """An operator stopped every call of one tool, tenant or actor (``scope``: tool, tenant
+    or actor; ``value``: its exact name), on every instance, from this event on."""
+
+    scope: str
+    value: str
+    reason: str
+    author: str
+    tenant: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FreezeLifted(Event):
+    """An operator lifted the freeze of ``scope`` ``value``."""
+
+    scope: str
+    value: str
+    reason: str
+    author: str
+    tenant: str
+
+
 REQUEST_TYPES: tuple[type[Event], ...] = (ToolCallProposed, ApprovalDecisionSubmitted)
 
 EVENT_TYPES: tuple[type[Event], ...] = (
@@ -360,6 +443,12 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ExecutionUncertain,
     ExecutionReconciled,
     EventDeadLettered,
+    PolicyPublished,
+    PolicyActivated,
+    PolicyShadowSet,
+    ShadowDecisionDiffered,
+    FreezeApplied,
+    FreezeLifted,
 )
 
 BY_NAME: dict[str, type[Event]] = {cls.__name__: cls for cls in EVENT_TYPES}

@@ -67,6 +67,10 @@ class McpUpstreamConfig(BaseModel):
     cwd: str | None = None
     timeout_s: float = Field(default=10.0, gt=0)  # per tool call; then "outcome unknown"
     connect_timeout_s: float = Field(default=20.0, gt=0)
+    # The protocol of callgate's session to the upstream: ``auto`` negotiates the newest
+    # both speak; ``legacy`` keeps the 2025-11-25 handshake, whose resource subscriptions
+    # and logging level the 2026-07-28 revision removed (ADR 0044).
+    mode: Literal["auto", "legacy"] = "auto"
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpUpstreamConfig:
@@ -164,7 +168,7 @@ class McpUpstream:
 
         cfg = self.config
         if cfg.url is not None:
-            return mcp.Client(cfg.url, cache=None)
+            return mcp.Client(cfg.url, cache=None, mode=cfg.mode)
         assert cfg.command is not None
         params = mcp.StdioServerParameters(
             command=cfg.command[0],
@@ -172,7 +176,7 @@ class McpUpstream:
             env={**get_default_environment(), **cfg.env},
             cwd=cfg.cwd or os.getcwd(),
         )
-        return mcp.Client(params, cache=None)
+        return mcp.Client(params, cache=None, mode=cfg.mode)
 
     def _close_session(self) -> None:
         """Ask the owner task to leave the session and wait for it (lock held)."""
@@ -217,6 +221,53 @@ class McpUpstream:
                     return tools
 
         return self._run(loop, go())
+
+    def capabilities(self) -> mcp.types.ServerCapabilities:
+        """What the upstream announced when the session opened."""
+        return self._connected()[1].server_capabilities
+
+    def request(self, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        """One request other than ``tools/call`` (lists, reads, prompts, completion,
+        logging, subscriptions: ADR 0044), its result as JSON; raises ``mcp.MCPError``."""
+        import mcp.types as types
+
+        loop, client = self._connected()
+        p = dict(params)
+
+        async def go() -> Any:
+            cursor = p.get("cursor")
+            if method == "resources/list":
+                return await client.list_resources(cursor=cursor, cache_mode="bypass")
+            if method == "resources/templates/list":
+                return await client.list_resource_templates(cursor=cursor, cache_mode="bypass")
+            if method == "prompts/list":
+                return await client.list_prompts(cursor=cursor, cache_mode="bypass")
+            if method == "resources/read":
+                return await client.read_resource(str(p["uri"]), cache_mode="bypass")
+            if method == "prompts/get":
+                return await client.get_prompt(str(p["name"]), p.get("arguments") or None)
+            if method == "resources/subscribe":
+                return await client.subscribe_resource(str(p["uri"]))
+            if method == "resources/unsubscribe":
+                return await client.unsubscribe_resource(str(p["uri"]))
+            if method == "logging/setLevel":
+                return await client.set_logging_level(p["level"])
+            if method == "completion/complete":
+                ref = p["ref"]
+                ref_model: types.PromptReference | types.ResourceTemplateReference = (
+                    types.PromptReference.model_validate(ref)
+                    if ref.get("type") == "ref/prompt"
+                    else types.ResourceTemplateReference.model_validate(ref)
+                )
+                context = (p.get("context") or {}).get("arguments")
+                return await client.complete(ref_model, p["argument"], context)
+            raise ValueError(f"{method} is not relayed")
+
+        result = asyncio.run_coroutine_threadsafe(
+            asyncio.wait_for(go(), self.config.timeout_s), loop
+        ).result()
+        dumped: dict[str, Any] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return dumped
 
     def call_tool(
         self, tool: str, arguments: Mapping[str, Any], meta: Mapping[str, Any]
@@ -268,8 +319,29 @@ class McpProvider:
         invocation_id: str,
     ) -> ExecutionResult:
         spec = self._spec(tool)
+        if spec.upstream_method != "tools/call":  # a read of a resource or a prompt
+            return ExecutionResult(self._read(spec, args))
         meta = {META_IDEMPOTENCY_KEY: token, META_INVOCATION_ID: invocation_id, META_TENANT: tenant}
         return ExecutionResult(self._call(spec.upstream_name, args, meta, effectful=True))
+
+    def _read(self, spec: ToolSpec, args: Mapping[str, Any]) -> dict[str, Any]:
+        """``resources/read`` or ``prompts/get`` (no effect: any failure is an error)."""
+        import mcp
+
+        if spec.upstream_method == "resources/read":
+            params: dict[str, Any] = {"uri": args["uri"]}
+        else:
+            params = {"name": spec.upstream_name, "arguments": dict(args)}
+        where = f"{self.name} {spec.upstream_method} {spec.upstream_name}"
+        try:
+            return self.upstream.request(spec.upstream_method, params)
+        except UpstreamUnavailable as exc:
+            raise ProviderError(str(exc)) from exc
+        except mcp.MCPError as exc:
+            raise ProviderError(f"{where}: error {exc.code}: {exc.message}") from exc
+        except Exception as exc:
+            self.upstream.drop()
+            raise ProviderError(f"{where}: {exc!r}") from exc
 
     def lookup(self, token: str, tool: str = "") -> Lookup:
         spec = self._spec(tool)

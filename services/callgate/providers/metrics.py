@@ -91,6 +91,12 @@ class _Instrumented:
         return self._metrics.timed(self.name, "lookup", self._inner.lookup)(*args, **kwargs)
 
 
+def unwrapped(provider: Provider) -> Provider:
+    """The provider itself: inside its timing wrapper, if it has one (an ``isinstance``
+    check on a provider's class needs this; ``Describes`` and other protocols do not)."""
+    return provider.inner if isinstance(provider, _Instrumented) else provider
+
+
 def instrumented(provider: Provider, metrics: ProviderMetrics) -> Provider:
     wrapped: Provider = _Instrumented(provider, metrics)
     return wrapped

@@ -25,7 +25,7 @@ import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -34,6 +34,8 @@ from callgate.providers.base import Provider
 from callgate.providers.http import HttpProvider
 from callgate.providers.ledger import EffectLedger
 from callgate.providers.simulated import SIMULATED, FaultPlan
+
+P = TypeVar("P")
 
 
 class ProviderRegistry:
@@ -88,6 +90,13 @@ class ProviderRegistry:
 
     def names(self) -> list[str]:
         return sorted(self._providers)
+
+    def of_kind(self, kind: type[P]) -> list[P]:
+        """The providers of class ``kind``, each itself (outside its timing wrapper)."""
+        from callgate.providers.metrics import unwrapped
+
+        found = (unwrapped(p) for p in self._providers.values())
+        return [p for p in found if isinstance(p, kind)]
 
     def __contains__(self, name: object) -> bool:
         return name in self._providers

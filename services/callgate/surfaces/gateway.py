@@ -18,7 +18,9 @@ from callgate.domain.approvals import peek_partition_key
 from callgate.domain.canonical import partition_key
 from callgate.domain.catalog import Profile
 from callgate.domain.codes import Code, Rejection
+from callgate.domain.freeze import FREEZE_KEY, checked_request
 from callgate.domain.limits import check_text_field, check_value, parse_args
+from callgate.domain.policy_versions import POLICY_EVENTS, PolicyVersions, content_of, fold
 from callgate.domain.principal import Principal
 from callgate.domain.scope import OPERATOR_ROLE, bound_id, may_read
 from callgate.domain.simulation import SimulationReport, Simulator
@@ -365,6 +367,139 @@ class Gateway:
             since_ms=since_ms,
             workers=workers,
         )
+
+    # -- policy versions (ADR 0050) -------------------------------------------------------
+
+    def _operator(self, session: str, command: str) -> Principal:
+        reader = self._reader(session)
+        if not reader.has_any_role((OPERATOR_ROLE,)):
+            raise Rejection(Code.OPERATOR_REQUIRED, f"{command} needs the {OPERATOR_ROLE} role")
+        return reader
+
+    def policy_versions(self) -> PolicyVersions:
+        """The policy-version events of the log, folded in log order."""
+        return fold([e for e in self.backend.read_events() if isinstance(e, POLICY_EVENTS)])
+
+    def _policy_event(
+        self, cls: Callable[..., ev.Event], operator: Principal, version: str, reason: str,
+        **fields: str,
+    ) -> ev.Event:  # fmt: skip
+        check_text_field("reason", reason)
+        event = cls(
+            event_id=str(uuid.uuid4()),
+            invocation_id=f"policy-{version or 'off'}",
+            partition_key=ev.POLICY_KEY,
+            occurred_at=self.app.clock(),
+            producer="callgate-sdk",
+            version=version,
+            author=operator.user,
+            tenant=operator.tenant,
+            reason=reason,
+            **fields,
+        )
+        self.backend.publish([event])
+        return event
+
+    def publish_policy(
+        self, profile_yaml: str, policy_text: str, *, reason: str, session: str
+    ) -> str:
+        """Publish a catalog+policy version (an operator's); its version, the digest.
+        ``policy_version_invalid`` when it does not parse: nothing is published."""
+        operator = self._operator(session, "policy publish")
+        check_text_field("profile and policy", profile_yaml + policy_text)  # one record
+        profile = content_of(profile_yaml, policy_text)
+        if profile.digest not in self.policy_versions().published:
+            self._policy_event(
+                ev.PolicyPublished, operator, profile.digest, reason,
+                profile_yaml=profile_yaml, policy_text=policy_text,
+            )  # fmt: skip
+        return profile.digest
+
+    def activate_policy(self, version: str, *, reason: str, session: str) -> ev.Event:
+        """Make a published version the active one on every decider, from this event's
+        position in the log on (rolling back: an earlier version)."""
+        operator = self._operator(session, "policy activate")
+        self.policy_versions().require_published(version)
+        return self._policy_event(ev.PolicyActivated, operator, version, reason)
+
+    def shadow_policy(self, version: str | None, *, reason: str, session: str) -> ev.Event:
+        """Decide every live call under ``version`` too (``None``: stop), never changing an
+        outcome: a different decision is a ``ShadowDecisionDiffered``."""
+        operator = self._operator(session, "policy shadow")
+        if version is not None:
+            self.policy_versions().require_published(version)
+        return self._policy_event(ev.PolicyShadowSet, operator, version or "", reason)
+
+    def policy_history(self, *, session: str) -> dict[str, Any]:
+        """Every publish, activation and shadow change with who, when and why."""
+        self._operator(session, "policy history")
+        versions = self.policy_versions()
+        return {
+            "active": versions.active or None,
+            "shadow": versions.shadow or None,
+            "history": [entry.to_json() for entry in versions.history],
+        }
+
+    def shadow_report(self, *, session: str, version: str | None = None) -> dict[str, Any]:
+        """The recorded disagreements of a shadow version (every one: ``version`` None)."""
+        self._operator(session, "policy shadow report")
+        found = [
+            e for e in self.backend.read_events(only=ev.ShadowDecisionDiffered)
+            if isinstance(e, ev.ShadowDecisionDiffered)
+            and (version is None or e.candidate_version == version)
+        ]  # fmt: skip
+        counts: dict[str, int] = {}
+        for e in found:
+            transition = f"{e.active_outcome} → {e.candidate_outcome}"
+            counts[transition] = counts.get(transition, 0) + 1
+        return {
+            "differed": len(found),
+            "by_transition": dict(sorted(counts.items())),
+            "differences": [
+                {
+                    "invocation_id": e.invocation_id,
+                    "tool": e.tool,
+                    "actor": e.actor,
+                    "tenant": e.call_tenant,
+                    "active_version": e.active_version,
+                    "active_outcome": e.active_outcome,
+                    "candidate_version": e.candidate_version,
+                    "candidate_outcome": e.candidate_outcome,
+                    "reason": e.reason,
+                    "at": e.occurred_at,
+                }
+                for e in found
+            ],
+        }
+
+    def freeze(
+        self, scope: str, value: str, *, reason: str, session: str, lift: bool = False
+    ) -> ev.FreezeApplied | ev.FreezeLifted:
+        """Freeze (``lift``: unfreeze) every call of one tool, tenant or actor on every
+        instance (ADR 0054): an operator's command (``operator_required`` otherwise), its
+        fields checked before anything is published (``invalid_request``). The event is
+        authored by the verified session; the deciders fold it and refuse ``frozen``."""
+        operator = self._operator(session, "unfreeze" if lift else "freeze")
+        checked_request(scope, value, reason, lifting=lift)
+        kind: type[ev.FreezeApplied] | type[ev.FreezeLifted] = (
+            ev.FreezeLifted if lift else ev.FreezeApplied
+        )
+        event_id = uuid.uuid4().hex
+        event = kind(
+            event_id=event_id,
+            invocation_id=f"{FREEZE_KEY}-{event_id}",
+            partition_key=FREEZE_KEY,
+            correlation_id=event_id,
+            occurred_at=self.app.clock(),
+            producer="callgate-sdk",
+            scope=scope,
+            value=value,
+            reason=reason,
+            author=operator.user,
+            tenant=operator.tenant,
+        )
+        self.backend.publish([event])
+        return event
 
     def audit_chains(self, session: str) -> list[dict[str, Any]]:
         """Every audit record of every chain, for an export: an operator's read only.

@@ -325,6 +325,43 @@ class Renderer:
             sys.stderr.write(line + "\n")
         sys.stderr.flush()
 
+    def policy_history(self, value: dict[str, Any]) -> None:
+        def human(c: Console) -> None:
+            c.print(f"active: {value['active'] or '(the profile file)'}")
+            c.print(f"shadow: {value['shadow'] or '(none)'}")
+            t = _table("policy history")
+            for column in ("when", "action", "version", "who", "why"):
+                t.add_column(column)
+            for h in value["history"]:
+                t.add_row(
+                    escape(iso_utc(h["at"] / 1000)),
+                    h["action"],
+                    escape(h["version"][:12]),
+                    escape(f"{h['author']} ({h['tenant']})"),
+                    escape(h["reason"]),
+                )
+            c.print(t)
+
+        self.value(value, human)
+
+    def shadow_report(self, value: dict[str, Any]) -> None:
+        def human(c: Console) -> None:
+            c.print(f"{value['differed']} live decisions differed under the shadow version")
+            t = _table("differences")
+            for column in ("invocation", "tool", "active", "shadow", "why"):
+                t.add_column(column)
+            for d in value["differences"]:
+                t.add_row(
+                    escape(d["invocation_id"]),
+                    escape(d["tool"]),
+                    d["active_outcome"],
+                    d["candidate_outcome"],
+                    escape(d["reason"]),
+                )
+            c.print(t)
+
+        self.value(value, human)
+
 
 def _table(title: str) -> Table:
     """A table that fits 80 columns: rules under the header only, one space between cells."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -37,6 +38,25 @@ def check_body(body: bytes | str, max_bytes: int = MAX_RECORD_BYTES) -> Rejectio
         message = r.message.replace("arguments", "request body", 1)
         return Rejection(Code.INVALID_REQUEST, message, r.details)
     return None
+
+
+def read_form(data: bytes, max_fields: int, encoding: str = "utf-8") -> dict[str, str]:
+    """A form or query string read strictly: ``encoding`` (``ascii`` for a query), every
+    percent-escape UTF-8, every field ``name=value``, at most ``max_fields``, none twice
+    (which one would the sender have meant?). Raises ``ValueError`` saying why."""
+    pairs = parse_qsl(
+        data.decode(encoding),  # UnicodeDecodeError is a ValueError
+        keep_blank_values=True,
+        strict_parsing=True,
+        errors="strict",
+        max_num_fields=max_fields,
+    )
+    fields: dict[str, str] = {}
+    for name, value in pairs:
+        if name in fields:
+            raise ValueError(f"the field {name!r} repeats")
+        fields[name] = value
+    return fields
 
 
 class StrictJsonBody:

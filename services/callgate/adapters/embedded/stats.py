@@ -30,5 +30,8 @@ class EmbeddedStats:
     def dead_letters(self) -> int:
         return self._store.count("dead-letter")
 
+    def shadow_differed(self) -> int | None:
+        return self._store.count_type("ShadowDecisionDiffered")
+
     def not_ready(self) -> str | None:
         return self._runner_failure()

@@ -455,6 +455,11 @@ class EmbeddedStore:
         row = self._conn().execute("SELECT COUNT(*) FROM log WHERE topic=?", (topic,))
         return int(row.fetchone()[0])
 
+    def count_type(self, event_type: str) -> int:
+        """How many rows of ``event_type`` the log holds (its ``event_type`` column)."""
+        row = self._conn().execute("SELECT COUNT(*) FROM log WHERE event_type=?", (event_type,))
+        return int(row.fetchone()[0])
+
     def has_due(self, process: str, now_ms: int) -> bool:
         """Whether a timer of ``process`` is due at ``now_ms``: a lock-free idle check."""
         row = self._conn().execute(

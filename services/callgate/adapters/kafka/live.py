@@ -205,6 +205,9 @@ class KafkaStats:
     def dead_letters(self) -> int:
         return self._backend.dead_letters
 
+    def shadow_differed(self) -> int | None:
+        return None  # not tallied on Kafka yet: ``callgate policy shadow report`` reads them
+
     def not_ready(self) -> str | None:
         if self._backend.failure is not None:
             return f"view tail failed: {self._backend.failure}"

@@ -22,8 +22,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from callgate import logs
+from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
+from callgate.adapters.kafka.client import partition_for, read_partitions_to_end
 from callgate.adapters.kafka.runner import TRANSACTION_GAP_MS, ProducerFenced
+from callgate.adapters.kafka.topics import Topics
 from callgate.adapters.wiring import Wiring
+from callgate.decider import Decider
+from callgate.domain.events import POLICY_KEY, Event
+from callgate.domain.policy_versions import POLICY_EVENTS
 from callgate.gc_settings import apply_gc_settings
 from callgate.logs import SettledLog
 from callgate.settings import Settings
@@ -101,6 +107,28 @@ def stop_with_parent() -> None:
         os.kill(os.getpid(), signal.SIGTERM)  # the supervisor died before the prctl
 
 
+def policy_events(settings: Settings) -> list[Event]:
+    """The policy-version events on the log now (ADR 0050): all share the partition key
+    ``policy``, so one partition of ``events`` holds them, in order."""
+    topics = Topics(settings.topic_prefix, settings.partitions)
+    codec = AvroCodec.default()
+    found: list[Event] = []
+    records = read_partitions_to_end(
+        settings.brokers,
+        topics.physical("events"),
+        [partition_for(POLICY_KEY.encode(), settings.partitions)],
+        timeout_s=120,
+    )
+    for record in records:
+        if record.value is None or codec.event_class_of(record.value) not in POLICY_EVENTS:
+            continue
+        try:
+            found.append(codec.decode(record.value))
+        except MalformedEvent:
+            continue  # dead-lettered by the runners: no decider folded it
+    return found
+
+
 def main(wire: Callable[[Settings], Wiring], argv: list[str] | None = None) -> int:
     """Run the named process until SIGTERM/SIGINT; ``wire`` is the composition root."""
     parser = argparse.ArgumentParser(description="Run one callgate process on Kafka.")
@@ -140,11 +168,14 @@ def main(wire: Callable[[Settings], Wiring], argv: list[str] | None = None) -> i
     processes = {p.name: p for p in app.processes()}
     if ns.process not in processes:
         parser.error(f"unknown process {ns.process!r}; one of {sorted(processes)}")
+    process = processes[ns.process]
+    if isinstance(process, Decider):
+        process.seed(policy_events(settings))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     runner = app.kafka_runner(
-        processes[ns.process],
+        process,
         batch_size=ns.batch_size,
         batch_timeout_ms=ns.batch_timeout_ms,
         consumer_overrides=consumer_overrides(ns.consumer),

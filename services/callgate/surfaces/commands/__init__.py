@@ -25,6 +25,7 @@ MODULES: tuple[str, ...] = (
     "config",
     "mcp",
     "ops",
+    "freeze",
 )
 
 Subcommands = argparse._SubParsersAction  # the object ``add_subparsers`` returns

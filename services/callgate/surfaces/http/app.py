@@ -26,6 +26,7 @@ from callgate.surfaces.http.routers import (
     oidc,
     ops,
     pending,
+    policy,
     proposals,
     session,
     slack,
@@ -64,7 +65,18 @@ def create_app(
     )
     api.state.context = ctx
     errors.install(api)
-    for module in (proposals, invocations, pending, audit, session, oidc, slack, ops, console):
+    for module in (
+        proposals,
+        invocations,
+        pending,
+        audit,
+        policy,
+        session,
+        oidc,
+        slack,
+        ops,
+        console,
+    ):
         api.include_router(module.router)
     if dev_mode:
         api.include_router(dev.router)

@@ -42,6 +42,7 @@ STATUS: Mapping[Code, int] = MappingProxyType(
         Code.DEVELOPMENT_MODE_REQUIRED: 403,
         Code.OPERATOR_REQUIRED: 403,
         Code.CSRF_FAILED: 403,
+        Code.FROZEN: 403,
         Code.NOT_FOUND: 404,
         Code.UNKNOWN_TOOL: 404,
         Code.NOT_PENDING: 409,
@@ -63,6 +64,9 @@ STATUS: Mapping[Code, int] = MappingProxyType(
         Code.USAGE: 400,
         Code.BUSY: 503,
         Code.BROKER_UNAVAILABLE: 503,
+        # Policy versions (ADR 0050): command line only so far.
+        Code.POLICY_VERSION_INVALID: 422,
+        Code.POLICY_VERSION_UNKNOWN: 404,
     }
 )
 

@@ -13,7 +13,8 @@
   ``callgate_provider_errors_total{provider,operation,error}``: provider latency and
   errors of the executor in this process (``callgate.providers.metrics``);
 - ``callgate_consumer_lag{process}``: input records a process has not processed yet;
-- ``callgate_dead_letters``: records dead-lettered by the runners.
+- ``callgate_dead_letters``: records dead-lettered by the runners;
+- ``callgate_shadow_decisions_differed``: ``ShadowDecisionDiffered`` events (embedded).
 
 One registry per server (no module-level state), so tests can start several.
 """
@@ -54,6 +55,10 @@ class ServiceStats(Protocol):
         ...
 
     def dead_letters(self) -> int: ...
+
+    def shadow_differed(self) -> int | None:
+        """``ShadowDecisionDiffered`` events on the log (None: not counted here)."""
+        ...
 
     def not_ready(self) -> str | None:
         """Why the service cannot answer yet, or None when it can."""
@@ -109,6 +114,13 @@ class StateCollector(Collector):
         yield GaugeMetricFamily(
             "callgate_dead_letters", "Records dead-lettered.", value=self._stats.dead_letters()
         )
+        differed = self._stats.shadow_differed()
+        if differed is not None:
+            yield GaugeMetricFamily(
+                "callgate_shadow_decisions_differed",
+                "Live decisions the shadow policy version decided otherwise (ADR 0050).",
+                value=differed,
+            )
 
 
 class ApiMetrics:

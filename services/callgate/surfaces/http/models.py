@@ -130,6 +130,18 @@ class Verified(BaseModel):
     reason: str | None = None
 
 
+class PolicyHistory(_Open):
+    active: str | None = None
+    shadow: str | None = None
+    history: list[dict[str, Any]]
+
+
+class ShadowReport(_Open):
+    differed: int
+    by_transition: dict[str, int]
+    differences: list[dict[str, Any]]
+
+
 class SessionInfo(BaseModel):
     user: str
     tenant: str

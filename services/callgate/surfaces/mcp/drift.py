@@ -37,16 +37,15 @@ def upstream_drift(app: Surface) -> list[str]:
     from callgate.providers.mcp import McpProvider
 
     warnings: list[str] = []
-    for wrapped in app.providers:
-        provider = getattr(wrapped, "inner", wrapped)  # inside its timing wrapper
-        if not isinstance(provider, McpProvider):
-            continue
+    for provider in app.providers.of_kind(McpProvider):
         try:
             listed = {t.name: t for t in provider.upstream.list_tools()}
         except Exception as exc:
             warnings.append(f"provider {provider.name!r}: cannot list the upstream's tools: {exc}")
             continue
         for name, spec in sorted(provider.tools.items()):
+            if spec.upstream_method != "tools/call":  # a resource or prompt entry
+                continue
             for role, tool in (
                 ("upstream_tool", spec.upstream_name),
                 ("dry_run_tool", spec.dry_run_tool),

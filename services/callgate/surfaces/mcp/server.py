@@ -21,19 +21,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import mcp.types as types
 from mcp.server import Server, ServerRequestContext
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
 from callgate.domain.canonical import canonical_json
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.principal import Principal
 from callgate.surfaces.gateway import final_answer, is_final
 from callgate.surfaces.mcp.bridge import GatewayBridge
+from callgate.surfaces.mcp.relay import Relay
 
 META_APPROVAL_ID = "callgate/approval_id"
 META_IDEMPOTENCY_KEY = "callgate/idempotency_key"
@@ -101,7 +103,7 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
                 ),
             )
             for spec in app.profile.tools.values()
-            if principal.has_any_role(spec.callers)
+            if principal.has_any_role(spec.callers) and spec.upstream_method == "tools/call"
         ]
         return types.ListToolsResult(tools=tools)
 
@@ -114,6 +116,11 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
             key = _meta_text(meta, META_IDEMPOTENCY_KEY)
         except ValueError as exc:
             return _error_result(Code.INVALID_ARGUMENTS.value, str(exc) or "unreadable", None)
+        spec = app.profile.tool(params.name)
+        if spec is not None and spec.upstream_method != "tools/call":  # ADR 0044
+            return _error_result(
+                Code.UNKNOWN_TOOL.value, f"{params.name} is a {spec.upstream_method} entry", None
+            )
         args = params.arguments or {}
         session = session_of(ctx)
         # The same call again from the same principal while its approval is pending or
@@ -163,6 +170,14 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
         err = answer.get("error") or {"code": outcome, "message": _EXPLAINED.get(outcome, outcome)}
         return _error_result(str(err["code"]), str(err["message"]), answer)
 
+    relay = Relay(bridge, principal_of, session_of, options.timeout_s)
+    with warnings.catch_warnings():
+        # logging/setLevel is deprecated at 2026-07-28 and served to 2025-11-25 clients
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        return _server(input_schema, list_tools, call_tool, relay)
+
+
+def _server(input_schema: Any, list_tools: Any, call_tool: Any, relay: Relay) -> Server[Any]:
     return Server(
         "callgate",
         version=_version(),
@@ -176,6 +191,7 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
         # The transport checks Mcp-Param headers against a tool's schema; give it the
         # catalog's directly rather than a session-dependent tools/list.
         get_tool_input_schema=input_schema,
+        **relay.handlers(),
     )
 
 

@@ -26,12 +26,17 @@ from callgate.surfaces.http.context import ServerContext, SignIn
 from callgate.surfaces.http.deps import CSRF_COOKIE, SESSION_COOKIE, ContextDep
 from callgate.surfaces.http.errors import ApiError
 from callgate.surfaces.http.models import SignInProvider, errors
+from callgate.surfaces.strict_body import read_form
 
 log = logging.getLogger("callgate.http")
 router = APIRouter(prefix="/v1/oidc", tags=["sign-in"])
 
 TRANSACTION_COOKIE = "__Host-callgate-sign-in"
 TRANSACTION_TTL_S = 600
+# A provider's redirect carries a few short parameters (code, state, iss, session_state,
+# error...): anything much larger or longer is not one.
+CALLBACK_MAX_QUERY_BYTES = 8 * 1024
+CALLBACK_MAX_FIELDS = 16
 
 
 @router.get(
@@ -80,6 +85,20 @@ def sign_in(index: Annotated[int, Path(ge=0, le=1000)], ctx: ContextDep) -> Resp
     return response
 
 
+def _callback_params(query: bytes) -> dict[str, str]:
+    """The callback's query, read strictly (``read_form``): a parameter given twice, bytes
+    that are not percent-encoded UTF-8, or an oversized query refuse the sign-in
+    (``SignInError``) instead of being read leniently."""
+    from callgate.adapters.oidc import SignInError
+
+    if len(query) > CALLBACK_MAX_QUERY_BYTES:
+        raise SignInError(f"the callback's query is over {CALLBACK_MAX_QUERY_BYTES} bytes")
+    try:
+        return read_form(query, CALLBACK_MAX_FIELDS, encoding="ascii")
+    except ValueError as exc:
+        raise SignInError(f"the callback's query is not readable: {exc}") from None
+
+
 def _back(error: Code | None = None) -> RedirectResponse:
     where = "/" if error is None else "/?" + urlencode({"sign_in_error": error.value})
     response = RedirectResponse(where, status_code=303)
@@ -99,11 +118,11 @@ def callback(request: Request, ctx: ContextDep) -> Response:
     from callgate.adapters.oidc import SignInError, Transaction
 
     tx = Transaction.decode(request.cookies.get(TRANSACTION_COOKIE))
-    params = dict(request.query_params)
     if tx is None:
         log.warning("sign-in callback without this browser's sign-in cookie")
         return _back(Code.UNAUTHENTICATED)
     try:
+        params = _callback_params(request.scope.get("query_string", b""))
         provider = _provider(ctx, tx.provider)
         id_token = provider.finish(tx, params)
         now = ctx.gateway.app.clock()

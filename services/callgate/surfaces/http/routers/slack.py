@@ -11,7 +11,6 @@ grants nothing.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
@@ -23,8 +22,11 @@ from callgate.surfaces.http.deps import ContextDep, Session
 from callgate.surfaces.http.errors import ApiError
 from callgate.surfaces.http.models import SlackDecision, errors
 from callgate.surfaces.http.routers.invocations import visible_status
+from callgate.surfaces.strict_body import ENVELOPE_MAX_DEPTH, read_form
 
 router = APIRouter(prefix="/v1/slack", tags=["slack"])
+# Slack's interaction form has one field (``payload``); a few more are tolerated.
+SLACK_MAX_FIELDS = 8
 
 
 @router.post(
@@ -42,17 +44,29 @@ async def interactions(request: Request, ctx: ContextDep) -> Any:
     ctx.slack.verify(
         body, headers.get("X-Slack-Request-Timestamp"), headers.get("X-Slack-Signature")
     )
-    try:
-        payload = parse_json(parse_qs(body.decode("utf-8"))["payload"][0])  # the strict reader
-    except (KeyError, IndexError, ValueError, Rejection):
-        raise ApiError(
-            Code.INVALID_REQUEST, "not a Slack interaction (form field payload)"
-        ) from None
+    payload = _payload(body)
     action = slack_action(payload) if isinstance(payload, dict) else None
     if action is None:
         raise ApiError(Code.INVALID_REQUEST, "not a callgate Approve or Deny click")
     _, token = ctx.slack.session_for(action)
     return await run_in_threadpool(_decide, ctx, action, token)
+
+
+def _payload(body: bytes) -> Any:
+    """The form's one ``payload`` field, read strictly: the form itself (``read_form``:
+    UTF-8, no field twice) and the JSON in it (``parse_json``: no duplicate key,
+    non-finite number or lone surrogate, nested at most as deep as an envelope)."""
+    try:
+        fields = read_form(body, SLACK_MAX_FIELDS)
+    except ValueError as exc:
+        raise ApiError(Code.INVALID_REQUEST, f"not a Slack interaction form: {exc}") from None
+    if "payload" not in fields:
+        raise ApiError(Code.INVALID_REQUEST, "not a Slack interaction (form field payload)")
+    try:
+        return parse_json(fields["payload"], max_depth=ENVELOPE_MAX_DEPTH)
+    except Rejection as r:
+        message = r.message.replace("arguments", "Slack payload", 1)
+        raise ApiError(Code.INVALID_REQUEST, message) from None
 
 
 def _decide(ctx: Any, action: Any, token: str) -> dict[str, Any]:

@@ -606,7 +606,28 @@ async function enter() {
   follow(state.feed);
   const target = targetFromLocation();
   if (target) select(target);
+  if (state.me.roles.includes(OPERATOR_ROLE)) loadShadow();
   $("main").focus();
+}
+
+// Operators see the shadow policy's disagreements (ADR 0050); the role compares exactly.
+const OPERATOR_ROLE = "callgate-operator";
+
+async function loadShadow() {
+  try {
+    const report = await api("/v1/policy/shadow");
+    $("shadow-count").textContent = String(report.differed);
+    $("shadow-rows").replaceChildren(...report.differences.map((d) => el("tr", {},
+      el("td", { text: d.invocation_id }),
+      el("td", { text: d.tool }),
+      el("td", { text: d.active_outcome }),
+      el("td", { text: d.candidate_outcome }),
+      el("td", { text: d.reason }),
+    )));
+    show($("shadow"), true);
+  } catch (err) {
+    show($("shadow"), false);
+  }
 }
 
 function signOut(message) {

@@ -1,0 +1,119 @@
+"""Policy versions and the shadow policy on Apache Kafka, through the command line
+(ADR 0050): the events go to the broker and ``serve``'s decider folds them from there.
+
+On Kafka the order between an activation (on ``events``) and a later proposal (on
+``requests``) is not one log, so the tests wait until a probe call shows the switch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.helpers import DEFAULT_PROFILE, EXIT_FAILED
+from tests.e2e.test_policy_simulate import FORBID_OVER_500_EUR, candidate_profile
+from tests.kafka_support import (
+    Deployment,
+    KafkaServe,
+    cg,
+    cli,
+    cli_ops,
+    cli_propose,
+    cli_session,
+    unique_prefix,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
+
+
+@pytest.fixture(scope="module")
+def dep(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    root = tmp_path_factory.mktemp("policy-versions-kafka")
+    deployment = Deployment(kafka_bootstrap, unique_prefix("pv"), root / "state", DEFAULT_PROFILE)
+    server = KafkaServe(deployment, root / "serve.log", flags=True)
+    try:
+        server.wait_ready()
+        yield deployment
+    finally:
+        code = server.stop()
+    assert code == 0, server.log.read_text()
+
+
+def _refund(dep: Deployment, token: str, n: int, amount: int = 90_000) -> dict[str, Any]:
+    args = {"order_id": f"ORD-{n}", "amount_cents": amount, "currency": "EUR",
+            "issued_by": "alice"}  # fmt: skip
+    return cli_propose(dep, token, "refunds.issue", args)
+
+
+def _until(what: str, check: Any, timeout_s: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = check()
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+def test_publish_shadow_activate_rollback_on_kafka(dep: Deployment, tmp_path: Path) -> None:
+    ops = cli_ops(dep)
+    alice = cli_session(dep, "alice", "acme", "support")
+    base = cg(dep, "policy", "publish", str(DEFAULT_PROFILE), "--session", ops,
+              "--reason", "baseline")["published"]  # fmt: skip
+    candidate = candidate_profile(tmp_path, FORBID_OVER_500_EUR)
+    strict = cg(dep, "policy", "publish", str(candidate), "--session", ops,
+                "--reason", "cap")["published"]  # fmt: skip
+
+    # Shadow: once the decider has folded it, every capped refund is one difference and
+    # keeps the outcome the active version gives it.
+    cg(dep, "policy", "shadow", strict, "--session", ops, "--reason", "watch")
+    probes: set[str] = set()
+
+    def probe_differs() -> bool:
+        answer = _refund(dep, alice, len(probes))
+        assert answer["outcome"] != "tool_forbidden"
+        probes.add(answer["invocation_id"])
+        report = cg(dep, "policy", "shadow", "report", "--session", ops)
+        return bool({d["invocation_id"] for d in report["differences"]} & probes)
+
+    _until("the shadow version on the decider", probe_differs)
+    expected = {_refund(dep, alice, 100 + n)["invocation_id"] for n in range(3)}
+    _refund(dep, alice, 200, amount=40_000)  # under the cap: no difference
+    report = cg(dep, "policy", "shadow", "report", "--session", ops)
+    differed = {d["invocation_id"] for d in report["differences"]}
+    assert expected <= differed and differed <= expected | probes
+    assert all(d["candidate_outcome"] == "tool_forbidden" for d in report["differences"])
+
+    # Activate, then roll back: the decider switches without a restart.
+    cg(dep, "policy", "activate", strict, "--session", ops, "--reason", "go")
+    _until(
+        "the activation",
+        lambda: _refund(dep, alice, 300)["outcome"] == "tool_forbidden",
+    )
+    cg(dep, "policy", "activate", base, "--session", ops, "--reason", "rollback")
+    _until("the rollback", lambda: _refund(dep, alice, 301)["outcome"] != "tool_forbidden")
+
+    history = cg(dep, "policy", "history", "--session", ops)
+    assert history["active"] == base and history["shadow"] == strict
+    assert [h["action"] for h in history["history"]] == [
+        "published", "published", "shadow", "activated", "activated",
+    ]  # fmt: skip
+
+    # Refusals: nothing is written.
+    broken = candidate_profile(tmp_path / "b", "forbid (principal, action")
+    bad = cli(dep, "policy", "publish", str(broken), "--session", ops, "--reason", "x",
+              rc=EXIT_FAILED).value  # fmt: skip
+    assert bad["error"]["code"] == "policy_version_invalid"
+    for argv in (
+        ("publish", str(DEFAULT_PROFILE), "--reason", "x"),
+        ("activate", strict, "--reason", "x"),
+        ("shadow", "--off"),
+        ("history",),
+    ):
+        refused = cli(dep, "policy", *argv, "--session", alice, rc=EXIT_FAILED).value
+        assert refused["error"]["code"] == "operator_required"
+    assert cg(dep, "policy", "history", "--session", ops) == history

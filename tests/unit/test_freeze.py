@@ -1,0 +1,117 @@
+"""ADR 0054: freezes are a pure fold of the log's freeze events; the decider refuses a
+matching call ``frozen``, a continuation of an approval already granted included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tests.harness import Gate
+
+from callgate.domain import events as ev
+from callgate.domain.codes import Code, Rejection
+from callgate.domain.freeze import FREEZE_KEY, Freezes, checked_request
+
+REFUND = {"order_id": "ORD-1", "amount_cents": 15000, "currency": "USD"}
+
+
+def freeze_event(scope: str, value: str, lift: bool = False, n: int = 1) -> ev.Event:
+    kind = ev.FreezeLifted if lift else ev.FreezeApplied
+    return kind(
+        event_id=f"fz-{n}",
+        invocation_id=f"{FREEZE_KEY}-{n}",
+        partition_key=FREEZE_KEY,
+        scope=scope,
+        value=value,
+        reason="incident",
+        author="olga",
+        tenant="ops",
+    )
+
+
+def test_the_fold_applies_and_lifts_exactly() -> None:
+    freezes = Freezes()
+    freezes.apply(freeze_event("tool", "refunds.issue"))
+    freezes.apply(freeze_event("actor", "mallory", n=2))
+    assert freezes.matching("refunds.issue", "acme", "alice") is not None
+    assert freezes.matching("Refunds.issue", "acme", "alice") is None  # exact names
+    assert freezes.matching("tickets.read", "acme", "mallory") is not None
+    with pytest.raises(Rejection) as refused:
+        freezes.check("refunds.issue", "acme", "alice")
+    assert refused.value.code == Code.FROZEN and "incident" in refused.value.message
+    freezes.apply(freeze_event("tool", "refunds.issue", lift=True, n=3))
+    assert freezes.matching("refunds.issue", "acme", "alice") is None
+    assert freezes.matching("x", "acme", "mallory") is not None  # the other freeze stays
+
+
+@pytest.mark.parametrize(
+    ("scope", "value", "reason"),
+    [
+        ("tools", "a", "r"),
+        ("tool", "", "r"),
+        ("tool", " a", "r"),
+        ("tool", "a\u200b\x00", "r"),
+        ("tool", "a" * 201, "r"),
+        ("tool", "a", ""),
+        ("tool", "a", "r\x1b[2J"),
+    ],
+)
+def test_bad_requests_are_invalid_request(scope: str, value: str, reason: str) -> None:
+    with pytest.raises(Rejection) as refused:
+        checked_request(scope, value, reason, lifting=False)
+    assert refused.value.code == Code.INVALID_REQUEST
+
+
+@pytest.fixture
+def g(tmp_path: Path) -> Gate:
+    return Gate(tmp_path / "state", continuation=True)
+
+
+def test_a_freeze_stops_the_continuation_of_a_pending_approval(g: Gate) -> None:
+    alice = g.session("alice", roles=("support",))
+    bob = g.session("bob", roles=("finance-approver",))
+    inv = g.propose(alice, "refunds.issue", REFUND, key="K")
+    assert g.outcome(inv) == "approval_required"
+    g.runner.publish(freeze_event("tool", "refunds.issue"))
+    g.runner.run()
+    g.decide(bob, inv)
+    assert g.outcome(inv) == "frozen"
+    assert g.events_of(inv, ev.ExecutionRequested) == []
+    assert g.effects() == []
+    # Lifted: a new call runs again.
+    g.runner.publish(freeze_event("tool", "refunds.issue", lift=True, n=2))
+    g.runner.run()
+    again = g.propose(alice, "refunds.issue", {**REFUND, "amount_cents": 500})
+    assert g.outcome(again) == "approval_required"  # the owner confirms: not frozen
+
+
+def test_an_approval_granted_before_the_freeze_does_not_go_on(g: Gate) -> None:
+    """The grant continued the call (ADR 0029); the freeze lands while its confirming
+    dry-run runs: the call ends ``frozen`` before any execution is requested."""
+    alice = g.session("alice", roles=("support",))
+    bob = g.session("bob", roles=("finance-approver",))
+    inv = g.propose(alice, "refunds.issue", REFUND, key="K")
+    armed = False
+
+    def note(call: tuple[str, str]) -> None:
+        if armed and call[0] == "dry_run":
+            g.runner.publish(freeze_event("tenant", "acme"))
+
+    g.calls = _Notes(note)
+    g.record_provider_calls()
+    armed = True
+    g.decide(bob, inv)
+    assert g.events_of(inv, ev.ConfirmationAccepted), "the grant continued the call"
+    assert g.outcome(inv) == "frozen"
+    assert g.events_of(inv, ev.ExecutionRequested) == []
+    assert g.effects() == []
+
+
+class _Notes(list[tuple[str, str]]):
+    def __init__(self, note: object) -> None:
+        super().__init__()
+        self._note = note
+
+    def append(self, call: tuple[str, str]) -> None:
+        self._note(call)  # type: ignore[operator]
+        super().append(call)
