@@ -62,6 +62,7 @@ from callgate.domain.catalog import Profile
 from callgate.domain.codes import TERMINAL, Code
 from callgate.domain.scope import OPERATOR_ROLE, bound_id
 from callgate.ops.replay import replay
+from callgate.surfaces.gateway import is_final
 from callgate.surfaces.render import Renderer
 from callgate.surfaces.sdk import Gateway
 from callgate_projections.audit import VerifyResult
@@ -142,7 +143,8 @@ def verify(e: Evidence, profile: Profile) -> Verdict:
         if i not in lost and e.statuses[i]["outcome"] not in c.expect
     ]
     v.figures["lost"] = len(lost) + len(bad_code)
-    v.figures["conflicting outcomes"] = len(conflicting := _conflicting_outcomes(e.events))
+    conflicting = _conflicting_outcomes(e.events, e.calls, profile)
+    v.figures["conflicting outcomes"] = len(conflicting)
     v.figures["unexpected outcomes"] = len(unexpected) + len(e.flow_failures)
     doubles, unknown = _double_effects(e.effects, e.calls)
     v.figures["double effects"] = len(doubles)
@@ -181,11 +183,15 @@ def verify(e: Evidence, profile: Profile) -> Verdict:
     return v
 
 
-def _conflicting_outcomes(events: Iterable[ev.Event]) -> list[str]:
+def _conflicting_outcomes(
+    events: Iterable[ev.Event], calls: Mapping[str, Call], profile: Profile
+) -> list[str]:
     """Invocations whose log gives more than one terminal outcome.
 
-    The one allowed change is C12's: ``outcome_uncertain`` reconciled to ``executed``. The log
-    is deduplicated by ``event_id`` (a guard: ``read_committed`` hides aborted records).
+    The allowed changes are C12's (``outcome_uncertain`` reconciled to ``executed``) and, for
+    a tool that continues once approved (ADR 0029), ``approval_required`` followed by what
+    became of the continued call. The log is deduplicated by ``event_id`` (a guard:
+    ``read_committed`` hides aborted records).
     """
     seen: set[str] = set()
     outcomes: dict[str, set[str]] = {}
@@ -196,12 +202,21 @@ def _conflicting_outcomes(events: Iterable[ev.Event]) -> list[str]:
         code = outcome_for(event)
         if code is not None and code in TERMINAL:
             outcomes.setdefault(subject_of(event), set()).add(code.value)
+    for inv, found in outcomes.items():
+        call = calls.get(inv)
+        if len(found) > 1 and call is not None and _continues(call.tool, profile):
+            found.discard(Code.APPROVAL_REQUIRED.value)
     ok = {frozenset({UNCERTAIN, EXECUTED})}
     return [
         f"{inv}: {sorted(found)}"
         for inv, found in sorted(outcomes.items())
         if len(found) > 1 and frozenset(found) not in ok
     ]
+
+
+def _continues(tool: str, profile: Profile) -> bool:
+    spec = profile.tool(tool)
+    return spec is not None and spec.continue_on_approval
 
 
 def _uncertain(
@@ -295,11 +310,14 @@ class Wait:
     key: str
     since: float
     after: float = 0.0  # not before this time.monotonic()
+    final: bool = False  # a status: also past a granted approval that continues (ADR 0029)
 
     def ready(self, value: Mapping[str, Any]) -> bool:
         if time.monotonic() < self.after:
             return False
-        return self.view != "status" or bool(value.get("settled"))
+        if self.view != "status":
+            return True
+        return is_final(value, continues=True) if self.final else bool(value.get("settled"))
 
 
 Step = Generator[Wait, dict[str, Any], dict[str, Any]]
@@ -329,6 +347,7 @@ class Workload:
         self.bob = who("bob", "acme", "finance-approver")
         self.carol = who("carol", "acme", "admin", "release")
         self.dave = who("dave", "acme", "release-manager", "admin-approver")
+        self.erin = who("erin", "acme", "release-manager")  # the second of two (ADR 0030)
         self.gina = who("gina", "globex", "support")
         self.nobody = Who("", "acme", "not-a-session-token")
         self.calls: dict[str, Call] = {}
@@ -440,6 +459,8 @@ class Workload:
         if not self.want(i, first, need):
             return
         answer = yield from self.decide(i, approver, first, "deny" if deny else "grant")
+        if answer.get("decision") == "recorded":  # a quorum: one more, distinct approver
+            answer = yield from self.decide(i, self.erin, first, "grant")
         if answer.get("decision") != ("denied" if deny else "granted"):
             self.failures.append(f"flow {i}: decision answered {answer}")
             return
@@ -447,7 +468,28 @@ class Workload:
             again = yield from self.propose(i, actor, tool, args, {"approval_denied"}, key)
             self.want(i, again, {"approval_denied"})
             return
-        final = yield from self.run(i, actor, tool, args, key, str(answer["approval_id"]))
+        approval_id = str(answer["approval_id"])
+        if _continues(tool, self.app.profile):  # ADR 0029: the proposal itself goes on
+            inv = str(first["invocation_id"])
+            self.calls[inv] = dataclasses.replace(self.calls[inv], expect=DONE)
+            final = yield Wait("status", inv, time.monotonic(), final=True)
+            if final.get("outcome") == UNCERTAIN:  # C12: the agent retries under its key
+                # the original stays uncertain unless the retry's reconciliation finds it ran
+                self.calls[inv] = dataclasses.replace(
+                    self.calls[inv], expect=frozenset({EXECUTED, UNCERTAIN})
+                )
+                retry = {EXECUTED, REPLAYED, UNCERTAIN}
+                for _ in range(MAX_RETRIES):
+                    self.counts.retries += 1
+                    final = yield from self.propose(i, actor, tool, args, retry, key, approval_id)
+                    if final.get("outcome") != UNCERTAIN:
+                        break
+            elif self.want(i, final, DONE) and self.rng.random() < 0.3:
+                # the agent also resubmits with the approval id: one effect, replayed (V2)
+                final = yield from self.propose(i, actor, tool, args, {REPLAYED}, key, approval_id)
+            self.want(i, final, DONE)
+            return
+        final = yield from self.run(i, actor, tool, args, key, approval_id)
         self.want(i, final, DONE)
 
     def script(self, i: int, kind: str) -> Script:
