@@ -61,9 +61,10 @@ def holds(run: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 
 @pytest.mark.kafka
 def test_short_chaos_run_holds_every_check(tmp_path: Path) -> None:
-    """300 proposals, at least 3 SIGKILLs: nothing lost, no effect twice, no unapproved
-    high-impact effect, the audit chain verifies and replay equals the live views."""
-    run = run_with_own_broker(tmp_path, "chaos", *CHAOS_ARGS, *resubmitting(tmp_path), timeout=240)
+    """300 proposals, at least 3 SIGKILLs, on the default profile (approved calls continue,
+    ADR 0029; 2-of-N deploys): nothing lost, no effect twice, no unapproved high-impact
+    effect, the audit chain verifies and replay equals the live views."""
+    run = run_with_own_broker(tmp_path, "chaos", *CHAOS_ARGS, timeout=240)
     figures = holds(run)
     assert figures["proposals"] == 300
     assert figures["kills"] >= 3 and figures["restarts"] >= 3
@@ -281,6 +282,38 @@ def test_two_terminal_outcomes_for_one_invocation_are_reported() -> None:
     verdict = check(events=both)
     assert verdict.figures["conflicting outcomes"] == 1
     assert any("more than one terminal outcome" in v for v in verdict.violations)
+
+
+def test_a_continued_approval_is_one_outcome_only_where_the_tool_continues(
+    tmp_path: Path,
+) -> None:
+    """ADR 0029: for a tool that continues once approved, ``approval_required`` is a waypoint
+    on the way to the continued call's outcome; where the tool does not continue, the same
+    log gives two terminal outcomes for one invocation."""
+    asked = ev.ApprovalRequested(
+        event_id="e1",
+        invocation_id="p1",
+        partition_key="k-1",
+        tenant="acme",
+        actor="alice",
+        tool="refunds.issue",
+        target="ORD-1",
+        args_json="{}",
+        args_hash="h-refund",
+        dry_run_json="{}",
+        dry_run_hash="d",
+        policy_version="v",
+        confirmation="approver",
+        approver_roles=("finance-approver",),
+        expires_at=0,
+    )
+    ran = _event(ev.ExecutionSucceeded, "p1", 2, execution_token="xk-refund", result_json="{}")
+    continuing = check(events=[asked, ran])
+    assert continuing.figures["conflicting outcomes"] == 0
+    no_continuation = load_profile(write_profile(tmp_path / "profile"))
+    two = verify(Evidence(**(clean() | {"events": [asked, ran]})), no_continuation)
+    assert two.figures["conflicting outcomes"] == 1
+    assert any("more than one terminal outcome: p1" in v for v in two.violations)
 
 
 def test_an_uncertain_mutation_never_reconciled_is_reported() -> None:
