@@ -1,0 +1,138 @@
+"""Traces of invocations on the embedded store (ADR 0036), with the SDK's in-memory exporter:
+one trace per invocation, the caller's trace continued, the span tree and attributes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from callgate.bootstrap import App, Settings, bootstrap
+from callgate.surfaces.gateway import Gateway
+from callgate.tracing import Tracing
+
+CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+CALLER_SPAN = "00f067aa0ba902b7"
+TRACEPARENT = f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"
+
+
+def traced_app(state_dir: Path, exporter: InMemorySpanExporter) -> App:
+    """The composition root's app with the in-memory exporter in place of OTLP."""
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    app = bootstrap(Settings(state_dir=state_dir, dev=True))
+    app.tracing = Tracing(provider)  # what ``[tracing]`` would build
+    app.tracing.install()
+    return app
+
+
+@pytest.fixture
+def exporter() -> InMemorySpanExporter:
+    return InMemorySpanExporter()
+
+
+def by_name(spans: tuple[ReadableSpan, ...] | list[ReadableSpan]) -> dict[str, ReadableSpan]:
+    return {s.name: s for s in spans}
+
+
+def token(app: App, user: str, roles: tuple[str, ...]) -> str:
+    return app.session_issuer.issue(user, "acme", roles, app.clock())
+
+
+def test_an_executed_call_is_one_trace_continuing_the_callers(
+    tmp_path: Path, exporter: InMemorySpanExporter
+) -> None:
+    app = traced_app(tmp_path, exporter)
+    gate: Gateway = app.gateway()
+    try:
+        answer = gate.propose(
+            token(app, "alice", ("support",)),
+            "tickets.read",
+            {"ticket_id": "T-1"},
+            traceparent=TRACEPARENT,
+        )
+    finally:
+        gate.close()
+    assert answer["outcome"] == "executed"
+    spans = exporter.get_finished_spans()
+    assert {s.context.trace_id for s in spans} == {int(CALLER_TRACE, 16)}
+    named = by_name(spans)
+    root = named["execute_tool tickets.read"]
+    assert root.parent is not None and root.parent.span_id == int(CALLER_SPAN, 16)
+    assert root.attributes is not None
+    assert root.attributes["gen_ai.operation.name"] == "execute_tool"
+    assert root.attributes["gen_ai.tool.name"] == "tickets.read"
+    assert root.attributes["callgate.invocation_id"] == answer["invocation_id"]
+    assert root.attributes["callgate.outcome"] == "executed"
+    decide = named["callgate.decide"]
+    assert decide.parent is not None and decide.parent.span_id == root.context.span_id
+    assert decide.attributes is not None
+    assert decide.attributes["callgate.policy_version"]
+    assert decide.attributes["callgate.decision"] == "permit"
+    provider = named["callgate.provider execute"]
+    assert provider.parent is not None and provider.parent.span_id == root.context.span_id
+    assert provider.attributes == {
+        "callgate.provider": "tickets",
+        "callgate.provider.operation": "execute",
+    }
+    outcome = named["callgate.outcome"]
+    assert outcome.attributes is not None
+    assert outcome.attributes["callgate.outcome"] == "executed"
+    assert outcome.attributes["callgate.invocation_id"] == answer["invocation_id"]
+    for span in spans:  # no arguments in any span
+        assert "T-1" not in repr(dict(span.attributes or {}))
+
+
+def test_an_approval_wait_is_in_the_proposers_trace(
+    tmp_path: Path, exporter: InMemorySpanExporter
+) -> None:
+    app = traced_app(tmp_path, exporter)
+    gate = app.gateway()
+    try:
+        held = gate.propose(
+            token(app, "alice", ("support",)),
+            "refunds.issue",
+            {"order_id": "ORD-1", "amount_cents": 25_000, "currency": "EUR", "issued_by": "alice"},
+        )
+        assert held["outcome"] == "approval_required"
+        approved = gate.approve(held["invocation_id"], token(app, "bob", ("finance-approver",)))
+        assert approved["outcome"] in ("approved", "executed"), approved
+        final = gate.wait(held["invocation_id"], token(app, "alice", ("support",)), 10)
+    finally:
+        gate.close()
+    assert final["outcome"] == "executed", final
+    spans = exporter.get_finished_spans()
+    named = by_name(spans)
+    root = named["execute_tool refunds.issue"]
+    assert root.parent is None  # no caller context: the proposal starts the trace
+    assert {s.context.trace_id for s in spans} == {root.context.trace_id}
+    wait = named["callgate.approval_wait"]
+    assert wait.attributes is not None
+    assert str(wait.attributes["callgate.approval_id"])
+    assert wait.attributes["callgate.outcome"] == "approved"
+    assert named["callgate.approval"].parent is not None
+    assert named["callgate.provider execute"].context.trace_id == root.context.trace_id
+
+
+def test_tracing_is_off_by_default(tmp_path: Path) -> None:
+    """Off: no tracer provider, and the log rows carry no context."""
+    app = bootstrap(Settings(state_dir=tmp_path, dev=True))
+    assert app.tracing is None
+    gate = app.gateway()
+    try:
+        answer = gate.propose(
+            token(app, "alice", ("support",)),
+            "tickets.read",
+            {"ticket_id": "T-1"},
+            traceparent=TRACEPARENT,
+        )
+        assert answer["outcome"] == "executed"
+        rows = gate.backend.store._conn().execute(  # type: ignore[attr-defined]
+            "SELECT count(*) FROM log WHERE traceparent IS NOT NULL"
+        )
+        assert rows.fetchone()[0] == 0
+    finally:
+        gate.close()
