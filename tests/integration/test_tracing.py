@@ -4,6 +4,7 @@ one trace per invocation, the caller's trace continued, the span tree and attrib
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -136,3 +137,74 @@ def test_tracing_is_off_by_default(tmp_path: Path) -> None:
         assert rows.fetchone()[0] == 0
     finally:
         gate.close()
+
+
+def test_http_continues_the_callers_traceparent(
+    tmp_path: Path, exporter: InMemorySpanExporter
+) -> None:
+    """``POST /v1/proposals`` with a ``traceparent`` header, on the real FastAPI app."""
+    from starlette.testclient import TestClient
+
+    from callgate.adapters.embedded.stats import EmbeddedStats
+    from callgate.surfaces.http.app import asgi
+    from callgate.surfaces.http.context import HttpOptions
+    from callgate.surfaces.http.server import build_context
+
+    app = traced_app(tmp_path, exporter)
+    backend = app.embedded_backend()
+    stats = EmbeddedStats(backend.store, app.processes(), lambda: None)
+    ctx, _ = build_context(app, backend, stats, HttpOptions())
+    try:
+        with TestClient(asgi(ctx, dev_mode=True)) as client:
+            r = client.post(
+                "/v1/proposals",
+                json={"tool": "tickets.read", "args": {"ticket_id": "T-1"}},
+                headers={
+                    "Authorization": f"Bearer {token(app, 'alice', ('support',))}",
+                    "traceparent": TRACEPARENT,
+                },
+            )
+    finally:
+        backend.close()
+    assert r.status_code == 200, r.text
+    spans = exporter.get_finished_spans()
+    root = by_name(spans)["execute_tool tickets.read"]
+    assert root.parent is not None and root.parent.span_id == int(CALLER_SPAN, 16)
+    assert {s.context.trace_id for s in spans} == {int(CALLER_TRACE, 16)}
+
+
+@pytest.mark.anyio
+async def test_mcp_continues_the_callers_traceparent_in_meta(
+    tmp_path: Path, exporter: InMemorySpanExporter
+) -> None:
+    """``tools/call`` with ``_meta.traceparent``, through the MCP SDK's client."""
+    import mcp
+
+    from callgate.surfaces.mcp.bridge import GatewayBridge
+    from callgate.surfaces.mcp.server import McpOptions, build_server
+
+    app = traced_app(tmp_path, exporter)
+    bridge = GatewayBridge(app)
+    server = build_server(bridge, McpOptions(session=token(app, "alice", ("support",))))
+    try:
+        async with mcp.Client(server) as client:
+            result = await client.call_tool(
+                "tickets.read",
+                {"ticket_id": "T-1"},
+                meta=cast("mcp.types.RequestParamsMeta", {"traceparent": TRACEPARENT}),
+            )
+    finally:
+        bridge.close()
+    assert not result.is_error, result
+    spans = exporter.get_finished_spans()
+    root = by_name(spans)["execute_tool tickets.read"]
+    assert root.parent is not None and root.parent.span_id == int(CALLER_SPAN, 16)
+    assert root.attributes is not None
+    assert root.attributes["mcp.method.name"] == "tools/call"
+    assert root.attributes["jsonrpc.request.id"]
+    assert {s.context.trace_id for s in spans} == {int(CALLER_TRACE, 16)}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"

@@ -135,7 +135,17 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
         if answer is None:
             try:
                 answer = await bridge.propose(
-                    session, params.name, args, key, approval_id, options.timeout_s
+                    session,
+                    params.name,
+                    args,
+                    key,
+                    approval_id,
+                    options.timeout_s,
+                    traceparent=_traceparent(meta),
+                    trace_attributes={
+                        "mcp.method.name": "tools/call",
+                        "jsonrpc.request.id": str(ctx.request_id),
+                    },
                 )
             except Rejection as r:  # the SDK's entry limits: refused before anything is published
                 return _error_result(r.code.value, r.message, None)
@@ -177,6 +187,13 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
         # catalog's directly rather than a session-dependent tools/list.
         get_tool_input_schema=input_schema,
     )
+
+
+def _traceparent(meta: Mapping[str, Any]) -> str | None:
+    """The caller's W3C trace context in ``_meta`` (``traceparent``); one that is not a
+    short string starts a new trace instead (a trace context never refuses a call)."""
+    value = meta.get("traceparent")
+    return value if isinstance(value, str) and len(value) <= 55 else None
 
 
 def _meta_text(meta: Mapping[str, Any], key: str) -> str | None:

@@ -60,6 +60,13 @@ def propose(
     wait: Annotated[
         float | None, Query(gt=0, le=60, description="seconds to wait (server default)")
     ] = None,
+    traceparent: Annotated[
+        str | None,
+        Header(
+            max_length=55,
+            description="the caller's W3C trace context: the call's span continues it",
+        ),
+    ] = None,
 ) -> JSONResponse:
     """The same call as ``callgate propose``: its answer, with the outcome's HTTP status."""
     timeout = min(wait or ctx.options.propose_wait_s, ctx.options.propose_wait_s)
@@ -71,6 +78,7 @@ def propose(
         idempotency_key=idempotency_key,
         approval_id=body.approval_id,
         timeout_s=timeout,
+        traceparent=traceparent,
     )
     if answer.get("settled"):
         ctx.metrics.latency.labels(tool=body.tool).observe(time.monotonic() - started)
