@@ -40,7 +40,8 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
 def grpc_receiver() -> Iterator[tuple[str, Received]]:
     received: Received = []
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceService(received), server)
+    add = trace_service_pb2_grpc.add_TraceServiceServicer_to_server  # generated, untyped
+    add(_TraceService(received), server)  # type: ignore[no-untyped-call]
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     try:
