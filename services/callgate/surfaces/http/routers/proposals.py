@@ -71,6 +71,7 @@ def propose(
     """The same call as ``callgate propose``: its answer, with the outcome's HTTP status."""
     timeout = min(wait or ctx.options.propose_wait_s, ctx.options.propose_wait_s)
     started = time.monotonic()
+    proposed_at_ms = time.time_ns() // 1_000_000
     answer: dict[str, Any] = ctx.gateway.propose(
         sess.token,
         body.tool,
@@ -80,6 +81,8 @@ def propose(
         timeout_s=timeout,
         traceparent=traceparent,
     )
+    if answer.get("invocation_id"):
+        ctx.metrics.proposed(str(answer["invocation_id"]), body.tool, proposed_at_ms)
     if answer.get("settled"):
         ctx.metrics.latency.labels(tool=body.tool).observe(time.monotonic() - started)
         return JSONResponse(answer_value(answer), status_code=STATUS[Code(answer["outcome"])])
