@@ -6,96 +6,29 @@ OTLP/HTTP (protobuf) to a loopback HTTP receiver."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from concurrent import futures
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
-import grpc
 import pytest
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
+from tests import otlp_support as otlp
 from tests.e2e.helpers import propose_argv, run, session
 from tests.integration.test_tracing import CALLER_SPAN, CALLER_TRACE, TRACEPARENT
 
 pytestmark = pytest.mark.e2e
-
-Received = list[trace_service_pb2.ExportTraceServiceRequest]
-
-
-class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
-    def __init__(self, received: Received) -> None:
-        self.received = received
-
-    def Export(
-        self, request: trace_service_pb2.ExportTraceServiceRequest, context: Any
-    ) -> trace_service_pb2.ExportTraceServiceResponse:
-        self.received.append(request)
-        return trace_service_pb2.ExportTraceServiceResponse()
+Received = otlp.Received
 
 
 @pytest.fixture
 def grpc_receiver() -> Iterator[tuple[str, Received]]:
-    received: Received = []
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    add = trace_service_pb2_grpc.add_TraceServiceServicer_to_server  # generated, untyped
-    add(_TraceService(received), server)  # type: ignore[no-untyped-call]
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}", received
-    finally:
-        server.stop(grace=None)
+    with otlp.grpc_receiver() as found:
+        yield found
 
 
 @pytest.fixture
 def http_receiver() -> Iterator[tuple[str, Received]]:
-    received: Received = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            assert self.path == "/v1/traces"
-            assert self.headers["Content-Type"] == "application/x-protobuf"
-            received.append(trace_service_pb2.ExportTraceServiceRequest.FromString(body))
-            self.send_response(200)
-            self.send_header("Content-Type", "application/x-protobuf")
-            self.end_headers()
-            self.wfile.write(trace_service_pb2.ExportTraceServiceResponse().SerializeToString())
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/v1/traces", received
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def spans_of(received: Received) -> list[Any]:
-    return [
-        span
-        for request in received
-        for resource in request.resource_spans
-        for scope in resource.scope_spans
-        for span in scope.spans
-    ]
-
-
-def service_names(received: Received) -> set[str]:
-    return {
-        attr.value.string_value
-        for request in received
-        for resource in request.resource_spans
-        for attr in resource.resource.attributes
-        if attr.key == "service.name"
-    }
+    with otlp.http_receiver() as found:
+        yield found
 
 
 @pytest.mark.parametrize("exporter", ["otlp_grpc", "otlp_http"])
@@ -120,7 +53,7 @@ def test_callgate_exports_its_spans_over_otlp(
     argv = propose_argv(alice, "tickets.read", json.dumps({"ticket_id": "T-1"}))
     answer = run(state, *argv, "--traceparent", TRACEPARENT).value
     assert answer["outcome"] == "executed", answer
-    spans = spans_of(received)
+    spans = otlp.spans_of(received)
     names = {s.name for s in spans}
     assert {"execute_tool tickets.read", "callgate.decide", "callgate.provider execute"} <= names
     assert {s.trace_id.hex() for s in spans} == {CALLER_TRACE}
@@ -129,4 +62,4 @@ def test_callgate_exports_its_spans_over_otlp(
     attributes = {a.key: a.value.string_value for a in root.attributes}
     assert attributes["gen_ai.tool.name"] == "tickets.read"
     assert attributes["callgate.invocation_id"] == answer["invocation_id"]
-    assert service_names(received) == {"callgate-under-test"}
+    assert otlp.service_names(received) == {"callgate-under-test"}
