@@ -10,7 +10,9 @@ from callgate.surfaces.commands import Subcommands, add_command
 from callgate.surfaces.commands.context import Context
 
 # The sections of ``bench`` (tools.bench); an unknown name is a usage error.
-BENCH_SECTIONS = ("kafka", "policy", "embedded", "replay", "memory", "simulate", "history")
+BENCH_SECTIONS = (
+    "kafka", "policy", "embedded", "replay", "memory", "simulate", "history", "tracing"
+)  # fmt: skip
 
 
 def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
@@ -22,7 +24,7 @@ def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type
         default=[],
         choices=BENCH_SECTIONS,
         help="only this section, repeatable: kafka, policy, embedded, replay, memory, "
-        "simulate, or history (not in the default run; default: all but history)",
+        "simulate, tracing, or history (not in the default run; default: all but history)",
     )
     be.add_argument(
         "--plot",

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from callgate.domain import events as ev
+from callgate.domain.process import ViewRecord
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -43,6 +44,8 @@ _HANDLE_SPANS = {
     ("executor", "ExecutionRequested"): "callgate.execute",
     ("executor", "DryRunRequested"): "callgate.dry_run",
 }
+
+_TRACED_PROCESSES = frozenset(process for process, _ in _HANDLE_SPANS)
 
 # The one tracing object of this process, when on: providers ask it for the context to
 # pass on to their upstreams (``outgoing``) without importing OpenTelemetry when off.
@@ -128,6 +131,12 @@ class Tracing:
 
     # -- spans --------------------------------------------------------------------------
 
+    @staticmethod
+    def follows(process: str) -> bool:
+        """Whether ``process`` makes spans (the decider and the executor; projections fold
+        events an operator does not follow a call by, and emit none to carry it on)."""
+        return process in _TRACED_PROCESSES
+
     @contextmanager
     def proposal(
         self, tool: str, traceparent: str | None, attributes: Mapping[str, Any] | None = None
@@ -153,29 +162,26 @@ class Tracing:
     ) -> Iterator[Callable[[Sequence[Output]], None]]:
         """Around one ``handle``: a span for the inputs in ``_HANDLE_SPANS``, a child of
         the invocation's context; the yielded callable notes the outputs on it."""
-        context = self.context_of(self.of(event.invocation_id, traceparent))
-        if context is None:
+        invocation_id = event.invocation_id
+        known = self.of(invocation_id, traceparent)
+        if known is None:
             yield _ignore
             return
-        from opentelemetry import context as otel_context
-
         name = _HANDLE_SPANS.get((process, event.event_type))
-        token = otel_context.attach(context)
-        try:
-            if name is None:
-                yield lambda outputs: self._settled(event.invocation_id, outputs)
-                return
-            with self.tracer.start_as_current_span(
-                name, attributes=_invocation(event.invocation_id, getattr(event, "tool", ""))
-            ) as span:
+        if name is None:  # most inputs (every projection's): no span, no context parsed
+            yield lambda outputs: self._settled(invocation_id, known, outputs)
+            return
+        with self.tracer.start_as_current_span(
+            name,
+            context=self.context_of(known),
+            attributes=_invocation(invocation_id, getattr(event, "tool", "")),
+        ) as span:
 
-                def note(outputs: Sequence[Output]) -> None:
-                    _note(span, outputs)
-                    self._settled(event.invocation_id, outputs)
+            def note(outputs: Sequence[Output]) -> None:
+                _note(span, outputs)
+                self._settled(invocation_id, known, outputs)
 
-                yield note
-        finally:
-            otel_context.detach(token)
+            yield note
 
     @contextmanager
     def following(
@@ -183,15 +189,17 @@ class Tracing:
     ) -> Iterator[Callable[[Sequence[Output]], None]]:
         """Around one key's ``follow_up`` (the executor's provider call): the invocation's
         context is current, so the provider's span and its upstream request continue it."""
-        context = self.context_of(self.of(committed[0].invocation_id)) if committed else None
-        if context is None:
+        invocation_id = committed[0].invocation_id if committed else ""
+        known = self.of(invocation_id) if committed else None
+        context = self.context_of(known)
+        if context is None or known is None:
             yield _ignore
             return
         from opentelemetry import context as otel_context
 
         token = otel_context.attach(context)
         try:
-            yield lambda outputs: self._settled(committed[0].invocation_id, outputs)
+            yield lambda outputs: self._settled(invocation_id, known, outputs)
         finally:
             otel_context.detach(token)
 
@@ -210,31 +218,39 @@ class Tracing:
         ):
             yield
 
-    def _settled(self, invocation_id: str, outputs: Sequence[Output]) -> None:
+    def _settled(self, invocation_id: str, traceparent: str, outputs: Sequence[Output]) -> None:
         """The approval wait and outcome spans the outputs close."""
         for out in outputs:
+            if isinstance(out, ViewRecord):
+                continue
             if isinstance(out, ev.ApprovalRequested):
                 self._approval_asked[invocation_id] = out.occurred_at
                 if len(self._approval_asked) > CONTEXTS_KEPT:
                     self._approval_asked.popitem(last=False)
             elif isinstance(out, ev.ApprovalGranted | ev.ApprovalDenied | ev.ApprovalExpired):
-                self._approval_wait(invocation_id, out)
+                self._approval_wait(invocation_id, traceparent, out)
             outcome = outcome_of(out)
             if outcome is not None:
                 attributes = _invocation(invocation_id, "")
                 attributes["callgate.outcome"] = outcome
-                self.tracer.start_span("callgate.outcome", attributes=attributes).end()
+                context = self.context_of(traceparent)
+                self.tracer.start_span(
+                    "callgate.outcome", context=context, attributes=attributes
+                ).end()
 
-    def _approval_wait(self, invocation_id: str, out: ev.Event) -> None:
+    def _approval_wait(self, invocation_id: str, traceparent: str, out: ev.Event) -> None:
+        """From the approval's request (when this process saw it) to its decision."""
         asked = self._approval_asked.pop(invocation_id, None)
         attributes = _invocation(invocation_id, "")
         if isinstance(out, ev.ApprovalGranted):
             attributes["callgate.approval_id"] = out.approval_id
-        outcome = outcome_of(out)
-        attributes["callgate.outcome"] = outcome or "approved"
+        attributes["callgate.outcome"] = outcome_of(out) or "approved"
         start = None if asked is None else asked * 1_000_000
         span = self.tracer.start_span(
-            "callgate.approval_wait", attributes=attributes, start_time=start
+            "callgate.approval_wait",
+            context=self.context_of(traceparent),
+            attributes=attributes,
+            start_time=start,
         )
         span.end(
             end_time=None if not out.occurred_at else max(out.occurred_at * 1_000_000, start or 0)

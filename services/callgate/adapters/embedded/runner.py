@@ -431,6 +431,8 @@ class EmbeddedRunner:
                 events.append((row, event))
         batch.load(tx, [ev.partition_key for _, ev in events], self._states[process.name])
         states, codec, tracing = batch.states, self._codec, self._tracing
+        if tracing is not None and not tracing.follows(process.name):
+            tracing = None
         failed: set[int] = set()
         for i, (row, event) in enumerate(events):
             key = event.partition_key

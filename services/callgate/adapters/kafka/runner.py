@@ -411,7 +411,7 @@ class KafkaRunner:
 
         # A transient failure propagates: abort, rewind, retry (``_after_failure``).
         tracing = self._tracing
-        if tracing is None:
+        if tracing is None or not tracing.follows(self.process.name):
             failure = react(self.process, lambda: self._load(txn, key), event, now, keep)
         else:
             with tracing.handling(self.process.name, event, traceparent_of(msg)) as note:
