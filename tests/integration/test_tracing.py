@@ -208,3 +208,29 @@ async def test_mcp_continues_the_callers_traceparent_in_meta(
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def test_tracing_settings_from_callgate_toml(tmp_path: Path) -> None:
+    """``[tracing]`` builds the SDK's provider in the composition root; a bad exporter is
+    a configuration error naming the key; ``config check`` redacts the headers."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from callgate.config import ConfigError, redacted
+
+    conf = tmp_path / "callgate.toml"
+    conf.write_text(
+        '[tracing]\nenabled = true\nexporter = "otlp_http"\n'
+        'endpoint = "http://127.0.0.1:9/v1/traces"\nsampling_ratio = 0.5\n'
+        '[tracing.headers]\nauthorization = "Bearer SECRET"\n'
+    )
+    settings = Settings.from_env(config_file=conf, environ={}, state_dir=tmp_path)
+    assert settings.tracing.exporter == "otlp_http" and settings.tracing.sampling_ratio == 0.5
+    app = bootstrap(settings)
+    tracing = app.tracing
+    assert tracing is not None and isinstance(tracing.provider, TracerProvider)
+    assert "0.5" in tracing.provider.sampler.get_description()
+    tracing.shutdown()
+    dumped = redacted(settings.model_dump(mode="json"))
+    assert dumped["tracing"]["headers"] == "<redacted>"
+    with pytest.raises(ConfigError, match=r"tracing\.exporter"):
+        Settings.from_env(environ={"CALLGATE_TRACING__EXPORTER": "zipkin"}, state_dir=tmp_path)
