@@ -90,18 +90,26 @@ def test_an_executed_call_is_one_trace_continuing_the_callers(
 def test_an_approval_wait_is_in_the_proposers_trace(
     tmp_path: Path, exporter: InMemorySpanExporter
 ) -> None:
-    app = traced_app(tmp_path, exporter)
-    gate = app.gateway()
+    """The approver's decision carries no context; the approving process (a new one: no
+    memory of the proposal) finds it on the invocation's rows."""
+    proposer = traced_app(tmp_path, exporter)
+    gate = proposer.gateway()
     try:
         held = gate.propose(
-            token(app, "alice", ("support",)),
+            token(proposer, "alice", ("support",)),
             "refunds.issue",
             {"order_id": "ORD-1", "amount_cents": 25_000, "currency": "EUR", "issued_by": "alice"},
         )
-        assert held["outcome"] == "approval_required"
-        approved = gate.approve(held["invocation_id"], token(app, "bob", ("finance-approver",)))
+    finally:
+        gate.close()
+    assert held["outcome"] == "approval_required"
+    approver = traced_app(tmp_path, exporter)
+    gate = approver.gateway()
+    try:
+        bob = token(approver, "bob", ("finance-approver",))
+        approved = gate.approve(held["invocation_id"], bob)
         assert approved["outcome"] in ("approved", "executed"), approved
-        final = gate.wait(held["invocation_id"], token(app, "alice", ("support",)), 10)
+        final = gate.wait(held["invocation_id"], token(approver, "alice", ("support",)), 10)
     finally:
         gate.close()
     assert final["outcome"] == "executed", final
@@ -110,12 +118,21 @@ def test_an_approval_wait_is_in_the_proposers_trace(
     root = named["execute_tool refunds.issue"]
     assert root.parent is None  # no caller context: the proposal starts the trace
     assert {s.context.trace_id for s in spans} == {root.context.trace_id}
+    decide = named["callgate.decide"].attributes
+    assert decide is not None and decide["callgate.decision"] == "permit"
+    assert decide["callgate.policy_version"] and decide["gen_ai.tool.name"] == "refunds.issue"
     wait = named["callgate.approval_wait"]
     assert wait.attributes is not None
     assert str(wait.attributes["callgate.approval_id"])
     assert wait.attributes["callgate.outcome"] == "approved"
-    assert named["callgate.approval"].parent is not None
+    approval = named["callgate.approval"]
+    assert approval.parent is not None and approval.parent.span_id == root.context.span_id
+    assert approval.attributes is not None
+    assert approval.attributes["callgate.approval_id"] == wait.attributes["callgate.approval_id"]
     assert named["callgate.provider execute"].context.trace_id == root.context.trace_id
+    dry_run = named["callgate.provider dry_run"]
+    assert dry_run.parent is not None
+    assert dry_run.parent.span_id == named["callgate.dry_run"].context.span_id
 
 
 def test_tracing_is_off_by_default(tmp_path: Path) -> None:

@@ -447,7 +447,12 @@ class EmbeddedRunner:
             if tracing is None:
                 failure = react(process, partial(states.__getitem__, key), event, now, keep)
             else:
-                with tracing.handling(process.name, event, row[5]) as note:
+                traceparent = row[5]
+                if traceparent is None and tracing.of(event.invocation_id) is None:
+                    # an input without a context (an approver's decision) after a restart:
+                    # the invocation's earlier rows carry it
+                    traceparent = tx.traceparent_of(event.invocation_id)
+                with tracing.handling(process.name, event, traceparent) as note:
 
                     def keep_noted(
                         state: Any, outputs: Sequence[Output], keep: Any = keep, note: Any = note

@@ -174,6 +174,15 @@ class StoreTx:
             [(*row, traces.get(row[3] or "")) for row in rows],
         )
 
+    def traceparent_of(self, invocation_id: str) -> str | None:
+        """The trace context an earlier row of the invocation carried (ADR 0036)."""
+        row = self._cur.execute(
+            "SELECT traceparent FROM log WHERE invocation_id=? AND traceparent IS NOT NULL "
+            "ORDER BY seq LIMIT 1",
+            (invocation_id,),
+        ).fetchone()
+        return None if row is None else str(row[0])
+
     def claim_dead_letter(self, topic: str, seq: int) -> bool:
         """True the first time a poison row is claimed: only that claimant dead-letters it."""
         self._cur.execute(
