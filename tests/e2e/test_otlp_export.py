@@ -13,6 +13,7 @@ import pytest
 
 from tests import otlp_support as otlp
 from tests.e2e.helpers import propose_argv, run, session
+from tests.http_support import wait_until
 from tests.integration.test_tracing import CALLER_SPAN, CALLER_TRACE, TRACEPARENT
 
 pytestmark = pytest.mark.e2e
@@ -63,3 +64,33 @@ def test_callgate_exports_its_spans_over_otlp(
     assert attributes["gen_ai.tool.name"] == "tickets.read"
     assert attributes["callgate.invocation_id"] == answer["invocation_id"]
     assert otlp.service_names(received) == {"callgate-under-test"}
+
+
+@pytest.mark.kafka
+def test_kafka_workers_export_one_trace(
+    kafka_bootstrap: str, tmp_path: Path, grpc_receiver: tuple[str, Received]
+) -> None:
+    """``callgate serve`` on Apache Kafka: the decider's and the executor's workers (each its
+    own process) export their spans of the call into the caller's trace."""
+    from tests.kafka_support import Deployment, KafkaServe, cg, cli_session, unique_prefix
+
+    endpoint, received = grpc_receiver
+    config = tmp_path / "callgate.toml"
+    config.write_text(f'[tracing]\nenabled = true\nendpoint = "{endpoint}"\n')
+    dep = Deployment(kafka_bootstrap, unique_prefix("otlp"), tmp_path / "state", config=config)
+    serve = KafkaServe(dep, tmp_path / "serve.log", extra_env={"OTEL_BSP_SCHEDULE_DELAY": "200"})
+    try:
+        serve.wait_ready()
+        alice = cli_session(dep, "alice", "acme", "support")
+        argv = propose_argv(alice, "tickets.read", json.dumps({"ticket_id": "T-1"}))
+        answer = cg(dep, *argv, "--traceparent", TRACEPARENT)
+        assert answer["outcome"] == "executed", answer
+
+        def mine() -> set[str]:
+            spans = otlp.spans_of(received)
+            return {s.name for s in spans if s.trace_id.hex() == CALLER_TRACE}
+
+        wanted = {"execute_tool tickets.read", "callgate.decide", "callgate.provider execute"}
+        wait_until(lambda: wanted <= mine(), 30, f"the workers' spans: {mine()}")
+    finally:
+        assert serve.stop() == 0, serve.log.read_text()
