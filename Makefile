@@ -188,6 +188,11 @@ clean:
 bench-simulate: $(STAMP)
 	$(PY) -m tools.bench_simulate --proposals 100000
 
+## What tracing costs: the same calls with [tracing] off and on, in one run (ADR 0036).
+.PHONY: bench-tracing
+bench-tracing: $(STAMP)
+	$(TOOL) bench --only tracing
+
 ## The agent's path: the same MCP tool call direct and through `callgate mcp --http`
 ## (official SDK client, A/B alternated), sequential and 20 concurrent agents.
 .PHONY: bench-agent

@@ -3,7 +3,8 @@
 Sections (issue "Performance"): on Apache Kafka (``--broker``), the
 ceiling (same topology, no logic) and pipeline throughput with its ratio, latency at fixed
 offered loads and per hop; replay; policy CPU time;
-embedded durable throughput; decider memory with many keys. ``--only history`` (not in
+embedded durable throughput; decider memory with many keys; what tracing costs (off and
+on in one run, ``bench_tracing``). ``--only history`` (not in
 the default set, it fills a log) measures one ``propose`` against an empty log and one with
 100,000 settled invocations (``bench_history``). ``--quick`` runs tiny counts (the test
 suite's smoke run); figures from it mean nothing.
@@ -39,6 +40,8 @@ FULL = {
     "history_samples": 30,
     "simulate": 100_000,
     "freeze_rounds": 5,
+    "tracing_calls": 300,
+    "tracing_burst": 3_000,
 }
 QUICK = {
     "policy": 300,
@@ -50,6 +53,8 @@ QUICK = {
     "history_samples": 5,
     "simulate": 300,
     "freeze_rounds": 1,
+    "tracing_calls": 20,
+    "tracing_burst": 100,
 }
 
 
@@ -65,7 +70,7 @@ def run_bench(
     its latency plot (default ``<state_dir>/latency.png``; docs/latency.png for the docs);
     ``broker``: what the Kafka section runs on (``apache``, the only one)."""
     counts = QUICK if quick else FULL
-    wanted = set(only or ["kafka", "policy", "embedded", "replay", "memory", "simulate"])
+    wanted = set(only or ["kafka", "policy", "embedded", "replay", "memory", "simulate", "tracing"])
     rows: list[Row] = []
 
     def section(name: str, fn: Callable[[], list[Row]]) -> None:
@@ -96,6 +101,7 @@ def run_bench(
     section("history", lambda: _history(settings, counts))
     section("simulate", lambda: _simulate(counts))
     section("freeze", lambda: _freeze(counts))
+    section("tracing", lambda: _tracing(counts))
 
     info = machine() | {"quick": quick}
     report: dict[str, Any] = {
@@ -131,6 +137,12 @@ def _freeze(counts: dict[str, float]) -> list[Row]:
     from tools.bench_freeze import bench_freeze
 
     return bench_freeze(int(counts["freeze_rounds"]))
+
+
+def _tracing(counts: dict[str, float]) -> list[Row]:
+    from tools.bench_tracing import bench_tracing
+
+    return bench_tracing(int(counts["tracing_calls"]), int(counts["tracing_burst"]))
 
 
 def _history(settings: Settings, counts: dict[str, float]) -> list[Row]:

@@ -19,6 +19,7 @@ BENCH_SECTIONS = (
     "simulate",
     "history",
     "freeze",
+    "tracing",
 )
 
 
@@ -31,7 +32,8 @@ def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type
         default=[],
         choices=BENCH_SECTIONS,
         help="only this section, repeatable: kafka, policy, embedded, replay, memory, "
-        "simulate, history or freeze (those two not in the default run; default: all others)",
+        "simulate, tracing, history or freeze (the last two not in the default run; "
+        "default: all others)",
     )
     be.add_argument(
         "--plot",

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from callgate.providers.metrics import ProviderMetrics
     from callgate.providers.registry import ProviderRegistry
     from callgate.surfaces.gateway import Backend, Gateway
+    from callgate.tracing import Tracing
 
 
 @dataclass
@@ -88,6 +89,29 @@ class App:
         if not paths:
             return NO_REDACTION
         return redactor_for(redaction_key(self.settings.state_dir), paths)
+
+    @cached_property
+    def tracing(self) -> Tracing | None:
+        """OpenTelemetry traces (``[tracing]``, ADR 0036): the SDK's tracer provider with
+        an OTLP exporter, only when enabled; ``None`` (no provider, no span) when off."""
+        conf = self.settings.tracing
+        if not conf.enabled:
+            return None
+        from callgate.tracing import Tracing, tracer_provider
+
+        tracing = Tracing(
+            tracer_provider(
+                exporter=conf.exporter,
+                endpoint=conf.endpoint,
+                headers=conf.headers,
+                sampling_ratio=conf.sampling_ratio,
+                service_name=conf.service_name,
+                timeout_s=conf.timeout_s,
+                instance_id=self.settings.instance_id,
+            )
+        )
+        tracing.install()
+        return tracing
 
     @cached_property
     def session_issuer(self) -> SessionIssuer:
@@ -186,6 +210,7 @@ class App:
 
         context = default_context(lambda: self.ledger, self.settings.faults, self.profile)
         built = build_registry(self.profile, context)
+        _ = self.tracing  # installed first: provider calls and upstream requests continue it
         return ProviderRegistry(instrumented(p, self.provider_metrics) for p in built)
 
     @cached_property
@@ -278,6 +303,7 @@ class App:
             codec,
             self.clock,
             requests_retention_ms=self.settings.requests_retention_ms,
+            tracing=self.tracing,
             **options,
         )
 

@@ -39,7 +39,7 @@ ENV_ALIASES = {"CALLGATE_TIMEOUT": "CALLGATE_TIMEOUT_S"}
 ENV_PREFIX = "CALLGATE_"
 Algorithm = Literal["EdDSA", "ES256", "RS256"]
 REDACTED = "<redacted>"
-_SECRET_WORDS = ("password", "secret", "token", "credential", "key.pem", "private")
+_SECRET_WORDS = ("password", "secret", "token", "credential", "key.pem", "private", "headers")
 
 S = TypeVar("S", bound=BaseModel)
 
@@ -191,6 +191,21 @@ class SlackSettings(_Section):
     @property
     def configured(self) -> bool:
         return self.bot_token is not None
+
+
+class TracingSettings(_Section):
+    """OpenTelemetry traces (``[tracing]``, ADR 0036): off unless ``enabled``; when off no
+    SDK tracer provider exists and nothing is recorded."""
+
+    enabled: bool = False
+    exporter: Literal["otlp_grpc", "otlp_http"] = "otlp_grpc"
+    # OTLP gRPC: ``http://host:4317``; OTLP HTTP: ``http://host:4318/v1/traces``.
+    endpoint: str = Field(default="http://127.0.0.1:4317", pattern=r"^https?://")
+    headers: dict[str, str] = Field(default_factory=dict, description="sent with each export")
+    # The share of new traces recorded; a caller's sampled trace is always continued.
+    sampling_ratio: float = Field(default=1.0, ge=0.0, le=1.0)
+    service_name: str = Field(default="callgate", min_length=1)
+    timeout_s: float = Field(default=10.0, gt=0, le=60)
 
 
 # --- loading ----------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from callgate.config import (
     NotifySettings,
     SessionSettings,
     SlackSettings,
+    TracingSettings,
     load_settings,
 )
 from callgate.state_dir import default_state_dir
@@ -79,6 +80,7 @@ class Settings(BaseModel):
     approvals: ApprovalSettings = ApprovalSettings()
     notify: NotifySettings = NotifySettings()
     slack: SlackSettings = SlackSettings()
+    tracing: TracingSettings = TracingSettings()
     config_file: Path | None = None  # the file these settings were read from, if any
     # How long requests (which carry bearer session tokens) are kept once consumed: the
     # ``requests`` topic's ``retention.ms`` on Kafka, pruning on the embedded store.

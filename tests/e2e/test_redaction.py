@@ -6,9 +6,10 @@ sentinel values goes through dry-run, owner confirmation and execution with the 
 command, plus a call whose sensitive argument is invalid. Then every output is collected:
 the CLI's ``propose``/``pending``/``status``/``audit``/``replay`` output, the HTTP views
 (invocations, pending, audit), the console's page and its server-sent pending feed, the
-metrics page, the audit export in both formats, and serve's own log. No sentinel appears in
-any of them; the digest does, the same for the same value. The log keeps the full
-arguments (the approval binds them): the sentinels are in the store's log.
+metrics page (every label), the audit export in both formats, serve's own log, and the
+spans every process exported (``[tracing]`` on, to an OTLP receiver on loopback). No
+sentinel appears in any of them; the digest does, the same for the same value. The log
+keeps the full arguments (the approval binds them): the sentinels are in the store's log.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ import pytest
 import yaml
 
 from callgate.domain.redaction import PREFIX
+from tests import otlp_support as otlp
 from tests.e2e.helpers import DEFAULT_PROFILE, propose, run, session
-from tests.http_support import HttpServe
+from tests.http_support import HttpServe, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -47,9 +49,20 @@ def sensitive_profile(folder: Path) -> Path:
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[HttpServe]:
+def receiver() -> Iterator[tuple[str, otlp.Received]]:
+    with otlp.grpc_receiver() as found:
+        yield found
+
+
+@pytest.fixture
+def served(tmp_path: Path, receiver: tuple[str, otlp.Received]) -> Iterator[HttpServe]:
     profile = sensitive_profile(tmp_path / "profile")
-    server = HttpServe(tmp_path / "state", tmp_path / "serve.log", profile=profile, dev=True)
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "callgate.toml").write_text(f'[tracing]\nenabled = true\nendpoint = "{receiver[0]}"\n')
+    # serve exports its spans within 0.2 s (the batch processor's delay: 5 s by default)
+    env = {"OTEL_BSP_SCHEDULE_DELAY": "200"}
+    server = HttpServe(state, tmp_path / "serve.log", profile=profile, dev=True, env=env)
     try:
         server.wait_ready()
         yield server
@@ -69,7 +82,9 @@ def first_sse_event(server: HttpServe, token: str) -> str:
     raise AssertionError(f"no pending event: {text!r}")
 
 
-def test_sensitive_values_reach_no_output(served: HttpServe, tmp_path: Path) -> None:
+def test_sensitive_values_reach_no_output(
+    served: HttpServe, tmp_path: Path, receiver: tuple[str, otlp.Received]
+) -> None:
     state, profile = served.state_dir, served.profile
     outputs: dict[str, str] = {}
 
@@ -129,6 +144,14 @@ def test_sensitive_values_reach_no_output(served: HttpServe, tmp_path: Path) -> 
             "--output", str(out))  # fmt: skip
         outputs[f"export file {fmt}"] = out.read_text()
     outputs["serve log"] = served.log.read_text()
+    received = receiver[1]
+    wait_until(
+        lambda: "callgate.provider execute" in {s.name for s in otlp.spans_of(received)},
+        30,
+        "serve's spans",
+    )
+    outputs["spans"] = otlp.span_texts(received)
+    assert "execute_tool refunds.issue" in outputs["spans"]
 
     leaked = {label for label, text in outputs.items() if any(s in text for s in SENTINELS)}
     assert not leaked, {label: outputs[label][:3000] for label in leaked}

@@ -57,6 +57,10 @@ def test_every_metric_of_the_dashboard_is_served(served: HttpServe) -> None:
     cg(served.state_dir, "approve", asked["invocation_id"], "--session", alice)
     waited = 'callgate_approval_wait_seconds_count{result="granted",tool="refunds.issue"} 1.0'
     wait_until(lambda: waited in served.client().get("/metrics").text, 30, "the approval wait")
+    # A call through the API: its time to the final outcome is observed.
+    with served.client(alice) as c:
+        r = c.post("/v1/proposals", json={"tool": "tickets.read", "args": {"ticket_id": "T-2"}})
+    assert r.status_code == 200, r.text
     page = served.client().get("/metrics").text
     families = set(re.findall(r"^# TYPE (\S+) ", page, flags=re.M))
     served_names = families | {f"{f}_total" for f in families}
@@ -65,11 +69,17 @@ def test_every_metric_of_the_dashboard_is_served(served: HttpServe) -> None:
         "callgate_provider_call_seconds",
         "callgate_pending_age_seconds",
         "callgate_approval_wait_seconds",
+        "callgate_outcome_latency_seconds",
     } <= wanted
     assert wanted <= served_names, sorted(wanted - served_names)
-    # The provider histogram has the executor's call in it.
     assert re.search(
-        r'^callgate_provider_call_seconds_count\{operation="execute",provider="tickets"\} 1\.0$',
+        r'^callgate_outcome_latency_seconds_count\{outcome="executed",tool="tickets.read"\} 1\.0$',
+        page,
+        flags=re.M,
+    ), page
+    # The provider histogram has the executor's two calls in it (CLI and API).
+    assert re.search(
+        r'^callgate_provider_call_seconds_count\{operation="execute",provider="tickets"\} 2\.0$',
         page,
         flags=re.M,
     ), page

@@ -38,6 +38,7 @@ SECTIONS = {name: start.format("apache") for name, start in KAFKA.items()} | {
     "embedded": "embedded: durable proposals/s to final decision",
     "replay": "replay: events/s rebuilding all projections",
     "memory": "decider peak RSS with",
+    "tracing": "tracing: sequential propose, median per call (off / on)",
 }
 
 

@@ -39,6 +39,7 @@ LAYERS: dict[str, int] = {
     "callgate.settings": SHELL,
     "callgate.state_dir": SHELL,
     "callgate.logs": SHELL,
+    "callgate.tracing": SHELL,  # spans and the trace context they carry (ADR 0036)
     "callgate.gc_settings": SHELL,
     "callgate.sqlite": SHELL,
     "callgate.surfaces": SURFACE,

@@ -14,7 +14,8 @@ import ast
 import re
 import sys
 import tomllib
-from importlib.metadata import packages_distributions
+from functools import cache
+from importlib.metadata import distribution, packages_distributions
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,8 +40,9 @@ def project() -> dict[str, object]:
     return value
 
 
-def imported_modules() -> dict[str, set[str]]:
-    """Top-level module name -> the files importing it (absolute imports, not stdlib)."""
+def imported_modules(full: bool = False) -> dict[str, set[str]]:
+    """Top-level module name -> the files importing it (absolute imports, not stdlib);
+    ``full``: the dotted names as imported (``from a.b import c``: ``a.b.c``)."""
     found: dict[str, set[str]] = {}
     for package in PACKAGES:
         for path in package.rglob("*.py"):
@@ -48,13 +50,14 @@ def imported_modules() -> dict[str, set[str]]:
                 if isinstance(node, ast.Import):
                     names = [alias.name for alias in node.names]
                 elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                    names = [node.module]
+                    names = [f"{node.module}.{alias.name}" for alias in node.names]
                 else:
                     continue
                 for name in names:
                     top = name.split(".")[0]
                     if top not in sys.stdlib_module_names and top not in OWN:
-                        found.setdefault(top, set()).add(str(path.relative_to(REPO)))
+                        key = name if full else top
+                        found.setdefault(key, set()).add(str(path.relative_to(REPO)))
     return found
 
 
@@ -62,14 +65,38 @@ def imported_distributions() -> dict[str, set[str]]:
     """Distribution name (normalized) -> the files importing one of its modules."""
     owners = packages_distributions()
     found: dict[str, set[str]] = {}
-    for module, files in imported_modules().items():
-        if module in REPO_ONLY:
+    for module, files in imported_modules(full=True).items():
+        top = module.split(".")[0]
+        if top in REPO_ONLY:
             continue  # no distribution: the upward-import test reports it
-        dists = owners.get(module)
-        assert dists, f"no installed distribution provides {module!r} (imported by {files})"
-        for dist in dists:
+        dists = owners.get(top)
+        assert dists, f"no installed distribution provides {top!r} (imported by {files})"
+        for dist in providers_of(module, tuple(dists)):
             found.setdefault(normalize(dist), set()).update(files)
     return found
+
+
+def providers_of(module: str, dists: tuple[str, ...]) -> tuple[str, ...]:
+    """The distributions of a namespace package (``opentelemetry``: the API, the SDK, the
+    exporters...) that hold ``module``, by their files; any other package's owners."""
+    if len(set(dists)) <= 1:
+        return dists
+    name = module
+    while "." in name:
+        path = name.replace(".", "/")
+        holding = tuple(
+            d for d in dict.fromkeys(dists) if any(f.startswith((path + "/", path + ".py"))
+            for f in files_of(d))
+        )  # fmt: skip
+        if holding:
+            return holding
+        name = name.rpartition(".")[0]
+    return dists
+
+
+@cache
+def files_of(dist: str) -> tuple[str, ...]:
+    return tuple(str(f) for f in distribution(dist).files or ())
 
 
 def test_runtime_dependencies_are_exactly_what_the_program_imports() -> None:

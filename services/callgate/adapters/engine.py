@@ -21,12 +21,15 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from callgate.adapters.avro_codec import MalformedEvent
 from callgate.adapters.failures import Deterministic, Transient, classify
 from callgate.domain.events import Event
 from callgate.domain.process import Output, Process
+
+if TYPE_CHECKING:
+    from callgate.tracing import Tracing
 
 K = TypeVar("K", bound=Hashable)
 
@@ -119,6 +122,7 @@ def follow_up_round(
     state_of: Callable[[K], Any],
     keep: Callable[[K, Any, Sequence[Output]], None],
     now: int,
+    tracing: Tracing | None = None,
 ) -> None:
     """One round of ``follow_up``: for each key, the events its last commit made durable,
     on the key's committed state (``state_of`` starts the next transaction from it); the
@@ -126,5 +130,10 @@ def follow_up_round(
     emitted, until a round emits none. A crash between the commits loses no input: the
     process's ``recover`` finds the started-but-unfinished work on restart (C12)."""
     for key, committed in emitted.items():
-        state, outputs = process.follow_up(state_of(key), committed, now)
+        if tracing is None:
+            state, outputs = process.follow_up(state_of(key), committed, now)
+        else:  # the invocation's context is current: the provider's span continues it
+            with tracing.following(committed) as note:
+                state, outputs = process.follow_up(state_of(key), committed, now)
+                note(outputs)
         keep(key, state, outputs)

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from callgate.domain.keys import KeyRing
     from callgate.domain.process import Process
     from callgate.settings import Clock, Settings
+    from callgate.tracing import Tracing
 
 
 class Wiring(Protocol):
@@ -29,6 +30,11 @@ class Wiring(Protocol):
     @property
     def keys(self) -> KeyRing:
         """The key material (created on first use: processes started later share it)."""
+        ...
+
+    @property
+    def tracing(self) -> Tracing | None:
+        """Spans of invocations (ADR 0036); ``None`` when tracing is off."""
         ...
 
     def processes(self) -> list[Process[Any]]:

@@ -45,6 +45,7 @@ from callgate.providers.base import (
     ProviderTimeout,
     ResourceDescription,
 )
+from callgate.tracing import outgoing
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -160,6 +161,7 @@ class HttpProvider:
             headers={
                 "Content-Type": "application/json",
                 "Accept": "application/json",
+                **outgoing(),  # traced, the provider continues the call's trace
                 **self._auth,
                 **headers,
             },

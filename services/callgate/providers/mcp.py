@@ -42,6 +42,7 @@ from callgate.providers.base import (
     ProviderError,
     ProviderTimeout,
 )
+from callgate.tracing import outgoing
 
 if TYPE_CHECKING:
     import mcp
@@ -383,7 +384,8 @@ class McpProvider:
 
         where = f"{self.name} {upstream_tool}"
         try:
-            result = self.upstream.call_tool(upstream_tool, args, meta)
+            # Traced, the upstream continues the call's trace (``traceparent`` in ``_meta``).
+            result = self.upstream.call_tool(upstream_tool, args, {**meta, **outgoing()})
         except UpstreamUnavailable as exc:
             raise ProviderError(str(exc)) from exc
         except mcp.MCPError as exc:

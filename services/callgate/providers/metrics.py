@@ -20,6 +20,7 @@ from prometheus_client import Counter, Histogram
 from prometheus_client.registry import Collector
 
 from callgate.providers.base import Provider
+from callgate.tracing import provider_call
 
 BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 OPERATIONS = ("dry_run", "execute", "lookup", "describe")
@@ -51,7 +52,8 @@ class ProviderMetrics:
         def run(*args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
             try:
-                return call(*args, **kwargs)
+                with provider_call(provider, operation):  # a span when tracing is on
+                    return call(*args, **kwargs)
             except Exception as exc:
                 self.errors.labels(provider, operation, type(exc).__name__).inc()
                 raise

@@ -128,8 +128,14 @@ class Gateway:
         approval_id: str | None = None,
         timeout_s: float = 30.0,
         wait: float | None = None,
+        traceparent: str | None = None,
+        trace_attributes: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Publish a proposal and wait until it settles (docs/contract.md "Command line").
+
+        Traced (``[tracing]``, ADR 0036), the call is the span ``execute_tool {tool}``, a
+        child of ``traceparent`` (the caller's W3C trace context) when given;
+        ``trace_attributes`` are the surface's own (MCP's ``mcp.method.name``, ...).
 
         With ``wait`` (seconds), a call that needs approval is waited on further until
         its final outcome (``Gateway.wait``, ADR 0029): executed or failed once approved,
@@ -143,6 +149,29 @@ class Gateway:
         invocation id is bound to ``session`` (``callgate.domain.scope``), so no other
         session can address it.
         """
+        tracing = self.app.tracing
+        if tracing is None:
+            return self._propose(session, tool, args, idempotency_key, approval_id, timeout_s, wait)
+        with tracing.proposal(tool, traceparent, trace_attributes) as span:
+            answer = self._propose(
+                session, tool, args, idempotency_key, approval_id, timeout_s, wait
+            )
+            if answer.get("invocation_id"):
+                span.set_attribute("callgate.invocation_id", str(answer["invocation_id"]))
+            if answer.get("outcome"):
+                span.set_attribute("callgate.outcome", str(answer["outcome"]))
+            return answer
+
+    def _propose(
+        self,
+        session: str,
+        tool: str,
+        args: Mapping[str, Any] | str,
+        idempotency_key: str | None,
+        approval_id: str | None,
+        timeout_s: float,
+        wait: float | None,
+    ) -> dict[str, Any]:
         try:
             args_json = self._entry_checks(session, tool, args, idempotency_key, approval_id)
         except Rejection as r:

@@ -32,7 +32,9 @@ class EmbeddedBackend:
         return self.app.embedded_runner(self.store, self.codec)
 
     def publish(self, events: Sequence[Event]) -> None:
-        self.store.append(events)
+        """Append ``events``; traced, with the current span's context (the proposal's)."""
+        tracing = self.app.tracing
+        self.store.append(events, None if tracing is None else tracing.current())
 
     def view(self, view: str, key: str) -> dict[str, Any] | None:
         raw = self.store.view(view, key)

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from callgate.adapters.avro_codec import MalformedEvent
 from callgate.adapters.embedded.store import (
@@ -64,6 +64,9 @@ from callgate.domain.codes import Code
 from callgate.domain.events import Event
 from callgate.domain.process import Output, Process, ViewRecord, reacts_to
 from callgate_projections import keeps_states_immutable
+
+if TYPE_CHECKING:
+    from callgate.tracing import Tracing
 
 LOCK_FILE = "runner.lock"
 # Input rows per process per round: a round costs one commit (an fsync) however many rows
@@ -107,12 +110,20 @@ class _Batch:
         "rows",
         "states",
         "stored",
+        "tracing",
         "views",
         "written_views",
     )
 
-    def __init__(self, process: Process[Any], immutable: bool, observed: bool = False) -> None:
+    def __init__(
+        self,
+        process: Process[Any],
+        immutable: bool,
+        observed: bool = False,
+        tracing: Tracing | None = None,
+    ) -> None:
         self.process = process
+        self.tracing = tracing
         self.immutable = immutable
         self.observed = observed  # keep written view records for the runner's observer
         self.written_views: list[ViewRecord] = []
@@ -192,7 +203,12 @@ class _Batch:
         Afterwards the stored bytes match every key's state again, so one batch may go on
         (timers, then the inputs of the same round) and be written once more."""
         if self.rows:
-            tx.insert(self.rows)
+            tracing = self.tracing
+            traces = None
+            if tracing is not None:  # each traced invocation's rows carry its context on
+                known = ((row[3], tracing.of(row[3])) for row in self.rows if row[3])
+                traces = {inv: tp for inv, tp in known if inv is not None and tp is not None}
+            tx.insert(self.rows, traces)
             self.rows = []
         if self.views:
             tx.put_views((v.view, v.key, v.value_json) for v in self.views)
@@ -224,6 +240,7 @@ class EmbeddedRunner:
         state_cache_keys: int = STATE_CACHE_KEYS,
         on_views: Callable[[Sequence[ViewRecord]], None] | None = None,
         requests_retention_ms: int | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         """``on_views`` is called after each commit with the view records it made durable
         (``callgate serve`` prints a line per settled decision from the status view).
@@ -237,6 +254,7 @@ class EmbeddedRunner:
         self._clock = clock
         self._batch_size = batch_size
         self._on_views = on_views
+        self._tracing = tracing  # spans around handle and follow_up (ADR 0036); None: off
         self._lock_fd: int | None = None
         self._recovered = False
         self._needs_recovery = True
@@ -370,7 +388,9 @@ class EmbeddedRunner:
         return consumed
 
     def _batch(self, process: Process[Any]) -> _Batch:
-        return _Batch(process, self._immutable[process.name], self._on_views is not None)
+        return _Batch(
+            process, self._immutable[process.name], self._on_views is not None, self._tracing
+        )
 
     def _step(self, tx: StoreTx, batch: _Batch, now: int) -> int:
         """The next batch of ``batch.process``'s inputs, inside ``tx``; returns how many log
@@ -410,7 +430,9 @@ class EmbeddedRunner:
             if event is not None and reacts(wanted, event):
                 events.append((row, event))
         batch.load(tx, [ev.partition_key for _, ev in events], self._states[process.name])
-        states, codec = batch.states, self._codec
+        states, codec, tracing = batch.states, self._codec, self._tracing
+        if tracing is not None and not tracing.follows(process.name):
+            tracing = None
         failed: set[int] = set()
         for i, (row, event) in enumerate(events):
             key = event.partition_key
@@ -422,7 +444,25 @@ class EmbeddedRunner:
                     states[key] = state
 
             # A transient failure propagates: the transaction rolls back, the round is retried.
-            failure = react(process, partial(states.__getitem__, key), event, now, keep)
+            if tracing is None:
+                failure = react(process, partial(states.__getitem__, key), event, now, keep)
+            else:
+                traceparent = row[5]
+                if traceparent is None and tracing.of(event.invocation_id) is None:
+                    # an input without a context (an approver's decision) after a restart:
+                    # the invocation's earlier rows carry it
+                    traceparent = tx.traceparent_of(event.invocation_id)
+                with tracing.handling(process.name, event, traceparent) as note:
+
+                    def keep_noted(
+                        state: Any, outputs: Sequence[Output], keep: Any = keep, note: Any = note
+                    ) -> None:
+                        keep(state, outputs)
+                        note(outputs)
+
+                    failure = react(
+                        process, partial(states.__getitem__, key), event, now, keep_noted
+                    )
             if failure is not None:
                 failed.add(i)
                 earlier = [
@@ -490,7 +530,7 @@ class EmbeddedRunner:
         batch: _Batch,
         raw_reason: str | None = None,
     ) -> None:
-        seq, topic, partition_key, invocation_id, payload = row
+        seq, topic, partition_key, invocation_id, payload, _ = row
         # Deterministic id: a rebuilt log (replay) names the same dead-letter the same way.
         dead = dead_letter(
             f"dead-letter-{topic}-{seq}",
@@ -530,7 +570,7 @@ class EmbeddedRunner:
             nexts: list[tuple[_Batch, list[_Change]]] = []
             for batch in pending:
                 process = batch.process
-                nxt = _Batch(process, batch.immutable, batch.observed)
+                nxt = _Batch(process, batch.immutable, batch.observed, self._tracing)
 
                 def state_of(key: str, batch: _Batch = batch, nxt: _Batch = nxt) -> Any:
                     nxt.seed(key, batch.states[key], batch.stored[key])
@@ -541,7 +581,7 @@ class EmbeddedRunner:
                 ) -> None:
                     nxt.apply(key, state, outputs, self._codec)
 
-                follow_up_round(process, batch.committed, state_of, keep, now)
+                follow_up_round(process, batch.committed, state_of, keep, now, self._tracing)
                 nexts.append((nxt, nxt.changes(self._initial_blobs[process.name])))
             work = [(nxt, changes) for nxt, changes in nexts if changes or nxt.emitted]
             if work:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +42,8 @@ _SCHEMA = (
         partition_key TEXT NOT NULL,
         event_type TEXT,
         invocation_id TEXT,
-        payload BLOB NOT NULL)""",
+        payload BLOB NOT NULL,
+        traceparent TEXT)""",
     "CREATE INDEX IF NOT EXISTS log_topic_seq ON log(topic, seq)",
     "CREATE INDEX IF NOT EXISTS log_invocation ON log(invocation_id)",
     "CREATE TABLE IF NOT EXISTS positions (process TEXT PRIMARY KEY, seq INTEGER NOT NULL)",
@@ -106,8 +107,9 @@ class LogRow:
 # (topic, partition_key, event_type, invocation_id, payload): a row before it has a seq.
 NewRow = tuple[str, str, str | None, str | None, bytes]
 _ROW_COLUMNS = "seq, topic, partition_key, event_type, invocation_id, payload"
-# (seq, topic, partition_key, invocation_id, payload): an input row as the runner reads it.
-InputRow = tuple[int, str, str, str | None, bytes]
+# (seq, topic, partition_key, invocation_id, payload, traceparent): an input row as the
+# runner reads it; ``traceparent`` is the invocation's W3C trace context (ADR 0036).
+InputRow = tuple[int, str, str, str | None, bytes, str | None]
 
 
 def event_row(event: Event, payload: bytes) -> NewRow:
@@ -150,18 +152,36 @@ class StoreTx:
         names = sorted(topics)
         marks = ",".join("?" * len(names))
         rows: list[InputRow] = self._cur.execute(
-            f"SELECT seq, topic, partition_key, invocation_id, payload FROM log "
+            f"SELECT seq, topic, partition_key, invocation_id, payload, traceparent FROM log "
             f"WHERE topic IN ({marks}) AND seq > ? ORDER BY seq LIMIT ?",
             (*names, after_seq, limit),
         ).fetchall()
         return rows
 
-    def insert(self, rows: Sequence[NewRow]) -> None:
+    def insert(self, rows: Sequence[NewRow], traces: Mapping[str, str] | None = None) -> None:
+        """Append ``rows``; with ``traces`` (invocation id -> ``traceparent``), each row of
+        a traced invocation carries its context on (ADR 0036)."""
+        if not traces:
+            self._cur.executemany(
+                "INSERT INTO log(topic, partition_key, event_type, invocation_id, payload) "
+                "VALUES (?, ?, ?, ?, ?)",
+                rows,
+            )
+            return
         self._cur.executemany(
-            "INSERT INTO log(topic, partition_key, event_type, invocation_id, payload) "
-            "VALUES (?, ?, ?, ?, ?)",
-            rows,
+            "INSERT INTO log(topic, partition_key, event_type, invocation_id, payload, "
+            "traceparent) VALUES (?, ?, ?, ?, ?, ?)",
+            [(*row, traces.get(row[3] or "")) for row in rows],
         )
+
+    def traceparent_of(self, invocation_id: str) -> str | None:
+        """The trace context an earlier row of the invocation carried (ADR 0036)."""
+        row = self._cur.execute(
+            "SELECT traceparent FROM log WHERE invocation_id=? AND traceparent IS NOT NULL "
+            "ORDER BY seq LIMIT 1",
+            (invocation_id,),
+        ).fetchone()
+        return None if row is None else str(row[0])
 
     def claim_dead_letter(self, topic: str, seq: int) -> bool:
         """True the first time a poison row is claimed: only that claimant dead-letters it."""
@@ -277,6 +297,9 @@ class EmbeddedStore:
         conn = self._conn()
         for stmt in _SCHEMA:
             conn.execute(stmt)
+        columns = {r[1] for r in conn.execute("PRAGMA table_info(log)")}
+        if "traceparent" not in columns:  # a store from before traces (ADR 0036)
+            conn.execute("ALTER TABLE log ADD COLUMN traceparent TEXT")
 
     @property
     def codec(self) -> EventCodec:
@@ -316,12 +339,14 @@ class EmbeddedStore:
 
     # --- clients -------------------------------------------------------------------------
 
-    def append(self, events: Sequence[Event]) -> None:
-        """Publish events (CLI/SDK requests), atomically, each to its class's ``TOPIC``."""
+    def append(self, events: Sequence[Event], traceparent: str | None = None) -> None:
+        """Publish events (CLI/SDK requests), atomically, each to its class's ``TOPIC``;
+        ``traceparent``: the trace context they carry (the proposal's span)."""
         codec = self.codec
         rows = [event_row(ev, codec.encode(ev)) for ev in events]
+        traces = None if traceparent is None else {ev.invocation_id: traceparent for ev in events}
         with self.transaction() as tx:
-            tx.insert(rows)
+            tx.insert(rows, traces)
 
     def append_raw(self, topic: str, partition_key: str, payload: bytes) -> None:
         """Append bytes as they came (tests use it to publish poison input)."""

@@ -27,6 +27,7 @@ from callgate.adapters.kafka.topics import Topics
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.events import Event
 from callgate.domain.limits import check_record_size
+from callgate.tracing import TRACEPARENT
 
 Config = dict[str, Any]
 
@@ -186,6 +187,7 @@ def publish(
     topics: Topics,
     events: Iterable[Event],
     timeout_s: float | None = None,
+    traceparent: str | None = None,
 ) -> list[tuple[str, int, int]]:
     """Publish events (clients: CLI, SDK) keyed by ``partition_key``; wait for the acks.
 
@@ -193,6 +195,8 @@ def publish(
     (also when the acks did not all come within ``timeout_s``, if given), or
     ``Rejection(invalid_arguments)`` for a record over ``limits.MAX_RECORD_BYTES`` (checked
     before anything is produced, so the client library never refuses it with a raw error).
+    ``traceparent``: the trace context the records carry, in the ``traceparent`` header
+    (the messaging semantic conventions; ADR 0036).
     """
     results: list[tuple[str, int, int] | KafkaError | None] = []
 
@@ -209,7 +213,12 @@ def publish(
         results.append(None)
         topic = topics.physical(event.TOPIC)
         _produce(
-            producer, topic, event.partition_key.encode(), value, on_delivery(len(results) - 1)
+            producer,
+            topic,
+            event.partition_key.encode(),
+            value,
+            on_delivery(len(results) - 1),
+            None if traceparent is None else [(TRACEPARENT, traceparent.encode())],
         )
     if timeout_s is None:
         producer.flush()
@@ -223,10 +232,29 @@ def publish(
     return delivered
 
 
-def _produce(producer: Producer, topic: str, key: bytes, value: bytes, callback: Any) -> None:
+def traceparent_of(msg: Message) -> str | None:
+    """The record's ``traceparent`` header (the invocation's trace context), if any."""
+    headers = msg.headers() or []
+    for name, value in headers.items() if isinstance(headers, dict) else headers:
+        if name == TRACEPARENT and value:
+            try:
+                return value if isinstance(value, str) else value.decode("ascii")
+            except UnicodeDecodeError:
+                return None  # not a trace context: the span starts no trace from it
+    return None
+
+
+def _produce(
+    producer: Producer,
+    topic: str,
+    key: bytes,
+    value: bytes,
+    callback: Any,
+    headers: list[tuple[str, str | bytes | None]] | None = None,
+) -> None:
     while True:
         try:
-            producer.produce(topic, key=key, value=value, on_delivery=callback)
+            producer.produce(topic, key=key, value=value, on_delivery=callback, headers=headers)
             return
         except BufferError:  # local queue full: let deliveries drain
             producer.poll(0.1)

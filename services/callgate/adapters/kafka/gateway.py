@@ -92,9 +92,14 @@ class KafkaBackend:
 
     def publish(self, events: Sequence[Event]) -> None:
         try:
-            publish(self._producer, self.codec, self.topics, events, self.timeout_s)
+            publish(self._producer, self.codec, self.topics, events, self.timeout_s, self._trace())
         except PublishFailed as exc:
             raise broker_unavailable(self.bootstrap, self.timeout_s, str(exc)) from None
+
+    def _trace(self) -> str | None:
+        """The current span's context (the proposal's), for the records' header."""
+        tracing = self.app.tracing
+        return None if tracing is None else tracing.current()
 
     # -- following one request -------------------------------------------------------------
 
@@ -131,7 +136,7 @@ class KafkaBackend:
         start = self._log_end(reader, TopicPartition(events, partition))
         try:
             ((_, delivered, _),) = publish(
-                self._producer, self.codec, self.topics, [request], self.timeout_s
+                self._producer, self.codec, self.topics, [request], self.timeout_s, self._trace()
             )
         except PublishFailed as exc:
             raise broker_unavailable(self.bootstrap, self.timeout_s, str(exc)) from None

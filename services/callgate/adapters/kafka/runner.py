@@ -66,7 +66,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -88,7 +88,13 @@ from callgate.adapters.engine import (
     restore,
 )
 from callgate.adapters.failures import Deterministic, answers, dead_letter
-from callgate.adapters.kafka.client import EventCodec, make_consumer, make_producer, position
+from callgate.adapters.kafka.client import (
+    EventCodec,
+    make_consumer,
+    make_producer,
+    position,
+    traceparent_of,
+)
 from callgate.adapters.kafka.connection import BrokerAddress
 from callgate.adapters.kafka.state import (
     HEADER_PREV,
@@ -105,7 +111,11 @@ from callgate.adapters.view_codec import ViewCodec, ViewEncoder
 from callgate.domain.codes import Code
 from callgate.domain.events import Event, EventDeadLettered
 from callgate.domain.process import Output, Process, ViewRecord, reacts_to
+from callgate.tracing import TRACEPARENT
 from callgate_projections import keeps_states_immutable
+
+if TYPE_CHECKING:
+    from callgate.tracing import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -212,6 +222,7 @@ class KafkaRunner:
         views: ViewEncoder | None = None,
         transaction_gap_ms: float = 0.0,
         join_overdue_s: float = JOIN_OVERDUE_S,
+        tracing: Tracing | None = None,
     ) -> None:
         """``on_views`` is called after each committed transaction with its view records
         (``callgate serve`` prints a line per settled decision from the status view).
@@ -222,6 +233,7 @@ class KafkaRunner:
         only what is already fetched); the worker gives it to the processes no caller waits
         on (``worker.BATCH_LINGER_MS``)."""
         self.process = process
+        self._tracing = tracing  # spans around handle and follow_up (ADR 0036); None: off
         self._on_views = on_views
         self._codec = codec
         self._views = views if views is not None else ViewCodec.default()
@@ -393,7 +405,17 @@ class KafkaRunner:
             self._emit(txn, key, state, outputs)
 
         # A transient failure propagates: abort, rewind, retry (``_after_failure``).
-        failure = react(self.process, lambda: self._load(txn, key), event, now, keep)
+        tracing = self._tracing
+        if tracing is None or not tracing.follows(self.process.name):
+            failure = react(self.process, lambda: self._load(txn, key), event, now, keep)
+        else:
+            with tracing.handling(self.process.name, event, traceparent_of(msg)) as note:
+
+                def keep_noted(state: Any, outputs: Sequence[Output]) -> None:
+                    keep(state, outputs)
+                    note(outputs)
+
+                failure = react(self.process, lambda: self._load(txn, key), event, now, keep_noted)
         if failure is not None:
             self._reset(txn, key, now)
             self._drop(txn, msg, logical, event, failure, now)
@@ -496,7 +518,12 @@ class KafkaRunner:
             else:
                 topic = self._topics.physical(out.TOPIC)
                 encoded = self._codec.encode(out)
-                records.append((topic, out.partition_key.encode(), encoded, out, []))
+                trace: list[tuple[str, bytes]] = []
+                if self._tracing is not None:  # the invocation's context travels on
+                    traceparent = self._tracing.of(out.invocation_id)
+                    if traceparent is not None:
+                        trace = [(TRACEPARENT, traceparent.encode())]
+                records.append((topic, out.partition_key.encode(), encoded, out, trace))
         txn.states[key] = state
         for topic, record_key, value, event, extra in records:
             extended = [(HEADER_TXN, txn.token.encode()), *extra] if extra else None
@@ -649,7 +676,7 @@ class KafkaRunner:
             self._emit(nxt, key, state, outputs)
 
         owned = {k: v for k, v in done.emitted.items() if k[0] in self._stores}
-        follow_up_round(self.process, owned, state_of, keep, now)
+        follow_up_round(self.process, owned, state_of, keep, now, self._tracing)
 
     # --- timers ------------------------------------------------------------------------------
 

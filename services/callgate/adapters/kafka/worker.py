@@ -186,6 +186,7 @@ def main(wire: Callable[[Settings], Wiring], argv: list[str] | None = None) -> i
         on_views=(
             SettledLog(log_format) if ns.report_settled and ns.process == SETTLED_REPORTER else None
         ),
+        tracing=app.tracing,
     )
     try:
         runner.run(stop)

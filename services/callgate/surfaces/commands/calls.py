@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from callgate.surfaces.commands import Subcommands, add_command
 from callgate.surfaces.commands.context import EXIT_FAILED, EXIT_OK, Context, Misuse
@@ -24,6 +25,12 @@ def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type
         metavar="DURATION",
         help="when the call needs approval, wait this long (90s, 10m, 1h) for its final "
         "outcome (ADR 0029)",
+    )
+    pr.add_argument(
+        "--traceparent",
+        default=None,
+        help="the caller's W3C trace context: the call's trace continues it (default: "
+        "$TRACEPARENT; with [tracing] on, ADR 0036)",
     )
 
     wa = add_command(sub, common, "wait", "wait for an invocation's final outcome", wait)
@@ -74,6 +81,7 @@ def propose(ctx: Context) -> int:
         idempotency_key=ns.idempotency_key,
         approval_id=ns.approval_id,
         timeout_s=ctx.settings.timeout_s,
+        traceparent=ns.traceparent or os.environ.get("TRACEPARENT"),
     )
     waits = answer.get("outcome") == "approval_required" and answer.get("invocation_id")
     if ns.wait is not None and answer.get("settled") and waits:

@@ -86,7 +86,7 @@ def create_app(
             CORSMiddleware,
             allow_origins=list(options.cors_origins),
             allow_methods=["GET", "POST"],
-            allow_headers=["Authorization", "Content-Type", "Idempotency-Key"],
+            allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "traceparent"],
             allow_credentials=False,
         )
     # Inside the body limit: the strict reader reads a body already bounded in size.

@@ -5,6 +5,10 @@
   call can still become ``executed``);
 - ``callgate_decision_latency_seconds{tool}``: from publishing a proposal to its settled
   answer, as the API observed it (a histogram);
+- ``callgate_outcome_latency_seconds{tool,outcome}``: from a proposal made through the API
+  to its final outcome (executed, refused, denied, expired...: ``Gateway.is_final``), by
+  the status view's time of that outcome; a call held for approval is observed at the
+  first scrape after it ended (a histogram);
 - ``callgate_pending_approvals{tool}``: the pending view;
 - ``callgate_pending_age_seconds{tool}``: how long the oldest pending approval has waited;
 - ``callgate_approval_wait_seconds{tool,result}``: from an approval's request to its leaving
@@ -22,7 +26,7 @@ One registry per server (no module-level state), so tests can start several.
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -32,6 +36,10 @@ from prometheus_client.registry import Collector
 
 APPROVAL_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 14400.0)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+OUTCOME_BUCKETS = (*LATENCY_BUCKETS, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0)
+# Invocations proposed through the API not final yet, whose outcome latency is still to
+# be observed (bounded: the oldest are given up on first).
+OPEN_KEPT = 10_000
 
 
 class PendingSource(Protocol):
@@ -130,9 +138,21 @@ class ApiMetrics:
         stats: ServiceStats,
         collectors: Sequence[Collector] = (),
         statuses: Callable[[str], Mapping[str, Any] | None] = lambda _: None,
+        final: Callable[[str, Mapping[str, Any]], str | None] = lambda _i, _s: None,
     ) -> None:
+        """``final``: an invocation's final outcome code from its status, None if it is
+        not final yet (``Gateway.is_final``)."""
         self.registry = CollectorRegistry(auto_describe=False)
         self._statuses = statuses
+        self._final = final
+        self._open: OrderedDict[str, tuple[str, int]] = OrderedDict()
+        self.outcome_latency = Histogram(
+            "callgate_outcome_latency_seconds",
+            "From a proposal made through the API to its final outcome, by tool and outcome.",
+            labelnames=["tool", "outcome"],
+            buckets=OUTCOME_BUCKETS,
+            registry=self.registry,
+        )
         self.approval_wait = Histogram(
             "callgate_approval_wait_seconds",
             "From an approval's request to its leaving the pending view, by tool and result.",
@@ -150,6 +170,27 @@ class ApiMetrics:
             registry=self.registry,
         )
         self.registry.register(StateCollector(feed, stats))
+
+    def proposed(self, invocation_id: str, tool: str, proposed_at_ms: int) -> None:
+        """A proposal the API published: its outcome latency is observed once it is final."""
+        self._open[invocation_id] = (tool, proposed_at_ms)
+        if len(self._open) > OPEN_KEPT:
+            self._open.popitem(last=False)
+        self.observe_outcomes([invocation_id])
+
+    def observe_outcomes(self, invocation_ids: Sequence[str] | None = None) -> None:
+        """Observe the outcome latency of the open invocations now final (all: a scrape)."""
+        for invocation_id in list(self._open if invocation_ids is None else invocation_ids):
+            status = self._statuses(invocation_id)
+            outcome = None if status is None else self._final(invocation_id, status)
+            if status is None or outcome is None:
+                continue
+            tool, proposed_at_ms = self._open.pop(invocation_id)
+            at = status.get("updated_at")
+            ended = at if isinstance(at, int) and at > 0 else time.time() * 1000
+            self.outcome_latency.labels(tool, outcome).observe(
+                max(0.0, (ended - proposed_at_ms) / 1000)
+            )
 
     def approval_closed(self, row: Mapping[str, Any]) -> None:
         """A pending approval left the view: observe how long it waited, and how it ended

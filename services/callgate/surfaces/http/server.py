@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from callgate.bootstrap import App
 from callgate.domain.codes import Code
 from callgate.logs import SettledLog, serve_line
-from callgate.surfaces.gateway import Backend, Gateway
+from callgate.surfaces.gateway import Backend, Gateway, final_answer
 from callgate.surfaces.http.context import HttpOptions, ServerContext, ServiceStats
 from callgate.surfaces.http.feed import PendingFeed
 from callgate.surfaces.http.metrics import ApiMetrics
@@ -44,7 +44,15 @@ def build_context(
 ) -> tuple[ServerContext, PendingFeed]:
     gateway = Gateway(surface, backend)
     feed = PendingFeed(backend)
-    metrics = ApiMetrics(feed, stats, collectors, lambda i: backend.view("status", i))
+
+    def final_outcome(invocation_id: str, status: Mapping[str, Any]) -> str | None:
+        if not gateway.is_final(status):
+            return None
+        return str(final_answer(invocation_id, dict(status))["outcome"])
+
+    metrics = ApiMetrics(
+        feed, stats, collectors, lambda i: backend.view("status", i), final_outcome
+    )
     feed.on_closed = metrics.approval_closed
     ctx = ServerContext(
         gateway=gateway,

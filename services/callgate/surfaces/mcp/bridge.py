@@ -9,7 +9,7 @@ without blocking the loop (other sessions keep being served meanwhile).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -41,6 +41,8 @@ class GatewayBridge:
         idempotency_key: str | None,
         approval_id: str | None,
         timeout_s: float,
+        traceparent: str | None = None,
+        trace_attributes: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         return await self.run(
             lambda g: g.propose(
@@ -50,6 +52,8 @@ class GatewayBridge:
                 idempotency_key=idempotency_key,
                 approval_id=approval_id,
                 timeout_s=timeout_s,
+                traceparent=traceparent,
+                trace_attributes=trace_attributes,
             )
         )
 

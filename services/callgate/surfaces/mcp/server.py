@@ -142,7 +142,17 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
         if answer is None:
             try:
                 answer = await bridge.propose(
-                    session, params.name, args, key, approval_id, options.timeout_s
+                    session,
+                    params.name,
+                    args,
+                    key,
+                    approval_id,
+                    options.timeout_s,
+                    traceparent=_traceparent(meta),
+                    trace_attributes={
+                        "mcp.method.name": "tools/call",
+                        "jsonrpc.request.id": str(ctx.request_id),
+                    },
                 )
             except Rejection as r:  # the SDK's entry limits: refused before anything is published
                 return _error_result(r.code.value, r.message, None)
@@ -193,6 +203,13 @@ def _server(input_schema: Any, list_tools: Any, call_tool: Any, relay: Relay) ->
         get_tool_input_schema=input_schema,
         **relay.handlers(),
     )
+
+
+def _traceparent(meta: Mapping[str, Any]) -> str | None:
+    """The caller's W3C trace context in ``_meta`` (``traceparent``); one that is not a
+    short string starts a new trace instead (a trace context never refuses a call)."""
+    value = meta.get("traceparent")
+    return value if isinstance(value, str) and len(value) <= 55 else None
 
 
 def _meta_text(meta: Mapping[str, Any], key: str) -> str | None:

@@ -39,4 +39,5 @@ def readyz(ctx: ContextDep) -> Any:
     responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
 )
 def metrics(ctx: ContextDep) -> Response:
+    ctx.metrics.observe_outcomes()  # the held calls that ended since the last scrape
     return Response(generate_latest(ctx.metrics.registry), media_type=CONTENT_TYPE_LATEST)

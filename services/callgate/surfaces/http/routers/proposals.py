@@ -60,10 +60,18 @@ def propose(
     wait: Annotated[
         float | None, Query(gt=0, le=60, description="seconds to wait (server default)")
     ] = None,
+    traceparent: Annotated[
+        str | None,
+        Header(
+            max_length=55,
+            description="the caller's W3C trace context: the call's span continues it",
+        ),
+    ] = None,
 ) -> JSONResponse:
     """The same call as ``callgate propose``: its answer, with the outcome's HTTP status."""
     timeout = min(wait or ctx.options.propose_wait_s, ctx.options.propose_wait_s)
     started = time.monotonic()
+    proposed_at_ms = time.time_ns() // 1_000_000
     answer: dict[str, Any] = ctx.gateway.propose(
         sess.token,
         body.tool,
@@ -71,7 +79,10 @@ def propose(
         idempotency_key=idempotency_key,
         approval_id=body.approval_id,
         timeout_s=timeout,
+        traceparent=traceparent,
     )
+    if answer.get("invocation_id"):
+        ctx.metrics.proposed(str(answer["invocation_id"]), body.tool, proposed_at_ms)
     if answer.get("settled"):
         ctx.metrics.latency.labels(tool=body.tool).observe(time.monotonic() - started)
         return JSONResponse(answer_value(answer), status_code=STATUS[Code(answer["outcome"])])
