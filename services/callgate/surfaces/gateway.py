@@ -537,9 +537,7 @@ class Gateway:
         tenant's chain may hold a record no verified session owns, so a session without
         ``OPERATOR_ROLE`` is refused (``operator_required``) rather than given a partial one.
         """
-        reader = self._reader(session)
-        if not reader.has_any_role((OPERATOR_ROLE,)):
-            raise Rejection(Code.OPERATOR_REQUIRED, f"audit export needs the {OPERATOR_ROLE} role")
+        self._operator(session, "audit export")
         return [value for _, value in self.backend.view_items("audit")]
 
     def verify_audit(self, tenant: str | None = None) -> VerifyResult:
