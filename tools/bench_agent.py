@@ -91,10 +91,14 @@ async def timed(call: Callable[[], Awaitable[Any]]) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-async def measure(upstream: str, gateway: str, token: str, calls: int, agents: int) -> None:
+async def seed(upstream: str) -> None:
+    """Writes the note every call reads: the upstream's ``read_note`` is a tool error for a
+    note that does not exist, so without it the cold call never answers."""
     async with client(upstream) as direct:
         await direct.call_tool("write_note", {"note_id": NOTE, "text": "bench"})
 
+
+async def measure(upstream: str, gateway: str, token: str, calls: int, agents: int) -> None:
     async def one_direct(c: mcp.Client) -> Any:
         return await c.call_tool("read_note", {"note_id": NOTE})
 
@@ -153,6 +157,7 @@ def run_backend(backend: str, calls: int, agents: int, bootstrap_servers: str = 
             )  # fmt: skip
             procs.append(up)
             wait_port(up_port, up)
+            anyio.run(seed, upstream_url)
             app = bootstrap(Settings(state_dir=state, profile=profile, dev=True))
             token = app.session_issuer.issue("alice", "acme", ["support"], app.clock())
             started = time.perf_counter()
