@@ -79,6 +79,13 @@ class App:
         return load_or_create_keyring(self.settings.state_dir)
 
     @cached_property
+    def request_state_key(self) -> bytes:
+        """The key sealing MCP ``requestState`` (ADR 0065), kept in the state directory."""
+        from callgate.adapters.keyfiles import request_state_key
+
+        return request_state_key(self.settings.state_dir)
+
+    @cached_property
     def redactor(self) -> Redactor:
         """Digests in place of the catalog's sensitive fields (ADR 0035); no key is read or
         created while no tool has one."""

@@ -97,6 +97,11 @@ class Surface(Wiring, Protocol):
         ...
 
     @property
+    def request_state_key(self) -> bytes:
+        """The key sealing MCP ``requestState`` (ADR 0065)."""
+        ...
+
+    @property
     def slack_interactions(self) -> SlackInteractions | None:
         """Slack's Approve/Deny clicks (``[slack]``), None when Slack is not configured."""
         ...
