@@ -43,12 +43,14 @@ def g(tmp_path: Path) -> Gate:
 
 
 @contextlib.asynccontextmanager
-async def client(g: Gate, token: str, **kw: Any) -> AsyncIterator[mcp.Client]:
+async def client(
+    g: Gate, token: str, hold_s: float = HOLD_S, **kw: Any
+) -> AsyncIterator[mcp.Client]:
     params = mcp.StdioServerParameters(
         command=str(CALLGATE),
         args=[
             *("--state-dir", str(g.state_dir), "--profile", str(g.profile)),
-            *("mcp", "--session", token, "--console-url", CONSOLE, "--hold", str(HOLD_S)),
+            *("mcp", "--session", token, "--console-url", CONSOLE, "--hold", str(hold_s)),
         ],
         env={**cli_env(), "CALLGATE_DEV": "1"},
     )
@@ -145,3 +147,27 @@ async def test_past_the_hold_the_answer_says_how_to_resume(g: Gate) -> None:
     assert result.structured_content["outcome"] == "approval_required"
     assert result.structured_content["approve_at"].startswith(f"{CONSOLE}/#invocation=")
     assert effects(g.ledger, "write_note") == []
+
+
+async def test_the_same_call_again_resumes_its_invocation_without_a_hold(g: Gate) -> None:
+    """Any client, no ``--hold``, no ``_meta``: the same tool with the same arguments from
+    the same principal is the same invocation, pending and then executed; other arguments
+    are a new proposal (its own approval, V2)."""
+    args = {"note_id": "N-again", "text": "again", "author": "alice"}
+    async with client(g, g.token("alice", ALICE_ROLES), hold_s=0) as c:
+        first = await c.call_tool("notes.write", args)
+        assert first.is_error and isinstance(first.structured_content, dict), first
+        assert first.structured_content["outcome"] == "approval_required"
+        inv = first.structured_content["invocation_id"]
+        pending = await c.call_tool("notes.write", args)
+        assert isinstance(pending.structured_content, dict)
+        assert pending.structured_content["invocation_id"] == inv  # no second proposal
+        assert await anyio.to_thread.run_sync(approve_when_pending, g, "N-again") == inv
+        done = await c.call_tool("notes.write", args)
+        assert not done.is_error, done
+        assert done.meta is not None and done.meta["callgate/invocation_id"] == inv
+        other = await c.call_tool("notes.write", args | {"text": "changed"})
+        assert isinstance(other.structured_content, dict)
+        assert other.structured_content["outcome"] == "approval_required"
+        assert other.structured_content["invocation_id"] != inv
+    assert len(effects(g.ledger, "write_note")) == 1

@@ -43,6 +43,10 @@ META_IDEMPOTENCY_KEY = "callgate/idempotency_key"
 META_INVOCATION_ID = "callgate/invocation_id"
 META_OUTCOME = "callgate/outcome"
 SUCCESS = frozenset({Code.EXECUTED.value, Code.REPLAYED.value})
+# Calls awaiting approval this process remembers, so the same call again resumes its
+# invocation (ADR 0029); past this many the oldest is forgotten (a new proposal, which
+# needs its own approval: never a second effect without one).
+HELD_CALLS = 10_000
 _EXPLAINED = {
     Code.OUTCOME_UNCERTAIN.value: (
         "the provider did not say whether the effect was applied; call again with the same "
@@ -129,13 +133,12 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
         # The same call again from the same principal while its approval is pending or
         # granted resumes that invocation (ADR 0029): no second proposal, no _meta needed.
         same_call: tuple[str, str, str, str] | None = None
-        if options.hold_s > 0:
-            try:
-                principal = principal_of(ctx)
-            except MCPError:  # the decider answers an unusable session, coded, as always
-                pass
-            else:
-                same_call = (principal.tenant, principal.user, params.name, canonical_json(args))
+        try:
+            principal = principal_of(ctx)
+        except MCPError:  # the decider answers an unusable session, coded, as always
+            pass
+        else:
+            same_call = (principal.tenant, principal.user, params.name, canonical_json(args))
         answer: dict[str, Any] | None = None
         resumable = held.get(same_call) if same_call is not None else None
         if resumable is not None and approval_id is None and key is None:
@@ -162,6 +165,8 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
         rounds = options.hold_s > 0 and speaks_rounds(ctx)
         if answer.get("outcome") == Code.APPROVAL_REQUIRED.value and same_call is not None:
             held[same_call] = str(answer["invocation_id"])
+            while len(held) > HELD_CALLS:  # the oldest first (dicts keep insertion order)
+                del held[next(iter(held))]
             since_ms = app.clock()
             hold_s = round_s(options.hold_s) if rounds else options.hold_s
             answer = await _hold(ctx, bridge, session, answer, hold_s, params)
