@@ -341,15 +341,15 @@ class App:
 
 
 def policy_events_through(store: EmbeddedStore, codec: AvroCodec, seq: int) -> list[Event]:
-    """The policy-version and freeze events of the embedded log up to ``seq``, in log
-    order: what a decider at that position has folded (ADR 0050, 0054)."""
+    """The control events (policy versions, freezes, pins) of the embedded log up to
+    ``seq``, in log order: what a decider at that position has folded (ADR 0050, 0054,
+    0066)."""
     from callgate.adapters.avro_codec import MalformedEvent
-    from callgate.domain.freeze import FREEZE_EVENTS
-    from callgate.domain.policy_versions import POLICY_EVENTS
+    from callgate.decider.process import CONTROL_EVENTS
 
     rows = [
         row
-        for cls in (*POLICY_EVENTS, *FREEZE_EVENTS)
+        for cls in CONTROL_EVENTS
         for row in store.read_log("events", event_type=cls.__name__, limit=1_000_000)
         if row.seq <= seq
     ]

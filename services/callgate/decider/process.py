@@ -43,6 +43,7 @@ from callgate.domain.canonical import canonical_json
 from callgate.domain.catalog import ProfileError
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.freeze import FREEZE_EVENTS, FREEZE_KEY
+from callgate.domain.pins import PIN_EVENTS, PINS_KEY
 from callgate.domain.policy import PolicyEngine
 from callgate.domain.policy_versions import POLICY_EVENTS, PolicyVersions, profile_of
 from callgate.domain.process import Output
@@ -51,8 +52,8 @@ from callgate.domain.simulation import Simulator, recorded_gate
 # The control events: process-wide, not a key's state. Each kind shares one partition key,
 # so one partition holds it in order; on Kafka every decider worker reads those partitions
 # whole (ADR 0064), not only the worker that owns them.
-CONTROL_EVENTS: tuple[type[ev.Event], ...] = (*POLICY_EVENTS, *FREEZE_EVENTS)
-CONTROL_KEYS: tuple[str, ...] = (ev.POLICY_KEY, FREEZE_KEY)
+CONTROL_EVENTS: tuple[type[ev.Event], ...] = (*POLICY_EVENTS, *FREEZE_EVENTS, *PIN_EVENTS)
+CONTROL_KEYS: tuple[str, ...] = (ev.POLICY_KEY, FREEZE_KEY, PINS_KEY)
 
 
 class Decider:
@@ -103,6 +104,8 @@ class Decider:
         self._folded.add(event.event_id)
         if isinstance(event, FREEZE_EVENTS):
             self.deps.freezes.apply(event)
+        elif isinstance(event, PIN_EVENTS):
+            self.deps.pins.apply(event)
         else:
             self._on_policy(event)
 
@@ -229,10 +232,13 @@ class Decider:
         return state, out.out
 
     def _stopped(self, state: DeciderState, inv: Invocation, out: Emitter) -> bool:
-        """Refuse ``inv`` with ``frozen`` when a freeze now stops it (ADR 0054): an
-        approved call that would go on to run is checked again at that step."""
+        """Refuse ``inv`` with ``frozen`` when a freeze now stops it (ADR 0054), or with
+        ``tool_definition_changed`` when its upstream tool no longer matches its pin (ADR
+        0066): an approved call that would go on to run is checked again at that step."""
         try:
             self.deps.freezes.check(inv.tool, inv.tenant, inv.actor)
+            spec = self.deps.profile.tool(inv.tool)
+            self.deps.pins.check(inv.tool, spec.pin if spec is not None else None)
         except Rejection as r:
             reject_late(state, inv, r, out)
             return True

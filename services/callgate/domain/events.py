@@ -415,6 +415,30 @@ class FreezeLifted(Event):
     tenant: str
 
 
+# --- events topic: pinned upstream tools (ADR 0066) -------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolPinned(Event):
+    """An operator pinned catalog ``tool`` to the upstream definition with ``digest``."""
+
+    tool: str
+    digest: str
+    reason: str
+    author: str
+    tenant: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolDefinitionChanged(Event):
+    """The upstream served catalog ``tool`` with another definition than last recorded:
+    ``seen_digest``; ``pinned_digest`` is the pin in force when it was seen."""
+
+    tool: str
+    pinned_digest: str
+    seen_digest: str
+
+
 REQUEST_TYPES: tuple[type[Event], ...] = (ToolCallProposed, ApprovalDecisionSubmitted)
 
 EVENT_TYPES: tuple[type[Event], ...] = (
@@ -449,6 +473,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ShadowDecisionDiffered,
     FreezeApplied,
     FreezeLifted,
+    ToolPinned,
+    ToolDefinitionChanged,
 )
 
 BY_NAME: dict[str, type[Event]] = {cls.__name__: cls for cls in EVENT_TYPES}

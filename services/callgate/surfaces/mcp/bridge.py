@@ -9,6 +9,7 @@ without blocking the loop (other sessions keep being served meanwhile).
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -23,11 +24,16 @@ class GatewayBridge:
         self.app = app
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="callgate-gateway")
         self._gate: Gateway | None = None
+        self.closed = threading.Event()
 
     def _gateway(self) -> Gateway:
         if self._gate is None:  # made on the worker thread, used only there
             self._gate = self.app.gateway()
         return self._gate
+
+    def call(self, call: Callable[[Gateway], T]) -> T:
+        """``run`` from a thread of its own (the pinning watcher)."""
+        return self._pool.submit(lambda: call(self._gateway())).result()
 
     async def run(self, call: Callable[[Gateway], T]) -> T:
         loop = asyncio.get_running_loop()
@@ -58,6 +64,8 @@ class GatewayBridge:
         )
 
     def close(self) -> None:
+        self.closed.set()
+
         def shut() -> None:
             if self._gate is not None:
                 self._gate.close()
