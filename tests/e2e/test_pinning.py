@@ -157,3 +157,31 @@ def test_pin_refusals_are_coded_and_write_nothing(tmp_path: Path) -> None:
     bad = run(state, "catalog", profile=profile, rc=None)
     assert bad.returncode != 0
     assert "pin" in bad.stdout + bad.stderr
+
+
+def test_an_activated_version_that_adds_a_tool_runs_it_without_a_restart(
+    deployment: tuple[Path, Path, Path, Serve],
+) -> None:
+    """Issue 29 part 1 (ADR 0067): the executor routes a call as the version that decided
+    it describes the tool, so a new catalog entry on an existing upstream runs at once; a
+    rollback makes it unknown again."""
+    state, profile, _, _ = deployment
+    ops = session(state, "olga", "ops", OPERATOR_ROLE)
+    alice = session(state, "alice", "acme", "support")
+    doc = yaml.safe_load(profile.read_text())
+    doc["tools"]["notes.peek"] = {**doc["tools"]["notes.read"], "description": "Peek."}
+    candidate = profile.with_name("candidate.yaml")
+    candidate.write_text(yaml.safe_dump(doc, sort_keys=False))
+    base = cg(state, "policy", "publish", str(profile), "--session", ops, "--reason", "base",
+              profile=profile)["published"]  # fmt: skip
+    added = cg(state, "policy", "publish", str(candidate), "--session", ops, "--reason", "peek",
+               profile=profile)["published"]  # fmt: skip
+    assert propose(state, alice, "notes.peek", READ, profile=profile)["outcome"] == "unknown_tool"
+
+    cg(state, "policy", "activate", added, "--session", ops, "--reason", "go", profile=profile)
+    answer = propose(state, alice, "notes.peek", READ, profile=profile)
+    assert answer["outcome"] == "executed", answer
+    assert answer["result"]["structuredContent"]["text"] == "hello"
+
+    cg(state, "policy", "activate", base, "--session", ops, "--reason", "back", profile=profile)
+    assert propose(state, alice, "notes.peek", READ, profile=profile)["outcome"] == "unknown_tool"

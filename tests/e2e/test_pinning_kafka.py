@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.e2e.test_pinning import READ, seed_note
 from tests.kafka_support import (
@@ -71,3 +72,26 @@ def test_a_changed_definition_stops_the_tool_on_kafka_until_pinned_again(
                "--reason", "reviewed the new text")["pinned"]  # fmt: skip
     assert again["notes.read"] != pinned["notes.read"]
     _until(deployment, alice, "executed")
+
+
+def test_an_activated_version_that_adds_a_tool_runs_it_on_kafka(
+    dep: tuple[Deployment, Path],
+) -> None:
+    """ADR 0067 on Kafka: the executor workers read the published versions whole (their
+    global input) and route the new tool as the deciding version describes it."""
+    deployment, _ = dep
+    assert deployment.profile is not None
+    ops = cli_ops(deployment)
+    alice = cli_session(deployment, "alice", "acme", "support")
+    doc = yaml.safe_load(deployment.profile.read_text())
+    doc["tools"]["notes.peek"] = {**doc["tools"]["notes.read"], "description": "Peek."}
+    candidate = deployment.profile.with_name("candidate.yaml")
+    candidate.write_text(yaml.safe_dump(doc, sort_keys=False))
+    added = cg(deployment, "policy", "publish", str(candidate), "--session", ops,
+               "--reason", "peek")["published"]  # fmt: skip
+    cg(deployment, "policy", "activate", added, "--session", ops, "--reason", "go")
+    deadline = time.monotonic() + 60
+    while (answer := cli_propose(deployment, alice, "notes.peek", READ))["outcome"] != "executed":
+        assert answer["outcome"] == "unknown_tool", answer  # until the deciders switch
+        assert time.monotonic() < deadline, answer
+        time.sleep(0.5)

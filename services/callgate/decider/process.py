@@ -80,6 +80,9 @@ class Decider:
         }
     )
 
+    control_events = CONTROL_EVENTS
+    control_keys = CONTROL_KEYS
+
     def __init__(self, deps: DeciderDeps) -> None:
         self.deps = deps
         # The policy versions folded from the log in order (ADR 0050): process-wide, not a

@@ -159,6 +159,9 @@ class DryRunRequested(Event):
     tool: str
     target: str
     args_json: str
+    # The catalog+policy version that decided the call (ADR 0067): the executor routes
+    # the tool as that version describes it. Empty in records written before it.
+    policy_version: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -241,6 +244,9 @@ class ExecutionRequested(Event):
     args_json: str
     execution_token: str  # passed through to the provider as its idempotency token
     attempt: int = 1
+    # The catalog+policy version that decided the call (ADR 0067): the executor routes
+    # the tool as that version describes it. Empty in records written before it.
+    policy_version: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -253,6 +259,9 @@ class ReconciliationRequested(Event):
     args_json: str
     execution_token: str
     original_invocation_id: str
+    # The catalog+policy version that decided the call (ADR 0067): the executor routes
+    # the tool as that version describes it. Empty in records written before it.
+    policy_version: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

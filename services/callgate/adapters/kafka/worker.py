@@ -27,8 +27,7 @@ from callgate.adapters.kafka.global_input import GlobalInput
 from callgate.adapters.kafka.runner import TRANSACTION_GAP_MS, ProducerFenced
 from callgate.adapters.kafka.topics import Topics
 from callgate.adapters.wiring import Wiring
-from callgate.decider import Decider
-from callgate.decider.process import CONTROL_EVENTS, CONTROL_KEYS
+from callgate.domain.process import ReadsControl
 from callgate.gc_settings import apply_gc_settings
 from callgate.logs import SettledLog
 from callgate.settings import Settings
@@ -106,14 +105,14 @@ def stop_with_parent() -> None:
         os.kill(os.getpid(), signal.SIGTERM)  # the supervisor died before the prctl
 
 
-def control_input(settings: Settings) -> GlobalInput:
-    """The decider's global input: the control partitions of ``events`` (ADR 0064)."""
+def control_input(settings: Settings, process: ReadsControl) -> GlobalInput:
+    """A process's global input: its control partitions of ``events`` (ADR 0064)."""
     return GlobalInput(
         settings.brokers,
         Topics(settings.topic_prefix, settings.partitions).physical("events"),
-        keys=CONTROL_KEYS,
+        keys=process.control_keys,
         partitions=settings.partitions,
-        types=CONTROL_EVENTS,
+        types=process.control_events,
         codec=AvroCodec.default(),
     )
 
@@ -160,10 +159,10 @@ def main(wire: Callable[[Settings], Wiring], argv: list[str] | None = None) -> i
     process = processes[ns.process]
     before_batch: Callable[[], None] | None = None
     control: GlobalInput | None = None
-    if isinstance(process, Decider):
-        decider, control = process, control_input(settings)
-        decider.seed(control.catch_up())  # before it decides anything
-        before_batch = lambda: decider.seed(control.poll())  # noqa: E731
+    if isinstance(process, ReadsControl):
+        reader, control = process, control_input(settings, process)
+        reader.seed(control.catch_up())  # before it handles anything
+        before_batch = lambda: reader.seed(control.poll())  # noqa: E731
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
