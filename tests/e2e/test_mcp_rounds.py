@@ -171,3 +171,17 @@ async def test_the_same_call_again_resumes_its_invocation_without_a_hold(g: Gate
         assert other.structured_content["outcome"] == "approval_required"
         assert other.structured_content["invocation_id"] != inv
     assert len(effects(g.ledger, "write_note")) == 1
+
+
+@pytest.mark.parametrize(
+    "state",
+    ["", "v1.", "v1." + "A" * 1_000_000, '{"invocation_id": "x", "since_ms": 0}'],
+    ids=["empty", "prefix-only", "oversized", "plaintext-forged"],
+)
+async def test_a_forged_request_state_is_refused_and_runs_nothing(g: Gate, state: str) -> None:
+    args = {"note_id": "N-forged", "text": "forged", "author": "alice"}
+    async with client(g, g.token("alice", ALICE_ROLES)) as c:
+        with pytest.raises(MCPError) as refused:
+            await c.session.call_tool("notes.write", args, request_state=state)
+    assert refused.value.error.code in (types.INVALID_PARAMS, types.PARSE_ERROR)
+    assert effects(g.ledger) == []
