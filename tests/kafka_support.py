@@ -664,3 +664,7 @@ class PartitionProber:
         self._stop.set()
         self._thread.join(timeout=60)
         self._gate.close()
+
+
+# Two ``serve`` instances of one deployment (the ``pair`` fixture of tests/e2e).
+Pair = tuple[Deployment, KafkaServe, KafkaServe]

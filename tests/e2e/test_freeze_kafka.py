@@ -12,8 +12,6 @@ under fresh idempotency keys chosen to land on its partition.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -21,13 +19,10 @@ from callgate.surfaces.sdk import Gateway
 from tests.e2e.test_serve_instances import members
 from tests.kafka_support import (
     PARTITIONS,
-    Broker,
-    Deployment,
-    KafkaServe,
+    Pair,
     PartitionProber,
     cg,
     cli_ops,
-    unique_prefix,
     wait_for,
 )
 
@@ -44,25 +39,10 @@ def decided(gate: Gateway, first: tuple[int, int, str]) -> int:
     return int(status["updated_at"])
 
 
-@pytest.fixture
-def pair(kafka_broker: Broker, tmp_path: Path) -> Iterator[Deployment]:
-    dep = Deployment(kafka_broker.bootstrap, unique_prefix("freeze"), tmp_path / "state")
-    a = KafkaServe(dep, tmp_path / "a.log", instance_id="a")
-    b = KafkaServe(dep, tmp_path / "b.log", instance_id="b")
-    try:
-        a.wait_ready()
-        b.wait_ready()
-        yield dep
-    finally:
-        b.stop()
-        code = a.stop()
-    assert code == 0, a.log.read_text()
-
-
 def test_a_freeze_stops_a_tool_on_two_instances_and_an_unfreeze_restores_it(
-    pair: Deployment,
+    pair: Pair,
 ) -> None:
-    dep = pair
+    dep, _, _ = pair
     wait_for(
         lambda: members(dep, "decider") == ["decider.a", "decider.b"],
         60,
