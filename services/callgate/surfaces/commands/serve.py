@@ -56,8 +56,11 @@ def _notice(ctx: Context, text: str) -> None:
 def _watch_pins(ctx: Context, stop: threading.Event) -> None:
     """The pinning watcher beside the runners (ADR 0066): its own client on the backend,
     made in its thread once serve holds the runner."""
+    from callgate.providers.mcp import McpProvider
     from callgate.surfaces import pinning
 
+    if not ctx.app.providers.of_kind(McpProvider):
+        return  # nothing to pin: no client is made, nothing is logged
     gateway: list[Any] = []
 
     def check() -> None:
