@@ -156,7 +156,10 @@ def test_pin_refusals_are_coded_and_write_nothing(tmp_path: Path) -> None:
     profile.write_text(yaml.safe_dump(doc, sort_keys=False))
     bad = run(state, "catalog", profile=profile, rc=None)
     assert bad.returncode != 0
-    assert "pin" in bad.stdout + bad.stderr
+    error = json.loads(bad.stdout)["error"]
+    assert error["code"] == "usage"
+    assert "'notes.read'" in error["message"] and "field 'pin'" in error["message"]
+    assert pin_events(state) == []
 
 
 def test_an_activated_version_that_adds_a_tool_runs_it_without_a_restart(

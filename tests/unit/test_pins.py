@@ -72,3 +72,29 @@ def test_the_catalog_pin_counts_until_an_event_pins_the_tool() -> None:
     pins.check("notes.read", B)
     pins.apply(pinned(B, n=3))
     pins.check("notes.read", A)  # the event's pin wins over the file's
+
+
+@given(
+    st.lists(st.tuples(st.booleans(), st.sampled_from([A, B, "absent"])), max_size=12),
+    st.sampled_from([None, A, B]),
+)
+def test_the_tool_is_refused_exactly_when_the_last_seen_definition_is_not_the_pin(
+    steps: list[tuple[bool, str]], catalog_pin: str | None
+) -> None:
+    """Any order of pins and changes: the fold agrees with a model that keeps the last
+    pin (else the catalog's) and the last definition seen (a pin counts as seen)."""
+    pins, pin, seen = Pins(), catalog_pin, None
+    for n, (is_pin, digest) in enumerate(steps):
+        if is_pin and digest != "absent":
+            pins.apply(pinned(digest, n))
+            pin = seen = digest
+        else:
+            pins.apply(changed(pin or A, digest, n))
+            seen = digest
+    refused = pin is not None and seen is not None and seen != pin
+    try:
+        pins.check("notes.read", catalog_pin)
+    except Rejection as rejection:
+        assert refused and rejection.code == Code.TOOL_DEFINITION_CHANGED
+    else:
+        assert not refused
