@@ -297,6 +297,11 @@ class McpProvider:
     def close(self) -> None:
         self.upstream.close()
 
+    def routing(self, tools: Mapping[str, ToolSpec]) -> McpProvider:
+        """This provider with other catalog entries (a policy version's), on the same
+        upstream connection (closed by the original)."""
+        return McpProvider(self.name, self.upstream, tools)
+
     def _spec(self, tool: str) -> ToolSpec:
         spec = self.tools.get(tool)
         if spec is None:
