@@ -25,11 +25,13 @@ from typing import Any
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
 META_KEY = "callgate/idempotency_key"
 META_INVOCATION = "callgate/invocation_id"
 META_TENANT = "callgate/tenant"
+JSONRPC_FAULT_CODE = -32042  # an application-defined JSON-RPC error code
 SLOW_S = 8.0  # longer than any test profile's timeout_s
 
 
@@ -130,6 +132,8 @@ def build(ledger: Ledger) -> MCPServer:
         fault = ledger.take_fault(tool)
         if fault == "fail":
             raise ValueError(f"{tool} failed (injected)")
+        if fault == "jsonrpc_error":  # a protocol error: the upstream refuses, nothing applied
+            raise MCPError(code=JSONRPC_FAULT_CODE, message=f"{tool} refused (injected)")
         meta = _meta(ctx)
         record = {
             "tool": tool,
