@@ -200,7 +200,8 @@ bench-agent: $(STAMP)
 	$(PY) -m tools.bench_agent
 
 ## Time from `callgate freeze` / `unfreeze` to enforcement on a running `callgate serve`
-## (embedded store; prints two rows: from the event, and from the command's start).
+## (embedded store, and every partition of two instances on Apache Kafka; rows from the
+## event and from the command's start).
 .PHONY: bench-freeze
 bench-freeze: $(STAMP)
 	$(PY) -m tools.bench_freeze --rounds 5

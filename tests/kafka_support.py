@@ -24,6 +24,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -36,11 +37,12 @@ from confluent_kafka import Consumer, TopicPartition
 from tools.apache_kafka import CACHE_ENV, JAVA_ENV
 
 from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
-from callgate.adapters.kafka.client import Record, read_partitions_to_end
+from callgate.adapters.kafka.client import Record, partition_for, read_partitions_to_end
 from callgate.adapters.kafka.topics import Topics
 from callgate.adapters.view_codec import ViewCodec
 from callgate.bootstrap import Settings
 from callgate.domain import events as ev
+from callgate.domain.canonical import partition_key
 from callgate.domain.scope import OPERATOR_ROLE
 from callgate.surfaces.sdk import Gateway, connect
 from tests.e2e.helpers import REPO, Run, callgate_argv, checked_answer, cli_env, propose_argv
@@ -606,3 +608,63 @@ def view_records(dep: Deployment, view: str) -> list[tuple[str, Any]]:
         value = None if record.value is None else VIEWS.decode(record.value)[1]
         out.append(((record.key or b"").decode(), value))
     return out
+
+
+PROBE_TICKET = {"title": "printer on fire", "requester_id": "alice"}
+
+
+def key_on(partition: int) -> str:
+    """A fresh idempotency key whose invocation lands on ``partition`` (tenant ``acme``)."""
+    while True:
+        key = uuid.uuid4().hex
+        if partition_for(partition_key("acme", key, "").encode(), PARTITIONS) == partition:
+            return key
+
+
+class PartitionProber:
+    """Proposes ``tickets.create`` on one partition in a loop, noting each answer's time
+    and outcome (the freeze test and ``make bench-freeze`` time enforcement with it)."""
+
+    def __init__(self, dep: Deployment, partition: int) -> None:
+        self.partition = partition
+        # (sent, answered) in ms, outcome, invocation id
+        self.answers: list[tuple[int, int, str, str]] = []
+        self._gate = dep.connect()
+        self._token = token(self._gate, "alice", "acme", "support")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            key = key_on(self.partition)
+            sent = time.time_ns() // 1_000_000
+            answer = self._gate.propose(
+                self._token, "tickets.create", PROBE_TICKET, idempotency_key=key
+            )
+            done = time.time_ns() // 1_000_000
+            self.answers.append((sent, done, str(answer["outcome"]), str(answer["invocation_id"])))
+
+    def seen_after(self, since_ms: int, outcome: str, timeout_s: float = 30.0) -> float:
+        """Seconds from ``since_ms`` to the first answer after it with ``outcome``."""
+        return (self.first(since_ms, outcome, timeout_s)[1] - since_ms) / 1000
+
+    def first(self, since_ms: int, outcome: str, timeout_s: float = 30.0) -> tuple[int, int, str]:
+        """The first answer after ``since_ms`` with ``outcome``: sent and answered (ms), and
+        its invocation id."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for sent, at, seen, invocation in list(self.answers):
+                if at >= since_ms and seen == outcome:
+                    return sent, at, invocation
+            time.sleep(0.01)
+        raise AssertionError(f"p{self.partition} never {outcome}: {self.answers[-5:]}")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+        self._gate.close()
+
+
+# Two ``serve`` instances of one deployment (the ``pair`` fixture of tests/e2e).
+Pair = tuple[Deployment, KafkaServe, KafkaServe]

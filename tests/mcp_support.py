@@ -227,3 +227,15 @@ def inject(ledger: Path, tool: str, fault: str) -> None:
     plan = json.loads(path.read_text()) if path.exists() else []
     plan.append([tool, fault])
     path.write_text(json.dumps(plan))
+
+
+def redescribe(ledger: Path, tool: str, description: str | None) -> None:
+    """The upstream lists ``tool`` (its own name) with ``description`` from its next
+    ``tools/list`` on (``None``: as built) (see tests/mcp_upstream.py)."""
+    path = ledger.with_name(ledger.name + ".descriptions.json")
+    changed = json.loads(path.read_text()) if path.exists() else {}
+    if description is None:
+        changed.pop(tool, None)
+    else:
+        changed[tool] = description
+    path.write_text(json.dumps(changed))

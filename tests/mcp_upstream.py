@@ -5,6 +5,7 @@ tool set over stdio (default) or streamable HTTP. Every applied effect is one JS
 in the ledger file, with the idempotency token callgate passed in ``_meta``; the notes'
 state is folded from that file, so it survives restarts and the tests count effects there.
 
+Definitions: ``FILE.descriptions.json`` changes tool descriptions while it runs.
 Faults: ``FILE.faults.json`` holds a list of ``[tool, fault]`` pairs; the first call of
 ``tool`` takes the first matching one and removes it. ``timeout_after_apply`` applies the
 effect, then sleeps longer than any test profile's ``timeout_s`` (the C12 case). ``fail``
@@ -24,11 +25,13 @@ from typing import Any
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
 META_KEY = "callgate/idempotency_key"
 META_INVOCATION = "callgate/invocation_id"
 META_TENANT = "callgate/tenant"
+JSONRPC_FAULT_CODE = -32042  # an application-defined JSON-RPC error code
 SLOW_S = 8.0  # longer than any test profile's timeout_s
 
 
@@ -89,8 +92,27 @@ def _meta(ctx: Context) -> dict[str, Any]:
     return dict(meta) if meta else {}
 
 
+class _Upstream(MCPServer):
+    """Lists its tools with the descriptions of ``FILE.descriptions.json`` when it exists
+    (``{tool: description}``, read at each ``tools/list``): an upstream that changes a
+    tool's definition while it runs (ADR 0066)."""
+
+    def __init__(self, name: str, ledger: Ledger) -> None:
+        super().__init__(name)
+        self._changed = ledger.path.with_name(ledger.path.name + ".descriptions.json")
+
+    async def list_tools(self) -> list[Any]:
+        tools = await super().list_tools()
+        if self._changed.exists():
+            changed = json.loads(self._changed.read_text(encoding="utf-8"))
+            for tool in tools:
+                if tool.name in changed:
+                    tool.description = changed[tool.name]
+        return tools
+
+
 def build(ledger: Ledger) -> MCPServer:
-    server = MCPServer("notes-upstream")
+    server = _Upstream("notes-upstream", ledger)
 
     @server.tool()
     def read_note(note_id: str) -> Note:
@@ -110,6 +132,8 @@ def build(ledger: Ledger) -> MCPServer:
         fault = ledger.take_fault(tool)
         if fault == "fail":
             raise ValueError(f"{tool} failed (injected)")
+        if fault == "jsonrpc_error":  # a protocol error: the upstream refuses, nothing applied
+            raise MCPError(code=JSONRPC_FAULT_CODE, message=f"{tool} refused (injected)")
         meta = _meta(ctx)
         record = {
             "tool": tool,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import socket
 import statistics
@@ -91,13 +92,6 @@ async def timed(call: Callable[[], Awaitable[Any]]) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-async def seed(upstream: str) -> None:
-    """Writes the note every call reads: the upstream's ``read_note`` is a tool error for a
-    note that does not exist, so without it the cold call never answers."""
-    async with client(upstream) as direct:
-        await direct.call_tool("write_note", {"note_id": NOTE, "text": "bench"})
-
-
 async def measure(upstream: str, gateway: str, token: str, calls: int, agents: int) -> None:
     async def one_direct(c: mcp.Client) -> Any:
         return await c.call_tool("read_note", {"note_id": NOTE})
@@ -139,6 +133,9 @@ def run_backend(backend: str, calls: int, agents: int, bootstrap_servers: str = 
     with tempfile.TemporaryDirectory(prefix="callgate-bench-agent-") as tmp:
         root = Path(tmp)
         ledger = root / "notes.jsonl"
+        # The note every call reads, there from the start (the upstream folds its ledger).
+        note = {"note_id": NOTE, "text": "bench", "tool": "write_note"}
+        ledger.write_text(json.dumps(note, sort_keys=True) + "\n")
         up_port, gw_port = free_port(), free_port()
         upstream_url = f"http://127.0.0.1:{up_port}/mcp"
         profile = write_profile(root / "profile", ledger, url=upstream_url)
@@ -157,7 +154,6 @@ def run_backend(backend: str, calls: int, agents: int, bootstrap_servers: str = 
             )  # fmt: skip
             procs.append(up)
             wait_port(up_port, up)
-            anyio.run(seed, upstream_url)
             app = bootstrap(Settings(state_dir=state, profile=profile, dev=True))
             token = app.session_issuer.issue("alice", "acme", ["support"], app.clock())
             started = time.perf_counter()

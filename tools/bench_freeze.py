@@ -1,5 +1,6 @@
 """``make bench-freeze`` (``python -m tools bench --only freeze``): the time from
-``callgate freeze`` to enforcement on a running ``callgate serve`` (embedded store).
+``callgate freeze`` to enforcement on a running ``callgate serve`` (embedded store), and on
+every partition of two ``serve`` instances on Apache Kafka (``--backend``).
 
 A ``serve`` subprocess decides; a prober in this process proposes ``tickets.create``
 without pause. Each round runs ``callgate freeze`` then ``callgate unfreeze`` as commands
@@ -135,11 +136,105 @@ def bench_freeze(rounds: int) -> list[Row]:
     ]
 
 
+def decided_at(gate: Gateway, invocation_id: str) -> int:
+    """When the decider settled ``invocation_id`` (its status view's ``updated_at``)."""
+    status = gate.backend.view("status", invocation_id)
+    if status is None:
+        raise RuntimeError(f"no status for {invocation_id}")
+    return int(status["updated_at"])
+
+
+def bench_freeze_kafka(rounds: int) -> list[Row]:
+    """The same on Apache Kafka with two ``serve`` instances: a prober per partition, so
+    "enforced" is the last partition's first refusal, whichever instance decides it."""
+    from tests.kafka_support import (
+        PARTITIONS,
+        Deployment,
+        KafkaServe,
+        PartitionProber,
+        cg,
+        cli_ops,
+        unique_prefix,
+    )
+
+    from tools.apache_kafka import ApacheKafka
+
+    root = Path(tempfile.mkdtemp(prefix="callgate-bench-freeze-kafka-"))
+    from_event: list[int] = []
+    from_answer: list[int] = []
+    from_command: list[int] = []
+    try:
+        with ApacheKafka() as broker:
+            dep = Deployment(broker.bootstrap, unique_prefix("bench-freeze"), root / "state")
+            serves = [KafkaServe(dep, root / f"{i}.log", instance_id=i) for i in ("a", "b")]
+            probers: list[PartitionProber] = []
+            try:
+                for serve in serves:
+                    serve.wait_ready()
+                ops = cli_ops(dep)
+                reader = dep.connect()
+                probers = [PartitionProber(dep, p) for p in range(PARTITIONS)]
+                for prober in probers:
+                    prober.seen_after(0, "executed", timeout_s=60)
+                for _ in range(rounds):
+                    for command, outcome in (("freeze", "frozen"), ("unfreeze", "executed")):
+                        started = _now_ms()
+                        done = cg(dep, command, "--tool", "tickets.create", "--reason",
+                                  "bench", "--session", ops)  # fmt: skip
+                        at = int(done["occurred_at"])
+                        firsts = [p.first(at, outcome) for p in probers]
+                        answered = max(answer for _, answer, _ in firsts)
+                        # The decision's own time (the status view's ``updated_at``, the
+                        # decider's clock): enforcement without the answer's way back.
+                        decided = max(decided_at(reader, inv) for _, _, inv in firsts)
+                        from_event.append(decided - at)
+                        from_answer.append(answered - at)
+                        from_command.append(answered - started)
+                reader.close()
+            finally:
+                for prober in probers:
+                    prober.stop()
+                for serve in serves:
+                    serve.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    worst_ms = max(from_event)
+    return [
+        Row(
+            "freeze: event → decided on every partition (Kafka, 2 serve instances)",
+            f"median {statistics.median(from_event):.0f} ms, max {worst_ms} ms",
+            f"≤ {TARGET_MS} ms",
+            worst_ms <= TARGET_MS,
+            f"{len(from_event)} freezes and unfreezes, {PARTITIONS} partitions",
+        ),
+        Row(
+            "freeze: event → refusal answered on every partition (Kafka)",
+            f"median {statistics.median(from_answer):.0f} ms, max {max(from_answer)} ms",
+            "",
+            None,
+            "includes the probe call's round trip",
+        ),
+        Row(
+            "freeze: command start → refusal answered on every partition (Kafka)",
+            f"median {statistics.median(from_command):.0f} ms, max {max(from_command)} ms",
+            "",
+            None,
+            "includes the command's process start-up",
+        ),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
-    rounds = parser.parse_args().rounds
-    for row in bench_freeze(rounds):
+    parser.add_argument("--backend", choices=["embedded", "kafka", "both"], default="both")
+    ns = parser.parse_args()
+    rows: list[Row] = []
+    if ns.backend in ("embedded", "both"):
+        rows += bench_freeze(ns.rounds)
+    if ns.backend in ("kafka", "both"):
+        rows += bench_freeze_kafka(ns.rounds)
+    for row in rows:
         print(f"{row.measure}: {row.value} (target {row.target or '-'}; {row.note})")
 
 

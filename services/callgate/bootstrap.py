@@ -7,6 +7,7 @@ imported when first wired, so each command loads only what it uses.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -77,6 +78,13 @@ class App:
         from callgate.adapters.keyfiles import load_or_create_keyring
 
         return load_or_create_keyring(self.settings.state_dir)
+
+    @cached_property
+    def request_state_key(self) -> bytes:
+        """The key sealing MCP ``requestState`` (ADR 0065), kept in the state directory."""
+        from callgate.adapters.keyfiles import request_state_key
+
+        return request_state_key(self.settings.state_dir)
 
     @cached_property
     def redactor(self) -> Redactor:
@@ -291,12 +299,13 @@ class App:
     ) -> EmbeddedRunner:
         """The runner ``callgate serve`` drives on the embedded store (every process)."""
         from callgate.adapters.embedded.runner import EmbeddedRunner
-        from callgate.decider import Decider
+        from callgate.domain.process import ReadsControl
 
         processes = self.processes()
         for process in processes:
-            if isinstance(process, Decider):
-                process.seed(policy_events_through(store, codec, store.position(process.name)))
+            if isinstance(process, ReadsControl):
+                position = store.position(process.name)
+                process.seed(control_events_through(store, codec, position, process.control_events))
         return EmbeddedRunner(
             store,
             processes,
@@ -333,16 +342,17 @@ class App:
         return bootstrap(self.settings, self.clock)
 
 
-def policy_events_through(store: EmbeddedStore, codec: AvroCodec, seq: int) -> list[Event]:
-    """The policy-version and freeze events of the embedded log up to ``seq``, in log
-    order: what a decider at that position has folded (ADR 0050, 0054)."""
+def control_events_through(
+    store: EmbeddedStore, codec: AvroCodec, seq: int, types: Sequence[type[Event]]
+) -> list[Event]:
+    """The control events of ``types`` (policy versions, freezes, pins) of the embedded log
+    up to ``seq``, in log order: what a process at that position has folded (ADR 0050,
+    0054, 0066, 0067)."""
     from callgate.adapters.avro_codec import MalformedEvent
-    from callgate.domain.freeze import FREEZE_EVENTS
-    from callgate.domain.policy_versions import POLICY_EVENTS
 
     rows = [
         row
-        for cls in (*POLICY_EVENTS, *FREEZE_EVENTS)
+        for cls in types
         for row in store.read_log("events", event_type=cls.__name__, limit=1_000_000)
         if row.seq <= seq
     ]

@@ -208,6 +208,13 @@ class TracingSettings(_Section):
     timeout_s: float = Field(default=10.0, gt=0, le=60)
 
 
+class PinningSettings(_Section):
+    """Pinned upstream tools (``[pinning]``, ADR 0066): how often ``serve`` and ``callgate
+    mcp`` list the upstreams' tools to compare them with their pins (also at start)."""
+
+    check_interval_s: float = Field(default=60.0, ge=1.0, le=86_400.0)
+
+
 # --- loading ----------------------------------------------------------------------------------
 
 

@@ -18,6 +18,7 @@ from callgate.config import (
     ApprovalSettings,
     ConfigError,
     NotifySettings,
+    PinningSettings,
     SessionSettings,
     SlackSettings,
     TracingSettings,
@@ -81,6 +82,7 @@ class Settings(BaseModel):
     notify: NotifySettings = NotifySettings()
     slack: SlackSettings = SlackSettings()
     tracing: TracingSettings = TracingSettings()
+    pinning: PinningSettings = PinningSettings()
     config_file: Path | None = None  # the file these settings were read from, if any
     # How long requests (which carry bearer session tokens) are kept once consumed: the
     # ``requests`` topic's ``retention.ms`` on Kafka, pruning on the embedded store.

@@ -323,6 +323,28 @@ def run_suite(url: str, revision: str, out: Path) -> dict[str, bool]:
     return results
 
 
+def run_one(url: str, revision: str, scenario: str, out: Path) -> bool:
+    """One scenario again, alone: passed (the suite's exit status)."""
+    cmd = ["npx", "-y", "-p", NODE, "--", "conformance", "server", "--url", url]
+    cmd += ["--scenario", scenario, "--spec-version", revision]
+    done = subprocess.run(cmd, cwd=HERE, capture_output=True, text=True, timeout=300)
+    out.write_text(done.stdout + done.stderr)
+    return done.returncode == 0
+
+
+def settle(
+    results: dict[str, bool], which: set[str], url: str, revision: str, work: Path, label: str
+) -> None:
+    """Run each of ``which`` once more on its own and keep that result: a scenario that
+    failed on a loaded machine (its timing, not its checks) passes the second time; one
+    that really fails fails twice. Each rerun is printed."""
+    for scenario in sorted(which):
+        out = work / f"rerun-{label}-{revision}-{scenario}.txt"
+        results[scenario] = run_one(url, revision, scenario, out)
+        verdict = "passed" if results[scenario] else "failed again"
+        print(f"  rerun {label} {revision} {scenario}: {verdict}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--revision", action="append", choices=REVISIONS)
@@ -346,9 +368,10 @@ def main() -> int:
         through: dict[str, dict[str, bool]] = {}
         with process(upstream, up_port, work / "upstream.log", env):
             for rev in revisions if not ns.scenario else ():
-                alone[rev] = run_suite(
-                    f"http://127.0.0.1:{up_port}/mcp", rev, work / f"alone-{rev}.txt"
-                )
+                url = f"http://127.0.0.1:{up_port}/mcp"
+                alone[rev] = run_suite(url, rev, work / f"alone-{rev}.txt")
+                settle(alone[rev], {s for s, ok in alone[rev].items() if not ok}, url, rev,
+                       work, "alone")  # fmt: skip
             with (
                 process(gateway, cg_port, work / "callgate.log", env),
                 serve_in_thread(bearer_proxy(f"http://127.0.0.1:{cg_port}", token), proxy_port),
@@ -361,6 +384,11 @@ def main() -> int:
                 for rev in revisions:
                     url = f"http://127.0.0.1:{proxy_port}/mcp"
                     through[rev] = run_suite(url, rev, work / f"callgate-{rev}.txt")
+                    unexpected = {
+                        s for s, ok in through[rev].items()
+                        if not ok and alone[rev].get(s) and s not in KNOWN_LOST[rev]
+                    }  # fmt: skip
+                    settle(through[rev], unexpected, url, rev, work, "through callgate")
     status = 0
     for rev in revisions:
         a, t = alone[rev], through[rev]

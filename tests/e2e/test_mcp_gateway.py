@@ -30,6 +30,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from callgate.bootstrap import Settings, bootstrap
 from tests.e2e.helpers import CALLGATE, cg, cli_env
 from tests.mcp_support import effects, inject, upstream_command, write_profile
+from tests.mcp_upstream import JSONRPC_FAULT_CODE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 CONSOLE = "http://console.example/cg"
@@ -359,6 +360,19 @@ async def test_upstream_failure_is_execution_failed(gate: Gate) -> None:
         r = await c.call_tool("notes.quick_write", {"note_id": "N-5", "text": "t"})
     assert outcome(r) == "execution_failed", r
     assert "upstream reported an error" in body(r)["error"]["message"]
+    assert effects(gate.ledger) == []
+
+
+@pytest.mark.parametrize("gate", ["stdio"], indirect=True)
+async def test_upstream_jsonrpc_error_keeps_its_code_and_nothing_ran(gate: Gate) -> None:
+    """An upstream JSON-RPC error reaches the agent with its code and message, verbatim,
+    as ``execution_failed`` (the contract's "nothing was applied"), and no effect exists."""
+    inject(gate.ledger, "write_note", "jsonrpc_error")
+    async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
+        r = await c.call_tool("notes.quick_write", {"note_id": "N-6", "text": "t"})
+    assert outcome(r) == "execution_failed", r
+    message = body(r)["error"]["message"]
+    assert f"upstream JSON-RPC error {JSONRPC_FAULT_CODE}: write_note refused (injected)" in message
     assert effects(gate.ledger) == []
 
 

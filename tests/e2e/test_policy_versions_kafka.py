@@ -17,6 +17,7 @@ import pytest
 from tests.e2e.helpers import DEFAULT_PROFILE, EXIT_FAILED
 from tests.e2e.test_policy_simulate import FORBID_OVER_500_EUR, candidate_profile
 from tests.kafka_support import (
+    PARTITIONS,
     Deployment,
     KafkaServe,
     cg,
@@ -24,6 +25,7 @@ from tests.kafka_support import (
     cli_ops,
     cli_propose,
     cli_session,
+    key_on,
     unique_prefix,
 )
 
@@ -34,11 +36,14 @@ pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
 def dep(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     root = tmp_path_factory.mktemp("policy-versions-kafka")
     deployment = Deployment(kafka_bootstrap, unique_prefix("pv"), root / "state", DEFAULT_PROFILE)
-    server = KafkaServe(deployment, root / "serve.log", flags=True)
+    server = KafkaServe(deployment, root / "serve.log", flags=True, instance_id="a")
+    second = KafkaServe(deployment, root / "serve-b.log", flags=True, instance_id="b")
     try:
         server.wait_ready()
+        second.wait_ready()
         yield deployment
     finally:
+        second.stop()
         code = server.stop()
     assert code == 0, server.log.read_text()
 
@@ -57,6 +62,24 @@ def _until(what: str, check: Any, timeout_s: float = 60.0) -> Any:
             return found
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.5)
+
+
+def _on_every_partition(dep: Deployment, token: str, what: str, *, forbidden: bool) -> None:
+    """Until a capped refund is (or is not) ``tool_forbidden`` on every partition, each
+    reached through an idempotency key that hashes to it."""
+    gate = dep.connect()
+    try:
+        for partition in range(PARTITIONS):
+            args = {"order_id": f"ORD-{partition}", "amount_cents": 90_000,
+                    "currency": "EUR", "issued_by": "alice"}  # fmt: skip
+
+            def switched(p: int = partition, a: dict[str, Any] = args) -> bool:
+                answer = gate.propose(token, "refunds.issue", a, idempotency_key=key_on(p))
+                return bool((answer["outcome"] == "tool_forbidden") == forbidden)
+
+            _until(f"{what} on partition {partition}", switched)
+    finally:
+        gate.close()
 
 
 def test_publish_shadow_activate_rollback_on_kafka(dep: Deployment, tmp_path: Path) -> None:
@@ -88,14 +111,12 @@ def test_publish_shadow_activate_rollback_on_kafka(dep: Deployment, tmp_path: Pa
     assert expected <= differed and differed <= expected | probes
     assert all(d["candidate_outcome"] == "tool_forbidden" for d in report["differences"])
 
-    # Activate, then roll back: the decider switches without a restart.
+    # Activate, then roll back: the deciders of both instances switch without a restart,
+    # on every partition (ADR 0064).
     cg(dep, "policy", "activate", strict, "--session", ops, "--reason", "go")
-    _until(
-        "the activation",
-        lambda: _refund(dep, alice, 300)["outcome"] == "tool_forbidden",
-    )
+    _on_every_partition(dep, alice, "the activation", forbidden=True)
     cg(dep, "policy", "activate", base, "--session", ops, "--reason", "rollback")
-    _until("the rollback", lambda: _refund(dep, alice, 301)["outcome"] != "tool_forbidden")
+    _on_every_partition(dep, alice, "the rollback", forbidden=False)
 
     history = cg(dep, "policy", "history", "--session", ops)
     assert history["active"] == base and history["shadow"] == strict

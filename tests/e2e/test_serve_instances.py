@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,36 +25,19 @@ from tests.kafka_support import (
     Broker,
     Deployment,
     KafkaServe,
+    Pair,
     token,
     unique_prefix,
     wait_for,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
-Pair = tuple[Deployment, KafkaServe, KafkaServe]
 
 SESSION_TIMEOUT_S = 6.0  # tests.kafka_support.FAST_GROUPS
 # Detection (session timeout), the lost instance's open transaction timing out (it holds
 # back read_committed readers and its partitions' committed offsets), the broker's abort
 # check, the rebalance and restore: ADR 0015.
 TAKEOVER_BOUND_S = SESSION_TIMEOUT_S + TRANSACTION_TIMEOUT_MS / 1000 + 10.0
-
-
-@pytest.fixture
-def pair(
-    kafka_broker: Broker, tmp_path: Path
-) -> Iterator[tuple[Deployment, KafkaServe, KafkaServe]]:
-    dep = Deployment(kafka_broker.bootstrap, unique_prefix("instances"), tmp_path / "state")
-    a = KafkaServe(dep, tmp_path / "a.log", instance_id="a")
-    b = KafkaServe(dep, tmp_path / "b.log", instance_id="b")
-    try:
-        a.wait_ready()
-        b.wait_ready()
-        yield dep, a, b
-    finally:
-        b.stop()
-        code = a.stop()
-    assert code == 0, a.log.read_text()
 
 
 def members(dep: Deployment, process: str) -> list[str]:

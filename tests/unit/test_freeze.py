@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from tests.harness import Gate
 
+from callgate.decider import Decider
 from callgate.domain import events as ev
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.freeze import FREEZE_KEY, Freezes, checked_request
@@ -115,3 +116,20 @@ class _Notes(list[tuple[str, str]]):
     def append(self, call: tuple[str, str]) -> None:
         self._note(call)  # type: ignore[operator]
         super().append(call)
+
+
+def test_the_decider_folds_a_control_event_once_so_a_late_copy_undoes_nothing(g: Gate) -> None:
+    """ADR 0064: on Kafka a worker gets a control event from its global input and again from
+    the partition it owns (and again at a restart); folding the old ``FreezeApplied`` after
+    its ``FreezeLifted`` would stop the tool again."""
+    decider = next(p for p in g.app.processes() if isinstance(p, Decider))
+    applied, lifted = (
+        freeze_event("tool", "refunds.issue"),
+        freeze_event("tool", "refunds.issue", lift=True, n=2),
+    )
+    decider.seed([applied, lifted])
+    decider.handle(decider.initial_state(), applied, 0)  # the owned partition's copy, late
+    decider.seed([applied])  # and the global input's, again
+    assert decider.deps.freezes.matching("refunds.issue", "acme", "alice") is None
+    decider.seed([freeze_event("tool", "refunds.issue", n=3)])  # a new freeze still folds
+    assert decider.deps.freezes.matching("refunds.issue", "acme", "alice") is not None

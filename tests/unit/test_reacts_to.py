@@ -74,6 +74,14 @@ def log(tmp_path_factory: pytest.TempPathFactory) -> tuple[Gate, list[ev.Event]]
     _policy_versions(g, alice)
     g.runner.publish(freeze_event("tool", "users.delete"))  # ADR 0054
     g.runner.publish(freeze_event("tool", "users.delete", lift=True, n=2))
+    digest, other = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+    g.runner.publish(  # ADR 0066
+        ev.ToolPinned(event_id="pin-1", invocation_id="pins", partition_key="pins",
+                      tool="users.delete", digest=digest, reason="r", author="olga",
+                      tenant="ops"),
+        ev.ToolDefinitionChanged(event_id="pin-2", invocation_id="pins", partition_key="pins",
+                                 tool="users.delete", pinned_digest=digest, seen_digest=other),
+    )  # fmt: skip
     g.runner.run()
     g.runner.advance(24 * 3_600_000)  # the last ones' approvals expire
     return g, g.events()

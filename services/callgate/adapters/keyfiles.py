@@ -278,3 +278,16 @@ def redaction_key(directory: Path) -> bytes:
     key_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     pem = _load_or_create_private(key_dir / REDACTION_KEY_FILE)
     return hashlib.sha256(b"callgate redaction key v1\n" + pem).digest()
+
+
+REQUEST_STATE_KEY_FILE = "request-state.pem"
+
+
+def request_state_key(directory: Path) -> bytes:
+    """The secret that seals MCP ``requestState`` (ADR 0065), from ``<directory>/keys/``:
+    kept like the redaction key, so every ``callgate mcp`` on one state directory, and one
+    restarted, opens the states the others sealed."""
+    key_dir = directory / "keys"
+    key_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    pem = _load_or_create_private(key_dir / REQUEST_STATE_KEY_FILE)
+    return hashlib.sha256(b"callgate request-state key v1\n" + pem).digest()

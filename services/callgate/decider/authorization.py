@@ -116,6 +116,7 @@ def _request_dry_run(inv: Invocation, out: Emitter) -> None:
         tool=inv.tool,
         target=inv.target,
         args_json=inv.args_json,
+        policy_version=inv.policy_version,
     )
 
 
@@ -170,6 +171,7 @@ def request_execution(state: DeciderState, inv: Invocation, out: Emitter) -> Non
         args_json=inv.args_json,
         execution_token=inv.execution_token,
         attempt=inv.attempt,
+        policy_version=inv.policy_version,
     )
 
 

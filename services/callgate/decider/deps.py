@@ -9,6 +9,7 @@ from callgate.domain.approvals import ApprovalSigner, ApprovalVerifier
 from callgate.domain.catalog import Profile
 from callgate.domain.freeze import Freezes
 from callgate.domain.identity import SessionVerifier
+from callgate.domain.pins import Pins
 from callgate.domain.policy import PolicyEngine
 
 
@@ -24,6 +25,8 @@ class DeciderDeps:
     # The freezes in force (ADR 0054): folded by the decider from the freeze events it
     # reads, seeded by the runner with those before its position.
     freezes: Freezes = field(default_factory=Freezes)
+    # The pins and the upstream definitions last seen (ADR 0066), folded the same way.
+    pins: Pins = field(default_factory=Pins)
 
 
 __all__ = ["DeciderDeps"]

@@ -94,6 +94,7 @@ def on_known_key(
             args_json=original.args_json if original else inv.args_json,
             execution_token=rec.execution_token,
             original_invocation_id=rec.invocation_id,
+            policy_version=original.policy_version if original else inv.policy_version,
         )
     else:  # executing or reconciling: wait for the original to settle, then replay it
         inv.phase, inv.outcome = Phase.WAITING, Code.ALLOWED.value

@@ -88,6 +88,7 @@ def on_uncertain(state: DeciderState, e: ev.ExecutionUncertain, out: Emitter) ->
             args_json=inv.args_json,
             execution_token=inv.execution_token,
             original_invocation_id=inv.invocation_id,
+            policy_version=inv.policy_version,
         )
 
 

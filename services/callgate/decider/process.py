@@ -42,11 +42,18 @@ from callgate.domain import events as ev
 from callgate.domain.canonical import canonical_json
 from callgate.domain.catalog import ProfileError
 from callgate.domain.codes import Code, Rejection
-from callgate.domain.freeze import FREEZE_EVENTS
+from callgate.domain.freeze import FREEZE_EVENTS, FREEZE_KEY
+from callgate.domain.pins import PIN_EVENTS, PINS_KEY
 from callgate.domain.policy import PolicyEngine
 from callgate.domain.policy_versions import POLICY_EVENTS, PolicyVersions, profile_of
 from callgate.domain.process import Output
 from callgate.domain.simulation import Simulator, recorded_gate
+
+# The control events: process-wide, not a key's state. Each kind shares one partition key,
+# so one partition holds it in order; on Kafka every decider worker reads those partitions
+# whole (ADR 0064), not only the worker that owns them.
+CONTROL_EVENTS: tuple[type[ev.Event], ...] = (*POLICY_EVENTS, *FREEZE_EVENTS, *PIN_EVENTS)
+CONTROL_KEYS: tuple[str, ...] = (ev.POLICY_KEY, FREEZE_KEY, PINS_KEY)
 
 
 class Decider:
@@ -69,10 +76,12 @@ class Decider:
             ev.ExecutionUncertain,
             ev.ExecutionReconciled,
             ev.ExecutionStarted,
-            *POLICY_EVENTS,
-            *FREEZE_EVENTS,
+            *CONTROL_EVENTS,
         }
     )
+
+    control_events = CONTROL_EVENTS
+    control_keys = CONTROL_KEYS
 
     def __init__(self, deps: DeciderDeps) -> None:
         self.deps = deps
@@ -81,14 +90,27 @@ class Decider:
         self.versions = PolicyVersions()
         self._base = deps  # the profile file's: decides until a version is activated
         self._shadow: Simulator | None = None
+        # Control events folded, by id: one may arrive twice (at start and again from the
+        # log; on Kafka from the global input and from the partition this worker owns),
+        # and folding an older one again would undo a later one.
+        self._folded: set[str] = set()
 
     def seed(self, events: Sequence[ev.Event]) -> None:
-        """Fold the policy and freeze events before this process's position (at start)."""
+        """Fold control events read beside the log (at start: those before this process's
+        position; on Kafka: the global input's, ADR 0064)."""
         for event in events:
-            if isinstance(event, FREEZE_EVENTS):
-                self.deps.freezes.apply(event)
-            else:
-                self._on_policy(event)
+            self._on_control(event)
+
+    def _on_control(self, event: ev.Event) -> None:
+        if event.event_id in self._folded:
+            return
+        self._folded.add(event.event_id)
+        if isinstance(event, FREEZE_EVENTS):
+            self.deps.freezes.apply(event)
+        elif isinstance(event, PIN_EVENTS):
+            self.deps.pins.apply(event)
+        else:
+            self._on_policy(event)
 
     def _on_policy(self, event: ev.Event) -> None:
         if not self.versions.apply(event):
@@ -171,8 +193,8 @@ class Decider:
         self, state: DeciderState, event: ev.Event, now_ms: int
     ) -> tuple[DeciderState, Sequence[Output]]:
         out = Emitter(event, now_ms)
-        if isinstance(event, POLICY_EVENTS):
-            self._on_policy(event)
+        if isinstance(event, CONTROL_EVENTS):
+            self._on_control(event)
         elif isinstance(event, ev.ToolCallProposed):
             on_proposed(self.deps, state, event, out)
             self._shadow_decisions(out)
@@ -193,8 +215,6 @@ class Decider:
                 or not self._stopped(state, inv, out)
             ):
                 on_dry_run(state, event, out)
-        elif isinstance(event, FREEZE_EVENTS):
-            self.deps.freezes.apply(event)
         elif isinstance(event, ev.DryRunFailed):
             on_dry_run_failed(state, event, out)
         elif isinstance(event, ev.ExecutionSucceeded):
@@ -215,10 +235,13 @@ class Decider:
         return state, out.out
 
     def _stopped(self, state: DeciderState, inv: Invocation, out: Emitter) -> bool:
-        """Refuse ``inv`` with ``frozen`` when a freeze now stops it (ADR 0054): an
-        approved call that would go on to run is checked again at that step."""
+        """Refuse ``inv`` with ``frozen`` when a freeze now stops it (ADR 0054), or with
+        ``tool_definition_changed`` when its upstream tool no longer matches its pin (ADR
+        0066): an approved call that would go on to run is checked again at that step."""
         try:
             self.deps.freezes.check(inv.tool, inv.tenant, inv.actor)
+            spec = self.deps.profile.tool(inv.tool)
+            self.deps.pins.check(inv.tool, spec.pin if spec is not None else None)
         except Rejection as r:
             reject_late(state, inv, r, out)
             return True
@@ -269,4 +292,4 @@ def _pk_of(state: DeciderState, inv: Invocation | None) -> str:
     return inv.partition_key if inv is not None else ""
 
 
-__all__ = ["Decider"]
+__all__ = ["CONTROL_EVENTS", "CONTROL_KEYS", "Decider"]

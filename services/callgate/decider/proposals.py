@@ -102,6 +102,7 @@ def on_described(
         if spec is None:
             raise Rejection(Code.UNKNOWN_TOOL, f"no tool named {inv.tool!r} in the catalog")
         deps.freezes.check(spec.name, principal.tenant, principal.user)  # ADR 0054
+        deps.pins.check(spec.name, spec.pin)  # ADR 0066
         args = json.loads(inv.args_json)
         _decide_policy(deps, state, p, principal, spec, args, inv.target, facts, out)
 
@@ -165,6 +166,7 @@ def _decide_proposal(
     args = normalize_args(spec, deps.profile.limits, p.args_json)  # C7: schema first
     args = check_identity(spec.identity_args, deps.profile.tenant_fields, args, principal)
     deps.freezes.check(spec.name, principal.tenant, principal.user)  # ADR 0054
+    deps.pins.check(spec.name, spec.pin)  # ADR 0066
     target = target_of(spec, args)
     facts = _static_facts(deps, spec, target)
     if facts is None:

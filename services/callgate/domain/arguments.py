@@ -14,6 +14,7 @@ from copy import deepcopy
 from functools import lru_cache
 from typing import Any
 
+import jsonschema_rs
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 
@@ -28,8 +29,16 @@ def _reject(message: str, field: str = "") -> Rejection:
 
 @lru_cache(maxsize=256)
 def _validator(schema_json: str) -> Draft202012Validator:
-    """One compiled validator per distinct schema text (normalization runs per call)."""
+    """One validator per distinct schema text, to explain a refusal (its errors are
+    ranked by ``best_match``)."""
     return Draft202012Validator(json.loads(schema_json))
+
+
+@lru_cache(maxsize=256)
+def _check(schema_json: str) -> jsonschema_rs.Draft202012Validator:
+    """One compiled validator per distinct schema text for the check itself: the same
+    draft with formats as annotations, about a hundred times quicker (ADR 0068)."""
+    return jsonschema_rs.Draft202012Validator(json.loads(schema_json))
 
 
 def _integral(value: Any) -> Any:
@@ -82,9 +91,14 @@ def normalize_args(spec: ToolSpec, limits: Limits, args_json: str) -> dict[str, 
     parsed = parse_args(args_json, limits.max_args_bytes, limits.max_depth)
     args: dict[str, Any] = _integral(parsed)
 
-    validator = _validator(spec.args_schema_key)
-    # ``is_valid`` stops at the first error; ranking every error is only worth it to explain.
-    error = None if validator.is_valid(args) else best_match(validator.iter_errors(args))
+    # The compiled check decides; the Python validator only explains a refusal. Both must
+    # refuse for an explained refusal; a refusal the second cannot explain still refuses.
+    error = None
+    if not _check(spec.args_schema_key).is_valid(args):
+        validator = _validator(spec.args_schema_key)
+        error = best_match(validator.iter_errors(args))
+        if error is None:
+            raise _reject(f"{spec.name}: arguments fail the tool's schema", "")
     if error is not None:
         path = _error_field(error)
         where = f"argument '{path}'" if path else "arguments"

@@ -37,6 +37,8 @@ Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.:-]*$
 Glob = Annotated[str, StringConstraints(min_length=1)]
 # A tool name on an upstream MCP server (the MCP tool-name alphabet; never placed in Cedar).
 UpstreamName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-/]{1,128}$")]
+# The digest of an upstream tool's definition (``domain.pins.definition_digest``).
+PinDigest = Annotated[str, StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$")]
 UpstreamMethod = Literal["tools/call", "resources/read", "prompts/get"]
 
 # Provider kinds a profile may declare under ``providers:``; a provider a tool names but the
@@ -124,6 +126,9 @@ class ToolSpec(_Frozen):
     # entry covers is not served (fail closed).
     upstream_method: UpstreamMethod = "tools/call"
     uris: tuple[Glob, ...] = ()
+    # ADR 0066: the digest of the upstream tool's definition this entry was reviewed
+    # against; another definition served is refused (``tool_definition_changed``).
+    pin: PinDigest | None = None
 
     @property
     def upstream_name(self) -> str:
@@ -386,7 +391,9 @@ def parse_profile(text: str, path: Path, read_policy: Callable[[Path], str]) -> 
         except ValidationError as exc:
             raise ProfileError(f"{here}: {_describe(exc)}") from exc
         problems = _tool_problems(spec)
-        mcp_fields = [f for f in ("upstream_tool", "dry_run_tool", "lookup_tool") if body.get(f)]
+        mcp_fields = [
+            f for f in ("upstream_tool", "dry_run_tool", "lookup_tool", "pin") if body.get(f)
+        ]
         kind = (top.providers or {}).get(spec.provider, {}).get("kind", "simulated")
         if mcp_fields and kind != "mcp":
             problems.append((mcp_fields[0], f"only for tools of an mcp provider, not {kind}"))

@@ -72,6 +72,9 @@ class Code(StrEnum):
     # an operator froze the call's tool, tenant or actor (``callgate freeze``): refused on
     # every instance, a continuation of an approval granted before the freeze included.
     FROZEN = "frozen"
+    # the upstream serves a pinned tool with another definition than its pin (ADR 0066):
+    # refused on every instance until an operator pins it again (``callgate catalog pin``).
+    TOOL_DEFINITION_CHANGED = "tool_definition_changed"
 
 
 # Outcomes after which an invocation will not change by itself.
@@ -96,6 +99,7 @@ TERMINAL: frozenset[Code] = frozenset(
         Code.MALFORMED_EVENT,
         Code.DRY_RUN_UNAVAILABLE,
         Code.FROZEN,
+        Code.TOOL_DEFINITION_CHANGED,
     }
 )
 

@@ -159,6 +159,9 @@ class DryRunRequested(Event):
     tool: str
     target: str
     args_json: str
+    # The catalog+policy version that decided the call (ADR 0067): the executor routes
+    # the tool as that version describes it. Empty in records written before it.
+    policy_version: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -241,6 +244,9 @@ class ExecutionRequested(Event):
     args_json: str
     execution_token: str  # passed through to the provider as its idempotency token
     attempt: int = 1
+    # The catalog+policy version that decided the call (ADR 0067): the executor routes
+    # the tool as that version describes it. Empty in records written before it.
+    policy_version: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -253,6 +259,9 @@ class ReconciliationRequested(Event):
     args_json: str
     execution_token: str
     original_invocation_id: str
+    # The catalog+policy version that decided the call (ADR 0067): the executor routes
+    # the tool as that version describes it. Empty in records written before it.
+    policy_version: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -415,6 +424,30 @@ class FreezeLifted(Event):
     tenant: str
 
 
+# --- events topic: pinned upstream tools (ADR 0066) -------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolPinned(Event):
+    """An operator pinned catalog ``tool`` to the upstream definition with ``digest``."""
+
+    tool: str
+    digest: str
+    reason: str
+    author: str
+    tenant: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolDefinitionChanged(Event):
+    """The upstream served catalog ``tool`` with another definition than last recorded:
+    ``seen_digest``; ``pinned_digest`` is the pin in force when it was seen."""
+
+    tool: str
+    pinned_digest: str
+    seen_digest: str
+
+
 REQUEST_TYPES: tuple[type[Event], ...] = (ToolCallProposed, ApprovalDecisionSubmitted)
 
 EVENT_TYPES: tuple[type[Event], ...] = (
@@ -449,6 +482,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ShadowDecisionDiffered,
     FreezeApplied,
     FreezeLifted,
+    ToolPinned,
+    ToolDefinitionChanged,
 )
 
 BY_NAME: dict[str, type[Event]] = {cls.__name__: cls for cls in EVENT_TYPES}

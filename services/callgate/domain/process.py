@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 from callgate.domain.canonical import canonical_json
 from callgate.domain.events import Event
@@ -120,3 +120,15 @@ def reacts_to(process: Process[Any]) -> frozenset[type[Event]] | None:
     against ``handle``.
     """
     return cast("frozenset[type[Event]] | None", getattr(process, "reacts_to", None))
+
+
+@runtime_checkable
+class ReadsControl(Protocol):
+    """A process that folds control events beside its own inputs (ADR 0064): the runner
+    seeds it with those before its position; on Kafka every worker of it reads their
+    partitions (``control_keys``) whole."""
+
+    control_events: tuple[type[Event], ...]
+    control_keys: tuple[str, ...]
+
+    def seed(self, events: Sequence[Event]) -> None: ...

@@ -34,7 +34,9 @@ from typing import Any
 
 from callgate.domain import events as ev
 from callgate.domain.canonical import canonical_json, derive_id, sha256_hex, state_json
-from callgate.domain.catalog import Profile
+from callgate.domain.catalog import Profile, ProfileError
+from callgate.domain.codes import Rejection
+from callgate.domain.policy_versions import profile_of
 from callgate.domain.process import Output
 from callgate.providers.base import (
     INFRASTRUCTURE_ERRORS,
@@ -62,6 +64,7 @@ class Started:
     # The ExecutionStarted event's id: the outcome of a recovery names it as its cause, so
     # the audit trail leads from the reconciliation to the execution it settles.
     started_event_id: str = ""
+    policy_version: str = ""  # the version that decided it (ADR 0067)
 
 
 @dataclass(slots=True)
@@ -91,8 +94,13 @@ class Executor:
             ev.DryRunRequested,
             ev.ReconciliationRequested,
             ev.ResourceDescriptionRequested,
+            ev.PolicyPublished,
         }
     )
+    # Read whole beside the log (ADR 0064, 0067): every published version, so a call is
+    # routed as the version that decided it describes the tool, whichever is active now.
+    control_events: tuple[type[ev.Event], ...] = (ev.PolicyPublished,)
+    control_keys: tuple[str, ...] = (ev.POLICY_KEY,)
 
     def __init__(
         self,
@@ -102,9 +110,37 @@ class Executor:
     ) -> None:
         self.profile = profile
         self.providers = providers
+        # Published versions by digest (their content), and those built so far with the
+        # providers as each routes its tools (ADR 0067).
+        self._published: dict[str, ev.PolicyPublished] = {}
+        self._routes: dict[str, tuple[Profile, ProviderRegistry]] = {}
         # Descriptions are cached for a bounded time (C7): a cache, not folded state,
         # because each answer is recorded as an event and replay reads that (ADR 0014).
         self.descriptions = DescriptionCache(description_ttl_ms)
+
+    def seed(self, events: Sequence[ev.Event]) -> None:
+        """Fold the published versions read beside the log (ADR 0067)."""
+        for event in events:
+            if isinstance(event, ev.PolicyPublished):
+                self._published.setdefault(event.version, event)
+
+    def _route(self, version: str) -> tuple[Profile, ProviderRegistry]:
+        """The catalog and providers of ``version`` (the start profile's when it is that
+        one, or empty: a request written before versions were named)."""
+        if not version or version == self.profile.digest:
+            return self.profile, self.providers
+        route = self._routes.get(version)
+        if route is None:
+            published = self._published.get(version)
+            if published is None:  # fail closed: never run a call as another version says
+                raise ProviderError(f"policy version {version} is not known to the executor")
+            try:
+                profile = profile_of(published)
+            except (Rejection, ProfileError) as err:
+                raise ProviderError(f"policy version {version} does not load: {err}") from None
+            route = (profile, self.providers.routing(profile))
+            self._routes[version] = route
+        return route
 
     def initial_state(self) -> ExecutorState:
         return ExecutorState()
@@ -136,6 +172,9 @@ class Executor:
     def handle(
         self, state: ExecutorState, event: ev.Event, now_ms: int
     ) -> tuple[ExecutorState, Sequence[Output]]:
+        if isinstance(event, ev.PolicyPublished):
+            self.seed([event])
+            return state, ()
         if isinstance(event, ev.ExecutionRequested):
             run = f"{event.execution_token}#{event.attempt}"
             if run in state.finished:  # never twice; answer a repeated request again
@@ -159,6 +198,7 @@ class Executor:
                 event.args_json,
                 event.attempt,
                 started.event_id,
+                event.policy_version,
             )
             return state, [started]
         if isinstance(event, ev.DryRunRequested):
@@ -168,7 +208,12 @@ class Executor:
         if isinstance(event, ev.ReconciliationRequested):
             return state, [
                 self._lookup(
-                    event, event.execution_token, event.original_invocation_id, event.tool, now_ms
+                    event,
+                    event.execution_token,
+                    event.original_invocation_id,
+                    event.tool,
+                    now_ms,
+                    event.policy_version,
                 )
             ]
         return state, ()
@@ -199,7 +244,9 @@ class Executor:
                 occurred_at=now_ms,
             )
             key = f"{token}#{run.attempt}"
-            lookup = self._lookup(cause, token, run.invocation_id, run.tool, now_ms)
+            lookup = self._lookup(
+                cause, token, run.invocation_id, run.tool, now_ms, run.policy_version
+            )
             outputs.append(_answered(state, key, lookup))
             state.finished.append(key)
         state.started.clear()
@@ -207,18 +254,20 @@ class Executor:
 
     # -- provider calls ----------------------------------------------------------------
 
-    def _provider(self, tool: str) -> Provider:
-        spec = self.profile.tool(tool)
+    def _provider(self, tool: str, version: str = "") -> Provider:
+        profile, providers = self._route(version)
+        spec = profile.tool(tool)
         if spec is None:
             raise ProviderError(f"tool {tool!r} is not in the catalog")
         try:
-            return self.providers.get(spec.provider)
+            return providers.get(spec.provider)
         except KeyError:
             raise ProviderError(f"no provider named {spec.provider!r}") from None
 
     def _dry_run(self, e: ev.DryRunRequested, now_ms: int) -> ev.Event:
         try:
-            result = self._provider(e.tool).dry_run(e.tool, e.target, _args(e.args_json), e.tenant)
+            provider = self._provider(e.tool, e.policy_version)
+            result = provider.dry_run(e.tool, e.target, _args(e.args_json), e.tenant)
             snapshot = canonical_json(result.snapshot)
         except (ProviderError, ProviderTimeout) as err:
             return _follow(e, now_ms, ev.DryRunFailed, message=str(err) or type(err).__name__)
@@ -280,7 +329,7 @@ class Executor:
     def _execute(self, started: ev.ExecutionStarted, run: Started, now_ms: int) -> ev.Event:
         token = started.execution_token
         try:
-            provider = self._provider(run.tool)
+            provider = self._provider(run.tool, run.policy_version)
             result = provider.execute(
                 run.tool, run.target, _args(run.args_json), run.tenant, token, run.invocation_id
             )
@@ -303,7 +352,7 @@ class Executor:
             return _follow(
                 started, now_ms, ev.ExecutionUncertain, execution_token=token, reason=_unusable(err)
             )
-        spec = self.profile.tool(run.tool)
+        spec = self._route(run.policy_version)[0].tool(run.tool)
         if spec is None or spec.mutation:
             self.descriptions.forget(provider.name)  # an effect may change what it owns
         return _follow(
@@ -315,10 +364,16 @@ class Executor:
         )
 
     def _lookup(
-        self, cause: ev.Event, token: str, original_invocation_id: str, tool: str, now_ms: int
+        self,
+        cause: ev.Event,
+        token: str,
+        original_invocation_id: str,
+        tool: str,
+        now_ms: int,
+        version: str = "",
     ) -> ev.Event:
         try:
-            found = self._provider(tool).lookup(token, tool)
+            found = self._provider(tool, version).lookup(token, tool)
             result_json = (
                 canonical_json(found.result) if found.found and found.result is not None else ""
             )

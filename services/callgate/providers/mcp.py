@@ -297,6 +297,11 @@ class McpProvider:
     def close(self) -> None:
         self.upstream.close()
 
+    def routing(self, tools: Mapping[str, ToolSpec]) -> McpProvider:
+        """This provider with other catalog entries (a policy version's), on the same
+        upstream connection (closed by the original)."""
+        return McpProvider(self.name, self.upstream, tools)
+
     def _spec(self, tool: str) -> ToolSpec:
         spec = self.tools.get(tool)
         if spec is None:
@@ -339,7 +344,7 @@ class McpProvider:
         except UpstreamUnavailable as exc:
             raise ProviderError(str(exc)) from exc
         except mcp.MCPError as exc:
-            raise ProviderError(f"{where}: error {exc.code}: {exc.message}") from exc
+            raise ProviderError(upstream_error(where, exc.code, exc.message)) from exc
         except Exception as exc:
             self.upstream.drop()
             raise ProviderError(f"{where}: {exc!r}") from exc
@@ -395,7 +400,8 @@ class McpProvider:
                 if effectful:
                     raise ProviderTimeout(f"{where}: {exc.message}, outcome unknown") from exc
                 raise ProviderError(f"{where}: {exc.message}") from exc
-            raise ProviderError(f"{where}: error {exc.code}: {exc.message}") from exc
+            # A JSON-RPC error is the upstream refusing the request: nothing ran (ADR 0075).
+            raise ProviderError(upstream_error(where, exc.code, exc.message)) from exc
         except Exception as exc:  # transport broke mid-call, or an unreadable result
             self.upstream.drop()
             if effectful:
@@ -405,6 +411,11 @@ class McpProvider:
         if result.is_error:
             raise ProviderError(f"{where}: the upstream reported an error: {_text(body)}")
         return body
+
+
+def upstream_error(where: str, code: int, message: str) -> str:
+    """The failure message of an upstream JSON-RPC error: its code and message, verbatim."""
+    return f"{where}: upstream JSON-RPC error {code}: {message}"
 
 
 def tool_result_json(result: mcp.types.CallToolResult) -> dict[str, Any]:

@@ -99,6 +99,13 @@ def unwrapped(provider: Provider) -> Provider:
     return provider.inner if isinstance(provider, _Instrumented) else provider
 
 
+def rewrapped(provider: Provider, inner: Provider) -> Provider:
+    """``inner`` in ``provider``'s timing wrapper, if it has one (a provider's copy)."""
+    if isinstance(provider, _Instrumented):
+        return instrumented(inner, provider._metrics)
+    return inner
+
+
 def instrumented(provider: Provider, metrics: ProviderMetrics) -> Provider:
     wrapped: Provider = _Instrumented(provider, metrics)
     return wrapped

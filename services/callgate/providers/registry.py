@@ -88,6 +88,22 @@ class ProviderRegistry:
         """A copy where ``provider`` replaces (or adds) the one with its name."""
         return ProviderRegistry({**self._providers, provider.name: provider}.values())
 
+    def routing(self, profile: Profile) -> ProviderRegistry:
+        """The same providers, routing tools as ``profile`` describes them (a published
+        policy version, ADR 0067): each MCP provider a copy with that profile's entries,
+        sharing its upstream connection; the others as they are."""
+        from callgate.providers.mcp import McpProvider
+        from callgate.providers.metrics import rewrapped, unwrapped
+
+        routed: list[Provider] = []
+        for provider in self._providers.values():
+            inner = unwrapped(provider)
+            if isinstance(inner, McpProvider):
+                tools = {n: t for n, t in profile.tools.items() if t.provider == inner.name}
+                provider = rewrapped(provider, inner.routing(tools))
+            routed.append(provider)
+        return ProviderRegistry(routed)
+
     def names(self) -> list[str]:
         return sorted(self._providers)
 

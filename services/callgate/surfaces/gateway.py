@@ -20,10 +20,12 @@ from callgate.domain.catalog import Profile
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.freeze import FREEZE_KEY, checked_request
 from callgate.domain.limits import check_text_field, check_value, parse_args
+from callgate.domain.pins import PIN_EVENTS, Pins
 from callgate.domain.policy_versions import POLICY_EVENTS, PolicyVersions, content_of, fold
 from callgate.domain.principal import Principal
 from callgate.domain.scope import OPERATOR_ROLE, bound_id, may_read
 from callgate.domain.simulation import SimulationReport, Simulator
+from callgate.surfaces import pinning
 from callgate_projections.audit import VerifyResult, verify_chain
 
 if TYPE_CHECKING:
@@ -94,6 +96,11 @@ class Surface(Wiring, Protocol):
     @property
     def discovery(self) -> Discovery:
         """The identity providers' discovery documents and keys."""
+        ...
+
+    @property
+    def request_state_key(self) -> bytes:
+        """The key sealing MCP ``requestState`` (ADR 0065)."""
         ...
 
     @property
@@ -529,6 +536,40 @@ class Gateway:
         )
         self.backend.publish([event])
         return event
+
+    def pins(self) -> Pins:
+        """The pins and the definitions last seen, folded from the log (ADR 0066)."""
+        return pinning.fold(e for cls in PIN_EVENTS for e in self.backend.read_events(only=cls))
+
+    def pin_tools(self, *, session: str, reason: str, tool: str | None = None) -> list[ev.Event]:
+        """Pin every catalog tool of an MCP upstream (``tool``: that one) to the definition
+        its upstream serves now: a ``ToolPinned`` each (an operator's command,
+        ``operator_required`` otherwise). A tool that is not one, or whose upstream cannot
+        be listed or no longer lists it, is refused and nothing is written."""
+        operator = self._operator(session, "catalog pin")
+        checked_request("tool", tool or "all", reason, lifting=False)
+        now = pinning.served(self.app.providers, only=tool)
+        if tool is not None and tool not in now:
+            raise Rejection(Code.UNKNOWN_TOOL, f"{tool} is not a tool of a reachable MCP upstream")
+        if absent := sorted(t for t, d in now.items() if d == pinning.ABSENT):
+            raise Rejection(Code.UNKNOWN_TOOL, f"the upstream no longer lists {absent}")
+        at = self.app.clock()
+        events = [
+            pinning.pin_event(ev.ToolPinned, at, tool=t, digest=d, reason=reason,
+                              author=operator.user, tenant=operator.tenant)
+            for t, d in sorted(now.items())
+        ]  # fmt: skip
+        self.backend.publish(events)
+        return events
+
+    def record_definitions(self) -> list[ev.Event]:
+        """The pinning watcher's check: a ``ToolDefinitionChanged`` for each pinned tool
+        whose upstream now serves another definition than last recorded (ADR 0066)."""
+        now = pinning.served(self.app.providers)
+        found = pinning.changes(self.app.profile, self.pins(), now, self.app.clock())
+        if found:
+            self.backend.publish(found)
+        return found
 
     def audit_chains(self, session: str) -> list[dict[str, Any]]:
         """Every audit record of every chain, for an export: an operator's read only.

@@ -223,8 +223,11 @@ class KafkaRunner:
         transaction_gap_ms: float = 0.0,
         join_overdue_s: float = JOIN_OVERDUE_S,
         tracing: Tracing | None = None,
+        before_batch: Callable[[], None] | None = None,
     ) -> None:
-        """``on_views`` is called after each committed transaction with its view records
+        """``before_batch`` is called in the loop's thread before each batch is handled
+        (the decider folds the control events of its global input there, ADR 0064).
+        ``on_views`` is called after each committed transaction with its view records
         (``callgate serve`` prints a line per settled decision from the status view).
         ``transaction_gap_ms``: begin a transaction no sooner than this after the last
         commit; ``callgate serve``'s workers pass ``TRANSACTION_GAP_MS`` (Apache Kafka),
@@ -235,6 +238,7 @@ class KafkaRunner:
         self.process = process
         self._tracing = tracing  # spans around handle and follow_up (ADR 0036); None: off
         self._on_views = on_views
+        self._before_batch = before_batch
         self._codec = codec
         self._views = views if views is not None else ViewCodec.default()
         self._topics = topics
@@ -337,6 +341,8 @@ class KafkaRunner:
             if self._rewind_pending:
                 self._rewind()
             msgs = self._consume()
+            if self._before_batch is not None:
+                self._before_batch()
             self._warn_if_join_overdue()
             if self._pending_assignment is not None:
                 self._take_ownership(self._pending_assignment)

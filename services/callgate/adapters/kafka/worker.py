@@ -22,14 +22,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from callgate import logs
-from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
-from callgate.adapters.kafka.client import partition_for, read_partitions_to_end
+from callgate.adapters.avro_codec import AvroCodec
+from callgate.adapters.kafka.global_input import GlobalInput
 from callgate.adapters.kafka.runner import TRANSACTION_GAP_MS, ProducerFenced
 from callgate.adapters.kafka.topics import Topics
 from callgate.adapters.wiring import Wiring
-from callgate.decider import Decider
-from callgate.domain.events import POLICY_KEY, Event
-from callgate.domain.policy_versions import POLICY_EVENTS
+from callgate.domain.process import ReadsControl
 from callgate.gc_settings import apply_gc_settings
 from callgate.logs import SettledLog
 from callgate.settings import Settings
@@ -107,26 +105,16 @@ def stop_with_parent() -> None:
         os.kill(os.getpid(), signal.SIGTERM)  # the supervisor died before the prctl
 
 
-def policy_events(settings: Settings) -> list[Event]:
-    """The policy-version events on the log now (ADR 0050): all share the partition key
-    ``policy``, so one partition of ``events`` holds them, in order."""
-    topics = Topics(settings.topic_prefix, settings.partitions)
-    codec = AvroCodec.default()
-    found: list[Event] = []
-    records = read_partitions_to_end(
+def control_input(settings: Settings, process: ReadsControl) -> GlobalInput:
+    """A process's global input: its control partitions of ``events`` (ADR 0064)."""
+    return GlobalInput(
         settings.brokers,
-        topics.physical("events"),
-        [partition_for(POLICY_KEY.encode(), settings.partitions)],
-        timeout_s=120,
+        Topics(settings.topic_prefix, settings.partitions).physical("events"),
+        keys=process.control_keys,
+        partitions=settings.partitions,
+        types=process.control_events,
+        codec=AvroCodec.default(),
     )
-    for record in records:
-        if record.value is None or codec.event_class_of(record.value) not in POLICY_EVENTS:
-            continue
-        try:
-            found.append(codec.decode(record.value))
-        except MalformedEvent:
-            continue  # dead-lettered by the runners: no decider folded it
-    return found
 
 
 def main(wire: Callable[[Settings], Wiring], argv: list[str] | None = None) -> int:
@@ -169,8 +157,12 @@ def main(wire: Callable[[Settings], Wiring], argv: list[str] | None = None) -> i
     if ns.process not in processes:
         parser.error(f"unknown process {ns.process!r}; one of {sorted(processes)}")
     process = processes[ns.process]
-    if isinstance(process, Decider):
-        process.seed(policy_events(settings))
+    before_batch: Callable[[], None] | None = None
+    control: GlobalInput | None = None
+    if isinstance(process, ReadsControl):
+        reader, control = process, control_input(settings, process)
+        reader.seed(control.catch_up())  # before it handles anything
+        before_batch = lambda: reader.seed(control.poll())  # noqa: E731
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -187,6 +179,7 @@ def main(wire: Callable[[Settings], Wiring], argv: list[str] | None = None) -> i
             SettledLog(log_format) if ns.report_settled and ns.process == SETTLED_REPORTER else None
         ),
         tracing=app.tracing,
+        before_batch=before_batch,
     )
     try:
         runner.run(stop)
@@ -197,4 +190,7 @@ def main(wire: Callable[[Settings], Wiring], argv: list[str] | None = None) -> i
             "%s of instance %s fenced (%s): exiting", ns.process, settings.instance_id, exc
         )
         return EXIT_FENCED
+    finally:
+        if control is not None:
+            control.close()
     return 0

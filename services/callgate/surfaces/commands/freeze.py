@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from callgate.surfaces.commands import Subcommands, add_command
-from callgate.surfaces.commands.context import EXIT_OK, Context, Misuse
+from callgate.surfaces.commands.context import EXIT_OK, Context
 
 
 def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
@@ -35,10 +35,6 @@ def unfreeze(ctx: Context) -> int:
 
 def _publish(ctx: Context, *, lift: bool) -> int:
     ns = ctx.ns
-    if ctx.settings.backend == "kafka":
-        # A freeze only some deciders would see is worse than none: the operator would
-        # believe the tool stopped (docs/adr/0054-freeze-as-events-folded-by-the-decider.md).
-        raise Misuse("freeze and unfreeze are not available on the Kafka backend yet")
     # argparse requires one of them; an empty one is refused by the gateway's checks.
     scope = next(s for s in ("tool", "tenant", "actor") if getattr(ns, s) is not None)
     value = getattr(ns, scope)

@@ -53,6 +53,24 @@ def _notice(ctx: Context, text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
 
+def _watch_pins(ctx: Context, stop: threading.Event) -> None:
+    """The pinning watcher beside the runners (ADR 0066): its own client on the backend,
+    made in its thread once serve holds the runner."""
+    from callgate.providers.mcp import McpProvider
+    from callgate.surfaces import pinning
+
+    if not ctx.app.providers.of_kind(McpProvider):
+        return  # nothing to pin: no client is made, nothing is logged
+    gateway: list[Any] = []
+
+    def check() -> None:
+        if not gateway:
+            gateway.append(ctx.gateway())
+        gateway[0].record_definitions()
+
+    pinning.watch(check, ctx.app.settings.pinning.check_interval_s, stop)
+
+
 def serve(ctx: Context) -> int:
     ctx.needs_kafka_servers()
     app = ctx.app
@@ -70,6 +88,7 @@ def serve(ctx: Context) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    _watch_pins(ctx, stop)
     if ctx.ns.http is not None:
         from callgate.surfaces.http.context import HttpOptions  # FastAPI only on this path
         from callgate.surfaces.http.server import serve_http

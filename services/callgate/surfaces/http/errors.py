@@ -46,6 +46,7 @@ STATUS: Mapping[Code, int] = MappingProxyType(
         Code.NOT_FOUND: 404,
         Code.UNKNOWN_TOOL: 404,
         Code.NOT_PENDING: 409,
+        Code.TOOL_DEFINITION_CHANGED: 409,
         Code.APPROVAL_MISSING: 409,
         Code.APPROVAL_EXPIRED: 409,
         Code.APPROVAL_MISMATCH: 409,

@@ -21,11 +21,22 @@ from starlette.responses import JSONResponse
 
 from callgate.bootstrap import App
 from callgate.domain.codes import Rejection
+from callgate.surfaces import pinning
 from callgate.surfaces.mcp.bridge import GatewayBridge
 from callgate.surfaces.mcp.server import McpOptions, build_server
 from callgate.surfaces.strict_body import StrictJsonBody, check_body, jsonrpc_refusal
 
 ASGIApp = Any
+
+
+def watch_pins(app: App, bridge: GatewayBridge) -> None:
+    """The pinning watcher beside the server (ADR 0066), through the bridge's gateway."""
+    from callgate.providers.mcp import McpProvider
+
+    if not app.providers.of_kind(McpProvider):
+        return
+    interval = app.settings.pinning.check_interval_s
+    pinning.watch(lambda: bridge.call(lambda g: g.record_definitions()), interval, bridge.closed)
 
 
 def serve_stdio(app: App, options: McpOptions) -> None:
@@ -34,6 +45,7 @@ def serve_stdio(app: App, options: McpOptions) -> None:
 
     bridge = GatewayBridge(app)
     server = build_server(bridge, options)
+    watch_pins(app, bridge)
 
     async def main() -> None:
         stdin = anyio.wrap_file(
@@ -63,6 +75,7 @@ def http_app(app: App, options: McpOptions, host: str) -> tuple[ASGIApp, Gateway
     """The ASGI application of ``callgate mcp --http`` (also what tests mount)."""
     bridge = GatewayBridge(app)
     server = build_server(bridge, options)
+    watch_pins(app, bridge)
     starlette = server.streamable_http_app(host=host)
     return require_bearer(StrictJsonBody(starlette, refuse=_refused_http)), bridge
 

@@ -36,12 +36,17 @@ from callgate.domain.principal import Principal
 from callgate.surfaces.gateway import final_answer, is_final
 from callgate.surfaces.mcp.bridge import GatewayBridge
 from callgate.surfaces.mcp.relay import Relay
+from callgate.surfaces.mcp.rounds import Round, boundary, paused, round_s, speaks_rounds
 
 META_APPROVAL_ID = "callgate/approval_id"
 META_IDEMPOTENCY_KEY = "callgate/idempotency_key"
 META_INVOCATION_ID = "callgate/invocation_id"
 META_OUTCOME = "callgate/outcome"
 SUCCESS = frozenset({Code.EXECUTED.value, Code.REPLAYED.value})
+# Calls awaiting approval this process remembers, so the same call again resumes its
+# invocation (ADR 0029); past this many the oldest is forgotten (a new proposal, which
+# needs its own approval: never a second effect without one).
+HELD_CALLS = 10_000
 _EXPLAINED = {
     Code.OUTCOME_UNCERTAIN.value: (
         "the provider did not say whether the effect was applied; call again with the same "
@@ -109,8 +114,10 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | types.InputRequiredResult:
         meta: Mapping[str, Any] = params.meta or {}
+        if params.request_state is not None:  # verified and unsealed by the boundary
+            return await resume_round(ctx, Round.load(params.request_state))
         try:
             approval_id = _meta_text(meta, META_APPROVAL_ID)
             key = _meta_text(meta, META_IDEMPOTENCY_KEY)
@@ -126,13 +133,12 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
         # The same call again from the same principal while its approval is pending or
         # granted resumes that invocation (ADR 0029): no second proposal, no _meta needed.
         same_call: tuple[str, str, str, str] | None = None
-        if options.hold_s > 0:
-            try:
-                principal = principal_of(ctx)
-            except MCPError:  # the decider answers an unusable session, coded, as always
-                pass
-            else:
-                same_call = (principal.tenant, principal.user, params.name, canonical_json(args))
+        try:
+            principal = principal_of(ctx)
+        except MCPError:  # the decider answers an unusable session, coded, as always
+            pass
+        else:
+            same_call = (principal.tenant, principal.user, params.name, canonical_json(args))
         answer: dict[str, Any] | None = None
         resumable = held.get(same_call) if same_call is not None else None
         if resumable is not None and approval_id is None and key is None:
@@ -156,9 +162,44 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
                 )
             except Rejection as r:  # the SDK's entry limits: refused before anything is published
                 return _error_result(r.code.value, r.message, None)
+        rounds = options.hold_s > 0 and speaks_rounds(ctx)
         if answer.get("outcome") == Code.APPROVAL_REQUIRED.value and same_call is not None:
             held[same_call] = str(answer["invocation_id"])
-            answer = await _hold(ctx, bridge, session, answer, options, params)
+            while len(held) > HELD_CALLS:  # the oldest first (dicts keep insertion order)
+                del held[next(iter(held))]
+            since_ms = app.clock()
+            hold_s = round_s(options.hold_s) if rounds else options.hold_s
+            answer = await _hold(ctx, bridge, session, answer, hold_s, params)
+            if rounds and not answer.get("final"):  # ADR 0065: the client retries
+                state = Round(str(answer["invocation_id"]), since_ms)
+                return paused(ctx, state, approve_at(state.invocation_id), ask=True,
+                              meta=_meta_of(answer))  # fmt: skip
+        return await answered(ctx, answer)
+
+    async def resume_round(
+        ctx: ServerRequestContext[Any, Any], state: Round
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """A 2026-07-28 retry: wait one round for the invocation's final outcome; pending
+        still, ``input_required`` again until the hold is spent (ADR 0065)."""
+        session = session_of(ctx)
+        left_s = options.hold_s - (app.clock() - state.since_ms) / 1000
+        wait_s = max(0.0, min(round_s(options.hold_s), left_s))
+        try:
+            answer = await bridge.run(lambda g: g.wait(state.invocation_id, session, wait_s))
+        except Rejection as r:
+            return _error_result(r.code.value, r.message, None)
+        if not answer.get("final") and options.hold_s - (app.clock() - state.since_ms) / 1000 > 0:
+            return paused(ctx, state, approve_at(state.invocation_id), ask=False,
+                          meta=_meta_of(answer))  # fmt: skip
+        return await answered(ctx, answer)
+
+    def approve_at(invocation_id: str) -> str:
+        return _approve_at(options, invocation_id)
+
+    async def answered(
+        ctx: ServerRequestContext[Any, Any], answer: Mapping[str, Any]
+    ) -> types.CallToolResult:
+        """The tool result of an answer: the upstream's result, or a coded tool error."""
         outcome = str(answer["outcome"])
         if answer.get("invocation_id") is None:  # refused before anything was published
             return _error_result(outcome, str(answer["error"]["message"]), None)
@@ -184,7 +225,9 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
     with warnings.catch_warnings():
         # logging/setLevel is deprecated at 2026-07-28 and served to 2025-11-25 clients
         warnings.simplefilter("ignore", MCPDeprecationWarning)
-        return _server(input_schema, list_tools, call_tool, relay)
+        server = _server(input_schema, list_tools, call_tool, relay)
+    server.middleware.append(boundary(app.request_state_key, options.hold_s, principal_of))
+    return server
 
 
 def _server(input_schema: Any, list_tools: Any, call_tool: Any, relay: Relay) -> Server[Any]:
@@ -269,7 +312,7 @@ async def _hold(
     bridge: GatewayBridge,
     session: str,
     answer: dict[str, Any],
-    options: McpOptions,
+    hold_s: float,
     params: types.CallToolRequestParams,
 ) -> dict[str, Any]:
     """Hold the call open while its approval is pending (ADR 0029): ``Gateway.wait`` in
@@ -282,7 +325,7 @@ async def _hold(
     token = given if isinstance(given, str | int) and not isinstance(given, bool) else None
     loop = asyncio.get_running_loop()
     start = loop.time()
-    while (left := options.hold_s - (loop.time() - start)) > 0:
+    while (left := hold_s - (loop.time() - start)) > 0:
         answer = await bridge.run(lambda g: g.wait(invocation_id, session, min(1.0, left)))
         if answer.get("final"):
             break
@@ -290,7 +333,7 @@ async def _hold(
             await ctx.session.send_progress_notification(
                 token,
                 progress=round(loop.time() - start, 1),
-                total=options.hold_s,
+                total=hold_s,
                 message=f"waiting for the approval of {invocation_id}",
                 related_request_id=str(ctx.request_id),
             )
@@ -301,11 +344,7 @@ async def _approval_required(
     ctx: ServerRequestContext[Any, Any], answer: Mapping[str, Any], options: McpOptions
 ) -> types.CallToolResult:
     invocation_id = str(answer["invocation_id"])
-    approve_at = (
-        f"{options.console_url.rstrip('/')}/#invocation={invocation_id}"
-        if options.console_url
-        else f"callgate approve {invocation_id} --session TOKEN"
-    )
+    approve_at = _approve_at(options, invocation_id)
     message = (
         f"this call needs a human's confirmation, given with their own session at "
         f"{approve_at}. "
@@ -330,6 +369,17 @@ async def _approval_required(
     if elicited is not None:
         extra["elicitation"] = elicited
     return _error_result(Code.APPROVAL_REQUIRED.value, message, answer, **extra)
+
+
+def _approve_at(options: McpOptions, invocation_id: str) -> str:
+    """Where a human approves: the console's page for the invocation, else the command."""
+    if options.console_url:
+        return f"{options.console_url.rstrip('/')}/#invocation={invocation_id}"
+    return f"callgate approve {invocation_id} --session TOKEN"
+
+
+def _meta_of(answer: Mapping[str, Any]) -> dict[str, Any]:
+    return {META_INVOCATION_ID: answer["invocation_id"], META_OUTCOME: answer["outcome"]}
 
 
 def _supports_url_elicitation(ctx: ServerRequestContext[Any, Any]) -> bool:
