@@ -566,6 +566,8 @@ class Gateway:
         """The pinning watcher's check: a ``ToolDefinitionChanged`` for each pinned tool
         whose upstream now serves another definition than last recorded (ADR 0066)."""
         now = pinning.served(self.app.providers)
+        if not now:  # no pinnable tool reachable: the log is not read
+            return []
         found = pinning.changes(self.app.profile, self.pins(), now, self.app.clock())
         if found:
             self.backend.publish(found)

@@ -85,10 +85,18 @@ def pin_event(cls: Callable[..., ev.Event], at: int, **fields: str) -> ev.Event:
 
 
 def watch(
-    check: Callable[[], object], interval_s: float, stop: threading.Event
-) -> threading.Thread:
+    providers: ProviderRegistry,
+    check: Callable[[], object],
+    interval_s: float,
+    stop: threading.Event,
+) -> threading.Thread | None:
     """Run ``check`` now and every ``interval_s`` until ``stop``, in a daemon thread; a
-    failed check is logged and tried again at the next interval."""
+    failed check is logged and tried again at the next interval. Without an MCP upstream
+    there is nothing to pin: no thread, so no client is made and nothing is logged."""
+    from callgate.providers.mcp import McpProvider
+
+    if not providers.of_kind(McpProvider):
+        return None
 
     def loop() -> None:
         while not stop.is_set():

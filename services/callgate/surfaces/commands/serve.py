@@ -56,19 +56,18 @@ def _notice(ctx: Context, text: str) -> None:
 def _watch_pins(ctx: Context, stop: threading.Event) -> None:
     """The pinning watcher beside the runners (ADR 0066): its own client on the backend,
     made in its thread once serve holds the runner."""
-    from callgate.providers.mcp import McpProvider
+    from functools import cache
+
     from callgate.surfaces import pinning
 
-    if not ctx.app.providers.of_kind(McpProvider):
-        return  # nothing to pin: no client is made, nothing is logged
-    gateway: list[Any] = []
-
-    def check() -> None:
-        if not gateway:
-            gateway.append(ctx.gateway())
-        gateway[0].record_definitions()
-
-    pinning.watch(check, ctx.app.settings.pinning.check_interval_s, stop)
+    gateway = cache(ctx.gateway)  # made on the watcher's thread, at its first check
+    app = ctx.app
+    pinning.watch(
+        app.providers,
+        lambda: gateway().record_definitions(),
+        app.settings.pinning.check_interval_s,
+        stop,
+    )
 
 
 def serve(ctx: Context) -> int:

@@ -31,12 +31,9 @@ ASGIApp = Any
 
 def watch_pins(app: App, bridge: GatewayBridge) -> None:
     """The pinning watcher beside the server (ADR 0066), through the bridge's gateway."""
-    from callgate.providers.mcp import McpProvider
-
-    if not app.providers.of_kind(McpProvider):
-        return
     interval = app.settings.pinning.check_interval_s
-    pinning.watch(lambda: bridge.call(lambda g: g.record_definitions()), interval, bridge.closed)
+    check = lambda: bridge.call(lambda g: g.record_definitions())  # noqa: E731
+    pinning.watch(app.providers, check, interval, bridge.closed)
 
 
 def serve_stdio(app: App, options: McpOptions) -> None:
