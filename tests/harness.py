@@ -23,7 +23,7 @@ from callgate.domain.approvals import peek_partition_key
 from callgate.domain.canonical import partition_key
 from callgate.domain.catalog import default_profile_path
 from callgate.domain.scope import bound_id
-from callgate.executor.process import Executor
+from callgate.executor.invocations import Invocations
 from callgate.providers.base import (
     Describes,
     DryRunResult,
@@ -225,7 +225,8 @@ class Gate:
     # -- fault and call recording -----------------------------------------------------
     def record_provider_calls(self) -> None:
         """Record every provider call (method, token or tool) in ``self.calls``."""
-        executor = next(p for p in self.runner.processes if isinstance(p, Executor))
+        pair = next(p for p in self.runner.processes if isinstance(p, Invocations))
+        executor = pair.executor
         executor.providers = ProviderRegistry(
             _Recording(p, self.calls.append) for p in executor.providers
         )

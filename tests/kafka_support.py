@@ -56,7 +56,7 @@ WORKER_MODULE = "callgate.kafka_worker"
 # A serve log line reporting a settled call (``--report-settled``): time, invocation, tool, code.
 SETTLED_LINE = re.compile(r"^\S+Z [0-9a-f]{32}\.[0-9a-f]{32}  \S+  \S+$")
 WORKER_NAMES = (
-    "decider", "executor", "status-projection", "pending-projection", "audit-projection",
+    "invocations", "status-projection", "pending-projection", "audit-projection",
     "decisions-projection",
 )  # fmt: skip
 

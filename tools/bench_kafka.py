@@ -480,7 +480,7 @@ def unsettled_reasons(unsettled: Mapping[str, str]) -> str:
 def _stuck_at(status: bytes | None) -> str:
     """Where a proposal stopped, from its last status record (``callgate_projections.status``)."""
     if status is None:
-        return "no status record: not past the decider's transaction"
+        return "no status record: not past the invocations process's transaction"
     try:
         value = ViewCodec.default().decode(status)[1]  # Avro (ADR 0016)
     except ViewSchemaError:
@@ -493,11 +493,11 @@ def _stuck_at(status: bytes | None) -> str:
 # producer's create time, in ms, when the process produced it inside its transaction) and
 # at the bench's receipt of the settled status record. What each span holds:
 HOPS = (
-    ("publish → PolicyDecided", "produce ack, hand-off H1, the decider's handle"),
-    ("→ ExecutionStarted", "the decider's commit T1, hand-off H2, the executor's handle"),
-    ("→ ExecutionSucceeded", "the executor's commit T2, the provider call"),
-    ("→ status produced", "the executor's commit T3, hand-off H3, the status projection"),
-    ("→ status received", "the status projection's commit T4, hand-off H4 to the caller"),
+    ("publish → PolicyDecided", "produce ack, hand-off H1, the invocations process's handle"),
+    ("→ ExecutionStarted", "the same handle: one transaction T1 holds both (ADR 0077)"),
+    ("→ ExecutionSucceeded", "the commit of T1, the provider call"),
+    ("→ status produced", "the commit of T2, hand-off H2, the status projection"),
+    ("→ status received", "the status projection's commit T3, hand-off H3 to the caller"),
 )
 _HOP_EVENTS = ("PolicyDecided", "ExecutionStarted", "ExecutionSucceeded")
 
@@ -1096,16 +1096,16 @@ def _rows(fig: _Figures, n: int, latency_s: float) -> list[Row]:
             _per(fig.written, fig.recorded),
             "",
             None,
-            f"state writes ≤ {state}; each of the 6 processes reads every event, the decider "
-            f"also the proposal; {fig.recorded:,} proposals recorded in {fig.recorded_s:.1f} s",
+            f"state writes ≤ {state}; every process reads every event, the invocations "
+            f"process also the proposal; {fig.recorded:,} proposals recorded in {fig.recorded_s:.1f} s",
         ),
         Row(
             "kafka ceiling: same topology, no logic",
             f"{fig.ceiling.rate():,.0f} proposals/s",
             "",
             None,
-            f"{n:,} proposals, {fig.ceiling.settled_note()}; 6 OS processes replay the real "
-            f"processes' recorded outputs and state under the same KafkaRunner; {same}",
+            f"{n:,} proposals, {fig.ceiling.settled_note()}; an OS process per real process "
+            f"replays its recorded outputs and state under the same KafkaRunner; {same}",
         ),
         Row(
             "kafka pipeline: proposals/s to final decision",

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from callgate.domain.policy import PolicyEngine
     from callgate.domain.process import Process
     from callgate.domain.redaction import Redactor
+    from callgate.executor.invocations import Invocations
     from callgate.executor.process import Executor
     from callgate.providers.ledger import EffectLedger
     from callgate.providers.metrics import ProviderMetrics
@@ -263,9 +264,15 @@ class App:
             DecisionsProjection(),
         ]
 
+    def invocations(self) -> Invocations:
+        """The decider and the executor as one process (ADR 0077)."""
+        from callgate.executor.invocations import Invocations
+
+        return Invocations(self.decider(), self.executor())
+
     def processes(self) -> list[Process[Any]]:
         """Every process `callgate serve` runs, in pipeline order."""
-        return [self.decider(), self.executor(), *self.projections()]
+        return [self.invocations(), *self.projections()]
 
     # -- backends and runners: built here, for every entry point ---------------------------
 
@@ -298,17 +305,42 @@ class App:
         self, store: EmbeddedStore, codec: AvroCodec, **options: Any
     ) -> EmbeddedRunner:
         """The runner ``callgate serve`` drives on the embedded store (every process)."""
+        from callgate.adapters.embedded.layout import adopt_earlier_layout, earlier_layout_in
         from callgate.adapters.embedded.runner import EmbeddedRunner
+        from callgate.domain.codes import Code, Rejection
         from callgate.domain.process import ReadsControl
+        from callgate.executor.invocations import Invocations
+
+        def seeded(processes: Sequence[Process[Any]]) -> Sequence[Process[Any]]:
+            for process in processes:
+                if isinstance(process, ReadsControl):
+                    position = store.position(process.name)
+                    events = control_events_through(store, codec, position, process.control_events)
+                    process.seed(events)
+            return processes
 
         processes = self.processes()
         for process in processes:
-            if isinstance(process, ReadsControl):
-                position = store.position(process.name)
-                process.seed(control_events_through(store, codec, position, process.control_events))
+            if isinstance(process, Invocations) and earlier_layout_in(store, process.name):
+                # ADR 0077: the earlier layout's decider and executor finish what they have
+                # left (their own runner, under the store's lock), then their states move.
+                earlier = EmbeddedRunner(
+                    store, seeded([process.decider, process.executor]), codec, self.clock
+                )
+                if not earlier.try_acquire():
+                    raise Rejection(
+                        Code.BUSY,
+                        "another callgate process holds this state directory; stop it before "
+                        "this version takes it over (docs/how-to/upgrades.md)",
+                    )
+                try:
+                    earlier.run_until_idle()
+                finally:
+                    earlier.release()
+                adopt_earlier_layout(store, process)
         return EmbeddedRunner(
             store,
-            processes,
+            list(seeded(processes)),
             codec,
             self.clock,
             requests_retention_ms=self.settings.requests_retention_ms,

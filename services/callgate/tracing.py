@@ -37,12 +37,12 @@ TRACEPARENT = "traceparent"
 CONTEXTS_KEPT = 16_384
 
 # The span of each input a process reacts to (other inputs get none: projections fold
-# events, they decide nothing an operator follows a call by).
+# events, they decide nothing an operator follows a call by). A dry-run or a description
+# the step asks for runs inside it (ADR 0077): its provider span is the step's child; the
+# execution runs after the step's commit, its provider span a child of the invocation's.
 _HANDLE_SPANS = {
-    ("decider", "ToolCallProposed"): "callgate.decide",
-    ("decider", "ApprovalDecisionSubmitted"): "callgate.approval",
-    ("executor", "ExecutionRequested"): "callgate.execute",
-    ("executor", "DryRunRequested"): "callgate.dry_run",
+    ("invocations", "ToolCallProposed"): "callgate.decide",
+    ("invocations", "ApprovalDecisionSubmitted"): "callgate.approval",
 }
 
 _TRACED_PROCESSES = frozenset(process for process, _ in _HANDLE_SPANS)
@@ -133,7 +133,7 @@ class Tracing:
 
     @staticmethod
     def follows(process: str) -> bool:
-        """Whether ``process`` makes spans (the decider and the executor; projections fold
+        """Whether ``process`` makes spans (the invocations process; projections fold
         events an operator does not follow a call by, and emit none to carry it on)."""
         return process in _TRACED_PROCESSES
 

@@ -44,9 +44,9 @@ def test_a_freeze_stops_a_tool_on_two_instances_and_an_unfreeze_restores_it(
 ) -> None:
     dep, _, _ = pair
     wait_for(
-        lambda: members(dep, "decider") == ["decider.a", "decider.b"],
+        lambda: members(dep, "invocations") == ["invocations.a", "invocations.b"],
         60,
-        "both instances to own decider partitions",
+        "both instances to own invocations partitions",
         poll_s=0.5,
     )
     ops = cli_ops(dep)

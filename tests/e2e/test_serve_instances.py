@@ -78,8 +78,7 @@ def test_two_instances_share_the_partitions_and_take_over_after_a_sigkill(
 
     def shared() -> bool:
         return all(
-            members(dep, p) == [f"{p}.a", f"{p}.b"]
-            for p in ("decider", "executor", "status-projection")
+            members(dep, p) == [f"{p}.a", f"{p}.b"] for p in ("invocations", "status-projection")
         )
 
     wait_for(shared, 60, "both instances to own partitions of every process", poll_s=0.5)
@@ -99,7 +98,7 @@ def test_two_instances_share_the_partitions_and_take_over_after_a_sigkill(
     takeover = time.monotonic() - killed
     print(f"\ntakeover after SIGKILL of one instance: {takeover:.1f}s (bound {TAKEOVER_BOUND_S}s)")
     assert takeover < TAKEOVER_BOUND_S
-    assert members(dep, "executor") == ["executor.a"]
+    assert members(dep, "invocations") == ["invocations.a"]
 
     gate = dep.connect()
     try:  # exactly once across the loss: the same key replays, the ledger holds one effect

@@ -337,7 +337,7 @@ def test_metrics_in_the_prometheus_format(server: HttpServe) -> None:
     assert 'callgate_decisions{code="executed",tool="tickets.read"}' in text
     assert 'callgate_decision_latency_seconds_bucket{le="+Inf",tool="tickets.read"}' in text
     assert "callgate_pending_approvals" in text
-    assert 'callgate_consumer_lag{process="decider"}' in text
+    assert 'callgate_consumer_lag{process="invocations"}' in text
     assert "callgate_dead_letters 0.0" in text
     poison = EmbeddedStore(server.state_dir)  # a record no decoder can read
     try:

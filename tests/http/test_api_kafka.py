@@ -127,7 +127,7 @@ def test_stream_and_metrics_come_from_the_live_views(server: HttpServe) -> None:
         assert c.post(f"/v1/invocations/{new['invocation_id']}/deny").status_code == 200
         text = c.get("/metrics").text
     assert 'callgate_decisions{code="approval_required",tool="refunds.issue"}' in text
-    assert 'callgate_consumer_lag{process="decider"}' in text
+    assert 'callgate_consumer_lag{process="invocations"}' in text
     assert "callgate_dead_letters 0.0" in text
     assert 'callgate_decision_latency_seconds_count{tool="refunds.issue"}' in text
 

@@ -173,7 +173,7 @@ def test_poison_is_dead_lettered_and_later_proposals_are_decided(
 
 def decider_positions(dep: Deployment) -> dict[int, int]:
     """The decider's committed offsets on ``requests``, per partition."""
-    group, requests = dep.topics.group("decider"), dep.topics.physical("requests")
+    group, requests = dep.topics.group("invocations"), dep.topics.physical("requests")
     return committed_offsets(dep.bootstrap, group, requests, PARTITIONS)
 
 
@@ -233,7 +233,7 @@ def test_sigkill_the_decider_mid_stream_settles_everything_exactly_once(
         stream.publish(150)
         time.sleep(rng.uniform(0.0, 0.1))  # the decider commits such a burst after 0.1-0.2 s
         published = dict(stream.ends)
-        serve.kill_worker("decider")
+        serve.kill_worker("invocations")
         kills.append((decider_positions(dep), published))
     stream.publish(len(plan))
     assert stream.sent == len(plan)
@@ -305,7 +305,7 @@ def assert_no_second_decision(dep: Deployment, ids: set[str]) -> int:
     different transactions, at most one of which the decider's changelog names as
     committed (it names every committed transaction that changed the decider's state).
     """
-    committed_tokens = read_committed_changelog(dep.bootstrap, dep.topics, "decider").tokens
+    committed_tokens = read_committed_changelog(dep.bootstrap, dep.topics, "invocations").tokens
     copies: dict[str, list[tuple[str, ev.Event]]] = defaultdict(list)
     ids_per_type: dict[tuple[str, str], set[str]] = defaultdict(set)
     for record, event in dep.events():

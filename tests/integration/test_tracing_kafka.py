@@ -1,6 +1,7 @@
 """Traces across Apache Kafka (ADR 0036): the invocation's context travels in the records'
-``traceparent`` header, so the decider's and the executor's spans (each its own runner,
-consumer group and transactions) share the caller's trace."""
+``traceparent`` header, so the invocations process's spans (another process than the
+caller's, with its own consumer group and transactions) share the caller's trace, and the
+events it writes carry it on to the projections."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.kafka
 def traced_kafka(
     kafka_bootstrap: str, tmp_path: Path
 ) -> Iterator[tuple[App, InMemorySpanExporter]]:
-    """A Kafka deployment whose decider and executor run here, traced in memory."""
+    """A Kafka deployment whose invocations process runs here, traced in memory."""
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
@@ -49,7 +50,7 @@ def traced_kafka(
     create_topics(app)
     stop = threading.Event()
     threads = []
-    for process in (app.decider(), app.executor()):
+    for process in (app.invocations(),):
         runner = KafkaRunner(
             process, AvroCodec.default(), Topics(settings.topic_prefix, 3), settings.brokers,
             "traces", tmp_path / "kafka", app.clock, batch_timeout_ms=50,
@@ -83,7 +84,7 @@ def test_the_context_travels_in_kafka_headers(
     root = named["execute_tool tickets.read"]
     assert root.parent is not None and root.parent.span_id == int(CALLER_SPAN, 16)
     decide, provider = named["callgate.decide"], named["callgate.provider execute"]
-    # decider and executor: two runners, joined only by the records' headers
+    # the caller and the runner: two processes, joined only by the records' headers
     assert decide.context.trace_id == provider.context.trace_id == int(CALLER_TRACE, 16)
     assert decide.parent is not None and decide.parent.span_id == root.context.span_id
     topics = Topics(app.settings.topic_prefix, 3)

@@ -135,7 +135,7 @@ def test_crash_before_the_provider_call_is_reconciled_before_new_work(
     g = Gate(tmp_path / "state")
     g.record_provider_calls()
     alice = g.session("alice")
-    g.runner.crash_next_follow_up("executor", "before", ev.ExecutionStarted)
+    g.runner.crash_next_follow_up("invocations", "before", ev.ExecutionStarted)
     first = g.propose(alice, "tickets.create", TICKET, key=key)
     assert g.outcome(first) == "allowed"  # in flight: nobody knows yet
     token = execute_token(g)
@@ -160,7 +160,7 @@ def test_crash_after_the_provider_call_recovers_the_real_result(tmp_path: Path) 
     g = Gate(tmp_path / "state")
     g.record_provider_calls()
     alice = g.session("alice")
-    g.runner.crash_next_follow_up("executor", "after", ev.ExecutionStarted)
+    g.runner.crash_next_follow_up("invocations", "after", ev.ExecutionStarted)
     first = g.propose(alice, "tickets.create", TICKET, key="K")
     token = execute_token(g)
     (effect,) = g.effects()
@@ -181,14 +181,15 @@ def test_crash_after_the_provider_call_recovers_the_real_result(tmp_path: Path) 
 def test_a_retry_during_the_outage_waits_and_gets_the_one_result(
     tmp_path: Path, mode: CrashMode
 ) -> None:
-    """C8, C12: a client retry with the same key while the executor is down does not start
-    a second execution; after recovery it is served the one result."""
+    """C8, C12: a client retry with the same key while the process is down waits (nothing
+    decides it meanwhile) and does not start a second execution; after recovery it is
+    served the one result."""
     g = Gate(tmp_path / "state")
     alice = g.session("alice")
-    g.runner.crash_next_follow_up("executor", mode, ev.ExecutionStarted)
+    g.runner.crash_next_follow_up("invocations", mode, ev.ExecutionStarted)
     first = g.propose(alice, "tickets.create", TICKET, key="K")
     retry = g.propose(alice, "tickets.create", TICKET, key="K")
-    assert g.outcome(retry) == "allowed"  # waiting for the original
+    assert retry not in g.runner.log.views.get("status", {})  # its request waits
     g.runner.restart()
     (effect,) = g.effects()
     assert g.outcome(first) == "executed"
@@ -200,9 +201,9 @@ def test_repeated_crashes_still_give_one_effect(tmp_path: Path) -> None:
     """C12: crashing again while recovering the same call never doubles the effect."""
     g = Gate(tmp_path / "state")
     alice = g.session("alice")
-    g.runner.crash_next_follow_up("executor", "before", ev.ExecutionStarted)
+    g.runner.crash_next_follow_up("invocations", "before", ev.ExecutionStarted)
     first = g.propose(alice, "tickets.create", TICKET, key="K")
-    g.runner.crash_next_follow_up("executor", "after", ev.ExecutionStarted)
+    g.runner.crash_next_follow_up("invocations", "after", ev.ExecutionStarted)
     g.runner.restart()  # lookup finds nothing; the retry applies the effect, then crashes
     assert len(g.effects()) == 1
     g.runner.restart()  # lookup finds it
@@ -219,7 +220,7 @@ def test_a_duplicated_reconciliation_does_not_execute_again(
     authorizes one retry, not two."""
     g = Gate(tmp_path / "state")
     alice = g.session("alice")
-    g.runner.crash_next_follow_up("executor", "before", ev.ExecutionStarted)
+    g.runner.crash_next_follow_up("invocations", "before", ev.ExecutionStarted)
     first = g.propose(alice, "tickets.create", TICKET, key=key)
     g.runner.restart()
     assert g.outcome(first) == "executed"

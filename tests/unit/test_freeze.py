@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from tests.harness import Gate
 
-from callgate.decider import Decider
 from callgate.domain import events as ev
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.freeze import FREEZE_KEY, Freezes, checked_request
+from callgate.executor.invocations import Invocations
 
 REFUND = {"order_id": "ORD-1", "amount_cents": 15000, "currency": "USD"}
 
@@ -86,9 +86,27 @@ def test_a_freeze_stops_the_continuation_of_a_pending_approval(g: Gate) -> None:
     assert g.outcome(again) == "approval_required"  # the owner confirms: not frozen
 
 
-def test_an_approval_granted_before_the_freeze_does_not_go_on(g: Gate) -> None:
-    """The grant continued the call (ADR 0029); the freeze lands while its confirming
-    dry-run runs: the call ends ``frozen`` before any execution is requested."""
+def test_a_freeze_folded_before_the_grant_stops_its_continuation(g: Gate) -> None:
+    """The grant continues the call (ADR 0029): its confirming dry-run, the check and the
+    execution request are one step of the invocations process (ADR 0077). A freeze folded
+    before that step stops the call there, before any execution is requested."""
+    alice = g.session("alice", roles=("support",))
+    bob = g.session("bob", roles=("finance-approver",))
+    inv = g.propose(alice, "refunds.issue", REFUND, key="K")
+    g.record_provider_calls()
+    g.runner.publish(freeze_event("tenant", "acme"))
+    g.runner.run()
+    g.decide(bob, inv)
+    assert g.outcome(inv) == "frozen"
+    assert g.events_of(inv, ev.ExecutionRequested) == []
+    assert g.calls == [] and g.effects() == []
+
+
+def test_a_freeze_that_lands_during_a_step_applies_from_the_next(g: Gate) -> None:
+    """A freeze published while a step runs (here: during the grant's confirming dry-run)
+    is folded after that step: the step's call goes on as decided, the next one is refused.
+    The step is one transaction, so this is the race ADR 0064 names (either side of the
+    event), not a gap in a call's checks."""
     alice = g.session("alice", roles=("support",))
     bob = g.session("bob", roles=("finance-approver",))
     inv = g.propose(alice, "refunds.issue", REFUND, key="K")
@@ -103,9 +121,10 @@ def test_an_approval_granted_before_the_freeze_does_not_go_on(g: Gate) -> None:
     armed = True
     g.decide(bob, inv)
     assert g.events_of(inv, ev.ConfirmationAccepted), "the grant continued the call"
-    assert g.outcome(inv) == "frozen"
-    assert g.events_of(inv, ev.ExecutionRequested) == []
-    assert g.effects() == []
+    assert g.outcome(inv) == "executed"
+    assert len(g.effects()) == 1
+    later = g.propose(alice, "refunds.issue", {**REFUND, "amount_cents": 500})
+    assert g.outcome(later) == "frozen"
 
 
 class _Notes(list[tuple[str, str]]):
@@ -122,7 +141,7 @@ def test_the_decider_folds_a_control_event_once_so_a_late_copy_undoes_nothing(g:
     """ADR 0064: on Kafka a worker gets a control event from its global input and again from
     the partition it owns (and again at a restart); folding the old ``FreezeApplied`` after
     its ``FreezeLifted`` would stop the tool again."""
-    decider = next(p for p in g.app.processes() if isinstance(p, Decider))
+    (decider,) = (p.decider for p in g.app.processes() if isinstance(p, Invocations))
     applied, lifted = (
         freeze_event("tool", "refunds.issue"),
         freeze_event("tool", "refunds.issue", lift=True, n=2),

@@ -220,7 +220,7 @@ class Run:
             case ("step", n):
                 runner.step(n)
             case ("crash", mode, downtime):
-                runner.crash_next_follow_up("executor", mode, ev.ExecutionStarted)
+                runner.crash_next_follow_up("invocations", mode, ev.ExecutionStarted)
                 self.restart_in = downtime
             case ("restart",):
                 runner.restart()

@@ -16,7 +16,8 @@ from pathlib import Path
 from tests.harness import Gate, write_profile
 
 from callgate.domain import events as ev
-from callgate.executor.process import DescriptionCache, Executor
+from callgate.executor.invocations import Invocations
+from callgate.executor.process import DescriptionCache
 from callgate.providers.base import ResourceDescription
 
 TICKET = {"title": "Printer on fire", "requester_id": "alice"}
@@ -124,7 +125,7 @@ def test_the_executor_reuses_a_description_within_its_lifetime(tmp_path: Path) -
     g.record_provider_calls()
     alice = g.session("alice", "acme", ("support",))
     ticket_id = created_ticket(g, alice)
-    executor = next(p for p in g.runner.processes if isinstance(p, Executor))
+    (executor,) = (p.executor for p in g.runner.processes if isinstance(p, Invocations))
     described = executor.descriptions
     for _ in range(3):
         assert g.outcome(g.propose(alice, "tickets.read", {"ticket_id": ticket_id})) == "executed"

@@ -50,8 +50,8 @@ def test_projections_never_change_the_state_they_are_given(log: list[Event]) -> 
 
 
 def test_the_shortcut_is_for_projections_only(tmp_path: Path) -> None:
-    """The decider and the executor change states in place: never skipped (ADR 0006)."""
+    """The invocations process changes states in place: never skipped (ADR 0006)."""
     app = bootstrap(Settings(state_dir=tmp_path, dev=True), clock=lambda: NOW)
     immutable = {p.name for p in app.processes() if keeps_states_immutable(p)}
     assert immutable == {p.name for p in app.projections()}
-    assert {"decider", "executor"}.isdisjoint(immutable)
+    assert "invocations" not in immutable

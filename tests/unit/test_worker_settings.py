@@ -10,9 +10,9 @@ from callgate.bootstrap import Settings, bootstrap
 
 def test_lingering_processes_exist_and_none_is_on_a_callers_path(tmp_path: Path) -> None:
     """A renamed process would silently lose its linger; the status view (what ``propose``
-    and the bench wait for), the decider and the executor must never linger."""
+    and the bench wait for) and the invocations process must never linger."""
     names = {p.name for p in bootstrap(Settings(state_dir=tmp_path, dev=True)).processes()}
     assert set(BATCH_LINGER_MS) <= names, set(BATCH_LINGER_MS) - names
-    on_path = {"decider", "executor", SETTLED_REPORTER, "pending-projection"}
+    on_path = {"invocations", SETTLED_REPORTER, "pending-projection"}
     assert not on_path & set(BATCH_LINGER_MS)
     assert all(0 < ms <= 250 for ms in BATCH_LINGER_MS.values()), BATCH_LINGER_MS

@@ -168,7 +168,11 @@ def dump_state(state: DeciderState) -> bytes:
 
 
 def load_state(data: bytes) -> DeciderState:
-    raw: dict[str, Any] = json.loads(data)  # exact ints: orjson reads a huge one as a float
+    return state_from(json.loads(data))  # exact ints: orjson reads a huge one as a float
+
+
+def state_from(raw: dict[str, Any]) -> DeciderState:
+    """The state ``dump_state`` wrote, parsed."""
     return DeciderState(
         invocations={k: Invocation(**v) for k, v in raw["invocations"].items()},
         keys={k: KeyRecord(**v) for k, v in raw["keys"].items()},

@@ -156,12 +156,7 @@ class Executor:
         return state_json(raw)
 
     def load_state(self, data: bytes) -> ExecutorState:
-        raw = json.loads(data)
-        return ExecutorState(
-            started={k: Started(**v) for k, v in raw["started"].items()},
-            finished=list(raw["finished"]),
-            answers=dict(raw.get("answers", {})),
-        )
+        return executor_state_from(json.loads(data))
 
     def next_due(self, state: ExecutorState) -> int | None:
         return None
@@ -397,6 +392,15 @@ class Executor:
             result_json=result_json,
             original_invocation_id=original_invocation_id,
         )
+
+
+def executor_state_from(raw: dict[str, Any]) -> ExecutorState:
+    """The state ``Executor.dump_state`` wrote, parsed."""
+    return ExecutorState(
+        started={k: Started(**v) for k, v in raw["started"].items()},
+        finished=list(raw["finished"]),
+        answers=dict(raw.get("answers", {})),
+    )
 
 
 class DescriptionCache:

@@ -45,10 +45,33 @@ def views_of(app: Wiring) -> dict[str, str]:
     return {view: p.name for p in app.projections() for view in getattr(p, "views", ())}
 
 
-def create_topics(app: Wiring) -> list[str]:
+# Processes of the layout before ADR 0077, whose state ``invocations`` now holds.
+EARLIER_LAYOUT = ("decider", "executor")
+
+
+def refuse_earlier_layout(topics: Topics, existing: set[str]) -> None:
+    """Fail closed on a deployment that the three-process layout ran (ADR 0077): a new
+    ``invocations`` group would start from the beginning of ``requests`` with none of the
+    decider's state (idempotency records, pending approvals) and none of the executor's
+    open executions, and decide old proposals again."""
+    if topics.changelog("invocations") in existing:
+        return
+    earlier = [topics.changelog(p) for p in EARLIER_LAYOUT if topics.changelog(p) in existing]
+    if earlier:
+        raise Rejection(
+            Code.USAGE,
+            f"the topics under prefix {topics.prefix!r} were run by the earlier process layout "
+            f"({', '.join(earlier)}); stop it with no call in flight and serve under a new "
+            "topic prefix (docs/how-to/upgrades.md, 'From the three-process layout')",
+        )
+
+
+def create_topics(app: Wiring, existing: set[str] | None = None) -> list[str]:
     settings = app.settings
     assert settings.bootstrap_servers
     topics = Topics(settings.topic_prefix, settings.partitions, settings.requests_retention_ms)
+    if existing is not None:
+        refuse_earlier_layout(topics, existing)
     admin = make_admin(settings.brokers)
     specs = topics.specs(app.processes(), views_of(app))
     return ensure_topics(admin, specs, timeout_s=settings.timeout_s)
@@ -66,8 +89,7 @@ def create_topics_when_reachable(
     while not stop.is_set():
         attempt += 1
         try:
-            probe(brokers, timeout_s)
-            return create_topics(app)
+            return create_topics(app, probe(brokers, timeout_s))
         except (Rejection, KafkaException, TimeoutError) as exc:
             if isinstance(exc, Rejection) and exc.code is not Code.BROKER_UNAVAILABLE:
                 raise

@@ -120,7 +120,7 @@ def control_input(settings: Settings, process: ReadsControl) -> GlobalInput:
 def main(wire: Callable[[Settings], Wiring], argv: list[str] | None = None) -> int:
     """Run the named process until SIGTERM/SIGINT; ``wire`` is the composition root."""
     parser = argparse.ArgumentParser(description="Run one callgate process on Kafka.")
-    parser.add_argument("process", help="process name, e.g. decider, executor")
+    parser.add_argument("process", help="process name, e.g. invocations, status-projection")
     parser.add_argument("--instance-id", help="default: CALLGATE_INSTANCE_ID, else the host")
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--batch-timeout-ms", type=int, default=20)
