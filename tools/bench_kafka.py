@@ -1097,7 +1097,8 @@ def _rows(fig: _Figures, n: int, latency_s: float) -> list[Row]:
             "",
             None,
             f"state writes ≤ {state}; every process reads every event, the invocations "
-            f"process also the proposal; {fig.recorded:,} proposals recorded in {fig.recorded_s:.1f} s",
+            f"process also the proposal; {fig.recorded:,} proposals recorded in "
+            f"{fig.recorded_s:.1f} s",
         ),
         Row(
             "kafka ceiling: same topology, no logic",
