@@ -34,9 +34,12 @@ def adopt_earlier_layout(store: EmbeddedStore, invocations: Invocations) -> int:
         positions = {process: tx.position(process) for process in EARLIER}
         if tx.position(name) or not any(positions.values()):
             return 0
-        parts = {invocations.decider.name: invocations.decider, "executor": invocations.executor}
-        for process, part in parts.items():
-            left = _unhandled(tx, positions[process], part.inputs, part.reacts_to)
+        decider, executor = invocations.decider, invocations.executor
+        for process, inputs, wanted in (
+            (decider.name, decider.inputs, decider.reacts_to),
+            (executor.name, executor.inputs, executor.reacts_to),
+        ):
+            left = _unhandled(tx, positions[process], inputs, wanted)
             if left:
                 raise Rejection(
                     Code.USAGE,
