@@ -955,6 +955,8 @@ class _Figures:
     recorded: int = 0  # proposals recorded
     recorded_s: float = 0.0
     ceiling: Result | None = None
+    # The same, of the three-process layout before ADR 0077 (decider and executor apart).
+    earlier_ceiling: Result | None = None
     pipeline: Result | None = None
     latency: dict[int, Result] = field(default_factory=dict)  # offered rate -> pipeline
     ceiling_latency: dict[int, Result] = field(default_factory=dict)
@@ -983,8 +985,8 @@ def _measure(
         hops = max(5_000, 10 * n)
         rows = [single_hop(address, prefix, work, settings.partitions, hops, codec, brokers.kind)]
 
-    def phase(replays: Mapping[str, Path] | None) -> Any:
-        return _phase(settings, work, codec, probe, replays, brokers)
+    def phase(replays: Mapping[str, Path] | None, earlier: bool = False) -> Any:
+        return _phase(settings, work, codec, probe, replays, brokers, earlier)
 
     with phase(None) as load:
         fig.pipeline = load.run(outbound(codec, mix))
@@ -1004,9 +1006,15 @@ def _measure(
     t0 = time.perf_counter()
     files, fig.written = record(rec_app.processes(), inputs, codec, rec_app.clock(), work)
     fig.recorded, fig.recorded_s = len(inputs), time.perf_counter() - t0
+    # The earlier layout's ceiling, recorded apart (its own ledger) over the same inputs.
+    shutil.copytree(work / "owner" / "keys", work / "earlier" / "keys")
+    old = bootstrap(Settings(state_dir=work / "earlier", profile=settings.profile, dev=True))
+    old_files, _ = record(_earlier(old), [*probe, *mix], codec, old.clock(), work / "earlier")
 
     with phase(files) as load:
         fig.ceiling = load.run(outbound(codec, mix))
+    with phase(old_files, earlier=True) as load:
+        fig.earlier_ceiling = load.run(outbound(codec, mix))
     for rate, batch in sorted(paced.items()):  # alternating, so noise hits both alike
         before = _cpu_seconds()
         with phase(files) as load:
@@ -1025,6 +1033,7 @@ def _phase(
     probe: Sequence[ev.Event],
     replays: Mapping[str, Path] | None,
     brokers: _Brokers,
+    earlier: bool = False,
 ) -> Iterator[Load]:
     """Fresh topics and processes (the real ones, or ``replays``) on a fresh broker or
     prefix (``_Brokers.fresh``), joined and past the probe, untimed."""
@@ -1043,9 +1052,12 @@ def _phase(
                 dev=True,
             )
         )
-        names = [p.name for p in app.processes()]
+        layout = _earlier(app) if earlier else app.processes()
+        names = [p.name for p in layout]
         topics = Topics(app.settings.topic_prefix, settings.partitions)
         create_topics(app)
+        if earlier:  # its changelogs
+            ensure_topics(make_admin(address), topics.specs(layout, views_of(app)))
         processes = (
             pipeline_processes(app, kind)
             if replays is None
@@ -1058,6 +1070,11 @@ def _phase(
                 yield load
             finally:
                 load.close()
+
+
+def _earlier(app: App) -> list[Process[Any]]:
+    """The three-process layout before ADR 0077: the decider and the executor apart."""
+    return [app.decider(), app.executor(), *app.projections()]
 
 
 def _written(bootstrap_servers: str, topics: Topics, views: Mapping[str, str]) -> Counter[str]:
@@ -1085,8 +1102,10 @@ def _per(counts: Mapping[str, int], proposals: int) -> str:
 
 
 def _rows(fig: _Figures, n: int, latency_s: float) -> list[Row]:
-    assert fig.ceiling and fig.pipeline
+    assert fig.ceiling and fig.pipeline and fig.earlier_ceiling
     ratio = fig.pipeline.rate() / fig.ceiling.rate() if fig.ceiling.rate() else float("nan")
+    old = fig.earlier_ceiling
+    old_ratio = fig.pipeline.rate() / old.rate() if old.rate() else float("nan")
     changelog = fig.written["changelog"]
     state = f"{changelog / fig.recorded:.2f} x {fig.written['changelog bytes'] / changelog:,.0f} B"
     same = "publish → status settled; same broker, topics, partitions, records, transactions"
@@ -1114,8 +1133,8 @@ def _rows(fig: _Figures, n: int, latency_s: float) -> list[Row]:
             "",
             None,
             f"{n:,} proposals, {fig.pipeline.settled_note()}: 70% reads, 20% low-impact, "
-            f"10% high-impact mutations (→ approval_required); `callgate serve`'s 6 OS "
-            f"processes; {same}",
+            f"10% high-impact mutations (→ approval_required); `callgate serve`'s OS "
+            f"processes, one per process; {same}",
         ),
         Row(
             "kafka pipeline / ceiling",
@@ -1123,6 +1142,22 @@ def _rows(fig: _Figures, n: int, latency_s: float) -> list[Row]:
             f"≥ {TARGET_RATIO:.0%}",
             ratio >= TARGET_RATIO,
             "both measured in this run",
+        ),
+        Row(
+            "kafka ceiling of the three-process layout (before ADR 0077), no logic",
+            f"{old.rate():,.0f} proposals/s",
+            "",
+            None,
+            f"{n:,} proposals, {old.settled_note()}; the decider and the executor as two "
+            f"processes, replayed the same way; {same}",
+        ),
+        Row(
+            "kafka pipeline / three-process ceiling",
+            f"{old_ratio:.0%}",
+            "≥ 100%",
+            old_ratio >= 1.0,
+            "both measured in this run: the two-transaction pipeline, with its logic, "
+            "against the earlier topology without any",
         ),
         *_latency_rows(fig, latency_s),
         Row(
