@@ -226,6 +226,37 @@ class PolicyEngine:
         _put(self._pairs, key, pair, _ENTITIES_CACHED)
         return pair
 
+    def request(
+        self,
+        principal: Principal,
+        spec: ToolSpec,
+        target: str,
+        args: Mapping[str, Any],
+        facts: ResourceFacts | None = None,
+        policies: _Slice | None = None,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The Cedar request ``decide`` evaluates (context as JSON text) and the resource
+        entity it adds to the principal's: what the benchmark hands ``cedarpy`` itself."""
+        resource = self._resource(principal, spec, target, facts)
+        context = "{}"
+        if (policies or self._for_action(spec.name)).reads_context:
+            # JSON text: cedarpy would ``json.dumps`` a dict, a quarter of a decision.
+            context = _to_json(
+                {
+                    "tool": spec.name,
+                    "mutation": spec.mutation,
+                    "high_impact": spec.is_high_impact(args),
+                    "args": _cedar_value(args),
+                }
+            )
+        request = {
+            "principal": {"type": "User", "id": principal.user},
+            "action": {"type": "Action", "id": spec.name},
+            "resource": resource["uid"],
+            "context": context,
+        }
+        return request, resource
+
     def decide(
         self,
         principal: Principal,
@@ -241,26 +272,9 @@ class PolicyEngine:
         version = self._profile.digest
         if not principal.tenant:
             return PolicyDecision(False, (), version, ("principal has no tenant",))
-        resource = self._resource(principal, spec, target, facts)
         policies = self._for_action(spec.name)
-        context = "{}"
-        if policies.reads_context:
-            # JSON text: cedarpy would ``json.dumps`` a dict, a quarter of a decision.
-            context = _to_json(
-                {
-                    "tool": spec.name,
-                    "mutation": spec.mutation,
-                    "high_impact": spec.is_high_impact(args),
-                    "args": _cedar_value(args),
-                }
-            )
         try:
-            request = {
-                "principal": {"type": "User", "id": principal.user},
-                "action": {"type": "Action", "id": spec.name},
-                "resource": resource["uid"],
-                "context": context,
-            }
+            request, resource = self.request(principal, spec, target, args, facts, policies)
             entities = self._entities(principal, resource)
             # cedarpy's Rust entry point, called as its ``is_authorized`` wrapper does; the
             # wrapper's ``json.loads`` and result objects cost an eighth of a decision.
