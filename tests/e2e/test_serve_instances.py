@@ -25,6 +25,7 @@ from tests.kafka_support import (
     Broker,
     Deployment,
     KafkaServe,
+    WORKER_NAMES,
     Pair,
     token,
     unique_prefix,
@@ -125,7 +126,7 @@ def test_children_stop_when_their_serve_is_killed(kafka_broker: Broker, tmp_path
     dep = Deployment(kafka_broker.bootstrap, unique_prefix("orphans"), tmp_path / "state")
     serve = KafkaServe(dep, tmp_path / "serve.log", instance_id="lone")
     serve.wait_started()
-    wait_for(lambda: len(serve.worker_pids()) == 6, 30, "six children")
+    wait_for(lambda: len(serve.worker_pids()) == len(WORKER_NAMES), 30, "every child")
     children = serve.worker_pids()
     serve.proc.kill()
     serve.proc.wait(timeout=10)
