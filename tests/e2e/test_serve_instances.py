@@ -22,10 +22,10 @@ from callgate.adapters.kafka.runner import TRANSACTION_TIMEOUT_MS
 from tests.kafka_support import (
     CODEC,
     PARTITIONS,
+    WORKER_NAMES,
     Broker,
     Deployment,
     KafkaServe,
-    WORKER_NAMES,
     Pair,
     token,
     unique_prefix,
