@@ -144,7 +144,8 @@ class App:
         from callgate.config import trusted_issuers
         from callgate.domain.identity import SessionVerifier
 
-        trusted = trusted_issuers(self.settings, self.discovery.keys)
+        # Discovery (an HTTP client) is built only for an issuer whose keys need it.
+        trusted = trusted_issuers(self.settings, lambda entry: self.discovery.keys(entry))
         if not self.settings.dev:
             return SessionVerifier.of_issuers(trusted)
         try:

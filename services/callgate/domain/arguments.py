@@ -12,15 +12,17 @@ import json
 from collections.abc import Mapping
 from copy import deepcopy
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema_rs
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError, best_match
 
 from callgate.domain.catalog import Limits, ToolSpec
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.limits import parse_args
+
+if TYPE_CHECKING:  # imported when a refusal is explained: a tenth of a command's start-up
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError
 
 
 def _reject(message: str, field: str = "") -> Rejection:
@@ -31,6 +33,8 @@ def _reject(message: str, field: str = "") -> Rejection:
 def _validator(schema_json: str) -> Draft202012Validator:
     """One validator per distinct schema text, to explain a refusal (its errors are
     ranked by ``best_match``)."""
+    from jsonschema import Draft202012Validator
+
     return Draft202012Validator(json.loads(schema_json))
 
 
@@ -95,6 +99,8 @@ def normalize_args(spec: ToolSpec, limits: Limits, args_json: str) -> dict[str, 
     # refuse for an explained refusal; a refusal the second cannot explain still refuses.
     error = None
     if not _check(spec.args_schema_key).is_valid(args):
+        from jsonschema.exceptions import best_match
+
         validator = _validator(spec.args_schema_key)
         error = best_match(validator.iter_errors(args))
         if error is None:

@@ -18,9 +18,8 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import jsonschema_rs
 import yaml
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -285,9 +284,9 @@ def _describe(err: ValidationError) -> str:
 def _tool_problems(spec: ToolSpec) -> list[tuple[str, str]]:
     """Cross-field checks that keep the catalog internally consistent (fail closed)."""
     problems: list[tuple[str, str]] = []
-    try:
-        Draft202012Validator.check_schema(spec.args_schema)
-    except SchemaError as exc:
+    try:  # against the 2020-12 meta-schema, by the validator that checks the calls
+        jsonschema_rs.meta.validate(spec.args_schema)
+    except jsonschema_rs.ValidationError as exc:
         return [("args_schema", f"not a valid JSON Schema: {exc.message}")]
     if spec.args_schema.get("type") != "object":
         problems.append(("args_schema", "must have type: object"))

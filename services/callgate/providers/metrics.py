@@ -14,30 +14,42 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
-
-from prometheus_client import Counter, Histogram
-from prometheus_client.registry import Collector
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from callgate.providers.base import Provider
 from callgate.tracing import provider_call
+
+if TYPE_CHECKING:
+    from prometheus_client import Counter, Histogram
+    from prometheus_client.registry import Collector
 
 BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 OPERATIONS = ("dry_run", "execute", "lookup", "describe")
 
 
 class ProviderMetrics:
-    """The two provider metrics, registered in no registry: a server adds ``collectors``."""
+    """The two provider metrics, registered in no registry: a server adds ``collectors``.
+    Built at the first call (a command that calls no provider does not load the client
+    library: part of ``callgate propose``'s start-up)."""
 
-    def __init__(self) -> None:
-        self.seconds = Histogram(
+    @cached_property
+    def seconds(self) -> Histogram:
+        from prometheus_client import Histogram
+
+        return Histogram(
             "callgate_provider_call_seconds",
             "Duration of provider calls, by provider and operation.",
             labelnames=["provider", "operation"],
             buckets=BUCKETS,
             registry=None,
         )
-        self.errors = Counter(
+
+    @cached_property
+    def errors(self) -> Counter:
+        from prometheus_client import Counter
+
+        return Counter(
             "callgate_provider_errors",
             "Provider calls that raised, by provider, operation and error class.",
             labelnames=["provider", "operation", "error"],
