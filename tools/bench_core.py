@@ -311,3 +311,51 @@ def machine() -> dict[str, Any]:
         "memory": mem,
         "python": sys.version.split()[0],
     }
+
+
+def bench_cli(samples: int) -> list[Row]:
+    """``callgate propose`` as a new process on the embedded backend while ``callgate
+    serve`` runs: the wall time of each command, from ``exec`` to its exit (interpreter
+    start, imports, the call through the running server, the answer printed)."""
+    callgate = str(Path(sys.executable).with_name("callgate"))
+    with tempfile.TemporaryDirectory() as state:
+        env = {**os.environ, "CALLGATE_STATE_DIR": state, "CALLGATE_DEV": "1"}
+        token = subprocess.run(
+            [callgate, "session", "issue", "--user", "alice", "--tenant", "acme"],
+            capture_output=True, text=True, check=True, env=env,
+        ).stdout.strip()  # fmt: skip
+        propose = [
+            callgate, "propose", "--session", token, "--tool", "tickets.read",
+            "--args", '{"ticket_id": "T-1"}',
+        ]  # fmt: skip
+        serve = subprocess.Popen(
+            [callgate, "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        try:
+            assert serve.stderr is not None
+            serve.stderr.readline()  # its "started" line
+            subprocess.run(propose, capture_output=True, check=True, env=env)  # warm caches
+            walls: list[float] = []
+            for _ in range(samples):
+                t0 = time.perf_counter()
+                subprocess.run(propose, capture_output=True, check=True, env=env)
+                walls.append((time.perf_counter() - t0) * 1000)
+            bare: list[float] = []
+            for _ in range(samples):
+                t0 = time.perf_counter()
+                subprocess.run([sys.executable, "-c", "pass"], check=True)
+                bare.append((time.perf_counter() - t0) * 1000)
+        finally:
+            serve.terminate()
+            serve.wait(30)
+    median = statistics.median(walls)
+    return [
+        Row(
+            "callgate propose as a new process, embedded, serve running: median / max",
+            f"{median:,.0f} / {max(walls):,.0f} ms",
+            "≤ 250 ms median",
+            median <= 250,
+            f"{samples} commands, each a tickets.read answered `executed`; the interpreter's "
+            f"own start (python -c pass) {statistics.median(bare):,.0f} ms of it",
+        ),
+    ]
