@@ -125,12 +125,14 @@ def test_children_stop_when_their_serve_is_killed(kafka_broker: Broker, tmp_path
     SIGTERM when its supervisor dies (``worker.stop_with_parent``)."""
     dep = Deployment(kafka_broker.bootstrap, unique_prefix("orphans"), tmp_path / "state")
     serve = KafkaServe(dep, tmp_path / "serve.log", instance_id="lone")
-    serve.wait_started()
-    wait_for(lambda: len(serve.worker_pids()) == len(WORKER_NAMES), 30, "every child")
-    children = serve.worker_pids()
-    serve.proc.kill()
-    serve.proc.wait(timeout=10)
-    serve.stop()
+    try:
+        serve.wait_started()
+        wait_for(lambda: len(serve.worker_pids()) == len(WORKER_NAMES), 30, "every child")
+        children = serve.worker_pids()
+        serve.proc.kill()
+        serve.proc.wait(timeout=10)
+    finally:
+        serve.stop()  # a failure above must not leave the supervisor and its children
 
     def gone() -> bool:
         return not any(Path(f"/proc/{pid}").exists() for pid in children)
