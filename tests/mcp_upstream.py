@@ -175,6 +175,17 @@ def build(ledger: Ledger) -> MCPServer:
         return {"deleted": note_id}
 
     @server.tool()
+    async def count_notes(prefix: str, ctx: Context) -> dict[str, int]:
+        """Count the notes written under ``prefix``, reporting progress in three steps."""
+        for step in (1, 2, 3):
+            await ctx.report_progress(step, 3, f"counted part {step} of 3")
+        return {
+            "count": sum(
+                1 for e in ledger.effects() if str(e.get("note_id", "")).startswith(prefix)
+            )
+        }
+
+    @server.tool()
     async def purge_all(ctx: Context) -> dict[str, str]:
         """Not in callgate's catalog: no session may call it."""
         await _apply("purge_all", ctx, {})

@@ -42,6 +42,7 @@ from callgate.providers.base import (
     ProviderError,
     ProviderTimeout,
 )
+from callgate.providers.progress import CHANNELS, Send
 from callgate.tracing import outgoing
 
 if TYPE_CHECKING:
@@ -271,16 +272,27 @@ class McpUpstream:
         return dumped
 
     def call_tool(
-        self, tool: str, arguments: Mapping[str, Any], meta: Mapping[str, Any]
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        meta: Mapping[str, Any],
+        on_progress: Send | None = None,
     ) -> mcp.types.CallToolResult:
-        """One ``tools/call``; raises ``mcp.MCPError`` or a transport error as the SDK does."""
+        """One ``tools/call``; raises ``mcp.MCPError`` or a transport error as the SDK does.
+        ``on_progress`` receives the upstream's progress notifications of this call."""
         loop, client = self._connected()
+
+        async def relayed(progress: float, total: float | None, message: str | None) -> None:
+            if on_progress is not None:
+                on_progress(progress, total, message)
+
         return self._run(
             loop,
             client.call_tool(
                 tool,
                 dict(arguments),
                 read_timeout_seconds=self.config.timeout_s,
+                progress_callback=None if on_progress is None else relayed,
                 meta=cast("mcp.types.RequestParamsMeta", dict(meta)),
             ),
         )
@@ -328,7 +340,10 @@ class McpProvider:
         if spec.upstream_method != "tools/call":  # a read of a resource or a prompt
             return ExecutionResult(self._read(spec, args))
         meta = {META_IDEMPOTENCY_KEY: token, META_INVOCATION_ID: invocation_id, META_TENANT: tenant}
-        return ExecutionResult(self._call(spec.upstream_name, args, meta, effectful=True))
+        progress = CHANNELS.of(invocation_id)  # the agent waiting in this process, if any
+        return ExecutionResult(
+            self._call(spec.upstream_name, args, meta, effectful=True, progress=progress)
+        )
 
     def _read(self, spec: ToolSpec, args: Mapping[str, Any]) -> dict[str, Any]:
         """``resources/read`` or ``prompts/get`` (no effect: any failure is an error)."""
@@ -382,15 +397,19 @@ class McpProvider:
         meta: Mapping[str, Any],
         *,
         effectful: bool,
+        progress: Send | None = None,
     ) -> dict[str, Any]:
-        """One upstream call as a JSON object; ``effectful`` marks execute (doubt: unknown)."""
+        """One upstream call as a JSON object; ``effectful`` marks execute (doubt: unknown);
+        the upstream's progress notifications go to ``progress``."""
         import mcp
         from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
         where = f"{self.name} {upstream_tool}"
         try:
             # Traced, the upstream continues the call's trace (``traceparent`` in ``_meta``).
-            result = self.upstream.call_tool(upstream_tool, args, {**meta, **outgoing()})
+            result = self.upstream.call_tool(
+                upstream_tool, args, {**meta, **outgoing()}, on_progress=progress
+            )
         except UpstreamUnavailable as exc:
             raise ProviderError(str(exc)) from exc
         except mcp.MCPError as exc:

@@ -25,6 +25,7 @@ from callgate.domain.policy_versions import POLICY_EVENTS, PolicyVersions, conte
 from callgate.domain.principal import Principal
 from callgate.domain.scope import OPERATOR_ROLE, bound_id, may_read
 from callgate.domain.simulation import SimulationReport, Simulator
+from callgate.providers.progress import CHANNELS, Send
 from callgate.surfaces import pinning
 from callgate_projections.audit import VerifyResult, verify_chain
 
@@ -137,6 +138,7 @@ class Gateway:
         wait: float | None = None,
         traceparent: str | None = None,
         trace_attributes: Mapping[str, Any] | None = None,
+        progress: Send | None = None,
     ) -> dict[str, Any]:
         """Publish a proposal and wait until it settles (docs/contract.md "Command line").
 
@@ -155,13 +157,18 @@ class Gateway:
         invocation id: ``{"outcome": "invalid_arguments", "error": {...}}``. The
         invocation id is bound to ``session`` (``callgate.domain.scope``), so no other
         session can address it.
+
+        ``progress`` receives the upstream's progress notifications of the call while this
+        method waits, when the call is executed in this process (``providers.progress``).
         """
         tracing = self.app.tracing
         if tracing is None:
-            return self._propose(session, tool, args, idempotency_key, approval_id, timeout_s, wait)
+            return self._propose(
+                session, tool, args, idempotency_key, approval_id, timeout_s, wait, progress
+            )
         with tracing.proposal(tool, traceparent, trace_attributes) as span:
             answer = self._propose(
-                session, tool, args, idempotency_key, approval_id, timeout_s, wait
+                session, tool, args, idempotency_key, approval_id, timeout_s, wait, progress
             )
             if answer.get("invocation_id"):
                 span.set_attribute("callgate.invocation_id", str(answer["invocation_id"]))
@@ -178,6 +185,7 @@ class Gateway:
         approval_id: str | None,
         timeout_s: float,
         wait: float | None,
+        progress: Send | None = None,
     ) -> dict[str, Any]:
         try:
             args_json = self._entry_checks(session, tool, args, idempotency_key, approval_id)
@@ -197,7 +205,13 @@ class Gateway:
             idempotency_key=idempotency_key,
             approval_id=approval_id,
         )
-        status = self.backend.follow(proposal, "status", invocation_id, _settled, timeout_s)
+        if progress is not None:
+            CHANNELS.open(invocation_id, progress)
+        try:
+            status = self.backend.follow(proposal, "status", invocation_id, _settled, timeout_s)
+        finally:
+            if progress is not None:
+                CHANNELS.close(invocation_id)
         if wait is not None and status is not None and not self.is_final(status):
             return self.wait(invocation_id, session, wait)
         return _answer(invocation_id, status)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from callgate.providers.progress import Send
 from callgate.surfaces.gateway import Gateway, Surface
 
 T = TypeVar("T")
@@ -93,6 +94,7 @@ class GatewayBridge:
         timeout_s: float,
         traceparent: str | None = None,
         trace_attributes: Mapping[str, Any] | None = None,
+        progress: Send | None = None,
     ) -> dict[str, Any]:
         return await self.run(
             lambda g: g.propose(
@@ -104,6 +106,7 @@ class GatewayBridge:
                 timeout_s=timeout_s,
                 traceparent=traceparent,
                 trace_attributes=trace_attributes,
+                progress=progress,
             )
         )
 

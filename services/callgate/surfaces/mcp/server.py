@@ -33,6 +33,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from callgate.domain.canonical import canonical_json
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.principal import Principal
+from callgate.providers.progress import Send
 from callgate.surfaces.gateway import final_answer, is_final
 from callgate.surfaces.mcp.bridge import GatewayBridge
 from callgate.surfaces.mcp.relay import Relay
@@ -159,6 +160,7 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
                         "mcp.method.name": "tools/call",
                         "jsonrpc.request.id": str(ctx.request_id),
                     },
+                    progress=_upstream_progress(ctx, meta),
                 )
             except Rejection as r:  # the SDK's entry limits: refused before anything is published
                 return _error_result(r.code.value, r.message, None)
@@ -320,9 +322,7 @@ async def _hold(
     when the client gave a ``progressToken``; the final answer, or the current one when
     the hold runs out."""
     invocation_id = str(answer["invocation_id"])
-    meta: Mapping[str, Any] = params.meta or {}
-    given = meta.get("progress_token", meta.get("progressToken"))
-    token = given if isinstance(given, str | int) and not isinstance(given, bool) else None
+    token = _progress_token(params.meta or {})
     loop = asyncio.get_running_loop()
     start = loop.time()
     while (left := hold_s - (loop.time() - start)) > 0:
@@ -338,6 +338,33 @@ async def _hold(
                 related_request_id=str(ctx.request_id),
             )
     return answer
+
+
+def _progress_token(meta: Mapping[str, Any]) -> str | int | None:
+    given = meta.get("progress_token", meta.get("progressToken"))
+    return given if isinstance(given, str | int) and not isinstance(given, bool) else None
+
+
+def _upstream_progress(ctx: ServerRequestContext[Any, Any], meta: Mapping[str, Any]) -> Send | None:
+    """Where the upstream's progress of this call goes when it runs in this process: to
+    the agent, under the agent's own ``progressToken`` (none given: nowhere). Called from
+    the thread that runs the provider; the notification is sent on this server's loop."""
+    token = _progress_token(meta)
+    if token is None:
+        return None
+    loop = asyncio.get_running_loop()
+    related = str(ctx.request_id)
+
+    def send(progress: float, total: float | None, message: str | None) -> None:
+        asyncio.run_coroutine_threadsafe(
+            ctx.session.send_progress_notification(
+                token, progress=progress, total=total, message=message,
+                related_request_id=related,
+            ),
+            loop,
+        )  # fmt: skip
+
+    return send
 
 
 async def _approval_required(
