@@ -957,6 +957,7 @@ class _Figures:
     ceiling: Result | None = None
     # The same, of the three-process layout before ADR 0077 (decider and executor apart).
     earlier_ceiling: Result | None = None
+    earlier_latency: dict[int, Result] = field(default_factory=dict)  # its ceiling's
     pipeline: Result | None = None
     latency: dict[int, Result] = field(default_factory=dict)  # offered rate -> pipeline
     ceiling_latency: dict[int, Result] = field(default_factory=dict)
@@ -1009,7 +1010,7 @@ def _measure(
     # The earlier layout's ceiling, recorded apart (its own ledger) over the same inputs.
     shutil.copytree(work / "owner" / "keys", work / "earlier" / "keys")
     old = bootstrap(Settings(state_dir=work / "earlier", profile=settings.profile, dev=True))
-    old_files, _ = record(_earlier(old), [*probe, *mix], codec, old.clock(), work / "earlier")
+    old_files, _ = record(_earlier(old), inputs, codec, old.clock(), work / "earlier")
 
     with phase(files) as load:
         fig.ceiling = load.run(outbound(codec, mix))
@@ -1019,6 +1020,9 @@ def _measure(
         before = _cpu_seconds()
         with phase(files) as load:
             fig.ceiling_latency[rate] = load.run(outbound(codec, batch), rate)
+        if rate in (LOW_RATE, TARGET_RATE):
+            with phase(old_files, earlier=True) as load:
+                fig.earlier_latency[rate] = load.run(outbound(codec, batch), rate)
         with phase(None) as load:
             fig.latency[rate] = load.run(outbound(codec, batch), rate)
         fig.others[rate] = _others(before, _cpu_seconds())
@@ -1196,6 +1200,21 @@ def _latency_rows(fig: _Figures, latency_s: float) -> list[Row]:
                 None,
                 "the same proposals through the replay processes: the topology's own "
                 f"latency; {ceiling.settled_note()}",
+            ),
+            *(
+                [
+                    Row(
+                        f"kafka ceiling latency of the three-process layout at {rate}/s: "
+                        "to the outcome event; to status settled, p50 / p95 / p99",
+                        f"{old.pcts(outcome=True)}; {old.pcts()}",
+                        "",
+                        None,
+                        "the same proposals through the earlier layout's replay processes "
+                        f"(ADR 0077's before); {old.settled_note()}",
+                    )
+                ]
+                if (old := fig.earlier_latency.get(rate)) is not None
+                else []
             ),
             Row(
                 f"kafka latency to the outcome event at {rate}/s: pipeline (ceiling)",

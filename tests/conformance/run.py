@@ -75,11 +75,9 @@ TOOLS: dict[str, dict[str, Any]] = {
     },
 }
 # Required scenarios that pass alone but not through callgate, and why (the docs' table).
-_DURING_A_CALL = ("tools-call-with-progress",)  # nothing the upstream sends mid-call is relayed
 KNOWN_LOST: dict[str, frozenset[str]] = {
     "2025-11-25": frozenset(
         {
-            *_DURING_A_CALL,
             "tools-call-with-logging",
             "tools-call-sampling",
             "tools-call-elicitation",
@@ -90,7 +88,6 @@ KNOWN_LOST: dict[str, frozenset[str]] = {
     # An upstream's input_required result is not relayed: the call ends execution_failed.
     "2026-07-28": frozenset(
         {
-            *_DURING_A_CALL,
             *(
                 f"input-required-result-{name}"
                 for name in (
