@@ -24,9 +24,9 @@ def test_bench_agent_smallest_form_prints_every_row() -> None:
     out = done.stdout
     assert "agent (embedded): start of callgate mcp to the first answer" in out
     for path in ("MCP", "HTTP API"):
-        cases = ("sequential, warm", "2 agents, warm")
+        cases = ["sequential, warm", "2 agents, warm"]
         if path == "MCP":
-            cases += ("sequential, cold", "2 agents, cold")
+            cases += ["sequential, cold", "2 agents, cold"]
         for case in cases:
             for line in ("direct", "through callgate", "overhead"):
                 assert f"agent (embedded) {path}, {case}: {line}" in out, (path, case, line)
