@@ -319,7 +319,8 @@ def agent_rows(
     backend: str, calls: int, agents: int, bootstrap_servers: str = "", http: bool = True
 ) -> list[Row]:
     """One backend's rows (the module docstring): start, then per case direct, through
-    callgate and overhead; the MCP path, then (``http``) the HTTP API path."""
+    callgate and overhead; the MCP path, then (``http``) the HTTP API path; last, the load
+    average (the figures shrink and spread as it grows)."""
     prefix = f"agent ({backend})"
     with running(backend, bootstrap_servers, http) as run:
         direct = mcp_path(run.direct, "read_note")
@@ -349,7 +350,8 @@ def agent_rows(
 
             for case in anyio.run(api_cases):
                 rows += case_rows(f"{prefix} HTTP API", case, "callgate serve --http")
-    return rows
+    load = f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    return [*rows, Row(f"{prefix}: load average after the rows", load, note="1 minute")]
 
 
 def sequential_p50s(calls: int, warm_up: int = WARM_UP) -> tuple[float, float]:
@@ -390,7 +392,6 @@ def main() -> None:
         with ApacheKafka() as broker:
             rows += agent_rows("kafka", ns.calls, ns.agents, broker.bootstrap, not ns.no_http)
     print(printed(rows))
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":
