@@ -199,6 +199,14 @@ bench-tracing: $(STAMP)
 bench-agent: $(STAMP)
 	$(PY) -m tools.bench_agent
 
+## CI's regression guard on the agent's path (ADR 0076): 150 sequential calls direct and
+## through `callgate mcp --http`, A/B, embedded backend; fails when the ratio of the two
+## medians (through / direct) exceeds its bound. A ratio, not a time: a busy machine slows
+## both paths.
+.PHONY: bench-guard
+bench-guard: $(STAMP)
+	$(PY) -m tools.bench_guard
+
 ## Time from `callgate freeze` / `unfreeze` to enforcement on a running `callgate serve`
 ## (embedded store, and every partition of two instances on Apache Kafka; rows from the
 ## event and from the command's start).

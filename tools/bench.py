@@ -1,6 +1,8 @@
 """``python -m tools bench``: one table of figures, with machine details, measured in one run.
 
-Sections (issue "Performance"): on Apache Kafka (``--broker``), the
+Sections (issue "Performance"): first the agent's path (``bench_agent``: the same MCP tool
+call direct and through ``callgate mcp --http``, and through the HTTP API, on the embedded
+backend and on an Apache Kafka broker of its own); on Apache Kafka (``--broker``), the
 ceiling (same topology, no logic) and pipeline throughput with its ratio, latency at fixed
 offered loads and per hop; replay; policy CPU time;
 embedded durable throughput; decider memory with many keys; what tracing costs (off and
@@ -42,6 +44,8 @@ FULL = {
     "freeze_rounds": 5,
     "tracing_calls": 300,
     "tracing_burst": 3_000,
+    "agent_calls": 300,
+    "agents": 20,
 }
 QUICK = {
     "policy": 300,
@@ -55,6 +59,8 @@ QUICK = {
     "freeze_rounds": 1,
     "tracing_calls": 20,
     "tracing_burst": 100,
+    "agent_calls": 5,
+    "agents": 2,
 }
 
 
@@ -70,7 +76,9 @@ def run_bench(
     its latency plot (default ``<state_dir>/latency.png``; docs/latency.png for the docs);
     ``broker``: what the Kafka section runs on (``apache``, the only one)."""
     counts = QUICK if quick else FULL
-    wanted = set(only or ["kafka", "policy", "embedded", "replay", "memory", "simulate", "tracing"])
+    wanted = set(
+        only or ["agent", "kafka", "policy", "embedded", "replay", "memory", "simulate", "tracing"]
+    )
     rows: list[Row] = []
 
     def section(name: str, fn: Callable[[], list[Row]]) -> None:
@@ -83,6 +91,8 @@ def run_bench(
         except Exception as e:  # a failed section is reported, never hidden
             rows.append(Row(f"{name}: FAILED", f"{type(e).__name__}: {e}", ok=False))
 
+    section("agent", lambda: _agent(counts, "embedded"))
+    section("agent", lambda: _agent(counts, "kafka"))  # its own FAILED row, if any
     section("kafka", lambda: _kafka(settings, counts, plot, broker))
     section("policy", lambda: bench_policy(int(counts["policy"])))
     embedded_state = None
@@ -125,6 +135,19 @@ def run_bench(
 
     out.value(report, human)
     return 0
+
+
+def _agent(counts: dict[str, float], backend: str) -> list[Row]:
+    """The agent's path on ``backend``; on Kafka, on an Apache Kafka broker started for it
+    (stopped before the Kafka section starts its own)."""
+    from tools.apache_kafka import ApacheKafka
+    from tools.bench_agent import agent_rows
+
+    calls, agents = int(counts["agent_calls"]), int(counts["agents"])
+    if backend == "embedded":
+        return agent_rows("embedded", calls, agents)
+    with ApacheKafka() as broker:
+        return agent_rows("kafka", calls, agents, broker.bootstrap)
 
 
 def _simulate(counts: dict[str, float]) -> list[Row]:

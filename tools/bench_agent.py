@@ -2,16 +2,22 @@
 
 The same read-only MCP tool call is made directly to an upstream MCP server and through
 ``callgate mcp --http`` in front of it, with the official MCP SDK client over streamable
-HTTP, alternating A/B call by call so both paths see the same machine. Measured:
+HTTP, alternating A/B so both paths see the same machine. Measured:
 
-- cold: from starting ``callgate mcp`` to the first call's answer;
-- sequential: one agent, one call at a time;
-- concurrent: ``--agents`` agents (one MCP session each) calling at once.
+- start: from starting ``callgate mcp`` (and ``callgate serve`` on Kafka) to the first
+  call's answer;
+- sequential, cold: the first call after the processes started (one call per path);
+- sequential, warm: one agent, one call at a time, after 20 untimed calls per path;
+- concurrent, cold: ``agents`` agents opening a session each at once, their first call;
+- concurrent, warm: the same agents' further calls, all at once.
 
-Each row prints p50/p95/p99 of the direct call, of the call through callgate, and the
-overhead (difference and ratio of the percentiles); on the embedded backend and on Apache
-Kafka (a broker started from the Maven jars, ``callgate serve`` beside ``callgate mcp``).
-Loopback only.
+The HTTP API path is the same call as a plain ``POST /v1/proposals`` through
+``callgate serve --http``, against the same direct upstream call (sequential and
+concurrent, warm). Each case is three rows: the p50/p95/p99 of the direct call, of the
+call through callgate, and the overhead (difference and ratio of the percentiles); on the
+embedded backend and on Apache Kafka (a broker started from the Maven jars, ``callgate
+serve`` beside ``callgate mcp``). Loopback only. ``python -m tools bench --only agent``
+prints the same rows in the bench's table (``agent_rows``).
 """
 
 from __future__ import annotations
@@ -26,20 +32,28 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import anyio
+import httpx
 import mcp
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from tests.mcp_support import UPSTREAM, write_profile
 
 from callgate.bootstrap import Settings, bootstrap
+from tools.bench_core import Row
 
 NOTE = "N-1"
 CALLGATE = str(Path(sys.executable).with_name("callgate"))
+WARM_UP = 20  # untimed calls per path before the sequential warm ones
+UNLIMITED = {"CALLGATE_HTTP_RATE_PER_S": "1000000", "CALLGATE_HTTP_RATE_BURST": "1000000"}
+
+Call = Callable[[], Awaitable[None]]
+# Opens one agent's session on a path and yields its call (closed with the session).
+Path_ = Callable[[], contextlib.AbstractAsyncContextManager[Call]]
 
 
 def free_port() -> int:
@@ -52,11 +66,11 @@ def wait_port(port: int, proc: subprocess.Popen[bytes], timeout_s: float = 60.0)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"{proc.args!r} exited with {proc.returncode}")
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
             return
         time.sleep(0.05)
-    raise SystemExit(f"nothing listens on {port} after {timeout_s} s")
+    raise RuntimeError(f"nothing listens on {port} after {timeout_s} s")
 
 
 @contextlib.asynccontextmanager
@@ -67,127 +81,231 @@ async def client(url: str, token: str | None = None) -> AsyncIterator[mcp.Client
         yield c
 
 
-def percentiles(ms: list[float]) -> tuple[float, float, float]:
+def mcp_path(url: str, tool: str, token: str | None = None) -> Path_:
+    """One agent's MCP session calling ``tool`` on the note (a tool error raises)."""
+
+    @contextlib.asynccontextmanager
+    async def session() -> AsyncIterator[Call]:
+        async with client(url, token) as c:
+
+            async def call() -> None:
+                result = await c.call_tool(tool, {"note_id": NOTE})
+                if result.is_error:
+                    raise RuntimeError(f"{tool} failed: {str(result.content)[:300]}")
+
+            yield call
+
+    return session
+
+
+def http_path(url: str, token: str) -> Path_:
+    """One agent's plain HTTP client proposing ``notes.read`` (anything but 200 raises)."""
+
+    @contextlib.asynccontextmanager
+    async def session() -> AsyncIterator[Call]:
+        headers = {"Authorization": f"Bearer {token}"}
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as c:
+
+            async def call() -> None:
+                body = {"tool": "notes.read", "args": {"note_id": NOTE}}
+                answer = await c.post("/v1/proposals", json=body)
+                if answer.status_code != 200:
+                    raise RuntimeError(f"POST /v1/proposals: {answer.status_code} {answer.text}")
+
+            yield call
+
+    return session
+
+
+def percentiles(ms: Sequence[float]) -> tuple[float, float, float]:
+    if len(ms) == 1:
+        return ms[0], ms[0], ms[0]
     cuts = statistics.quantiles(ms, n=100, method="inclusive")
     return cuts[49], cuts[94], cuts[98]
 
 
-def row(label: str, direct: list[float], through: list[float]) -> str:
-    """Three lines: each path's p50/p95/p99 in ms, and the overhead (difference, ratio)."""
-    d, t = percentiles(direct), percentiles(through)
-    over = "  ".join(f"{b - a:+7.1f} ({b / a:4.1f}x)" for a, b in zip(d, t, strict=True))
-    return (
-        f"{label} ({len(direct)} + {len(through)} calls)\n"
-        f"  {'direct':<16}" + "".join(f"{v:>10.1f}" for v in d) + "\n"
-        f"  {'through callgate':<16}" + "".join(f"{v:>10.1f}" for v in t) + "\n"
-        f"  {'overhead':<16}  {over}"
-    )
+@dataclass
+class Case:
+    """One measured case: the direct call's and the gated call's times (ms)."""
+
+    name: str
+    about: str  # what the calls are, for the rows' notes
+    direct: list[float] = field(default_factory=list)
+    through: list[float] = field(default_factory=list)
 
 
-async def timed(call: Callable[[], Awaitable[Any]]) -> float:
+def case_rows(prefix: str, case: Case, gate: str) -> list[Row]:
+    """Three rows: each path's p50/p95/p99 (one call: its time) and the overhead."""
+    d, t = percentiles(case.direct), percentiles(case.through)
+    one = len(case.direct) == 1 and len(case.through) == 1
+
+    def ms(v: tuple[float, float, float]) -> str:
+        return f"{v[0]:.1f} ms" if one else " / ".join(f"{x:.1f}" for x in v) + " ms"
+
+    pairs = list(zip(d, t, strict=True))[: 1 if one else 3]
+    over = " / ".join(f"{b - a:+.1f}" for a, b in pairs) + " ms ("
+    over += " / ".join(f"{b / a:.1f}x" for a, b in pairs) + ")"
+    n = "one call" if one else f"p50 / p95 / p99 of {len(case.direct)} calls"
+    head = f"{prefix}, {case.name}"
+    return [
+        Row(f"{head}: direct", ms(d), note=f"{case.about}; {n}"),
+        Row(f"{head}: through callgate", ms(t), note=f"through {gate}; {n}"),
+        Row(f"{head}: overhead", over, note="through minus direct (through / direct)"),
+    ]
+
+
+async def timed(call: Call) -> float:
     started = time.perf_counter()
-    result = await call()
-    if getattr(result, "is_error", False) or getattr(result, "isError", False):
-        raise SystemExit(f"the call failed: {result}")
+    await call()
     return (time.perf_counter() - started) * 1000
 
 
-async def measure(upstream: str, gateway: str, token: str, calls: int, agents: int) -> None:
-    async def one_direct(c: mcp.Client) -> Any:
-        return await c.call_tool("read_note", {"note_id": NOTE})
-
-    async def one_through(c: mcp.Client) -> Any:
-        return await c.call_tool("notes.read", {"note_id": NOTE})
-
-    d_ms: list[float] = []
-    t_ms: list[float] = []
-    async with client(upstream) as direct, client(gateway, token) as through:
-        for _ in range(20):  # warm both paths
-            await one_direct(direct)
-            await one_through(through)
+async def sequential(direct: Path_, through: Path_, calls: int, warm_up: int = WARM_UP) -> Case:
+    """``calls`` sequential calls per path, alternated A/B, after ``warm_up`` of each."""
+    case = Case("sequential, warm", f"after {warm_up} untimed calls per path")
+    async with direct() as d, through() as t:
+        for _ in range(warm_up):
+            await d()
+            await t()
         for _ in range(calls):
-            d_ms.append(await timed(lambda: one_direct(direct)))
-            t_ms.append(await timed(lambda: one_through(through)))
-    print(row("sequential", d_ms, t_ms))
+            case.direct.append(await timed(d))
+            case.through.append(await timed(t))
+    return case
 
-    async def agent(url: str, tok: str | None, one: Any, out: list[float], n: int) -> None:
-        async with client(url, tok) as c:
-            await one(c)
-            for _ in range(n):
-                out.append(await timed(lambda: one(c)))
 
-    d_ms, t_ms = [], []
+async def concurrent(direct: Path_, through: Path_, calls: int, agents: int) -> list[Case]:
+    """``agents`` agents at once, each its own session: their first calls (cold) and
+    ``calls // agents`` (at least 5) further calls each (warm); direct, then through,
+    twice (A/B)."""
+    cold = Case(f"{agents} agents, cold", f"{agents} concurrent sessions, each one's first call")
+    warm = Case(f"{agents} agents, warm", f"{agents} concurrent sessions, later calls")
     per_agent = max(5, calls // agents)
-    for _round in range(2):  # A/B twice: both paths see the same machine
-        async with anyio.create_task_group() as tg:
-            for _ in range(agents):
-                tg.start_soon(agent, upstream, None, one_direct, d_ms, per_agent)
-        async with anyio.create_task_group() as tg:
-            for _ in range(agents):
-                tg.start_soon(agent, gateway, token, one_through, t_ms, per_agent)
-    print(row(f"{agents} concurrent agents", d_ms, t_ms))
+
+    async def agent(path: Path_, first: list[float], rest: list[float]) -> None:
+        async with path() as call:
+            first.append(await timed(call))
+            for _ in range(per_agent):
+                rest.append(await timed(call))
+
+    for _round in range(2):
+        for path, first, rest in (
+            (direct, cold.direct, warm.direct),
+            (through, cold.through, warm.through),
+        ):
+            async with anyio.create_task_group() as tg:
+                for _ in range(agents):
+                    tg.start_soon(agent, path, first, rest)
+    return [cold, warm]
 
 
-def run_backend(backend: str, calls: int, agents: int, bootstrap_servers: str = "") -> None:
-    """One backend's rows: cold start, sequential, concurrent."""
+async def first_calls(
+    spare: Path_, direct: Path_, through: Path_, started: float
+) -> tuple[Case, float, int]:
+    """The first call after start on each path (one each), the time from ``started`` to the
+    gated call's answer, and how many gated calls were refused before it (the Kafka
+    pipeline still starting). An untimed call to ``spare`` first: the bench's own first
+    call pays for its client's first use."""
+    case = Case("sequential, cold", "the first call after start")
+    async with spare() as s:
+        await s()
+    async with direct() as d:
+        case.direct.append(await timed(d))
+    refused = 0
+    async with through() as t:
+        while True:
+            try:
+                case.through.append(await timed(t))
+                break
+            except RuntimeError:
+                refused += 1
+                if time.perf_counter() - started > 300:
+                    raise
+    return case, (time.perf_counter() - started) * 1000, refused
+
+
+@dataclass
+class Running:
+    """The processes of one measurement: upstreams of the same code and notes (one
+    called directly, one behind callgate, so that each path's first call meets a cold
+    upstream, and a spare), ``callgate mcp --http`` and, when asked for, ``callgate serve
+    --http``."""
+
+    direct: str  # the MCP URL of the upstream called directly
+    gateway: str
+    token: str
+    started: float  # perf_counter when callgate started
+    api: str | None = None
+    spare: str = ""  # an upstream no timed call uses: warms the bench's own client code
+    api_token: str | None = None
+
+
+@contextlib.contextmanager
+def running(backend: str, bootstrap_servers: str = "", http: bool = False) -> Iterator[Running]:
+    """Starts the upstreams, then callgate (timed from ``Running.started``), in a temporary
+    directory; stops all of them on exit. ``http``: also ``callgate serve --http`` (on
+    Kafka the serve that runs the pipeline; embedded, one on a state directory of its own)."""
     with tempfile.TemporaryDirectory(prefix="callgate-bench-agent-") as tmp:
         root = Path(tmp)
         ledger = root / "notes.jsonl"
         # The note every call reads, there from the start (the upstream folds its ledger).
         note = {"note_id": NOTE, "text": "bench", "tool": "write_note"}
         ledger.write_text(json.dumps(note, sort_keys=True) + "\n")
-        up_port, gw_port = free_port(), free_port()
+        up_port, direct_port, spare_port, gw_port, api_port = (free_port() for _ in range(5))
         upstream_url = f"http://127.0.0.1:{up_port}/mcp"
         profile = write_profile(root / "profile", ledger, url=upstream_url)
-        state = root / "state"
-        state.mkdir()
         env = {**os.environ, "CALLGATE_DEV": "1", "CALLGATE_TOPIC_PREFIX": f"bench-{up_port}"}
-        common = [CALLGATE, "--state-dir", str(state), "--profile", str(profile)]
-        if backend == "kafka":
-            common += ["--backend", "kafka", "--bootstrap-servers", bootstrap_servers]
-        procs: list[subprocess.Popen[bytes]] = []
-        try:
-            up = subprocess.Popen(
-                [sys.executable, "-P", str(UPSTREAM), "--ledger", str(ledger), "--http",
-                 f"127.0.0.1:{up_port}"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )  # fmt: skip
-            procs.append(up)
-            wait_port(up_port, up)
+        env |= UNLIMITED  # the bench's agents share one token: no 429 from the API's buckets
+
+        def argv(state: Path) -> list[str]:
+            args = [CALLGATE, "--state-dir", str(state), "--profile", str(profile)]
+            if backend == "kafka":
+                args += ["--backend", "kafka", "--bootstrap-servers", bootstrap_servers]
+            return args
+
+        def token(state: Path) -> str:
             app = bootstrap(Settings(state_dir=state, profile=profile, dev=True))
-            token = app.session_issuer.issue("alice", "acme", ["support"], app.clock())
-            started = time.perf_counter()
+            return app.session_issuer.issue("alice", "acme", ["support"], app.clock(), 86_400)
+
+        state, api_state = root / "state", root / "api-state"
+        state.mkdir()
+        api_state.mkdir()
+        procs: list[subprocess.Popen[bytes]] = []
+
+        def quiet(args: list[str]) -> subprocess.Popen[bytes]:
+            out = subprocess.DEVNULL
+            return subprocess.Popen(args, stdout=out, stderr=out, env=env)
+
+        try:
+            # callgate's upstream, the direct one, one that warms the bench's own client
+            for port in (up_port, direct_port, spare_port):
+                up = subprocess.Popen(
+                    [sys.executable, "-P", str(UPSTREAM), "--ledger", str(ledger), "--http",
+                     f"127.0.0.1:{port}"],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                )  # fmt: skip
+                procs.append(up)
+                wait_port(port, up)
+            direct_url = f"http://127.0.0.1:{direct_port}/mcp"
+            found = Running(direct_url, f"http://127.0.0.1:{gw_port}/mcp", "", 0.0)
+            found.spare = f"http://127.0.0.1:{spare_port}/mcp"
+            found.token = token(state)
+            api_http = ["--http", f"127.0.0.1:{api_port}"] if http else []
+            found.started = time.perf_counter()
+            serve = None
             if backend == "kafka":  # the pipeline runs in serve; mcp publishes and follows
-                log = (root / "serve.log").open("wb")
-                procs.append(subprocess.Popen([*common, "serve"], stdout=log, stderr=log, env=env))
-            gw = subprocess.Popen(
-                [*common, "mcp", "--http", f"127.0.0.1:{gw_port}"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-            )  # fmt: skip
+                procs.append(serve := quiet([*argv(state), "serve", *api_http]))
+            gw = quiet([*argv(state), "mcp", "--http", f"127.0.0.1:{gw_port}"])
             procs.append(gw)
             wait_port(gw_port, gw)
-            gateway_url = f"http://127.0.0.1:{gw_port}/mcp"
-
-            refused: list[str] = []
-
-            async def first() -> None:
-                async with client(gateway_url, token) as c:
-                    result = await c.call_tool("notes.read", {"note_id": NOTE})
-                    while result.is_error and time.perf_counter() - started < 300:
-                        refused.append(str(result.content)[:200])
-                        result = await c.call_tool("notes.read", {"note_id": NOTE})
-                    if result.is_error:
-                        raise SystemExit(f"no answer within 300 s: {result.content}")
-
-            anyio.run(first)
-            cold_ms = (time.perf_counter() - started) * 1000
-            print(f"agent's path, {backend} backend, MCP streamable HTTP, official SDK client")
-            what = "serve and mcp" if backend == "kafka" else "callgate mcp"
-            print(f"cold: start of {what} to the first call's answer: {cold_ms:,.0f} ms")
-            if refused:
-                print(f"  ({len(refused)} calls refused before it, the first: {refused[0]})")
-            print(f"  {'ms':<16}{'p50':>10}{'p95':>10}{'p99':>10}")
-            anyio.run(measure, upstream_url, gateway_url, token, calls, agents)
+            if http:
+                if serve is not None:
+                    found.api_token = found.token
+                else:
+                    found.api_token = token(api_state)
+                    procs.append(serve := quiet([*argv(api_state), "serve", *api_http]))
+                wait_port(api_port, serve)
+                found.api = f"http://127.0.0.1:{api_port}"
+            yield found
         finally:
             for p in reversed(procs):
                 p.terminate()
@@ -197,20 +315,83 @@ def run_backend(backend: str, calls: int, agents: int, bootstrap_servers: str = 
                     p.kill()
 
 
+def agent_rows(
+    backend: str, calls: int, agents: int, bootstrap_servers: str = "", http: bool = True
+) -> list[Row]:
+    """One backend's rows (the module docstring): start, then per case direct, through
+    callgate and overhead; the MCP path, then (``http``) the HTTP API path; last, the load
+    average (the figures shrink and spread as it grows)."""
+    prefix = f"agent ({backend})"
+    with running(backend, bootstrap_servers, http) as run:
+        direct = mcp_path(run.direct, "read_note")
+        through = mcp_path(run.gateway, "notes.read", run.token)
+
+        async def mcp_cases() -> tuple[list[Case], float, int]:
+            cold, start_ms, refused = await first_calls(
+                mcp_path(run.spare, "read_note"), direct, through, run.started
+            )
+            warm = await sequential(direct, through, calls)
+            many = await concurrent(direct, through, calls, agents)
+            return [cold, warm, *many], start_ms, refused
+
+        cases, start_ms, refused = anyio.run(mcp_cases)
+        what = "serve and mcp" if backend == "kafka" else "callgate mcp"
+        note = f"{refused} calls refused before it (the pipeline starting)" if refused else ""
+        rows = [Row(f"{prefix}: start of {what} to the first answer", f"{start_ms:,.0f} ms",
+                    note=note)]  # fmt: skip
+        for case in cases:
+            rows += case_rows(f"{prefix} MCP", case, "callgate mcp")
+        if run.api is not None and run.api_token is not None:
+            api = http_path(run.api, run.api_token)
+
+            async def api_cases() -> list[Case]:
+                warm = await sequential(direct, api, calls)
+                return [warm, (await concurrent(direct, api, calls, agents))[1]]
+
+            for case in anyio.run(api_cases):
+                rows += case_rows(f"{prefix} HTTP API", case, "callgate serve --http")
+    load = f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    return [*rows, Row(f"{prefix}: load average after the rows", load, note="1 minute")]
+
+
+def sequential_p50s(calls: int, warm_up: int = WARM_UP) -> tuple[float, float]:
+    """The p50 (ms) of ``calls`` sequential calls direct and through ``callgate mcp --http``,
+    alternated A/B, on the embedded backend (``tools.bench_guard``)."""
+    with running("embedded") as run:
+        direct = mcp_path(run.direct, "read_note")
+        through = mcp_path(run.gateway, "notes.read", run.token)
+
+        async def both() -> Case:
+            async with through() as t:  # wait until it answers (the first call, untimed)
+                await t()
+            return await sequential(direct, through, calls, warm_up)
+
+        case = anyio.run(both)
+    return statistics.median(case.direct), statistics.median(case.through)
+
+
+def printed(rows: Sequence[Row]) -> str:
+    """The rows as plain lines: measure, value, note."""
+    width = max(len(r.measure) for r in rows)
+    return "\n".join(f"{r.measure:<{width}}  {r.value:<34}  {r.note}".rstrip() for r in rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--agents", type=int, default=20)
     parser.add_argument("--backend", choices=["embedded", "kafka", "both"], default="both")
+    parser.add_argument("--no-http", action="store_true", help="the MCP path only")
     ns = parser.parse_args()
+    rows: list[Row] = []
     if ns.backend in ("embedded", "both"):
-        run_backend("embedded", ns.calls, ns.agents)
+        rows += agent_rows("embedded", ns.calls, ns.agents, http=not ns.no_http)
     if ns.backend in ("kafka", "both"):
         from tools.apache_kafka import ApacheKafka
 
         with ApacheKafka() as broker:
-            run_backend("kafka", ns.calls, ns.agents, broker.bootstrap)
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+            rows += agent_rows("kafka", ns.calls, ns.agents, broker.bootstrap, not ns.no_http)
+    print(printed(rows))
 
 
 if __name__ == "__main__":

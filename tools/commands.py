@@ -11,6 +11,7 @@ from callgate.surfaces.commands.context import Context
 
 # The sections of ``bench`` (tools.bench); an unknown name is a usage error.
 BENCH_SECTIONS = (
+    "agent",
     "kafka",
     "policy",
     "embedded",
@@ -31,7 +32,7 @@ def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type
         action="append",
         default=[],
         choices=BENCH_SECTIONS,
-        help="only this section, repeatable: kafka, policy, embedded, replay, memory, "
+        help="only this section, repeatable: agent, kafka, policy, embedded, replay, memory, "
         "simulate, tracing, history or freeze (the last two not in the default run; "
         "default: all others)",
     )

@@ -2,7 +2,8 @@
 
 The quick run uses tiny counts, so its figures mean nothing and targets may be missed; what
 is checked is that the command works end to end: one JSON value, machine details, a row from
-every section (the Kafka section on an Apache Kafka broker of its own), no ``FAILED`` row,
+every section (the agent's path first, on the embedded backend and on Apache Kafka; the
+Kafka section on an Apache Kafka broker of its own), no ``FAILED`` row,
 and the latency plot written to the state directory; the history section; and the step
 timing of one transactional hop (``tools.bench_txn``) on the suite's broker.
 """
@@ -34,6 +35,11 @@ KAFKA = {
     "kafka plot": "kafka ({}) latency vs offered load",
 }
 SECTIONS = {name: start.format("apache") for name, start in KAFKA.items()} | {
+    "agent embedded": "agent (embedded): start of callgate mcp to the first answer",
+    "agent embedded MCP": "agent (embedded) MCP, 2 agents, warm: overhead",
+    "agent embedded HTTP API": "agent (embedded) HTTP API, sequential, warm: overhead",
+    "agent kafka": "agent (kafka): start of serve and mcp to the first answer",
+    "agent kafka MCP": "agent (kafka) MCP, sequential, warm: overhead",
     "policy": "policy evaluation, median CPU per decision",
     "embedded": "embedded: durable proposals/s to final decision",
     "replay": "replay: events/s rebuilding all projections",
@@ -53,7 +59,7 @@ def assert_broker_cpu_measured(rows: list[dict[str, object]], broker: str) -> No
 
 @pytest.mark.kafka
 def test_quick_bench_reports_every_section_and_no_failure(tmp_path: Path) -> None:
-    run = run_with_own_broker(tmp_path, "bench", "--quick", timeout=240)
+    run = run_with_own_broker(tmp_path, "bench", "--quick", timeout=330)
     assert run.returncode == 0, run.stderr[-3000:]
     assert not librdkafka_lines(run.stderr), librdkafka_lines(run.stderr)[:5]  # no client spam
     report = json.loads(run.stdout)  # exactly one JSON value on stdout
@@ -64,6 +70,7 @@ def test_quick_bench_reports_every_section_and_no_failure(tmp_path: Path) -> Non
     assert not failed, failed
     missing = [s for s, start in SECTIONS.items() if not any(m.startswith(start) for m in measures)]
     assert not missing, (missing, measures)
+    assert measures[0].startswith("agent (embedded)"), measures[:3]  # the agent's path first
     for row in report["rows"]:
         assert row["value"], row
     assert_broker_cpu_measured(report["rows"], "apache")
