@@ -51,6 +51,12 @@ from callgate.adapters.wiring import Wiring
 from callgate.domain.events import Event
 from callgate.domain.process import Process, ViewRecord
 
+# The follower of a call in flight asks for new records this often at most. A
+# ``read_committed`` fetch that the broker parks is not answered when a transaction's
+# commit makes records visible, only when new bytes arrive or the wait ends: with 50 ms a
+# call waited out most of a wait per commit it follows (two on its way), so the follower,
+# which reads one partition and only while a call is in flight, asks every 5 ms instead.
+FOLLOW_FETCH_WAIT_MS = 5
 # How long approve/deny wait for a just-requested approval to reach the pending view.
 PENDING_LOOKUP_S = 2.0
 # Answers of a partition whose leader is not elected yet (just-created topics): ask again.
@@ -87,6 +93,7 @@ class KafkaBackend:
         self._by_topic = {self.topics.view(v): v for v in self._writers}
         self._consumer: Consumer | None = None
         self._follower: Consumer | None = None
+        self._offsets: Consumer | None = None
 
     # -- publishing ----------------------------------------------------------------------
 
@@ -133,7 +140,7 @@ class KafkaBackend:
         pk = request.partition_key.encode()
         partition = partition_for(pk, self.topics.partitions)
         reader = self._follower_consumer()
-        start = self._log_end(reader, TopicPartition(events, partition))
+        start = self._log_end(self._offsets_consumer(), TopicPartition(events, partition))
         try:
             ((_, delivered, _),) = publish(
                 self._producer, self.codec, self.topics, [request], self.timeout_s, self._trace()
@@ -175,10 +182,22 @@ class KafkaBackend:
 
     def _follower_consumer(self) -> Consumer:
         if self._follower is None:
-            config = client_config(self.bootstrap, **_READER)
+            config = client_config(
+                self.bootstrap, **{**_READER, "fetch.wait.max.ms": FOLLOW_FETCH_WAIT_MS}
+            )
             config["group.id"] = "callgate.surfaces.sdk-follower"  # never joined or committed
             self._follower = Consumer(config)
         return self._follower
+
+    def _offsets_consumer(self) -> Consumer:
+        """A client that only asks for log ends: never assigned, so its ``ListOffsets`` never
+        queues behind a fetch the broker parks on the same connection (the follower's did,
+        50 ms a call)."""
+        if self._offsets is None:
+            config = client_config(self.bootstrap, **_READER)
+            config["group.id"] = "callgate.surfaces.sdk-offsets"  # never joined or committed
+            self._offsets = Consumer(config)
+        return self._offsets
 
     def _projection(self, view: str) -> Process[Any]:
         for projection in self.app.projections():
@@ -307,10 +326,10 @@ class KafkaBackend:
                 yield event
 
     def close(self) -> None:
-        for consumer in (self._consumer, self._follower):
+        for consumer in (self._consumer, self._follower, self._offsets):
             if consumer is not None:
                 consumer.close()
-        self._consumer = self._follower = None
+        self._consumer = self._follower = self._offsets = None
         self._producer.flush(min(10.0, self.timeout_s))
 
 
