@@ -25,7 +25,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from callgate.adapters.following import follow_view
-from callgate.adapters.kafka.client import client_config, make_admin, position
+from callgate.adapters.kafka.client import client_config, fetched, make_admin, position
 from callgate.adapters.kafka.gateway import KafkaBackend, _obj
 from callgate.adapters.wiring import Wiring
 from callgate.domain.events import Event
@@ -63,7 +63,10 @@ class LiveKafkaBackend(KafkaBackend):
                         "enable.auto.commit": False,
                         "enable.partition.eof": True,
                         "isolation.level": "read_committed",
-                        "fetch.wait.max.ms": 50,
+                        # A parked read_committed fetch is answered when new bytes come,
+                        # not when a commit makes records visible (``gateway``): the tail
+                        # asks again at most this long after a view's commit.
+                        "fetch.wait.max.ms": 10,
                     },
                 )
             )
@@ -85,7 +88,9 @@ class LiveKafkaBackend(KafkaBackend):
             pending = {(tp.topic, tp.partition) for tp in assignment}
             try:
                 while not self._stop.is_set():
-                    ended = self._apply(consumer.consume(1000, 0.1))
+                    # what has arrived, at once: consume(1000, t) held every answer for
+                    # the whole t when fewer than 1000 records came (100 ms a call)
+                    ended = self._apply(fetched(consumer, 0.1))
                     if pending:
                         pending -= ended
                         if not pending:
