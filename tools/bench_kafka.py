@@ -1329,8 +1329,8 @@ def _plot(figs: Mapping[str, _Figures], path: Path) -> str:
     for ax, (broker, fig) in zip(axes[0], figs.items(), strict=True):
         _panel(ax, broker, fig)
     figure.suptitle(
-        f"callgate on Kafka: publish → final decision (loopback, 6 OS processes, "
-        f"{os.cpu_count()} cores)"
+        "callgate on Kafka: publish → final decision (loopback, one OS process per "
+        f"process, {os.cpu_count()} cores)"
     )
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
