@@ -34,6 +34,17 @@ def earlier(tmp_path: Path) -> App:
     return app
 
 
+def earlier_with_a_call(tmp_path: Path) -> App:
+    """The earlier layout's store after one executed call."""
+    old = earlier(tmp_path)
+    gate = old.gateway()
+    try:
+        gate.propose(token(old, "alice", ("support",)), "tickets.create", TICKET)
+    finally:
+        gate.close()
+    return old
+
+
 def token(app: App, user: str, roles: tuple[str, ...]) -> str:
     return app.session_issuer.issue(user, "acme", roles, app.clock())
 
@@ -77,12 +88,7 @@ def test_an_earlier_store_is_adopted_exactly(tmp_path: Path) -> None:
 def test_input_the_earlier_layout_left_is_handled_before_the_move(tmp_path: Path) -> None:
     """A proposal the earlier decider has not handled yet is decided and run by the earlier
     layout first (its own runner, to idle), then the states move: one effect, settled."""
-    old = earlier(tmp_path)
-    gate = old.gateway()
-    try:
-        gate.propose(token(old, "alice", ("support",)), "tickets.create", TICKET)
-    finally:
-        gate.close()
+    old = earlier_with_a_call(tmp_path)
     codec = AvroCodec.default()
     store = EmbeddedStore(tmp_path, codec)
     try:
@@ -116,12 +122,7 @@ def test_input_the_earlier_layout_left_is_handled_before_the_move(tmp_path: Path
 def test_a_store_held_by_another_process_is_not_taken_over(tmp_path: Path) -> None:
     """The earlier layout's store while another runner holds its lock: refused, coded
     ``busy``, and nothing moves."""
-    old = earlier(tmp_path)
-    gate = old.gateway()
-    try:
-        gate.propose(token(old, "alice", ("support",)), "tickets.create", TICKET)
-    finally:
-        gate.close()
+    old = earlier_with_a_call(tmp_path)
     codec = AvroCodec.default()
     store = EmbeddedStore(tmp_path, codec)
     holder = old.embedded_runner(store, codec)
