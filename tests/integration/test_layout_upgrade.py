@@ -88,7 +88,7 @@ def test_an_earlier_store_is_adopted_exactly(tmp_path: Path) -> None:
 def test_input_the_earlier_layout_left_is_handled_before_the_move(tmp_path: Path) -> None:
     """A proposal the earlier decider has not handled yet is decided and run by the earlier
     layout first (its own runner, to idle), then the states move: one effect, settled."""
-    old = earlier_with_a_call(tmp_path)
+    earlier_with_a_call(tmp_path)
     codec = AvroCodec.default()
     store = EmbeddedStore(tmp_path, codec)
     try:
