@@ -77,7 +77,9 @@ class Invocations:
             {ev.ToolCallProposed, ev.ApprovalDecisionSubmitted, *self.control_events}
         )
         # The events one part hands the other: folded as they are written, never read back.
-        self.carries: frozenset[type[ev.Event]] = self._to_decider | self._to_executor
+        self.carries: frozenset[type[ev.Event]] = (
+            self._to_decider | self._to_executor
+        ) - self.reacts_to
 
     def seed(self, events: Sequence[ev.Event]) -> None:
         self.decider.seed(events)
