@@ -91,8 +91,15 @@ def run_bench(
         except Exception as e:  # a failed section is reported, never hidden
             rows.append(Row(f"{name}: FAILED", f"{type(e).__name__}: {e}", ok=False))
 
-    section("agent", lambda: _agent(counts, "embedded"))
-    section("agent", lambda: _agent(counts, "kafka"))  # its own FAILED row, if any
+    agent_plot = (plot or settings.state_dir / "latency.png").with_name("agent-latency.png")
+    swept: dict[str, Any] = {}
+    section("agent", lambda: _agent(counts, "embedded", swept, quick))
+    section("agent", lambda: _agent(counts, "kafka", swept, quick))  # its own FAILED row
+    if swept:
+        from tools.bench_agent import plot_sweep
+
+        where = plot_sweep(swept, agent_plot)
+        rows.append(Row("agent: latency against offered load", where, note="direct and through"))
     section("kafka", lambda: _kafka(settings, counts, plot, broker))
     section("policy", lambda: bench_policy(int(counts["policy"])))
     embedded_state = None
@@ -137,17 +144,19 @@ def run_bench(
     return 0
 
 
-def _agent(counts: dict[str, float], backend: str) -> list[Row]:
+def _agent(counts: dict[str, float], backend: str, swept: dict[str, Any], quick: bool) -> list[Row]:
     """The agent's path on ``backend``; on Kafka, on an Apache Kafka broker started for it
-    (stopped before the Kafka section starts its own)."""
+    (stopped before the Kafka section starts its own). Not ``quick``: also the MCP path at
+    offered loads (``bench_agent.SWEEP_RATES``), kept in ``swept`` for the plot."""
     from tools.apache_kafka import ApacheKafka
-    from tools.bench_agent import agent_rows
+    from tools.bench_agent import SWEEP_RATES, agent_rows
 
     calls, agents = int(counts["agent_calls"]), int(counts["agents"])
+    rates = () if quick else SWEEP_RATES
     if backend == "embedded":
-        return agent_rows("embedded", calls, agents)
+        return agent_rows("embedded", calls, agents, swept=swept, rates=rates)
     with ApacheKafka() as broker:
-        return agent_rows("kafka", calls, agents, broker.bootstrap)
+        return agent_rows("kafka", calls, agents, broker.bootstrap, swept=swept, rates=rates)
 
 
 def _simulate(counts: dict[str, float]) -> list[Row]:

@@ -223,6 +223,81 @@ async def first_calls(
     return case, (time.perf_counter() - started) * 1000, refused
 
 
+# Offered loads (calls/s) of the sweep, and how long each runs per path.
+SWEEP_RATES = (10, 25, 50, 100, 200)
+SWEEP_S = 4.0
+
+
+async def offered(path: Path_, rate: float, seconds: float) -> list[float]:
+    """Calls at ``rate`` per second for ``seconds`` on one session of ``path`` (calls
+    overlap when one takes longer than the interval), each timed from its *scheduled*
+    start: a path that falls behind adds its delay instead of hiding it."""
+    times: list[float] = []
+    async with path() as call:
+        await call()  # untimed: the session is open and warm
+
+        async def one(scheduled: float) -> None:
+            await call()
+            times.append((time.perf_counter() - scheduled) * 1000)
+
+        async with anyio.create_task_group() as tg:
+            start = time.perf_counter()
+            for i in range(int(rate * seconds)):
+                scheduled = start + i / rate
+                await anyio.sleep(max(0.0, scheduled - time.perf_counter()))
+                tg.start_soon(one, scheduled)
+    return times
+
+
+async def sweep(
+    direct: Path_, through: Path_, rates: Sequence[float], seconds: float
+) -> dict[float, Case]:
+    """Per offered load, the direct path's and the gated path's latencies (one after the
+    other at each rate, the rates in increasing order)."""
+    found: dict[float, Case] = {}
+    for rate in rates:
+        case = Case(f"{rate:g} calls/s offered", f"{int(rate * seconds)} calls in {seconds:g} s")
+        case.direct = await offered(direct, rate, seconds)
+        case.through = await offered(through, rate, seconds)
+        found[rate] = case
+    return found
+
+
+def plot_sweep(sweeps: dict[str, dict[float, Case]], path: Path) -> str:
+    """Latency against offered load, p50 and p99, direct and through callgate, a panel per
+    backend; returns what was written (or why nothing was)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "no plot: matplotlib is not installed"
+    figure, axes = plt.subplots(1, len(sweeps), figsize=(6.5 * len(sweeps), 4.6), squeeze=False)
+    for ax, (backend, cases) in zip(axes[0], sweeps.items(), strict=True):
+        rates = sorted(cases)
+        for label, attr, style in (
+            ("direct", "direct", "-"),
+            ("through callgate", "through", "--"),
+        ):
+            for q, marker in ((0, "o"), (2, "^")):
+                values = [percentiles(getattr(cases[r], attr))[q] for r in rates]
+                name = f"{label} p{(50, 95, 99)[q]}"
+                ax.plot(rates, values, style, marker=marker, label=name)
+        ax.set_yscale("log")
+        ax.set_xlabel("offered load (calls/s)")
+        ax.set_ylabel("scheduled start → answer (ms)")
+        ax.set_title(f"MCP tools/call, {backend} backend")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    figure.suptitle(f"The agent's path: direct and through callgate mcp ({os.cpu_count()} cores)")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return str(path)
+
+
 @dataclass
 class Running:
     """The processes of one measurement: upstreams of the same code and notes (one
@@ -316,11 +391,18 @@ def running(backend: str, bootstrap_servers: str = "", http: bool = False) -> It
 
 
 def agent_rows(
-    backend: str, calls: int, agents: int, bootstrap_servers: str = "", http: bool = True
+    backend: str,
+    calls: int,
+    agents: int,
+    bootstrap_servers: str = "",
+    http: bool = True,
+    swept: dict[str, dict[float, Case]] | None = None,
+    rates: Sequence[float] = (),
 ) -> list[Row]:
     """One backend's rows (the module docstring): start, then per case direct, through
     callgate and overhead; the MCP path, then (``http``) the HTTP API path; last, the load
-    average (the figures shrink and spread as it grows)."""
+    average (the figures shrink and spread as it grows). With ``rates``, the MCP path at
+    those offered loads too, its cases kept in ``swept[backend]`` for the plot."""
     prefix = f"agent ({backend})"
     with running(backend, bootstrap_servers, http) as run:
         direct = mcp_path(run.direct, "read_note")
@@ -332,6 +414,8 @@ def agent_rows(
             )
             warm = await sequential(direct, through, calls)
             many = await concurrent(direct, through, calls, agents)
+            if rates and swept is not None:
+                swept[backend] = await sweep(direct, through, rates, SWEEP_S)
             return [cold, warm, *many], start_ms, refused
 
         cases, start_ms, refused = anyio.run(mcp_cases)
@@ -339,7 +423,7 @@ def agent_rows(
         note = f"{refused} calls refused before it (the pipeline starting)" if refused else ""
         rows = [Row(f"{prefix}: start of {what} to the first answer", f"{start_ms:,.0f} ms",
                     note=note)]  # fmt: skip
-        for case in cases:
+        for case in [*cases, *((swept or {}).get(backend, {}).values())]:
             rows += case_rows(f"{prefix} MCP", case, "callgate mcp")
         if run.api is not None and run.api_token is not None:
             api = http_path(run.api, run.api_token)
@@ -382,16 +466,32 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=20)
     parser.add_argument("--backend", choices=["embedded", "kafka", "both"], default="both")
     parser.add_argument("--no-http", action="store_true", help="the MCP path only")
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        metavar="FILE",
+        help="also sweep offered loads (calls/s: "
+        + ", ".join(f"{r:g}" for r in SWEEP_RATES)
+        + ") and plot latency against load, direct and through callgate, to FILE",
+    )
     ns = parser.parse_args()
     rows: list[Row] = []
+    swept: dict[str, dict[float, Case]] = {}
+    rates = SWEEP_RATES if ns.plot else ()
     if ns.backend in ("embedded", "both"):
-        rows += agent_rows("embedded", ns.calls, ns.agents, http=not ns.no_http)
+        rows += agent_rows(
+            "embedded", ns.calls, ns.agents, http=not ns.no_http, swept=swept, rates=rates
+        )
     if ns.backend in ("kafka", "both"):
         from tools.apache_kafka import ApacheKafka
 
         with ApacheKafka() as broker:
-            rows += agent_rows("kafka", ns.calls, ns.agents, broker.bootstrap, not ns.no_http)
+            rows += agent_rows(
+                "kafka", ns.calls, ns.agents, broker.bootstrap, not ns.no_http, swept, rates
+            )
     print(printed(rows))
+    if ns.plot:
+        print(f"latency against offered load: {plot_sweep(swept, ns.plot)}")
 
 
 if __name__ == "__main__":
