@@ -24,7 +24,7 @@ from callgate.bootstrap import App, Settings, bootstrap
 from callgate.domain import events as ev
 from callgate.domain.canonical import partition_key
 from callgate.domain.catalog import ToolSpec
-from callgate.domain.policy import PolicyEngine
+from callgate.domain.policy import PolicyEngine, user_entity
 from callgate.domain.principal import Principal
 from callgate.domain.scope import bound_id
 from tools import child_env
@@ -170,11 +170,7 @@ def _cedarpy_alone(
     import cedarpy
 
     policies = cedarpy.PolicySet.from_str(engine.policy_text)
-    user = {
-        "uid": {"type": "User", "id": who.user},
-        "attrs": {"tenant": who.tenant, "roles": list(who.roles)},
-        "parents": [],
-    }
+    user = user_entity(who)
     calls = []
     for i in range(1000):
         request, resource = engine.request(who, spec, f"ORD-{i}", args)

@@ -1059,9 +1059,10 @@ def _phase(
         layout = _earlier(app) if earlier else app.processes()
         names = [p.name for p in layout]
         topics = Topics(app.settings.topic_prefix, settings.partitions)
-        create_topics(app)
-        if earlier:  # its changelogs
+        if earlier:  # its own changelogs
             ensure_topics(make_admin(address), topics.specs(layout, views_of(app)))
+        else:
+            create_topics(app)
         processes = (
             pipeline_processes(app, kind)
             if replays is None
@@ -1175,6 +1176,24 @@ def _rows(fig: _Figures, n: int, latency_s: float) -> list[Row]:
     ]
 
 
+def _earlier_latency_rows(fig: _Figures, rate: int) -> list[Row]:
+    """The three-process layout's ceiling at ``rate``, when measured (ADR 0077's before)."""
+    old = fig.earlier_latency.get(rate)
+    if old is None:
+        return []
+    return [
+        Row(
+            f"kafka ceiling latency of the three-process layout at {rate}/s: "
+            "to the outcome event; to status settled, p50 / p95 / p99",
+            f"{old.pcts(outcome=True)}; {old.pcts()}",
+            "",
+            None,
+            "the same proposals through the earlier layout's replay processes "
+            f"(ADR 0077's before); {old.settled_note()}",
+        )
+    ]
+
+
 def _latency_rows(fig: _Figures, latency_s: float) -> list[Row]:
     """Per offered load with a target: the pipeline's latency to the settled status record
     (the target), the ceiling's, and both to the outcome event on the ``events`` log."""
@@ -1201,21 +1220,7 @@ def _latency_rows(fig: _Figures, latency_s: float) -> list[Row]:
                 "the same proposals through the replay processes: the topology's own "
                 f"latency; {ceiling.settled_note()}",
             ),
-            *(
-                [
-                    Row(
-                        f"kafka ceiling latency of the three-process layout at {rate}/s: "
-                        "to the outcome event; to status settled, p50 / p95 / p99",
-                        f"{old.pcts(outcome=True)}; {old.pcts()}",
-                        "",
-                        None,
-                        "the same proposals through the earlier layout's replay processes "
-                        f"(ADR 0077's before); {old.settled_note()}",
-                    )
-                ]
-                if (old := fig.earlier_latency.get(rate)) is not None
-                else []
-            ),
+            *_earlier_latency_rows(fig, rate),
             Row(
                 f"kafka latency to the outcome event at {rate}/s: pipeline (ceiling)",
                 f"{mine.pcts(outcome=True)} ({ceiling.pcts(outcome=True)})",

@@ -306,9 +306,8 @@ class App:
         self, store: EmbeddedStore, codec: AvroCodec, **options: Any
     ) -> EmbeddedRunner:
         """The runner ``callgate serve`` drives on the embedded store (every process)."""
-        from callgate.adapters.embedded.layout import adopt_earlier_layout, earlier_layout_in
+        from callgate.adapters.embedded.layout import take_over_earlier_layout
         from callgate.adapters.embedded.runner import EmbeddedRunner
-        from callgate.domain.codes import Code, Rejection
         from callgate.domain.process import ReadsControl
         from callgate.executor.invocations import Invocations
 
@@ -322,23 +321,12 @@ class App:
 
         processes = self.processes()
         for process in processes:
-            if isinstance(process, Invocations) and earlier_layout_in(store, process.name):
-                # ADR 0077: the earlier layout's decider and executor finish what they have
-                # left (their own runner, under the store's lock), then their states move.
-                earlier = EmbeddedRunner(
-                    store, seeded([process.decider, process.executor]), codec, self.clock
+            if isinstance(process, Invocations):  # ADR 0077: a store of the earlier layout
+                take_over_earlier_layout(
+                    store,
+                    process,
+                    lambda parts: EmbeddedRunner(store, seeded(parts), codec, self.clock),
                 )
-                if not earlier.try_acquire():
-                    raise Rejection(
-                        Code.BUSY,
-                        "another callgate process holds this state directory; stop it before "
-                        "this version takes it over (docs/how-to/upgrades.md)",
-                    )
-                try:
-                    earlier.run_until_idle()
-                finally:
-                    earlier.release()
-                adopt_earlier_layout(store, process)
         return EmbeddedRunner(
             store,
             list(seeded(processes)),

@@ -95,24 +95,21 @@ def normalize_args(spec: ToolSpec, limits: Limits, args_json: str) -> dict[str, 
     parsed = parse_args(args_json, limits.max_args_bytes, limits.max_depth)
     args: dict[str, Any] = _integral(parsed)
 
-    # The compiled check decides; the Python validator only explains a refusal. Both must
-    # refuse for an explained refusal; a refusal the second cannot explain still refuses.
-    error = None
-    if not _check(spec.args_schema_key).is_valid(args):
-        from jsonschema.exceptions import best_match
+    # The compiled check decides; the Python validator only explains a refusal (a refusal
+    # it cannot explain still refuses).
+    if _check(spec.args_schema_key).is_valid(args):
+        _apply_defaults(spec.args_schema, args)
+        return args
+    from jsonschema.exceptions import best_match
 
-        validator = _validator(spec.args_schema_key)
-        error = best_match(validator.iter_errors(args))
-        if error is None:
-            raise _reject(f"{spec.name}: arguments fail the tool's schema", "")
-    if error is not None:
-        path = _error_field(error)
-        where = f"argument '{path}'" if path else "arguments"
-        # A tool with sensitive fields gets no message quoting a value (ADR 0035).
-        why = f"fails '{error.validator}'" if spec.sensitive else error.message
-        raise _reject(f"{spec.name}: {where}: {why}", path)
-    _apply_defaults(spec.args_schema, args)
-    return args
+    error = best_match(_validator(spec.args_schema_key).iter_errors(args))
+    if error is None:
+        raise _reject(f"{spec.name}: arguments fail the tool's schema", "")
+    path = _error_field(error)
+    where = f"argument '{path}'" if path else "arguments"
+    # A tool with sensitive fields gets no message quoting a value (ADR 0035).
+    why = f"fails '{error.validator}'" if spec.sensitive else error.message
+    raise _reject(f"{spec.name}: {where}: {why}", path)
 
 
 def target_of(spec: ToolSpec, args: Mapping[str, Any]) -> str:

@@ -215,12 +215,7 @@ class PolicyEngine:
             return found
         base = self._principals.get(who)
         if base is None:
-            user = {
-                "uid": {"type": "User", "id": principal.user},
-                "attrs": {"tenant": principal.tenant, "roles": list(principal.roles)},
-                "parents": [],
-            }
-            base = cedar_engine.Entities.from_json_str(_to_json([user]), None)
+            base = cedar_engine.Entities.from_json_str(_to_json([user_entity(principal)]), None)
             _put(self._principals, who, base, _PRINCIPALS_CACHED)
         pair = base.with_added_json_str(resource_json, None)
         _put(self._pairs, key, pair, _ENTITIES_CACHED)
@@ -233,13 +228,12 @@ class PolicyEngine:
         target: str,
         args: Mapping[str, Any],
         facts: ResourceFacts | None = None,
-        policies: _Slice | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """The Cedar request ``decide`` evaluates (context as JSON text) and the resource
         entity it adds to the principal's: what the benchmark hands ``cedarpy`` itself."""
         resource = self._resource(principal, spec, target, facts)
         context = "{}"
-        if (policies or self._for_action(spec.name)).reads_context:
+        if self._for_action(spec.name).reads_context:
             # JSON text: cedarpy would ``json.dumps`` a dict, a quarter of a decision.
             context = _to_json(
                 {
@@ -274,7 +268,7 @@ class PolicyEngine:
             return PolicyDecision(False, (), version, ("principal has no tenant",))
         policies = self._for_action(spec.name)
         try:
-            request, resource = self.request(principal, spec, target, args, facts, policies)
+            request, resource = self.request(principal, spec, target, args, facts)
             entities = self._entities(principal, resource)
             # cedarpy's Rust entry point, called as its ``is_authorized`` wrapper does; the
             # wrapper's ``json.loads`` and result objects cost an eighth of a decision.
@@ -293,6 +287,15 @@ class PolicyEngine:
         except Exception as exc:  # any engine failure is a deny, never a crash-through
             return PolicyDecision(False, (), version, (f"policy evaluation failed: {exc}",))
         return PolicyDecision(allowed, determining, version)
+
+
+def user_entity(principal: Principal) -> dict[str, Any]:
+    """The session principal as a Cedar entity: its tenant and roles, from the session."""
+    return {
+        "uid": {"type": "User", "id": principal.user},
+        "attrs": {"tenant": principal.tenant, "roles": list(principal.roles)},
+        "parents": [],
+    }
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,10 @@ from callgate.domain import events as ev
 from callgate.domain.process import Output
 from callgate.executor.process import Executor, ExecutorState, executor_state_from
 
+# The processes of the layout before this one, whose states ``invocations`` holds: a
+# deployment they ran is taken over (embedded) or refused (Kafka), never started afresh.
+EARLIER_LAYOUT = (Decider.name, Executor.name)
+
 
 @dataclass(slots=True)
 class InvocationsState:
@@ -164,4 +168,4 @@ class Invocations:
         return outputs
 
 
-__all__ = ["Invocations", "InvocationsState"]
+__all__ = ["EARLIER_LAYOUT", "Invocations", "InvocationsState"]

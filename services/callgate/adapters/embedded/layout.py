@@ -12,17 +12,46 @@ root first runs the two of them until idle, and a store that still has some is r
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from callgate.adapters.embedded.runner import EmbeddedRunner
 from callgate.adapters.embedded.store import EmbeddedStore, StoreTx
 from callgate.domain.codes import Code, Rejection
-from callgate.executor.invocations import Invocations
+from callgate.domain.process import Process
+from callgate.executor.invocations import EARLIER_LAYOUT, Invocations
 
-EARLIER = ("decider", "executor")
 PAGE = 1_000
 
 
 def earlier_layout_in(store: EmbeddedStore, name: str) -> bool:
     """Whether the store was run by the earlier layout and not yet by process ``name``."""
-    return not store.position(name) and any(store.position(p) for p in EARLIER)
+    return not store.position(name) and any(store.position(p) for p in EARLIER_LAYOUT)
+
+
+def take_over_earlier_layout(
+    store: EmbeddedStore,
+    invocations: Invocations,
+    runner_of: Callable[[Sequence[Process[Any]]], EmbeddedRunner],
+) -> int:
+    """When the earlier layout ran ``store``: its decider and executor finish what they
+    have left (``runner_of`` builds their runner; it runs under the store's lock), then
+    their states move (``adopt_earlier_layout``); returns how many keys moved. Raises
+    ``Rejection(busy)`` while another process holds the store."""
+    if not earlier_layout_in(store, invocations.name):
+        return 0
+    earlier = runner_of([invocations.decider, invocations.executor])
+    if not earlier.try_acquire():
+        raise Rejection(
+            Code.BUSY,
+            "another callgate process holds this state directory; stop it before "
+            "this version takes it over (docs/how-to/upgrades.md)",
+        )
+    try:
+        earlier.run_until_idle()
+    finally:
+        earlier.release()
+    return adopt_earlier_layout(store, invocations)
 
 
 def adopt_earlier_layout(store: EmbeddedStore, invocations: Invocations) -> int:
@@ -31,32 +60,29 @@ def adopt_earlier_layout(store: EmbeddedStore, invocations: Invocations) -> int:
     processes have input left that they have not handled."""
     name = invocations.name
     with store.transaction() as tx:
-        positions = {process: tx.position(process) for process in EARLIER}
+        positions = {process: tx.position(process) for process in EARLIER_LAYOUT}
         if tx.position(name) or not any(positions.values()):
             return 0
         decider, executor = invocations.decider, invocations.executor
-        for process, inputs, wanted in (
-            (decider.name, decider.inputs, decider.reacts_to),
-            (executor.name, executor.inputs, executor.reacts_to),
-        ):
-            left = _unhandled(tx, positions[process], inputs, wanted)
+        for part in (decider, executor):
+            left = _unhandled(tx, positions[part.name], part.inputs, part.reacts_to)
             if left:
                 raise Rejection(
                     Code.USAGE,
-                    f"this state directory's {process} has {left} event(s) left to handle; "
+                    f"this state directory's {part.name} has {left} event(s) left to handle; "
                     "run the earlier callgate version until its calls settle, then start "
                     "this one (docs/how-to/upgrades.md)",
                 )
         moved = 0
         after = ""
-        while page := tx.states_after(invocations.decider.name, after, PAGE):
+        while page := tx.states_after(decider.name, after, PAGE):
+            executed = tx.load_states(executor.name, [key for key, _ in page])
             rows = []
             for key, blob in page:
                 state = invocations.initial_state()
-                state.decider = invocations.decider.load_state(blob)
-                found = tx.load_states("executor", [key]).get(key)
-                if found is not None:
-                    state.executor = invocations.executor.load_state(found)
+                state.decider = decider.load_state(blob)
+                if (found := executed.get(key)) is not None:
+                    state.executor = executor.load_state(found)
                 rows.append((key, invocations.dump_state(state), invocations.next_due(state)))
             tx.put_states(name, rows)
             moved += len(rows)

@@ -180,13 +180,15 @@ class KafkaBackend:
             if time.monotonic() > deadline:
                 return value
 
+    def _reader(self, role: str, **extra: Any) -> Consumer:
+        """A ``read_committed`` client of this backend; its group is never joined or
+        committed (librdkafka requires one)."""
+        group = {"group.id": f"callgate.surfaces.sdk-{role}"}
+        return Consumer(client_config(self.bootstrap, **{**_READER, **extra, **group}))
+
     def _follower_consumer(self) -> Consumer:
         if self._follower is None:
-            config = client_config(
-                self.bootstrap, **{**_READER, "fetch.wait.max.ms": FOLLOW_FETCH_WAIT_MS}
-            )
-            config["group.id"] = "callgate.surfaces.sdk-follower"  # never joined or committed
-            self._follower = Consumer(config)
+            self._follower = self._reader("follower", **{"fetch.wait.max.ms": FOLLOW_FETCH_WAIT_MS})
         return self._follower
 
     def _offsets_consumer(self) -> Consumer:
@@ -194,9 +196,7 @@ class KafkaBackend:
         queues behind a fetch the broker parks on the same connection (the follower's did,
         50 ms a call)."""
         if self._offsets is None:
-            config = client_config(self.bootstrap, **_READER)
-            config["group.id"] = "callgate.surfaces.sdk-offsets"  # never joined or committed
-            self._offsets = Consumer(config)
+            self._offsets = self._reader("offsets")
         return self._offsets
 
     def _projection(self, view: str) -> Process[Any]:
@@ -215,11 +215,7 @@ class KafkaBackend:
     def _open(self, views: Iterable[str]) -> Consumer:
         """The views' topics assigned from the beginning and read to their end once."""
         if self._consumer is None:
-            config = client_config(self.bootstrap, **_READER)
-            config.update(
-                {"group.id": "callgate.surfaces.sdk-reader", "enable.partition.eof": True}
-            )
-            self._consumer = Consumer(config)
+            self._consumer = self._reader("reader", **{"enable.partition.eof": True})
         consumer = self._consumer
         new = sorted(set(views) - set(self._tables))
         if not new:

@@ -45,16 +45,14 @@ def views_of(app: Wiring) -> dict[str, str]:
     return {view: p.name for p in app.projections() for view in getattr(p, "views", ())}
 
 
-# Processes of the layout before ADR 0077, whose state ``invocations`` now holds.
-EARLIER_LAYOUT = ("decider", "executor")
-
-
 def refuse_earlier_layout(topics: Topics, existing: set[str]) -> None:
     """Fail closed on a deployment that the three-process layout ran (ADR 0077): a new
     ``invocations`` group would start from the beginning of ``requests`` with none of the
     decider's state (idempotency records, pending approvals) and none of the executor's
     open executions, and decide old proposals again."""
-    if topics.changelog("invocations") in existing:
+    from callgate.executor.invocations import EARLIER_LAYOUT, Invocations
+
+    if topics.changelog(Invocations.name) in existing:
         return
     earlier = [topics.changelog(p) for p in EARLIER_LAYOUT if topics.changelog(p) in existing]
     if earlier:
