@@ -212,8 +212,13 @@ class Gateway:
         finally:
             if progress is not None:
                 CHANNELS.close(invocation_id)
-        if wait is not None and status is not None and not self.is_final(status):
-            return self.wait(invocation_id, session, wait)
+        if wait is not None and status is not None:
+            # Waited on, the answer has one shape whether the first status seen is final
+            # already (an approval given before the follower read the request's events)
+            # or not: ``final_answer``, as ``wait`` gives.
+            if not self.is_final(status):
+                return self.wait(invocation_id, session, wait)
+            return final_answer(invocation_id, status)
         return _answer(invocation_id, status)
 
     def is_final(self, status: Mapping[str, Any]) -> bool:
