@@ -402,3 +402,13 @@ def test_an_approver_under_a_look_alike_of_the_actor_is_refused(state: Path) -> 
         refused = run(state, "approve", inv, "--session", other, rc=EXIT_FAILED).value
         assert refused["error"]["code"] == "approver_forbidden", refused
         assert "look-alike" in refused["error"]["message"]
+
+
+def test_propose_wait_answers_final_also_for_a_call_final_at_once(state: Path) -> None:
+    """``propose --wait`` prints the waited shape (``final``) whether the call needed an
+    approval or was final when first seen (on Kafka an approval can land before the
+    agent's first read)."""
+    alice = session(state, "alice", "acme", "support")
+    argv = propose_argv(alice, "tickets.read", json.dumps({"ticket_id": "T-1"}))
+    answer = cg(state, *argv, "--wait", "5s")
+    assert answer["outcome"] == "executed" and answer["final"] is True, answer

@@ -139,6 +139,7 @@ class Gateway:
         traceparent: str | None = None,
         trace_attributes: Mapping[str, Any] | None = None,
         progress: Send | None = None,
+        on_change: Callable[[dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
         """Publish a proposal and wait until it settles (docs/contract.md "Command line").
 
@@ -149,7 +150,8 @@ class Gateway:
         With ``wait`` (seconds), a call that needs approval is waited on further until
         its final outcome (``Gateway.wait``, ADR 0029): executed or failed once approved,
         ``approval_denied``, ``approval_expired``, or still ``approval_required`` (with the
-        invocation id to wait on again) when ``wait`` runs out.
+        invocation id to wait on again) when ``wait`` runs out; ``on_change`` sees each
+        status meanwhile (``Gateway.wait``).
 
         The limits of every entry (``callgate.domain.limits``) run first: arguments that
         break them, or text that cannot be encoded, are refused before anything is
@@ -164,12 +166,14 @@ class Gateway:
         tracing = self.app.tracing
         if tracing is None:
             return self._propose(
-                session, tool, args, idempotency_key, approval_id, timeout_s, wait, progress
-            )
+                session, tool, args, idempotency_key, approval_id, timeout_s, wait, progress,
+                on_change,
+            )  # fmt: skip
         with tracing.proposal(tool, traceparent, trace_attributes) as span:
             answer = self._propose(
-                session, tool, args, idempotency_key, approval_id, timeout_s, wait, progress
-            )
+                session, tool, args, idempotency_key, approval_id, timeout_s, wait, progress,
+                on_change,
+            )  # fmt: skip
             if answer.get("invocation_id"):
                 span.set_attribute("callgate.invocation_id", str(answer["invocation_id"]))
             if answer.get("outcome"):
@@ -186,6 +190,7 @@ class Gateway:
         timeout_s: float,
         wait: float | None,
         progress: Send | None = None,
+        on_change: Callable[[dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
         try:
             args_json = self._entry_checks(session, tool, args, idempotency_key, approval_id)
@@ -217,7 +222,7 @@ class Gateway:
             # already (an approval given before the follower read the request's events)
             # or not: ``final_answer``, as ``wait`` gives.
             if not self.is_final(status):
-                return self.wait(invocation_id, session, wait)
+                return self.wait(invocation_id, session, wait, on_change)
             return final_answer(invocation_id, status)
         return _answer(invocation_id, status)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
+from typing import Any
 
 from callgate.surfaces.commands import Subcommands, add_command
 from callgate.surfaces.commands.context import EXIT_FAILED, EXIT_OK, Context, Misuse
@@ -73,21 +75,29 @@ def propose(ctx: Context) -> int:
         if e.details.get("limit") in ("syntax", "type"):
             raise Misuse(f"--args must be a JSON object: {e.message}") from None
         # Over a limit: the gateway answers it as a refused call, exit 0 like any refusal.
-    gateway = ctx.gateway()
-    answer = gateway.propose(
+    shown: list[Callable[[dict[str, Any]], None] | None] = []
+
+    def progress(status: dict[str, Any]) -> None:
+        """A line per change while the call is waited on (made at the first status, which
+        names the invocation)."""
+        if not shown:
+            shown.append(ctx.out.progress(str(status.get("invocation_id")), ns.wait))
+        if shown[0] is not None:
+            shown[0](status)
+
+    # With --wait, ``Gateway.propose`` answers the final outcome in one shape, whether the
+    # call is final when first seen (an approval given that quickly) or becomes final.
+    answer = ctx.gateway().propose(
         ns.session,
         ns.tool,
         ns.args,
         idempotency_key=ns.idempotency_key,
         approval_id=ns.approval_id,
         timeout_s=ctx.settings.timeout_s,
+        wait=ns.wait,
         traceparent=ns.traceparent or os.environ.get("TRACEPARENT"),
+        on_change=progress,
     )
-    waits = answer.get("outcome") == "approval_required" and answer.get("invocation_id")
-    if ns.wait is not None and answer.get("settled") and waits:
-        # ``Gateway.wait`` reads the status until it is final (an answer already final
-        # returns at once); on Kafka this process's first view read may not see it yet.
-        return _wait(ctx, answer["invocation_id"], ns.wait)
     ctx.out.answer(answer)
     return EXIT_OK if answer.get("settled") else EXIT_FAILED
 
