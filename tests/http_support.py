@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Mapping
@@ -20,6 +19,7 @@ from typing import Any, TextIO
 
 import httpx
 import yaml
+from tools.ports import free_port
 
 from callgate.bootstrap import Settings, bootstrap
 from tests.e2e.helpers import DEFAULT_PROFILE, REPO, callgate_argv, cli_env
@@ -38,13 +38,6 @@ HOSTILE_JSON: dict[str, tuple[bytes, int, str]] = {
     "invalid UTF-8": (b'{"type": "block_actions", "s": "\xff"}', 422, "invalid_request"),
     "lone surrogate": (b'{"type": "block_actions", "s": "\\ud800"}', 422, "invalid_request"),
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def short_ttl_profile(directory: Path, tool: str = "deploys.trigger", seconds: int = 4) -> Path:

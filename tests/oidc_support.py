@@ -18,8 +18,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tools.ports import free_port
+
 from tests.e2e.helpers import REPO
-from tests.http_support import free_port
 
 PROVIDER_DIR = REPO / "tests" / "oidc"
 CLIENT_ID = "callgate-console"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -12,14 +11,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from tools.ports import free_port
+
 REPO = Path(__file__).resolve().parents[1]
 CREDENTIAL_ENV = "REFERENCE_PROVIDER_CREDENTIAL"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ReferenceServer:

@@ -45,6 +45,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from callgate.adapters.kafka.client import LIBRDKAFKA_LOG
+from tools.ports import free_port
 
 KAFKA_VERSION = "4.4.0"  # docker-compose.yml runs apache/kafka with the same version
 LOG4J_VERSION = "2.24.3"  # the log4j-core that kafka_2.13 depends on; binds its slf4j logging
@@ -64,13 +65,6 @@ def port_is_free(port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-def free_port() -> int:
-    """A loopback port that is free right now (the broker binds it a moment later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 POM = """<?xml version="1.0" encoding="UTF-8"?>

@@ -45,28 +45,26 @@ from tests.mcp_support import UPSTREAM, write_profile
 
 from callgate.bootstrap import Settings, bootstrap
 from tools.bench_core import Row
+from tools.ports import free_ports
 
 NOTE = "N-1"
 CALLGATE = str(Path(sys.executable).with_name("callgate"))
 WARM_UP = 20  # untimed calls per path before the sequential warm ones
 UNLIMITED = {"CALLGATE_HTTP_RATE_PER_S": "1000000", "CALLGATE_HTTP_RATE_BURST": "1000000"}
 
+LOGS: dict[int, Path] = {}  # a started process's pid -> the file its stderr goes to
 Call = Callable[[], Awaitable[None]]
 # Opens one agent's session on a path and yields its call (closed with the session).
 Path_ = Callable[[], contextlib.AbstractAsyncContextManager[Call]]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_port(port: int, proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
+            log = LOGS.get(proc.pid)
+            said = log.read_text(errors="replace")[-2000:] if log and log.exists() else ""
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}: {said}")
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
             return
         time.sleep(0.05)
@@ -325,7 +323,7 @@ def running(backend: str, bootstrap_servers: str = "", http: bool = False) -> It
         # The note every call reads, there from the start (the upstream folds its ledger).
         note = {"note_id": NOTE, "text": "bench", "tool": "write_note"}
         ledger.write_text(json.dumps(note, sort_keys=True) + "\n")
-        up_port, direct_port, spare_port, gw_port, api_port = (free_port() for _ in range(5))
+        up_port, direct_port, spare_port, gw_port, api_port = free_ports(5)
         upstream_url = f"http://127.0.0.1:{up_port}/mcp"
         profile = write_profile(root / "profile", ledger, url=upstream_url)
         env = {**os.environ, "CALLGATE_DEV": "1", "CALLGATE_TOPIC_PREFIX": f"bench-{up_port}"}
@@ -347,8 +345,12 @@ def running(backend: str, bootstrap_servers: str = "", http: bool = False) -> It
         procs: list[subprocess.Popen[bytes]] = []
 
         def quiet(args: list[str]) -> subprocess.Popen[bytes]:
-            out = subprocess.DEVNULL
-            return subprocess.Popen(args, stdout=out, stderr=out, env=env)
+            """``args`` started, its stderr kept in a log that ``wait_port`` shows."""
+            log = root / f"{len(procs)}-{args[-1].replace(':', '_')}.log"
+            with log.open("wb") as err:
+                proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err, env=env)
+            LOGS[proc.pid] = log
+            return proc
 
         try:
             # callgate's upstream, the direct one, one that warms the bench's own client

@@ -39,6 +39,9 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO))  # run with -P: the repository's tools, not this folder's files
+from tools.ports import free_port  # noqa: E402
+
 CALLGATE = Path(sys.executable).with_name("callgate")
 REVISIONS = ("2025-11-25", "2026-07-28")
 NODE = os.environ.get("CALLGATE_CONFORMANCE_NODE", "node@22")
@@ -119,12 +122,6 @@ PROMPTS: dict[str, list[str]] = {
     "test_prompt_with_image": [],
     "test_input_required_result_prompt": [],
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_listening(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:

@@ -43,7 +43,7 @@ def kafka_args(bootstrap: str) -> list[str]:
 @pytest.fixture
 def nothing_listening() -> str:
     """A loopback port that nothing listens on."""
-    from tools.apache_kafka import free_port
+    from tools.ports import free_port
 
     return f"127.0.0.1:{free_port()}"
 

@@ -42,7 +42,7 @@ def test_the_demo_runs_on_kafka_and_removes_its_topics(
 
 
 def test_the_kafka_demo_without_a_broker_is_broker_unavailable(tmp_path: Path) -> None:
-    from tools.apache_kafka import free_port
+    from tools.ports import free_port
 
     nowhere = f"127.0.0.1:{free_port()}"
     rc, stdout, _ = demo(tmp_path, nowhere, "--timeout", "3")

@@ -26,6 +26,7 @@ import mcp_types as types
 import pytest
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from tools.ports import free_port
 
 from callgate.bootstrap import Settings, bootstrap
 from tests.e2e.helpers import CALLGATE, cg, cli_env
@@ -92,12 +93,6 @@ class Gate:
         return str(answer["approval_id"])
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(params=["stdio", "http"])
 def gate(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Gate]:
     ledger = tmp_path / "notes.jsonl"
@@ -106,7 +101,7 @@ def gate(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Gate]:
     if request.param == "stdio":
         yield g
         return
-    port = _free_port()
+    port = free_port()
     log = (tmp_path / "mcp-http.log").open("w")
     proc = subprocess.Popen(
         [
@@ -379,7 +374,7 @@ async def test_upstream_jsonrpc_error_keeps_its_code_and_nothing_ran(gate: Gate)
 async def test_upstream_over_streamable_http(tmp_path: Path) -> None:
     """The provider reaches an upstream by URL as well as by command."""
     ledger = tmp_path / "notes.jsonl"
-    port = _free_port()
+    port = free_port()
     upstream = subprocess.Popen(
         [*upstream_command(ledger), "--http", f"127.0.0.1:{port}"],
         stdout=subprocess.DEVNULL,

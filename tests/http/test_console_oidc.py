@@ -20,10 +20,11 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
+from tools.ports import free_port
 
 from callgate.adapters.keyfiles import generate_key_pair
 from tests.http.approval_flow import effects_of, refund_waited_on_runs_once_approved
-from tests.http_support import HOSTILE_JSON, REFUND_BIG, HttpServe, free_port
+from tests.http_support import HOSTILE_JSON, REFUND_BIG, HttpServe
 from tests.idp import IdentityProvider
 from tests.oidc_support import OpenIdProvider, missing
 

@@ -115,7 +115,7 @@ def test_start_runs_in_the_background_keeps_its_data_and_stop_leaves_no_process(
     leaves no launcher, no JVM and no pid file."""
     from confluent_kafka.admin import AdminClient
     from confluent_kafka.cimpl import NewTopic
-    from tools.apache_kafka import free_port
+    from tools.ports import free_port
 
     require_broker()
     data, port = tmp_path / "kafka", free_port()

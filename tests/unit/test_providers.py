@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import json
 import multiprocessing
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
+from tools.ports import free_port
 
 from callgate.providers.base import Provider, ProviderError, ProviderTimeout
 from callgate.providers.http import HttpProvider
@@ -616,9 +616,7 @@ def test_http_unreadable_success_on_execute_is_uncertain(server: _Server) -> Non
 
 
 def test_http_connection_refused_is_a_definite_error() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     http = HttpProvider("refunds", f"http://127.0.0.1:{port}", timeout_s=2)
     with pytest.raises(ProviderError):
         http.execute("refunds.issue", "o-1", REFUND, T, "k", "i")
