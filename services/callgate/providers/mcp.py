@@ -30,7 +30,7 @@ import contextlib
 import json
 import os
 import threading
-from collections.abc import Coroutine, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -42,7 +42,7 @@ from callgate.providers.base import (
     ProviderError,
     ProviderTimeout,
 )
-from callgate.providers.progress import CHANNELS, Send
+from callgate.providers.channels import CHANNELS, Bound, Unanswered
 from callgate.tracing import outgoing
 
 if TYPE_CHECKING:
@@ -51,6 +51,8 @@ if TYPE_CHECKING:
     from callgate.domain.catalog import ToolSpec
 
 T = TypeVar("T")
+R = TypeVar("R", bound=BaseModel)
+MRTR = "2026-07-28"  # the first revision without a session's logging level
 
 META_IDEMPOTENCY_KEY = "callgate/idempotency_key"
 META_INVOCATION_ID = "callgate/invocation_id"
@@ -228,15 +230,25 @@ class McpUpstream:
         """What the upstream announced when the session opened."""
         return self._connected()[1].server_capabilities
 
-    def request(self, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    def request(
+        self, method: str, params: Mapping[str, Any], channel: Bound | None = None
+    ) -> dict[str, Any]:
         """One request other than ``tools/call`` (lists, reads, prompts, completion,
-        logging, subscriptions: ADR 0044), its result as JSON; raises ``mcp.MCPError``."""
+        logging, subscriptions: ADR 0044), its result as JSON; raises ``mcp.MCPError``.
+        A read or a prompt with a ``channel`` that relays runs on a session of its own
+        (``relayed``)."""
         import mcp.types as types
 
-        loop, client = self._connected()
+        loop, shared = self._connected()
         p = dict(params)
 
         async def go() -> Any:
+            if channel is not None and channel.relays and self.config.url is not None:
+                async with self.relayed(channel) as own:
+                    return await on(own)
+            return await on(shared)
+
+        async def on(client: mcp.Client) -> Any:
             cursor = p.get("cursor")
             if method == "resources/list":
                 return await client.list_resources(cursor=cursor, cache_mode="bypass")
@@ -276,26 +288,107 @@ class McpUpstream:
         tool: str,
         arguments: Mapping[str, Any],
         meta: Mapping[str, Any],
-        on_progress: Send | None = None,
+        channel: Bound | None = None,
     ) -> mcp.types.CallToolResult:
         """One ``tools/call``; raises ``mcp.MCPError`` or a transport error as the SDK does.
-        ``on_progress`` receives the upstream's progress notifications of this call."""
-        loop, client = self._connected()
+        The upstream's progress of this call goes to ``channel``; a channel that relays
+        more runs the call on a session of its own (``relayed``)."""
+        loop, shared = self._connected()
+        send = None if channel is None else channel.progress
 
-        async def relayed(progress: float, total: float | None, message: str | None) -> None:
-            if on_progress is not None:
-                on_progress(progress, total, message)
+        async def progressed(progress: float, total: float | None, message: str | None) -> None:
+            if send is not None:
+                send(progress, total, message)
 
-        return self._run(
-            loop,
-            client.call_tool(
+        async def on(client: mcp.Client) -> mcp.types.CallToolResult:
+            return await client.call_tool(
                 tool,
                 dict(arguments),
                 read_timeout_seconds=self.config.timeout_s,
-                progress_callback=None if on_progress is None else relayed,
+                progress_callback=None if send is None else progressed,
                 meta=cast("mcp.types.RequestParamsMeta", dict(meta)),
-            ),
+            )
+
+        async def go() -> mcp.types.CallToolResult:
+            if channel is not None and channel.relays and self.config.url is not None:
+                async with self.relayed(channel) as own:
+                    return await on(own)
+            return await on(shared)
+
+        return self._run(loop, go())
+
+    @contextlib.asynccontextmanager
+    async def relayed(self, channel: Bound) -> AsyncIterator[mcp.Client]:
+        """A session of one call, declaring to the upstream exactly what the agent can take
+        (ADR 0075): the shared session cannot tell which call a log message or a request of
+        the upstream belongs to, a session of its own can. Only for an upstream at a URL:
+        a stdio upstream is one process, whose state a second process would not share
+        (its lookups, C12), so its calls relay progress only."""
+        import mcp
+        import mcp.types as types
+        from mcp.client.session import ClientRequestContext
+
+        cfg = self.config
+        assert cfg.url is not None
+        ask = channel.ask
+
+        async def asked(
+            method: str, params: BaseModel | None, result: type[R]
+        ) -> R | types.ErrorData:
+            if ask is None:  # not declared: the SDK does not route it here
+                return types.ErrorData(code=types.METHOD_NOT_FOUND, message=f"{method}: no agent")
+            body = (
+                {}
+                if params is None
+                else params.model_dump(by_alias=True, mode="json", exclude_none=True)
+            )
+            try:
+                answer = await asyncio.wait_for(ask(method, body), cfg.timeout_s)
+                return result.model_validate(answer)
+            except (Unanswered, TimeoutError, ValidationError) as exc:
+                why = "no answer in time" if isinstance(exc, TimeoutError) else str(exc)
+                return types.ErrorData(code=types.INTERNAL_ERROR, message=f"{method}: {why}"[:500])
+
+        async def elicit(
+            context: ClientRequestContext, params: types.ElicitRequestParams
+        ) -> types.ElicitResult | types.ErrorData:
+            return await asked("elicitation/create", params, types.ElicitResult)
+
+        async def sample(
+            context: ClientRequestContext, params: types.CreateMessageRequestParams
+        ) -> types.CreateMessageResult | types.ErrorData:
+            return await asked("sampling/createMessage", params, types.CreateMessageResult)
+
+        async def roots(context: ClientRequestContext) -> types.ListRootsResult | types.ErrorData:
+            return await asked("roots/list", None, types.ListRootsResult)
+
+        log = channel.log
+
+        async def logged(params: types.LoggingMessageNotificationParams) -> None:
+            if log is not None:
+                log(params.model_dump(by_alias=True, mode="json", exclude_none=True))
+
+        answers, level = channel.answers, channel.log_level
+        client = mcp.Client(
+            cfg.url,
+            cache=None,
+            mode=cfg.mode,
+            elicitation_callback=elicit if "elicitation/create" in answers else None,
+            sampling_callback=sample if "sampling/createMessage" in answers else None,
+            list_roots_callback=roots if "roots/list" in answers else None,
+            logging_callback=logged if log is not None and level is not None else None,
+            log_level=cast("types.LoggingLevel | None", level),
         )
+        async with client:
+            if (
+                level is not None
+                and log is not None
+                and (client.session.protocol_version or "") < MRTR
+            ):
+                # A 2025-11-25 session takes its level once (2026-07-28: per request).
+                with contextlib.suppress(mcp.MCPError):
+                    await client.set_logging_level(cast("types.LoggingLevel", level))
+            yield client
 
 
 class McpProvider:
@@ -337,15 +430,17 @@ class McpProvider:
         invocation_id: str,
     ) -> ExecutionResult:
         spec = self._spec(tool)
-        if spec.upstream_method != "tools/call":  # a read of a resource or a prompt
-            return ExecutionResult(self._read(spec, args))
         meta = {META_IDEMPOTENCY_KEY: token, META_INVOCATION_ID: invocation_id, META_TENANT: tenant}
-        progress = CHANNELS.of(invocation_id)  # the agent waiting in this process, if any
+        channel = CHANNELS.of(invocation_id)  # the agent waiting in this process, if any
+        if spec.upstream_method != "tools/call":  # a read of a resource or a prompt
+            return ExecutionResult(self._read(spec, args, channel))
         return ExecutionResult(
-            self._call(spec.upstream_name, args, meta, effectful=True, progress=progress)
+            self._call(spec.upstream_name, args, meta, effectful=True, channel=channel)
         )
 
-    def _read(self, spec: ToolSpec, args: Mapping[str, Any]) -> dict[str, Any]:
+    def _read(
+        self, spec: ToolSpec, args: Mapping[str, Any], channel: Bound | None
+    ) -> dict[str, Any]:
         """``resources/read`` or ``prompts/get`` (no effect: any failure is an error)."""
         import mcp
 
@@ -355,7 +450,7 @@ class McpProvider:
             params = {"name": spec.upstream_name, "arguments": dict(args)}
         where = f"{self.name} {spec.upstream_method} {spec.upstream_name}"
         try:
-            return self.upstream.request(spec.upstream_method, params)
+            return self.upstream.request(spec.upstream_method, params, channel)
         except UpstreamUnavailable as exc:
             raise ProviderError(str(exc)) from exc
         except mcp.MCPError as exc:
@@ -397,10 +492,10 @@ class McpProvider:
         meta: Mapping[str, Any],
         *,
         effectful: bool,
-        progress: Send | None = None,
+        channel: Bound | None = None,
     ) -> dict[str, Any]:
         """One upstream call as a JSON object; ``effectful`` marks execute (doubt: unknown);
-        the upstream's progress notifications go to ``progress``."""
+        what the upstream sends during it goes to ``channel``."""
         import mcp
         from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
@@ -408,7 +503,7 @@ class McpProvider:
         try:
             # Traced, the upstream continues the call's trace (``traceparent`` in ``_meta``).
             result = self.upstream.call_tool(
-                upstream_tool, args, {**meta, **outgoing()}, on_progress=progress
+                upstream_tool, args, {**meta, **outgoing()}, channel=channel
             )
         except UpstreamUnavailable as exc:
             raise ProviderError(str(exc)) from exc

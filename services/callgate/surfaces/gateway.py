@@ -25,7 +25,7 @@ from callgate.domain.policy_versions import POLICY_EVENTS, PolicyVersions, conte
 from callgate.domain.principal import Principal
 from callgate.domain.scope import OPERATOR_ROLE, bound_id, may_read
 from callgate.domain.simulation import SimulationReport, Simulator
-from callgate.providers.progress import CHANNELS, Send
+from callgate.providers.channels import CHANNELS, Channel
 from callgate.surfaces import pinning
 from callgate_projections.audit import VerifyResult, verify_chain
 
@@ -138,7 +138,7 @@ class Gateway:
         wait: float | None = None,
         traceparent: str | None = None,
         trace_attributes: Mapping[str, Any] | None = None,
-        progress: Send | None = None,
+        channel: Channel | None = None,
         on_change: Callable[[dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
         """Publish a proposal and wait until it settles (docs/contract.md "Command line").
@@ -160,18 +160,19 @@ class Gateway:
         invocation id is bound to ``session`` (``callgate.domain.scope``), so no other
         session can address it.
 
-        ``progress`` receives the upstream's progress notifications of the call while this
-        method waits, when the call is executed in this process (``providers.progress``).
+        ``channel`` receives what the upstream sends during the call (progress, log
+        messages, its requests to the agent) while this method waits, when the call is
+        executed in this process (``providers.channels``).
         """
         tracing = self.app.tracing
         if tracing is None:
             return self._propose(
-                session, tool, args, idempotency_key, approval_id, timeout_s, wait, progress,
+                session, tool, args, idempotency_key, approval_id, timeout_s, wait, channel,
                 on_change,
             )  # fmt: skip
         with tracing.proposal(tool, traceparent, trace_attributes) as span:
             answer = self._propose(
-                session, tool, args, idempotency_key, approval_id, timeout_s, wait, progress,
+                session, tool, args, idempotency_key, approval_id, timeout_s, wait, channel,
                 on_change,
             )  # fmt: skip
             if answer.get("invocation_id"):
@@ -189,7 +190,7 @@ class Gateway:
         approval_id: str | None,
         timeout_s: float,
         wait: float | None,
-        progress: Send | None = None,
+        channel: Channel | None = None,
         on_change: Callable[[dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
         try:
@@ -210,12 +211,12 @@ class Gateway:
             idempotency_key=idempotency_key,
             approval_id=approval_id,
         )
-        if progress is not None:
-            CHANNELS.open(invocation_id, progress)
+        if channel is not None:
+            CHANNELS.open(invocation_id, channel)
         try:
             status = self.backend.follow(proposal, "status", invocation_id, _settled, timeout_s)
         finally:
-            if progress is not None:
+            if channel is not None:
                 CHANNELS.close(invocation_id)
         if wait is not None and status is not None:
             # Waited on, the answer has one shape whether the first status seen is final

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from callgate.providers.progress import Send
+from callgate.providers.channels import Channel
 from callgate.surfaces.gateway import Gateway, Surface
 
 T = TypeVar("T")
@@ -94,7 +94,7 @@ class GatewayBridge:
         timeout_s: float,
         traceparent: str | None = None,
         trace_attributes: Mapping[str, Any] | None = None,
-        progress: Send | None = None,
+        channel: Channel | None = None,
     ) -> dict[str, Any]:
         return await self.run(
             lambda g: g.propose(
@@ -106,7 +106,7 @@ class GatewayBridge:
                 timeout_s=timeout_s,
                 traceparent=traceparent,
                 trace_attributes=trace_attributes,
-                progress=progress,
+                channel=channel,
             )
         )
 

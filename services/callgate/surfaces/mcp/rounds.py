@@ -66,13 +66,18 @@ def boundary(
 
 @dataclass(frozen=True)
 class Round:
-    """What a ``requestState`` holds (sealed): the invocation and when its hold began."""
+    """What a ``requestState`` holds (sealed): the invocation, when its hold began, and
+    whether the round carries the upstream's requests (``asks``, ADR 0075) rather than
+    waiting for an approval."""
 
     invocation_id: str
     since_ms: int
+    asks: bool = False
 
     def dump(self) -> str:
-        return json.dumps({"invocation_id": self.invocation_id, "since_ms": self.since_ms})
+        return json.dumps(
+            {"invocation_id": self.invocation_id, "since_ms": self.since_ms, "asks": self.asks}
+        )
 
     @staticmethod
     def load(text: str) -> Round:
@@ -83,9 +88,10 @@ class Round:
             isinstance(data, dict)
             and isinstance(data.get("invocation_id"), str)
             and isinstance(data.get("since_ms"), int)
+            and isinstance(data.get("asks", False), bool)
         ):
             raise ValueError("a requestState callgate did not mint")
-        return Round(data["invocation_id"], data["since_ms"])
+        return Round(data["invocation_id"], data["since_ms"], data.get("asks", False))
 
 
 def round_s(hold_s: float) -> float:

@@ -33,9 +33,9 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from callgate.domain.canonical import canonical_json
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.principal import Principal
-from callgate.providers.progress import Send
 from callgate.surfaces.gateway import final_answer, is_final
 from callgate.surfaces.mcp.bridge import GatewayBridge
+from callgate.surfaces.mcp.channel import Agent, Asking, agent_channel, answers_of, level_of
 from callgate.surfaces.mcp.relay import Relay
 from callgate.surfaces.mcp.rounds import Round, boundary, paused, round_s, speaks_rounds
 
@@ -72,6 +72,7 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
     app = bridge.app
 
     held: dict[tuple[str, str, str, str], str] = {}  # the same call -> its invocation
+    asked: dict[str, Asking] = {}  # invocation -> the upstream's requests its client answers
 
     def session_of(ctx: ServerRequestContext[Any, Any]) -> str:
         """C6: the HTTP request's bearer token, else the configured session; never args."""
@@ -118,7 +119,7 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
     ) -> types.CallToolResult | types.InputRequiredResult:
         meta: Mapping[str, Any] = params.meta or {}
         if params.request_state is not None:  # verified and unsealed by the boundary
-            return await resume_round(ctx, Round.load(params.request_state))
+            return await resume_round(ctx, Round.load(params.request_state), params)
         try:
             approval_id = _meta_text(meta, META_APPROVAL_ID)
             key = _meta_text(meta, META_IDEMPOTENCY_KEY)
@@ -146,9 +147,17 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
             status = await bridge.run(lambda g: g.status(resumable, session))
             if status is not None and (not is_final(status) or status["outcome"] in SUCCESS):
                 answer = final_answer(resumable, status)
+        since_ms = app.clock()
         if answer is None:
-            try:
-                answer = await bridge.propose(
+            agent = Agent(ctx, meta)
+            asking = (
+                Asking(agent, same_call[:2])
+                if same_call is not None and speaks_rounds(ctx) and answers_of(ctx)
+                else None
+            )
+            level = level_of(ctx, meta, relay.levels.get(session))
+            proposed = asyncio.ensure_future(
+                bridge.propose(
                     session,
                     params.name,
                     args,
@@ -160,16 +169,54 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
                         "mcp.method.name": "tools/call",
                         "jsonrpc.request.id": str(ctx.request_id),
                     },
-                    progress=_upstream_progress(ctx, meta),
+                    channel=agent_channel(agent, level, asking, _progress_token(meta)),
                 )
+            )
+            try:
+                if asking is None:
+                    answer = await proposed
+                else:
+                    asking.task = proposed
+                    answer = await asking.next()
+                    if answer is None:  # the upstream asks the client first (ADR 0075)
+                        return ask_client(ctx, asking, since_ms)
             except Rejection as r:  # the SDK's entry limits: refused before anything is published
                 return _error_result(r.code.value, r.message, None)
+        return await settle(ctx, params, answer, same_call, since_ms)
+
+    def ask_client(
+        ctx: ServerRequestContext[Any, Any], asking: Asking, since_ms: int
+    ) -> types.InputRequiredResult:
+        """The upstream's waiting requests, as ``input_required`` to a 2026-07-28 client;
+        its retry with the sealed state and the answers continues the same invocation."""
+        invocation_id = str(asking.invocation_id)
+        asked[invocation_id] = asking
+        while len(asked) > HELD_CALLS:  # the oldest first
+            del asked[next(iter(asked))]
+        state = Round(invocation_id, since_ms, asks=True)
+        return types.InputRequiredResult.model_validate(
+            {
+                "inputRequests": asking.requests(),
+                "requestState": state.dump(),
+                "_meta": {META_INVOCATION_ID: invocation_id},
+            }
+        )
+
+    async def settle(
+        ctx: ServerRequestContext[Any, Any],
+        params: types.CallToolRequestParams,
+        answer: dict[str, Any],
+        same_call: tuple[str, str, str, str] | None,
+        since_ms: int,
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """A call's answer to the client: held while its approval is pending (ADR 0029),
+        paused with ``input_required`` on 2026-07-28 (ADR 0065), else its result."""
+        session = session_of(ctx)
         rounds = options.hold_s > 0 and speaks_rounds(ctx)
         if answer.get("outcome") == Code.APPROVAL_REQUIRED.value and same_call is not None:
             held[same_call] = str(answer["invocation_id"])
             while len(held) > HELD_CALLS:  # the oldest first (dicts keep insertion order)
                 del held[next(iter(held))]
-            since_ms = app.clock()
             hold_s = round_s(options.hold_s) if rounds else options.hold_s
             answer = await _hold(ctx, bridge, session, answer, hold_s, params)
             if rounds and not answer.get("final"):  # ADR 0065: the client retries
@@ -179,11 +226,34 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
         return await answered(ctx, answer)
 
     async def resume_round(
-        ctx: ServerRequestContext[Any, Any], state: Round
+        ctx: ServerRequestContext[Any, Any], state: Round, params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
-        """A 2026-07-28 retry: wait one round for the invocation's final outcome; pending
-        still, ``input_required`` again until the hold is spent (ADR 0065)."""
+        """A 2026-07-28 retry: with the client's answers to the upstream's requests, the
+        call goes on (ADR 0075); else wait one round for the invocation's final outcome;
+        pending still, ``input_required`` again until the hold is spent (ADR 0065)."""
         session = session_of(ctx)
+        if state.asks:
+            asking = asked.get(state.invocation_id)
+            if asking is None or asking.task is None:  # no longer waiting: what came of it
+                try:
+                    answer = await bridge.run(
+                        lambda g: g.wait(state.invocation_id, session, options.timeout_s)
+                    )
+                except Rejection as r:
+                    return _error_result(r.code.value, r.message, None)
+                return await answered(ctx, answer)
+            principal = principal_of(ctx)
+            if (principal.tenant, principal.user) != asking.principal:  # the boundary's too
+                return _error_result(Code.NOT_FOUND.value, f"no call {state.invocation_id}", None)
+            asking.answer(params.input_responses or {})  # a coded JSON-RPC error if unfit
+            asking.agent.ctx, asking.agent.meta = ctx, params.meta or {}
+            resumed = await asking.next()
+            if resumed is None:
+                return ask_client(ctx, asking, state.since_ms)
+            asked.pop(state.invocation_id, None)
+            same_call = (principal.tenant, principal.user, params.name,
+                         canonical_json(params.arguments or {}))  # fmt: skip
+            return await settle(ctx, params, resumed, same_call, state.since_ms)
         left_s = options.hold_s - (app.clock() - state.since_ms) / 1000
         wait_s = max(0.0, min(round_s(options.hold_s), left_s))
         try:
@@ -343,28 +413,6 @@ async def _hold(
 def _progress_token(meta: Mapping[str, Any]) -> str | int | None:
     given = meta.get("progress_token", meta.get("progressToken"))
     return given if isinstance(given, str | int) and not isinstance(given, bool) else None
-
-
-def _upstream_progress(ctx: ServerRequestContext[Any, Any], meta: Mapping[str, Any]) -> Send | None:
-    """Where the upstream's progress of this call goes when it runs in this process: to
-    the agent, under the agent's own ``progressToken`` (none given: nowhere). Called from
-    the thread that runs the provider; the notification is sent on this server's loop."""
-    token = _progress_token(meta)
-    if token is None:
-        return None
-    loop = asyncio.get_running_loop()
-    related = str(ctx.request_id)
-
-    def send(progress: float, total: float | None, message: str | None) -> None:
-        asyncio.run_coroutine_threadsafe(
-            ctx.session.send_progress_notification(
-                token, progress=progress, total=total, message=message,
-                related_request_id=related,
-            ),
-            loop,
-        )  # fmt: skip
-
-    return send
 
 
 async def _approval_required(

@@ -1,0 +1,242 @@
+"""The agent's end of a call's channel (ADR 0075, ``providers.channels``).
+
+What the upstream sends while the call runs in this process goes to the agent's request:
+
+- progress, under the agent's own ``progressToken``;
+- log messages, when the agent asked for a level (``logging/setLevel`` on a 2025-11-25
+  session; the ``io.modelcontextprotocol/logLevel`` opt-in of the request on 2026-07-28);
+- the upstream's requests (elicitation, sampling, roots), when the agent's client
+  declared them. A 2025-11-25 client is sent each as a request related to its call. A
+  2026-07-28 client cannot be sent requests during a call: the call answers
+  ``input_required`` with them, sealed in a ``requestState`` bound to the invocation
+  (``Asking``), and the client's retry carries the answers to the waiting upstream; the
+  retry continues the same invocation, it is never a second proposal.
+
+Answers are checked against the request's result type before they travel; an answer that
+does not fit is refused with a code and the request stays waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import mcp.types as types
+from mcp.server import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
+from pydantic import BaseModel, ValidationError
+
+from callgate.domain.codes import Code
+from callgate.providers.channels import ASKS, Channel, Send, Unanswered
+from callgate.surfaces.mcp.rounds import speaks_rounds
+
+Ctx = ServerRequestContext[Any, Any]
+LOG_LEVEL = types.LOG_LEVEL_META_KEY  # a 2026-07-28 request's opt-in to log messages
+REQUESTS: dict[str, type[BaseModel]] = {
+    "elicitation/create": types.ElicitRequest,
+    "sampling/createMessage": types.CreateMessageRequest,
+    "roots/list": types.ListRootsRequest,
+}
+RESULTS: dict[str, type[BaseModel]] = {
+    "elicitation/create": types.ElicitResult,
+    "sampling/createMessage": types.CreateMessageResult,
+    "roots/list": types.ListRootsResult,
+}
+LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
+
+@dataclass
+class Agent:
+    """The request the agent's call is on now: a 2026-07-28 retry moves the call to the
+    retry's request, where its progress and log messages then go."""
+
+    ctx: Ctx
+    meta: Mapping[str, Any]
+
+
+def answers_of(ctx: Ctx) -> frozenset[str]:
+    """The upstream requests the agent's client declared it takes."""
+    caps = ctx.session.client_capabilities
+    if caps is None:
+        return frozenset()
+    return frozenset(m for m, cap in ASKS.items() if getattr(caps, cap, None) is not None)
+
+
+def level_of(ctx: Ctx, meta: Mapping[str, Any], asked: str | None) -> str | None:
+    """The log level the agent asked for: the request's opt-in (2026-07-28), else its
+    session's ``logging/setLevel`` (``asked``); None: it gets no log messages."""
+    if speaks_rounds(ctx):
+        given = meta.get(LOG_LEVEL)
+        return given if given in LEVELS else None
+    return asked if asked in LEVELS else None
+
+
+def agent_channel(
+    agent: Agent, level: str | None, asking: Asking | None, progress_token: str | int | None
+) -> Channel | None:
+    """The channel of the agent's call (None: nothing to relay). ``asking`` takes the
+    upstream's requests of a 2026-07-28 client."""
+    loop = asyncio.get_running_loop()
+
+    def later(coro: Any) -> None:
+        asyncio.run_coroutine_threadsafe(coro, loop)
+
+    progress: Send | None = None
+    if progress_token is not None:
+        token = progress_token
+
+        def progress(done: float, total: float | None, message: str | None) -> None:
+            ctx = agent.ctx
+            later(
+                ctx.session.send_progress_notification(
+                    token, progress=done, total=total, message=message,
+                    related_request_id=str(ctx.request_id),
+                )
+            )  # fmt: skip
+
+    def log(params: Mapping[str, Any]) -> None:
+        given = params.get("level")
+        if given not in LEVELS:
+            return  # not a level: dropped, the call goes on
+        ctx = agent.ctx
+        logger = params.get("logger")
+        later(
+            ctx.session.send_log_message(
+                level=given, data=params.get("data"),
+                logger=logger if isinstance(logger, str) else None,
+                related_request_id=ctx.request_id,
+            )
+        )  # fmt: skip
+
+    async def ask(invocation_id: str, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Runs on the upstream's loop; the agent is asked on this server's loop."""
+        if asking is not None:
+            return await asking.ask(invocation_id, method, params)
+        sent = asyncio.run_coroutine_threadsafe(_request(agent.ctx, method, params), loop)
+        return await asyncio.wrap_future(sent)
+
+    answers = answers_of(agent.ctx)
+    if asking is None and not agent.ctx.session.can_send_request:
+        answers = frozenset()
+    if progress is None and level is None and not answers:
+        return None
+    return Channel(
+        progress=progress,
+        log=log if level is not None else None,
+        log_level=level,
+        ask=ask if answers else None,
+        answers=answers,
+    )
+
+
+async def _request(ctx: Ctx, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The upstream's request sent to a 2025-11-25 client, related to its call."""
+    try:
+        request = REQUESTS[method].model_validate({"method": method, "params": dict(params)})
+        result = await ctx.session.send_request(
+            request,  # type: ignore[arg-type]  # one of the ServerRequest members, by method
+            RESULTS[method],
+            metadata=ServerMessageMetadata(related_request_id=ctx.request_id),
+        )
+    except MCPError as exc:
+        raise Unanswered(f"the agent answered error {exc.code}: {exc.message}") from exc
+    except ValidationError as exc:
+        raise Unanswered(f"{method}: {exc.errors()[0]['msg']}") from exc
+    dumped: dict[str, Any] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return dumped
+
+
+class Asking:
+    """The upstream's requests of one invocation waiting for a 2026-07-28 client's answers.
+
+    ``task`` is the call's own ``Gateway.propose``, still running while the client answers;
+    a retry waits on it, so the call has one answer whichever request carries it.
+    """
+
+    def __init__(self, agent: Agent, principal: tuple[str, str]) -> None:
+        self.agent = agent
+        self.principal = principal
+        self.loop = asyncio.get_running_loop()
+        self.invocation_id: str | None = None
+        self.task: asyncio.Future[dict[str, Any]] | None = None
+        self.changed = asyncio.Event()
+        self._keys = itertools.count(1)
+        self._waiting: dict[str, tuple[str, dict[str, Any], concurrent.futures.Future[Any]]] = {}
+
+    async def ask(
+        self, invocation_id: str, method: str, params: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """From the upstream's loop: wait for the client's answer to one request."""
+        answer: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self.loop.call_soon_threadsafe(self._add, invocation_id, method, dict(params), answer)
+        try:
+            body: dict[str, Any] = await asyncio.wrap_future(answer)
+            return body
+        finally:  # answered, or given up by the upstream's timeout
+            self.loop.call_soon_threadsafe(self._forget, answer)
+
+    def _add(self, invocation_id: str, method: str, params: dict[str, Any], answer: Any) -> None:
+        self.invocation_id = invocation_id
+        self._waiting[f"callgate/ask-{next(self._keys)}"] = (method, params, answer)
+        self.changed.set()
+
+    def _forget(self, answer: concurrent.futures.Future[Any]) -> None:
+        for key, (_, _, waiting) in list(self._waiting.items()):
+            if waiting is answer:
+                del self._waiting[key]
+
+    def requests(self) -> dict[str, dict[str, Any]]:
+        """What the client is asked now: each waiting request, by its key."""
+        return {k: {"method": m, "params": p} for k, (m, p, _) in self._waiting.items()}
+
+    def answer(self, responses: Mapping[str, Any]) -> None:
+        """The client's answers, each checked against its request's result type; raises a
+        coded ``MCPError`` (nothing answered) when one is not for a waiting request or
+        does not fit it."""
+        checked: list[tuple[str, concurrent.futures.Future[Any], dict[str, Any]]] = []
+        for key, response in responses.items():
+            waiting = self._waiting.get(key)
+            if waiting is None:
+                raise _refused(f"no waiting request {key!r} in this call")
+            method, _, answer = waiting
+            body = (
+                response.model_dump(by_alias=True, mode="json", exclude_none=True)
+                if isinstance(response, BaseModel)
+                else response
+            )
+            try:
+                fitted = RESULTS[method].model_validate(body)
+            except ValidationError as exc:
+                raise _refused(f"the answer to {key!r} is not a {method} result: "
+                               f"{exc.errors()[0]['msg']}") from None  # fmt: skip
+            fit = fitted.model_dump(by_alias=True, mode="json", exclude_none=True)
+            checked.append((key, answer, fit))
+        for key, answer, body in checked:
+            del self._waiting[key]
+            if not answer.done():
+                answer.set_result(body)
+        self.changed.clear()
+
+    async def next(self) -> dict[str, Any] | None:
+        """The call's answer once ``task`` ends, or None as soon as a request waits for the
+        client."""
+        assert self.task is not None
+        while not self.task.done():
+            if self._waiting:
+                return None
+            changed = asyncio.ensure_future(self.changed.wait())
+            either: set[asyncio.Future[Any]] = {self.task, changed}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            changed.cancel()
+            self.changed.clear()
+        return self.task.result()
+
+
+def _refused(message: str) -> MCPError:
+    code = Code.INVALID_ARGUMENTS.value
+    return MCPError(types.INVALID_PARAMS, f"{code}: {message}", {"code": code})
