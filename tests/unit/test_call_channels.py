@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
-from callgate.providers.channels import MESSAGE_CHARS, Channel, Channels, Unanswered
+from callgate.providers.channels import MESSAGE_CHARS, Channel, Channels, Requests, Unanswered
 
 
 def progress_channel(sent: list[Any]) -> Channel:
@@ -58,21 +57,23 @@ def test_progress_alone_needs_no_session_of_its_own() -> None:
 
 
 def test_asks_go_to_the_agent_with_the_invocation_only_for_declared_methods() -> None:
-    asked: list[tuple[str, str, Mapping[str, Any]]] = []
+    asked: list[tuple[str, Requests]] = []
 
-    async def ask(invocation_id: str, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
-        asked.append((invocation_id, method, params))
-        return {"action": "accept", "content": {"name": "Ada"}}
+    async def ask(invocation_id: str, requests: Requests) -> dict[str, dict[str, Any]]:
+        asked.append((invocation_id, requests))
+        return {key: {"action": "accept", "content": {"name": "Ada"}} for key in requests}
 
     channels = Channels()
     channels.open("inv-1", Channel(ask=ask, answers=frozenset({"elicitation/create"})))
     bound = channels.of("inv-1")
     assert bound is not None and bound.relays and bound.ask is not None
-    answer = asyncio.run(bound.ask("elicitation/create", {"message": "Name?"}))
-    assert answer["action"] == "accept"
-    assert asked == [("inv-1", "elicitation/create", {"message": "Name?"})]
+    elicit = {"method": "elicitation/create", "params": {"message": "Name?"}}
+    answers = asyncio.run(bound.ask({"user_name": elicit}))
+    assert answers["user_name"]["action"] == "accept"
+    assert asked == [("inv-1", {"user_name": elicit})]
+    sample = {"method": "sampling/createMessage", "params": {"messages": []}}
     with pytest.raises(Unanswered):  # the agent's client did not declare sampling
-        asyncio.run(bound.ask("sampling/createMessage", {"messages": []}))
+        asyncio.run(bound.ask({"user_name": elicit, "q": sample}))
     assert len(asked) == 1
 
 

@@ -28,10 +28,12 @@ from typing import Any
 Send = Callable[[float, float | None, str | None], None]
 # the params of a ``notifications/message`` (level, logger, data)
 Log = Callable[[Mapping[str, Any]], None]
-# (invocation id, method, params) -> the agent's result as JSON; raises ``Unanswered``
-Ask = Callable[[str, str, Mapping[str, Any]], Awaitable[dict[str, Any]]]
-# An invocation's own ask: (method, params) -> result
-BoundAsk = Callable[[str, Mapping[str, Any]], Awaitable[dict[str, Any]]]
+# One round of the upstream's requests, by the upstream's keys: {key: {method, params}}
+Requests = Mapping[str, Mapping[str, Any]]
+# (invocation id, requests) -> the agent's results as JSON, by key; raises ``Unanswered``
+Ask = Callable[[str, Requests], Awaitable[dict[str, dict[str, Any]]]]
+# An invocation's own ask: requests -> results
+BoundAsk = Callable[[Requests], Awaitable[dict[str, dict[str, Any]]]]
 MESSAGE_CHARS = 1_000  # an upstream's progress message is cut to this before it travels
 # The upstream's requests an agent may be asked, by the client capability that takes them.
 ASKS = {
@@ -49,13 +51,17 @@ class Unanswered(Exception):
 @dataclass(frozen=True)
 class Channel:
     """What reaches the agent of one call. ``answers``: the ``ASKS`` methods the agent's
-    client declared; ``log_level``: the level the agent asked for (None: no logs)."""
+    client declared; ``log_level``: the level the agent asked for (None: no logs);
+    ``rounds``: the agent speaks 2026-07-28, where requests during a call travel as
+    ``input_required`` results (the upstream's session of the call speaks what the agent
+    speaks, so that an upstream answers it as it would answer the agent)."""
 
     progress: Send | None = None
     log: Log | None = None
     log_level: str | None = None
     ask: Ask | None = None
     answers: frozenset[str] = frozenset()
+    rounds: bool = False  # the agent speaks 2026-07-28: its upstream session does too
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,7 @@ class Bound:
     log_level: str | None
     ask: BoundAsk | None
     answers: frozenset[str]
+    rounds: bool
 
     @property
     def relays(self) -> bool:
@@ -108,10 +115,14 @@ class Channels:
             text = message[:MESSAGE_CHARS] if isinstance(message, str) else None
             send(float(progress), None if total is None else float(total), text)
 
-        async def asked(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
-            if ask is None or method not in channel.answers:
-                raise Unanswered(f"the agent's client does not take {method}")
-            return await ask(invocation_id, method, params)
+        async def asked(requests: Requests) -> dict[str, dict[str, Any]]:
+            if ask is None:
+                raise Unanswered("the agent's client takes no requests")
+            for request in requests.values():
+                method = request.get("method")
+                if method not in channel.answers:
+                    raise Unanswered(f"the agent's client does not take {method}")
+            return await ask(invocation_id, requests)
 
         return Bound(
             progress=None if send is None else checked,
@@ -119,6 +130,7 @@ class Channels:
             log_level=channel.log_level,
             ask=None if ask is None else asked,
             answers=channel.answers,
+            rounds=channel.rounds,
         )
 
 

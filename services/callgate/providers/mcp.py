@@ -30,7 +30,7 @@ import contextlib
 import json
 import os
 import threading
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -51,8 +51,6 @@ if TYPE_CHECKING:
     from callgate.domain.catalog import ToolSpec
 
 T = TypeVar("T")
-R = TypeVar("R", bound=BaseModel)
-MRTR = "2026-07-28"  # the first revision without a session's logging level
 
 META_IDEMPOTENCY_KEY = "callgate/idempotency_key"
 META_INVOCATION_ID = "callgate/invocation_id"
@@ -236,7 +234,7 @@ class McpUpstream:
         """One request other than ``tools/call`` (lists, reads, prompts, completion,
         logging, subscriptions: ADR 0044), its result as JSON; raises ``mcp.MCPError``.
         A read or a prompt with a ``channel`` that relays runs on a session of its own
-        (``relayed``)."""
+        (``mcp_relay``)."""
         import mcp.types as types
 
         loop, shared = self._connected()
@@ -244,9 +242,29 @@ class McpUpstream:
 
         async def go() -> Any:
             if channel is not None and channel.relays and self.config.url is not None:
-                async with self.relayed(channel) as own:
-                    return await on(own)
+                return await self._on_own(channel, on_own)
             return await on(shared)
+
+        async def on_own(client: mcp.Client) -> Any:
+            """A read or a prompt, its ``input_required`` rounds relayed to the agent."""
+            from callgate.providers.mcp_relay import through_rounds
+
+            assert channel is not None
+
+            async def send(responses: Any, state: str | None) -> Any:
+                if method == "resources/read":
+                    return await client.session.read_resource(
+                        str(p["uri"]), input_responses=responses, request_state=state,
+                        allow_input_required=True,
+                    )  # fmt: skip
+                return await client.session.get_prompt(
+                    str(p["name"]), p.get("arguments") or None, input_responses=responses,
+                    request_state=state, allow_input_required=True,
+                )  # fmt: skip
+
+            if method not in ("resources/read", "prompts/get"):
+                return await on(client)
+            return await through_rounds(send, channel, self.config.timeout_s)
 
         async def on(client: mcp.Client) -> Any:
             cursor = p.get("cursor")
@@ -292,103 +310,65 @@ class McpUpstream:
     ) -> mcp.types.CallToolResult:
         """One ``tools/call``; raises ``mcp.MCPError`` or a transport error as the SDK does.
         The upstream's progress of this call goes to ``channel``; a channel that relays
-        more runs the call on a session of its own (``relayed``)."""
+        more runs the call on a session of its own (``mcp_relay``)."""
         loop, shared = self._connected()
-        send = None if channel is None else channel.progress
+        report = None if channel is None else channel.progress
 
         async def progressed(progress: float, total: float | None, message: str | None) -> None:
-            if send is not None:
-                send(progress, total, message)
+            if report is not None:
+                report(progress, total, message)
 
         async def on(client: mcp.Client) -> mcp.types.CallToolResult:
             return await client.call_tool(
                 tool,
                 dict(arguments),
                 read_timeout_seconds=self.config.timeout_s,
-                progress_callback=None if send is None else progressed,
+                progress_callback=None if report is None else progressed,
                 meta=cast("mcp.types.RequestParamsMeta", dict(meta)),
             )
 
+        async def on_own(client: mcp.Client) -> mcp.types.CallToolResult:
+            from callgate.providers.mcp_relay import through_rounds
+
+            assert channel is not None
+
+            async def send(responses: Any, state: str | None) -> Any:
+                return await client.session.call_tool(
+                    tool,
+                    dict(arguments),
+                    read_timeout_seconds=self.config.timeout_s,
+                    progress_callback=None if report is None else progressed,
+                    input_responses=responses,
+                    request_state=state,
+                    meta=cast("mcp.types.RequestParamsMeta", dict(meta)),
+                    allow_input_required=True,
+                )
+
+            result: mcp.types.CallToolResult = await through_rounds(
+                send, channel, self.config.timeout_s
+            )
+            return result
+
         async def go() -> mcp.types.CallToolResult:
             if channel is not None and channel.relays and self.config.url is not None:
-                async with self.relayed(channel) as own:
-                    return await on(own)
+                return await self._on_own(channel, on_own)
             return await on(shared)
 
         return self._run(loop, go())
 
-    @contextlib.asynccontextmanager
-    async def relayed(self, channel: Bound) -> AsyncIterator[mcp.Client]:
-        """A session of one call, declaring to the upstream exactly what the agent can take
-        (ADR 0075): the shared session cannot tell which call a log message or a request of
-        the upstream belongs to, a session of its own can. Only for an upstream at a URL:
-        a stdio upstream is one process, whose state a second process would not share
-        (its lookups, C12), so its calls relay progress only."""
-        import mcp
-        import mcp.types as types
-        from mcp.client.session import ClientRequestContext
+    async def _on_own(self, channel: Bound, on: Callable[[mcp.Client], Awaitable[T]]) -> T:
+        """``on`` on the call's own session (``mcp_relay.relayed``); its failure raised as
+        it is, not wrapped in the exception group of the session's task group."""
+        from callgate.providers.mcp_relay import relayed
 
-        cfg = self.config
-        assert cfg.url is not None
-        ask = channel.ask
-
-        async def asked(
-            method: str, params: BaseModel | None, result: type[R]
-        ) -> R | types.ErrorData:
-            if ask is None:  # not declared: the SDK does not route it here
-                return types.ErrorData(code=types.METHOD_NOT_FOUND, message=f"{method}: no agent")
-            body = (
-                {}
-                if params is None
-                else params.model_dump(by_alias=True, mode="json", exclude_none=True)
-            )
+        assert self.config.url is not None
+        failed: Exception | None = None
+        async with relayed(self.config.url, channel, self.config.timeout_s) as own:
             try:
-                answer = await asyncio.wait_for(ask(method, body), cfg.timeout_s)
-                return result.model_validate(answer)
-            except (Unanswered, TimeoutError, ValidationError) as exc:
-                why = "no answer in time" if isinstance(exc, TimeoutError) else str(exc)
-                return types.ErrorData(code=types.INTERNAL_ERROR, message=f"{method}: {why}"[:500])
-
-        async def elicit(
-            context: ClientRequestContext, params: types.ElicitRequestParams
-        ) -> types.ElicitResult | types.ErrorData:
-            return await asked("elicitation/create", params, types.ElicitResult)
-
-        async def sample(
-            context: ClientRequestContext, params: types.CreateMessageRequestParams
-        ) -> types.CreateMessageResult | types.ErrorData:
-            return await asked("sampling/createMessage", params, types.CreateMessageResult)
-
-        async def roots(context: ClientRequestContext) -> types.ListRootsResult | types.ErrorData:
-            return await asked("roots/list", None, types.ListRootsResult)
-
-        log = channel.log
-
-        async def logged(params: types.LoggingMessageNotificationParams) -> None:
-            if log is not None:
-                log(params.model_dump(by_alias=True, mode="json", exclude_none=True))
-
-        answers, level = channel.answers, channel.log_level
-        client = mcp.Client(
-            cfg.url,
-            cache=None,
-            mode=cfg.mode,
-            elicitation_callback=elicit if "elicitation/create" in answers else None,
-            sampling_callback=sample if "sampling/createMessage" in answers else None,
-            list_roots_callback=roots if "roots/list" in answers else None,
-            logging_callback=logged if log is not None and level is not None else None,
-            log_level=cast("types.LoggingLevel | None", level),
-        )
-        async with client:
-            if (
-                level is not None
-                and log is not None
-                and (client.session.protocol_version or "") < MRTR
-            ):
-                # A 2025-11-25 session takes its level once (2026-07-28: per request).
-                with contextlib.suppress(mcp.MCPError):
-                    await client.set_logging_level(cast("types.LoggingLevel", level))
-            yield client
+                return await on(own)
+            except Exception as exc:
+                failed = exc
+        raise failed
 
 
 class McpProvider:
@@ -453,6 +433,8 @@ class McpProvider:
             return self.upstream.request(spec.upstream_method, params, channel)
         except UpstreamUnavailable as exc:
             raise ProviderError(str(exc)) from exc
+        except Unanswered as exc:  # the upstream waited for the agent: nothing was applied
+            raise ProviderError(f"{where}: {exc}") from exc
         except mcp.MCPError as exc:
             raise ProviderError(upstream_error(where, exc.code, exc.message)) from exc
         except Exception as exc:
@@ -507,6 +489,8 @@ class McpProvider:
             )
         except UpstreamUnavailable as exc:
             raise ProviderError(str(exc)) from exc
+        except Unanswered as exc:  # the upstream waited for the agent: nothing was applied
+            raise ProviderError(f"{where}: {exc}") from exc
         except mcp.MCPError as exc:
             if exc.code in (REQUEST_TIMEOUT, CONNECTION_CLOSED):
                 if exc.code == CONNECTION_CLOSED:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +31,7 @@ from mcp.shared.message import ServerMessageMetadata
 from pydantic import BaseModel, ValidationError
 
 from callgate.domain.codes import Code
-from callgate.providers.channels import ASKS, Channel, Send, Unanswered
+from callgate.providers.channels import ASKS, Channel, Requests, Send, Unanswered
 from callgate.surfaces.mcp.rounds import speaks_rounds
 
 Ctx = ServerRequestContext[Any, Any]
@@ -113,11 +112,11 @@ def agent_channel(
             )
         )  # fmt: skip
 
-    async def ask(invocation_id: str, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    async def ask(invocation_id: str, requests: Requests) -> dict[str, dict[str, Any]]:
         """Runs on the upstream's loop; the agent is asked on this server's loop."""
         if asking is not None:
-            return await asking.ask(invocation_id, method, params)
-        sent = asyncio.run_coroutine_threadsafe(_request(agent.ctx, method, params), loop)
+            return await asking.ask(invocation_id, requests)
+        sent = asyncio.run_coroutine_threadsafe(_requests(agent.ctx, requests), loop)
         return await asyncio.wrap_future(sent)
 
     answers = answers_of(agent.ctx)
@@ -131,11 +130,21 @@ def agent_channel(
         log_level=level,
         ask=ask if answers else None,
         answers=answers,
+        rounds=speaks_rounds(agent.ctx),
     )
 
 
+async def _requests(ctx: Ctx, requests: Requests) -> dict[str, dict[str, Any]]:
+    """The upstream's requests sent to a 2025-11-25 client, related to its call, at once."""
+    keys = list(requests)
+    answers = await asyncio.gather(
+        *(_request(ctx, str(requests[k].get("method")), requests[k].get("params") or {})
+          for k in keys)
+    )  # fmt: skip
+    return dict(zip(keys, answers, strict=True))
+
+
 async def _request(ctx: Ctx, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
-    """The upstream's request sent to a 2025-11-25 client, related to its call."""
     try:
         request = REQUESTS[method].model_validate({"method": method, "params": dict(params)})
         result = await ctx.session.send_request(
@@ -154,8 +163,9 @@ async def _request(ctx: Ctx, method: str, params: Mapping[str, Any]) -> dict[str
 class Asking:
     """The upstream's requests of one invocation waiting for a 2026-07-28 client's answers.
 
-    ``task`` is the call's own ``Gateway.propose``, still running while the client answers;
-    a retry waits on it, so the call has one answer whichever request carries it.
+    One round at a time, keyed as the upstream keyed it. ``task`` is the call's own
+    ``Gateway.propose``, still running while the client answers; a retry waits on it, so
+    the call has one answer whichever request carries it.
     """
 
     def __init__(self, agent: Agent, principal: tuple[str, str]) -> None:
@@ -165,45 +175,43 @@ class Asking:
         self.invocation_id: str | None = None
         self.task: asyncio.Future[dict[str, Any]] | None = None
         self.changed = asyncio.Event()
-        self._keys = itertools.count(1)
-        self._waiting: dict[str, tuple[str, dict[str, Any], concurrent.futures.Future[Any]]] = {}
+        self._round: dict[str, dict[str, Any]] = {}  # key -> {method, params}, unanswered
+        self._answers: dict[str, dict[str, Any]] = {}
+        self._done: concurrent.futures.Future[dict[str, dict[str, Any]]] | None = None
 
-    async def ask(
-        self, invocation_id: str, method: str, params: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        """From the upstream's loop: wait for the client's answer to one request."""
-        answer: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self.loop.call_soon_threadsafe(self._add, invocation_id, method, dict(params), answer)
+    async def ask(self, invocation_id: str, requests: Requests) -> dict[str, dict[str, Any]]:
+        """From the upstream's loop: wait for the client's answers to one round."""
+        done: concurrent.futures.Future[dict[str, dict[str, Any]]] = concurrent.futures.Future()
+        self.loop.call_soon_threadsafe(self._open, invocation_id, requests, done)
         try:
-            body: dict[str, Any] = await asyncio.wrap_future(answer)
-            return body
+            return await asyncio.wrap_future(done)
         finally:  # answered, or given up by the upstream's timeout
-            self.loop.call_soon_threadsafe(self._forget, answer)
+            self.loop.call_soon_threadsafe(self._close, done)
 
-    def _add(self, invocation_id: str, method: str, params: dict[str, Any], answer: Any) -> None:
+    def _open(self, invocation_id: str, requests: Requests, done: Any) -> None:
         self.invocation_id = invocation_id
-        self._waiting[f"callgate/ask-{next(self._keys)}"] = (method, params, answer)
+        self._round = {key: dict(request) for key, request in requests.items()}
+        self._answers, self._done = {}, done
         self.changed.set()
 
-    def _forget(self, answer: concurrent.futures.Future[Any]) -> None:
-        for key, (_, _, waiting) in list(self._waiting.items()):
-            if waiting is answer:
-                del self._waiting[key]
+    def _close(self, done: Any) -> None:
+        if self._done is done:
+            self._round, self._answers, self._done = {}, {}, None
 
     def requests(self) -> dict[str, dict[str, Any]]:
-        """What the client is asked now: each waiting request, by its key."""
-        return {k: {"method": m, "params": p} for k, (m, p, _) in self._waiting.items()}
+        """What the client is asked now: the round's requests not answered yet."""
+        return dict(self._round)
 
     def answer(self, responses: Mapping[str, Any]) -> None:
         """The client's answers, each checked against its request's result type; raises a
         coded ``MCPError`` (nothing answered) when one is not for a waiting request or
-        does not fit it."""
-        checked: list[tuple[str, concurrent.futures.Future[Any], dict[str, Any]]] = []
+        does not fit it. The round goes back to the upstream once all are answered."""
+        checked: dict[str, dict[str, Any]] = {}
         for key, response in responses.items():
-            waiting = self._waiting.get(key)
-            if waiting is None:
+            request = self._round.get(key)
+            if request is None:
                 raise _refused(f"no waiting request {key!r} in this call")
-            method, _, answer = waiting
+            method = str(request.get("method"))
             body = (
                 response.model_dump(by_alias=True, mode="json", exclude_none=True)
                 if isinstance(response, BaseModel)
@@ -214,20 +222,20 @@ class Asking:
             except ValidationError as exc:
                 raise _refused(f"the answer to {key!r} is not a {method} result: "
                                f"{exc.errors()[0]['msg']}") from None  # fmt: skip
-            fit = fitted.model_dump(by_alias=True, mode="json", exclude_none=True)
-            checked.append((key, answer, fit))
-        for key, answer, body in checked:
-            del self._waiting[key]
-            if not answer.done():
-                answer.set_result(body)
+            checked[key] = fitted.model_dump(by_alias=True, mode="json", exclude_none=True)
+        for key, body in checked.items():
+            del self._round[key]
+            self._answers[key] = body
+        if not self._round and self._done is not None and not self._done.done():
+            self._done.set_result(self._answers)
         self.changed.clear()
 
     async def next(self) -> dict[str, Any] | None:
-        """The call's answer once ``task`` ends, or None as soon as a request waits for the
+        """The call's answer once ``task`` ends, or None as soon as a round waits for the
         client."""
         assert self.task is not None
         while not self.task.done():
-            if self._waiting:
+            if self._round:
                 return None
             changed = asyncio.ensure_future(self.changed.wait())
             either: set[asyncio.Future[Any]] = {self.task, changed}
