@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +32,7 @@ from pydantic import BaseModel, ValidationError
 
 from callgate.domain.codes import Code
 from callgate.providers.channels import ASKS, Channel, Requests, Send, Unanswered
-from callgate.surfaces.mcp.rounds import speaks_rounds
+from callgate.surfaces.mcp.rounds import Round, speaks_rounds
 
 Ctx = ServerRequestContext[Any, Any]
 LOG_LEVEL = types.LOG_LEVEL_META_KEY  # a 2026-07-28 request's opt-in to log messages
@@ -245,6 +245,89 @@ class Asking:
         return self.task.result()
 
 
-def _refused(message: str) -> MCPError:
-    code = Code.INVALID_ARGUMENTS.value
-    return MCPError(types.INVALID_PARAMS, f"{code}: {message}", {"code": code})
+async def propose_relayed(
+    ctx: Ctx,
+    meta: Mapping[str, Any],
+    level: str | None,
+    principal: tuple[str, str] | None,
+    propose: Callable[[Channel | None], Awaitable[dict[str, Any]]],
+) -> tuple[dict[str, Any] | None, Asking | None]:
+    """``propose`` with the channel of the agent's request: its answer, or (None, the
+    ``Asking``) as soon as the upstream asks a 2026-07-28 client something first."""
+    agent = Agent(ctx, meta)
+    asking = (
+        Asking(agent, principal)
+        if principal is not None and speaks_rounds(ctx) and answers_of(ctx)
+        else None
+    )
+    proposed = asyncio.ensure_future(
+        propose(agent_channel(agent, level, asking, progress_token(meta)))
+    )
+    if asking is None:
+        return await proposed, None
+    asking.task = proposed
+    answer = await asking.next()
+    return answer, (asking if answer is None else None)
+
+
+class Asked:
+    """The calls of this server whose upstream waits for their 2026-07-28 client, by
+    invocation: the client's retry finds its call here (at most ``limit``, the oldest
+    forgotten first; a forgotten call's retry is answered from its status)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._calls: dict[str, Asking] = {}
+
+    def pause(
+        self, asking: Asking, since_ms: int, meta: Mapping[str, Any]
+    ) -> types.InputRequiredResult:
+        """The round as ``input_required``, sealed (by the SDK's boundary) in a state that
+        names the invocation."""
+        invocation_id = str(asking.invocation_id)
+        self._calls[invocation_id] = asking
+        while len(self._calls) > self.limit:
+            del self._calls[next(iter(self._calls))]
+        state = Round(invocation_id, since_ms, asks=True)
+        return types.InputRequiredResult.model_validate(
+            {"inputRequests": asking.requests(), "requestState": state.dump(), "_meta": dict(meta)}
+        )
+
+    async def resume(
+        self,
+        ctx: Ctx,
+        principal: tuple[str, str],
+        state: Round,
+        responses: Mapping[str, Any],
+        meta: Mapping[str, Any],
+    ) -> dict[str, Any] | types.InputRequiredResult | None:
+        """A retry with the client's answers: the call's answer, ``input_required`` again
+        for its next round, or None when this server holds no such waiting call (the
+        caller answers from the invocation's status). Answers that do not fit, or a call
+        of another principal, are refused with a code."""
+        asking = self._calls.get(state.invocation_id)
+        if asking is None or asking.task is None:
+            return None
+        if principal != asking.principal:  # the boundary's binding, checked again
+            raise _refused(f"no waiting call {state.invocation_id}", Code.NOT_FOUND)
+        asking.answer(responses)
+        asking.agent.ctx, asking.agent.meta = ctx, meta
+        answer = await asking.next()
+        if answer is None:
+            return self.pause(asking, state.since_ms, _meta_of(state.invocation_id))
+        self._calls.pop(state.invocation_id, None)
+        return answer
+
+
+def progress_token(meta: Mapping[str, Any]) -> str | int | None:
+    """The agent's ``progressToken`` in a request's ``_meta``, when it gave one."""
+    given = meta.get("progress_token", meta.get("progressToken"))
+    return given if isinstance(given, str | int) and not isinstance(given, bool) else None
+
+
+def _meta_of(invocation_id: str) -> dict[str, Any]:
+    return {"callgate/invocation_id": invocation_id}
+
+
+def _refused(message: str, code: Code = Code.INVALID_ARGUMENTS) -> MCPError:
+    return MCPError(types.INVALID_PARAMS, f"{code.value}: {message}", {"code": code.value})

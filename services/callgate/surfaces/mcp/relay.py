@@ -35,6 +35,8 @@ from callgate.domain.catalog import ToolSpec
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.principal import Principal
 from callgate.surfaces.mcp.bridge import GatewayBridge
+from callgate.surfaces.mcp.channel import Asked, level_of, propose_relayed
+from callgate.surfaces.mcp.rounds import Round
 
 MAX_URI = 2048
 SUCCESS = frozenset({Code.EXECUTED.value, Code.REPLAYED.value})
@@ -66,6 +68,7 @@ class Relay:
         principal_of: Callable[[Ctx], Principal],
         session_of: Callable[[Ctx], str],
         timeout_s: float,
+        asked: Asked,
     ) -> None:
         self.bridge = bridge
         self.profile = bridge.app.profile
@@ -73,6 +76,7 @@ class Relay:
         self.session_of = session_of
         self.timeout_s = timeout_s
         self.levels: dict[str, str] = {}  # session -> the logging level it asked for
+        self.asked = asked  # reads and prompts whose upstream asks the client (ADR 0075)
 
     # -- what the catalog offers --------------------------------------------------------
 
@@ -168,7 +172,7 @@ class Relay:
 
     async def read_resource(
         self, ctx: Ctx, params: types.ReadResourceRequestParams
-    ) -> types.ReadResourceResult:
+    ) -> types.ReadResourceResult | types.InputRequiredResult:
         uri = str(params.uri)
         if len(uri) > MAX_URI:
             raise refusal(Code.INVALID_ARGUMENTS.value, f"a URI has at most {MAX_URI} characters")
@@ -177,7 +181,9 @@ class Relay:
             raise refusal(
                 Code.UNKNOWN_TOOL.value, "no catalog entry covers this resource URI", uri=uri
             )
-        answer = await self.propose(ctx, spec.name, {"uri": uri})
+        answer = await self.propose(ctx, spec.name, {"uri": uri}, params)
+        if isinstance(answer, types.InputRequiredResult):
+            return answer
         return types.ReadResourceResult.model_validate(
             {"contents": answer["result"].get("contents", []), "_meta": _meta(answer)}
         )
@@ -215,11 +221,13 @@ class Relay:
 
     async def get_prompt(
         self, ctx: Ctx, params: types.GetPromptRequestParams
-    ) -> types.GetPromptResult:
+    ) -> types.GetPromptResult | types.InputRequiredResult:
         spec = self.profile.tool(params.name)
         if spec is None or spec.upstream_method != "prompts/get":
             raise refusal(Code.UNKNOWN_TOOL.value, f"no catalog entry for prompt {params.name!r}")
-        answer = await self.propose(ctx, spec.name, dict(params.arguments or {}))
+        answer = await self.propose(ctx, spec.name, dict(params.arguments or {}), params)
+        if isinstance(answer, types.InputRequiredResult):
+            return answer
         result = answer["result"]
         return types.GetPromptResult.model_validate(
             {
@@ -260,12 +268,51 @@ class Relay:
 
     # -- the decision ------------------------------------------------------------------------
 
-    async def propose(self, ctx: Ctx, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-        """``Gateway.propose``; anything but an executed read is a coded JSON-RPC error."""
+    async def propose(
+        self,
+        ctx: Ctx,
+        tool: str,
+        args: dict[str, Any],
+        params: types.ReadResourceRequestParams | types.GetPromptRequestParams,
+    ) -> dict[str, Any] | types.InputRequiredResult:
+        """``Gateway.propose`` with the request's channel (ADR 0075); anything but an
+        executed read is a coded JSON-RPC error. A 2026-07-28 client may be asked the
+        upstream's requests first (``input_required``); its retry continues the call."""
+        session, meta = self.session_of(ctx), params.meta or {}
+        who: tuple[str, str] | None = None
         try:
-            answer = await self.bridge.propose(
-                self.session_of(ctx), tool, args, None, None, self.timeout_s
-            )
+            principal = self.principal_of(ctx)
+        except MCPError:  # the decider answers an unusable session, coded, as always
+            pass
+        else:
+            who = (principal.tenant, principal.user)
+        try:
+            if params.request_state is not None and who is not None:  # sealed by the boundary
+                state = Round.load(params.request_state)
+                resumed = await self.asked.resume(
+                    ctx, who, state, params.input_responses or {}, meta
+                )
+                if resumed is None:  # no longer waiting here: what came of it
+                    resumed = await self.bridge.run(
+                        lambda g: g.wait(state.invocation_id, session, self.timeout_s)
+                    )
+                if isinstance(resumed, types.InputRequiredResult):
+                    return resumed
+                answer = resumed
+            else:
+                since_ms = self.bridge.app.clock()
+                level = level_of(ctx, meta, self.levels.get(session))
+                found, asking = await propose_relayed(
+                    ctx, meta, level, who,
+                    lambda channel: self.bridge.propose(
+                        session, tool, args, None, None, self.timeout_s, channel=channel
+                    ),
+                )  # fmt: skip
+                if asking is not None:
+                    meta_out = {"callgate/invocation_id": asking.invocation_id}
+                    return self.asked.pause(asking, since_ms, meta_out)
+                assert found is not None
+                answer = found
         except Rejection as r:
             raise refusal(r.code.value, r.message) from None
         outcome = str(answer.get("outcome"))

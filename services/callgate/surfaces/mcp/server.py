@@ -35,7 +35,7 @@ from callgate.domain.codes import Code, Rejection
 from callgate.domain.principal import Principal
 from callgate.surfaces.gateway import final_answer, is_final
 from callgate.surfaces.mcp.bridge import GatewayBridge
-from callgate.surfaces.mcp.channel import Agent, Asking, agent_channel, answers_of, level_of
+from callgate.surfaces.mcp.channel import Asked, level_of, progress_token, propose_relayed
 from callgate.surfaces.mcp.relay import Relay
 from callgate.surfaces.mcp.rounds import Round, boundary, paused, round_s, speaks_rounds
 
@@ -72,7 +72,7 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
     app = bridge.app
 
     held: dict[tuple[str, str, str, str], str] = {}  # the same call -> its invocation
-    asked: dict[str, Asking] = {}  # invocation -> the upstream's requests its client answers
+    asked = Asked(HELD_CALLS)  # calls whose upstream asks their 2026-07-28 client (ADR 0075)
 
     def session_of(ctx: ServerRequestContext[Any, Any]) -> str:
         """C6: the HTTP request's bearer token, else the configured session; never args."""
@@ -149,58 +149,26 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
                 answer = final_answer(resumable, status)
         since_ms = app.clock()
         if answer is None:
-            agent = Agent(ctx, meta)
-            asking = (
-                Asking(agent, same_call[:2])
-                if same_call is not None and speaks_rounds(ctx) and answers_of(ctx)
-                else None
-            )
             level = level_of(ctx, meta, relay.levels.get(session))
-            proposed = asyncio.ensure_future(
-                bridge.propose(
-                    session,
-                    params.name,
-                    args,
-                    key,
-                    approval_id,
-                    options.timeout_s,
-                    traceparent=_traceparent(meta),
-                    trace_attributes={
-                        "mcp.method.name": "tools/call",
-                        "jsonrpc.request.id": str(ctx.request_id),
-                    },
-                    channel=agent_channel(agent, level, asking, _progress_token(meta)),
-                )
-            )
             try:
-                if asking is None:
-                    answer = await proposed
-                else:
-                    asking.task = proposed
-                    answer = await asking.next()
-                    if answer is None:  # the upstream asks the client first (ADR 0075)
-                        return ask_client(ctx, asking, since_ms)
+                answer, asking = await propose_relayed(
+                    ctx, meta, level, None if same_call is None else same_call[:2],
+                    lambda channel: bridge.propose(
+                        session, params.name, args, key, approval_id, options.timeout_s,
+                        traceparent=_traceparent(meta),
+                        trace_attributes={
+                            "mcp.method.name": "tools/call",
+                            "jsonrpc.request.id": str(ctx.request_id),
+                        },
+                        channel=channel,
+                    ),
+                )  # fmt: skip
             except Rejection as r:  # the SDK's entry limits: refused before anything is published
                 return _error_result(r.code.value, r.message, None)
+            if asking is not None:  # the upstream asks the client first (ADR 0075)
+                return asked.pause(asking, since_ms, {META_INVOCATION_ID: asking.invocation_id})
+        assert answer is not None
         return await settle(ctx, params, answer, same_call, since_ms)
-
-    def ask_client(
-        ctx: ServerRequestContext[Any, Any], asking: Asking, since_ms: int
-    ) -> types.InputRequiredResult:
-        """The upstream's waiting requests, as ``input_required`` to a 2026-07-28 client;
-        its retry with the sealed state and the answers continues the same invocation."""
-        invocation_id = str(asking.invocation_id)
-        asked[invocation_id] = asking
-        while len(asked) > HELD_CALLS:  # the oldest first
-            del asked[next(iter(asked))]
-        state = Round(invocation_id, since_ms, asks=True)
-        return types.InputRequiredResult.model_validate(
-            {
-                "inputRequests": asking.requests(),
-                "requestState": state.dump(),
-                "_meta": {META_INVOCATION_ID: invocation_id},
-            }
-        )
 
     async def settle(
         ctx: ServerRequestContext[Any, Any],
@@ -233,26 +201,22 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
         pending still, ``input_required`` again until the hold is spent (ADR 0065)."""
         session = session_of(ctx)
         if state.asks:
-            asking = asked.get(state.invocation_id)
-            if asking is None or asking.task is None:  # no longer waiting: what came of it
+            principal = principal_of(ctx)
+            who = (principal.tenant, principal.user)
+            resumed = await asked.resume(  # a coded JSON-RPC error for answers that do not fit
+                ctx, who, state, params.input_responses or {}, params.meta or {}
+            )
+            if isinstance(resumed, types.InputRequiredResult):
+                return resumed
+            if resumed is None:  # no longer waiting here: what came of it
                 try:
-                    answer = await bridge.run(
+                    resumed = await bridge.run(
                         lambda g: g.wait(state.invocation_id, session, options.timeout_s)
                     )
                 except Rejection as r:
                     return _error_result(r.code.value, r.message, None)
-                return await answered(ctx, answer)
-            principal = principal_of(ctx)
-            if (principal.tenant, principal.user) != asking.principal:  # the boundary's too
-                return _error_result(Code.NOT_FOUND.value, f"no call {state.invocation_id}", None)
-            asking.answer(params.input_responses or {})  # a coded JSON-RPC error if unfit
-            asking.agent.ctx, asking.agent.meta = ctx, params.meta or {}
-            resumed = await asking.next()
-            if resumed is None:
-                return ask_client(ctx, asking, state.since_ms)
-            asked.pop(state.invocation_id, None)
-            same_call = (principal.tenant, principal.user, params.name,
-                         canonical_json(params.arguments or {}))  # fmt: skip
+                return await answered(ctx, resumed)
+            same_call = (*who, params.name, canonical_json(params.arguments or {}))
             return await settle(ctx, params, resumed, same_call, state.since_ms)
         left_s = options.hold_s - (app.clock() - state.since_ms) / 1000
         wait_s = max(0.0, min(round_s(options.hold_s), left_s))
@@ -293,7 +257,7 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
         err = answer.get("error") or {"code": outcome, "message": _EXPLAINED.get(outcome, outcome)}
         return _error_result(str(err["code"]), str(err["message"]), answer)
 
-    relay = Relay(bridge, principal_of, session_of, options.timeout_s)
+    relay = Relay(bridge, principal_of, session_of, options.timeout_s, asked)
     with warnings.catch_warnings():
         # logging/setLevel is deprecated at 2026-07-28 and served to 2025-11-25 clients
         warnings.simplefilter("ignore", MCPDeprecationWarning)
@@ -392,7 +356,7 @@ async def _hold(
     when the client gave a ``progressToken``; the final answer, or the current one when
     the hold runs out."""
     invocation_id = str(answer["invocation_id"])
-    token = _progress_token(params.meta or {})
+    token = progress_token(params.meta or {})
     loop = asyncio.get_running_loop()
     start = loop.time()
     while (left := hold_s - (loop.time() - start)) > 0:
@@ -408,11 +372,6 @@ async def _hold(
                 related_request_id=str(ctx.request_id),
             )
     return answer
-
-
-def _progress_token(meta: Mapping[str, Any]) -> str | int | None:
-    given = meta.get("progress_token", meta.get("progressToken"))
-    return given if isinstance(given, str | int) and not isinstance(given, bool) else None
 
 
 async def _approval_required(
