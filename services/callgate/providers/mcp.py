@@ -69,6 +69,10 @@ class McpUpstreamConfig(BaseModel):
     cwd: str | None = None
     timeout_s: float = Field(default=10.0, gt=0)  # per tool call; then "outcome unknown"
     connect_timeout_s: float = Field(default=20.0, gt=0)
+    # How long a request of the upstream during a call (elicitation, sampling, roots) waits
+    # for the agent's answer (ADR 0075); the call waits with it, and on the embedded backend
+    # so does this process's pipeline. At most 0.8 of ``timeout_s`` is used.
+    answer_timeout_s: float = Field(default=8.0, gt=0)
     # The protocol of callgate's session to the upstream: ``auto`` negotiates the newest
     # both speak; ``legacy`` keeps the 2025-11-25 handshake, whose resource subscriptions
     # and logging level the 2026-07-28 revision removed (ADR 0044).
@@ -224,6 +228,12 @@ class McpUpstream:
 
         return self._run(loop, go())
 
+    @property
+    def answer_s(self) -> float:
+        """How long the agent's answer to the upstream's request is waited for: below the
+        call's own timeout, so that a late answer fails the call, not the session."""
+        return min(self.config.answer_timeout_s, 0.8 * self.config.timeout_s)
+
     def capabilities(self) -> mcp.types.ServerCapabilities:
         """What the upstream announced when the session opened."""
         return self._connected()[1].server_capabilities
@@ -264,7 +274,7 @@ class McpUpstream:
 
             if method not in ("resources/read", "prompts/get"):
                 return await on(client)
-            return await through_rounds(send, channel, self.config.timeout_s)
+            return await through_rounds(send, channel, self.answer_s)
 
         async def on(client: mcp.Client) -> Any:
             cursor = p.get("cursor")
@@ -344,9 +354,7 @@ class McpUpstream:
                     allow_input_required=True,
                 )
 
-            result: mcp.types.CallToolResult = await through_rounds(
-                send, channel, self.config.timeout_s
-            )
+            result: mcp.types.CallToolResult = await through_rounds(send, channel, self.answer_s)
             return result
 
         async def go() -> mcp.types.CallToolResult:
@@ -363,7 +371,7 @@ class McpUpstream:
 
         assert self.config.url is not None
         failed: Exception | None = None
-        async with relayed(self.config.url, channel, self.config.timeout_s) as own:
+        async with relayed(self.config.url, channel, self.answer_s) as own:
             try:
                 return await on(own)
             except Exception as exc:
