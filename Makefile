@@ -32,8 +32,11 @@ oidc-provider:
 ## tests/conformance/package-lock.json, run under Node 22 from npm): the 2025-11-25 and
 ## 2026-07-28 server requirement sets against an upstream fixture alone, then through
 ## `callgate mcp --http` with a policy that allows everything; prints both pass counts.
-conformance: $(STAMP)
+CONFORMANCE_DEPS := tests/conformance/node_modules/.package-lock.json
+$(CONFORMANCE_DEPS): tests/conformance/package-lock.json
 	cd tests/conformance && npm ci --no-audit --no-fund
+
+conformance: $(STAMP) $(CONFORMANCE_DEPS)
 	$(PY) -P tests/conformance/run.py
 
 ## Re-resolves the lock after a change of pyproject.toml (keeps pinned versions where it can).
@@ -80,7 +83,7 @@ fuzz-http: $(STAMP)
 ## Kafka, no browser and no fuzzing; two xdist workers.
 PYTEST := PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q -p no:cacheprovider
 XDIST  ?= -n 2
-test: $(STAMP)
+test: $(STAMP) $(CONFORMANCE_DEPS)
 	$(PYTEST) $(XDIST) -m "not kafka and not browser and not fuzz"
 
 ## Every Kafka test, on Apache Kafka from Maven (one broker per xdist worker); fails, not

@@ -83,6 +83,19 @@ KNOWN_LOST: dict[str, frozenset[str]] = {
     "2026-07-28": frozenset(),
 }
 
+# ``--quick`` (``make test``): one scenario of each feature callgate relays, through
+# callgate only (``make conformance`` checks each passes alone too).
+QUICK: dict[str, tuple[str, ...]] = {
+    "2025-11-25": (
+        "tools-call-with-progress", "tools-call-with-logging", "tools-call-elicitation",
+        "tools-call-sampling", "resources-read-text", "prompts-get-with-args",
+    ),
+    "2026-07-28": (
+        "input-required-result-multiple-input-requests", "input-required-result-multi-round",
+        "input-required-result-tampered-state", "input-required-result-non-tool-request",
+    ),
+}  # fmt: skip
+
 # Its resources (catalog entries of resources/read, by URI glob) and prompts.
 RESOURCES: dict[str, list[str]] = {
     "up.static": ["test://static-text", "test://static-binary", "test://watched-resource"],
@@ -322,11 +335,26 @@ def settle(
         print(f"  rerun {label} {revision} {scenario}: {verdict}")
 
 
+def quick(url: str, revisions: list[str], work: Path) -> int:
+    """The ``QUICK`` scenarios through callgate, each printed; 1 when one fails twice."""
+    failed = 0
+    for rev in revisions:
+        for scenario in QUICK[rev]:
+            out = work / f"quick-{rev}-{scenario}.txt"
+            ok = run_one(url, rev, scenario, out) or run_one(url, rev, scenario, out)
+            print(f"MCP conformance {rev} {scenario} through callgate: {'pass' if ok else 'FAIL'}")
+            if not ok:
+                failed += 1
+                print(out.read_text()[-3000:])
+    return 1 if failed else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--revision", action="append", choices=REVISIONS)
     parser.add_argument("--keep", type=Path, help="a folder for logs and suite outputs")
     parser.add_argument("--scenario", help="run one scenario through callgate, printing its checks")
+    parser.add_argument("--quick", action="store_true", help="the QUICK scenarios through callgate")
     ns = parser.parse_args()
     revisions = ns.revision or list(REVISIONS)
     with tempfile.TemporaryDirectory() as tmp:
@@ -344,7 +372,7 @@ def main() -> int:
         alone: dict[str, dict[str, bool]] = {}
         through: dict[str, dict[str, bool]] = {}
         with process(upstream, up_port, work / "upstream.log", env):
-            for rev in revisions if not ns.scenario else ():
+            for rev in revisions if not (ns.scenario or ns.quick) else ():
                 url = f"http://127.0.0.1:{up_port}/mcp"
                 alone[rev] = run_suite(url, rev, work / f"alone-{rev}.txt")
                 settle(alone[rev], {s for s, ok in alone[rev].items() if not ok}, url, rev,
@@ -353,6 +381,8 @@ def main() -> int:
                 process(gateway, cg_port, work / "callgate.log", env),
                 serve_in_thread(bearer_proxy(f"http://127.0.0.1:{cg_port}", token), proxy_port),
             ):
+                if ns.quick:
+                    return quick(f"http://127.0.0.1:{proxy_port}/mcp", revisions, work)
                 if ns.scenario:
                     url = f"http://127.0.0.1:{proxy_port}/mcp"
                     cmd = ["npx", "-y", "-p", NODE, "--", "conformance", "server", "--url", url]
