@@ -67,13 +67,18 @@ def test_asks_go_to_the_agent_with_the_invocation_only_for_declared_methods() ->
     channels.open("inv-1", Channel(ask=ask, answers=frozenset({"elicitation/create"})))
     bound = channels.of("inv-1")
     assert bound is not None and bound.relays and bound.ask is not None
+    ask_agent = bound.ask
+
+    async def asking(requests: Requests) -> dict[str, dict[str, Any]]:
+        return await ask_agent(requests)
+
     elicit = {"method": "elicitation/create", "params": {"message": "Name?"}}
-    answers = asyncio.run(bound.ask({"user_name": elicit}))
+    answers = asyncio.run(asking({"user_name": elicit}))
     assert answers["user_name"]["action"] == "accept"
     assert asked == [("inv-1", {"user_name": elicit})]
     sample = {"method": "sampling/createMessage", "params": {"messages": []}}
     with pytest.raises(Unanswered):  # the agent's client did not declare sampling
-        asyncio.run(bound.ask({"user_name": elicit, "q": sample}))
+        asyncio.run(asking({"user_name": elicit, "q": sample}))
     assert len(asked) == 1
 
 
