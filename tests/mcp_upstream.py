@@ -26,6 +26,7 @@ from typing import Any
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError
+from mcp.types import InputRequiredResult
 from pydantic import BaseModel
 
 META_KEY = "callgate/idempotency_key"
@@ -184,6 +185,31 @@ def build(ledger: Ledger) -> MCPServer:
                 1 for e in ledger.effects() if str(e.get("note_id", "")).startswith(prefix)
             )
         }
+
+    @server.tool()
+    async def sign_note(note_id: str, ctx: Context) -> InputRequiredResult | dict[str, str]:
+        """Asks the client who signs ``note_id``, logs it, then signs it once (an effect).
+        A 2026-07-28 client is asked with ``input_required``, an earlier one with an
+        elicitation request during the call."""
+        schema = {"type": "object", "properties": {"name": {"type": "string"}},
+                  "required": ["name"]}  # fmt: skip
+        if ctx.session.protocol_version >= "2026-07-28":
+            answered = ctx.input_responses or {}
+            if "signer" not in answered:
+                question = {"method": "elicitation/create",
+                            "params": {"message": f"Who signs {note_id}?",
+                                       "requestedSchema": schema}}  # fmt: skip
+                return InputRequiredResult.model_validate({"inputRequests": {"signer": question}})
+            content = getattr(answered["signer"], "content", None) or {}
+        else:
+            elicited = await ctx.session.elicit_form(f"Who signs {note_id}?", schema)
+            content = elicited.content or {}
+        signer = str(content.get("name", ""))
+        if not signer:
+            raise ValueError("nobody signed")
+        await ctx.info(f"{note_id} signed by {signer}")
+        await _apply("sign_note", ctx, {"note_id": note_id, "signer": signer})
+        return {"note_id": note_id, "signer": signer}
 
     @server.tool()
     async def purge_all(ctx: Context) -> dict[str, str]:
