@@ -18,6 +18,7 @@ callgate's doing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import json
 from pathlib import Path
@@ -26,7 +27,12 @@ from typing import Any
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError
-from mcp.types import InputRequiredResult
+from mcp.types import (
+    EmptyResult,
+    InputRequiredResult,
+    SubscribeRequestParams,
+    UnsubscribeRequestParams,
+)
 from pydantic import BaseModel
 
 META_KEY = "callgate/idempotency_key"
@@ -152,6 +158,10 @@ def build(ledger: Ledger) -> MCPServer:
     async def write_note(note_id: str, text: str, ctx: Context, author: str | None = None) -> Note:
         """Create or replace a note."""
         await _apply("write_note", ctx, {"note_id": note_id, "text": text, "author": author})
+        uri = f"notes://{note_id}"
+        for session in list(watchers.get(uri, ())):  # the sessions subscribed to the note
+            with contextlib.suppress(Exception):
+                await session.send_resource_updated(uri)
         return Note(note_id=note_id, text=text, author=author)
 
     @server.tool()
@@ -255,6 +265,22 @@ def build(ledger: Ledger) -> MCPServer:
         ledger.append({"tool": "prompts/get", "note_id": "leak"})
         return "leak"
 
+    # Subscriptions (2025-11-25): a written note's URI is announced to its subscribers.
+    watchers: dict[str, list[Any]] = {}
+
+    async def subscribe(ctx: Any, params: SubscribeRequestParams) -> EmptyResult:
+        ledger.append({"tool": "resources/subscribe", "uri": str(params.uri)})
+        watchers.setdefault(str(params.uri), []).append(ctx.session)
+        return EmptyResult()
+
+    async def unsubscribe(ctx: Any, params: UnsubscribeRequestParams) -> EmptyResult:
+        ledger.append({"tool": "resources/unsubscribe", "uri": str(params.uri)})
+        watchers.pop(str(params.uri), None)
+        return EmptyResult()
+
+    low = server._lowlevel_server  # MCPServer leaves subscriptions out
+    low.add_request_handler("resources/subscribe", SubscribeRequestParams, subscribe)
+    low.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, unsubscribe)
     return server
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import mcp
 import mcp.types as types
@@ -81,6 +82,19 @@ class Relay:
 
 @pytest.fixture
 def relay(tmp_path: Path) -> Iterator[Relay]:
+    with started(tmp_path, "auto") as found:
+        yield found
+
+
+@pytest.fixture
+def legacy_relay(tmp_path: Path) -> Iterator[Relay]:
+    """callgate's own session to the upstream on 2025-11-25, which keeps subscriptions."""
+    with started(tmp_path, "legacy") as found:
+        yield found
+
+
+@contextlib.contextmanager
+def started(tmp_path: Path, mode: str) -> Iterator[Relay]:
     up_port, gw_port = free_ports(2)
     ledger, state = tmp_path / "notes.jsonl", tmp_path / "state"
     state.mkdir()
@@ -88,7 +102,7 @@ def relay(tmp_path: Path) -> Iterator[Relay]:
     doc = yaml.safe_load(profile.read_text())
     doc["tools"]["notes.sign"] = SIGN
     # Room for the refusals a test makes while the upstream's round waits (ADR 0075).
-    doc["providers"]["notes"] |= {"timeout_s": 30, "answer_timeout_s": 20}
+    doc["providers"]["notes"] |= {"timeout_s": 30, "answer_timeout_s": 20, "mode": mode}
     profile.write_text(yaml.safe_dump(doc, sort_keys=False))
     logs = [(tmp_path / name).open("w") for name in ("upstream.log", "mcp.log")]
     upstream = subprocess.Popen(
@@ -233,3 +247,35 @@ async def test_an_oversized_or_duplicated_answer_is_refused_at_the_entry(relay: 
             assert answer.status_code in (400, 413), answer.text
             assert "error" in answer.json()
     assert relay.signed() == []
+
+
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
+async def test_a_subscribed_agent_is_told_of_an_update_it_may_read(legacy_relay: Relay) -> None:
+    """The upstream announces a written note to callgate's subscription; callgate tells
+    the agent sessions subscribed to it that may read it, and no other."""
+    told: list[str] = []
+
+    async def heard(message: Any) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification):
+            told.append(str(message.params.uri))
+
+    r = legacy_relay
+    async with (
+        r.client(r.token(), mode="legacy", message_handler=heard) as watcher,
+        r.client(r.token("bob"), mode="legacy") as writer,
+        r.client(r.token("gus", "globex"), mode="legacy") as other,
+    ):
+        await watcher.subscribe_resource("notes://N-5")
+        with pytest.raises(mcp.MCPError) as refused:  # another tenant's note
+            await other.subscribe_resource("notes://N-5")
+        assert str(refused.value.message).startswith("tool_forbidden:")
+        wrote = await writer.call_tool("notes.quick_write", {"note_id": "N-5", "text": "new"})
+        assert not wrote.is_error, wrote
+        for _ in range(100):
+            if told:
+                break
+            await anyio.sleep(0.05)
+        assert told == ["notes://N-5"]
+        await watcher.unsubscribe_resource("notes://N-5")
+    subscriptions = [e["tool"] for e in effects(r.ledger) if "subscribe" in e["tool"]]
+    assert subscriptions == ["resources/subscribe", "resources/unsubscribe"]

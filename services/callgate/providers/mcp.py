@@ -124,6 +124,9 @@ class McpUpstream:
         self._client: mcp.Client | None = None
         self._stop: asyncio.Event | None = None
         self._owner: concurrent.futures.Future[None] | None = None
+        # Called, on the session's thread, with the URI of each resource the upstream says
+        # was updated (``notifications/resources/updated`` of a subscription).
+        self.on_updated: list[Callable[[str], None]] = []
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -174,7 +177,7 @@ class McpUpstream:
 
         cfg = self.config
         if cfg.url is not None:
-            return mcp.Client(cfg.url, cache=None, mode=cfg.mode)
+            return mcp.Client(cfg.url, cache=None, mode=cfg.mode, message_handler=self._heard)
         assert cfg.command is not None
         params = mcp.StdioServerParameters(
             command=cfg.command[0],
@@ -182,7 +185,16 @@ class McpUpstream:
             env={**get_default_environment(), **cfg.env},
             cwd=cfg.cwd or os.getcwd(),
         )
-        return mcp.Client(params, cache=None, mode=cfg.mode)
+        return mcp.Client(params, cache=None, mode=cfg.mode, message_handler=self._heard)
+
+    async def _heard(self, message: Any) -> None:
+        """The upstream's notifications on the shared session: resource updates go to
+        ``on_updated``; the rest (list changes) is for the SDK's cache, disabled here."""
+        import mcp.types as types
+
+        if isinstance(message, types.ResourceUpdatedNotification):
+            for listener in list(self.on_updated):
+                listener(str(message.params.uri))
 
     def _close_session(self) -> None:
         """Ask the owner task to leave the session and wait for it (lock held)."""

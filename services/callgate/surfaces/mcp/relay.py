@@ -39,6 +39,7 @@ from callgate.surfaces.mcp.channel import Asked, level_of, propose_relayed
 from callgate.surfaces.mcp.rounds import Round
 
 MAX_URI = 2048
+MAX_SUBSCRIBERS = 1_000  # agent sessions subscribed to one resource
 SUCCESS = frozenset({Code.EXECUTED.value, Code.REPLAYED.value})
 Ctx = ServerRequestContext[Any, Any]
 
@@ -77,6 +78,11 @@ class Relay:
         self.timeout_s = timeout_s
         self.levels: dict[str, str] = {}  # session -> the logging level it asked for
         self.asked = asked  # reads and prompts whose upstream asks the client (ADR 0075)
+        # URI -> the agent sessions subscribed to it, with the token each subscribed with.
+        self.subscribed: dict[str, dict[str, tuple[Any, str]]] = {}
+        self.loop: asyncio.AbstractEventLoop | None = None
+        for provider in mcp_providers(bridge):
+            provider.upstream.on_updated.append(self.updated)
 
     # -- what the catalog offers --------------------------------------------------------
 
@@ -189,13 +195,53 @@ class Relay:
         )
 
     async def _subscription(self, ctx: Ctx, method: str, uri: str) -> types.EmptyResult:
+        """Subscribe or unsubscribe the agent's session; the upstream is subscribed while
+        one session is, and each update goes to the sessions that may still read it."""
         spec = self.readable(self.principal_of(ctx), uri)
         if spec is None:
             raise refusal(
                 Code.TOOL_FORBIDDEN.value, "this session may not read this resource", uri=uri
             )
-        await self.upstream(spec.provider, method, {"uri": uri})
+        self.loop = asyncio.get_running_loop()
+        agent = _connection_of(ctx)
+        if agent is None:
+            raise refusal(
+                Code.INVALID_ARGUMENTS.value, "a subscription needs a session (Mcp-Session-Id)"
+            )
+        sessions = self.subscribed.setdefault(uri, {})
+        if method == "resources/subscribe":
+            if len(sessions) >= MAX_SUBSCRIBERS and agent not in sessions:
+                raise refusal(Code.RATE_LIMITED.value, "too many subscriptions to this resource")
+            if not sessions:
+                await self.upstream(spec.provider, method, {"uri": uri})
+            sessions[agent] = (ctx.session, self.session_of(ctx))
+        else:
+            sessions.pop(agent, None)
+            if not sessions:
+                del self.subscribed[uri]
+                await self.upstream(spec.provider, method, {"uri": uri})
         return types.EmptyResult()
+
+    def updated(self, uri: str) -> None:
+        """From an upstream's thread: ``uri`` changed (``notifications/resources/updated``)."""
+        if self.loop is not None and isinstance(uri, str) and len(uri) <= MAX_URI:
+            asyncio.run_coroutine_threadsafe(self._tell(uri), self.loop)
+
+    async def _tell(self, uri: str) -> None:
+        """Each session subscribed to ``uri`` (or to what it is part of) that may still
+        read it is told; one whose session no longer verifies, or that is gone, is
+        dropped."""
+        app = self.bridge.app
+        for subscribed, sessions in list(self.subscribed.items()):
+            if uri != subscribed and not uri.startswith(subscribed.rstrip("/") + "/"):
+                continue
+            for key, (agent, token) in list(sessions.items()):
+                try:
+                    principal = app.session_verifier.verify(token, app.clock())
+                    if self.readable(principal, uri) is not None:
+                        await agent.send_resource_updated(uri)
+                except Exception:  # an expired session, a closed connection: unsubscribed
+                    sessions.pop(key, None)
 
     async def subscribe(self, ctx: Ctx, params: types.SubscribeRequestParams) -> types.EmptyResult:
         return await self._subscription(ctx, "resources/subscribe", str(params.uri))
@@ -321,6 +367,16 @@ class Relay:
         err = answer.get("error") or {"code": outcome, "message": outcome}
         data = {"invocation_id": answer.get("invocation_id"), "outcome": outcome}
         raise refusal(str(err["code"]), str(err["message"]), **data)
+
+
+def _connection_of(ctx: Ctx) -> str | None:
+    """Which agent connection a request came on: its ``Mcp-Session-Id`` over HTTP (none
+    on a stateless request), the one stdio connection otherwise."""
+    headers = getattr(ctx.request, "headers", None)
+    if headers is None:
+        return "stdio"
+    given = headers.get("mcp-session-id")
+    return str(given) if given else None
 
 
 def _meta(answer: dict[str, Any]) -> dict[str, Any]:
