@@ -185,3 +185,29 @@ async def test_a_forged_request_state_is_refused_and_runs_nothing(g: Gate, state
             await c.session.call_tool("notes.write", args, request_state=state)
     assert refused.value.error.code in (types.INVALID_PARAMS, types.PARSE_ERROR)
     assert effects(g.ledger) == []
+
+
+async def test_the_same_call_resumes_its_pending_invocation_after_a_restart(g: Gate) -> None:
+    """A host restarts its stdio server (a new ``callgate mcp``, no memory of the call):
+    the same call again finds its pending approval in the ``pending`` view and is the
+    same invocation; once approved it runs once."""
+    args = {"note_id": "N-restart", "text": "restart", "author": "alice"}
+    token = g.token("alice", ALICE_ROLES)
+    async with client(g, token, hold_s=0) as c:
+        first = await c.call_tool("notes.write", args)
+        assert isinstance(first.structured_content, dict), first
+        assert first.structured_content["outcome"] == "approval_required"
+        inv = first.structured_content["invocation_id"]
+    async with client(g, token, hold_s=0) as c:  # another process
+        again = await c.call_tool("notes.write", args)
+        assert isinstance(again.structured_content, dict), again
+        assert again.structured_content["outcome"] == "approval_required"
+        assert again.structured_content["invocation_id"] == inv  # no second proposal
+    async with client(g, g.token("mallory", ALICE_ROLES), hold_s=0) as c:  # not her call
+        hers = await c.call_tool("notes.write", args)
+        assert isinstance(hers.structured_content, dict)
+        assert hers.structured_content["invocation_id"] != inv
+    assert await anyio.to_thread.run_sync(approve_when_pending, g, "N-restart") == inv
+    async with client(g, token, hold_s=0) as c:
+        await c.call_tool("notes.write", args)
+    assert len(effects(g.ledger, "write_note")) == 1

@@ -306,6 +306,36 @@ class Gateway:
         ]
         return sorted(rows, key=lambda r: (r.get("requested_at", 0), r["invocation_id"]))
 
+    def resumable(self, session: str, tool: str, args: Mapping[str, Any]) -> str | None:
+        """The pending approval of the session's principal for the same call: the same
+        tool, actor and tenant, and arguments that normalize to the same hash (the one the
+        approval binds, C11); the newest, unexpired. This is how the same call made again
+        finds its invocation from any process (ADR 0029); None when there is none, or
+        when the session or the arguments are refused (the call is then proposed and
+        refused as usual)."""
+        from callgate.domain.arguments import normalize_args
+        from callgate.domain.canonical import args_hash, canonical_json
+
+        spec = self.app.profile.tool(tool)
+        if spec is None:
+            return None
+        try:
+            principal = self._reader(session)
+            normalized = normalize_args(spec, self.app.profile.limits, canonical_json(args))
+        except (Rejection, ValueError, TypeError):
+            return None
+        wanted, now = args_hash(normalized), self.app.clock()
+        rows = [
+            row
+            for row in self.pending(session)
+            if row.get("tool") == tool
+            and row.get("tenant") == principal.tenant
+            and row.get("actor") == principal.user
+            and row.get("args_hash") == wanted
+            and int(row.get("expires_at") or 0) > now
+        ]
+        return str(rows[-1]["invocation_id"]) if rows else None
+
     def approve(self, invocation_id: str, session: str, timeout_s: float = 30.0) -> dict[str, Any]:
         return self._decide(invocation_id, session, "grant", "", timeout_s)
 

@@ -143,7 +143,18 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
             same_call = (principal.tenant, principal.user, params.name, canonical_json(args))
         answer: dict[str, Any] | None = None
         resumable = held.get(same_call) if same_call is not None else None
-        if resumable is not None and approval_id is None and key is None:
+        plain = approval_id is None and key is None
+        if (
+            resumable is None
+            and plain
+            and same_call is not None
+            and spec is not None
+            and spec.mutation
+        ):
+            # Held by another process, or by this one before it restarted (a host restarts
+            # a stdio server): the pending approval of the same call (ADR 0029).
+            resumable = await bridge.run(lambda g: g.resumable(session, params.name, args))
+        if resumable is not None and plain:
             status = await bridge.run(lambda g: g.status(resumable, session))
             if status is not None and (not is_final(status) or status["outcome"] in SUCCESS):
                 answer = final_answer(resumable, status)
