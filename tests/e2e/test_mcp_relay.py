@@ -223,9 +223,11 @@ async def test_an_agent_without_the_capability_is_not_asked_and_nothing_runs(
     assert relay.signed() == []
 
 
-async def test_an_oversized_or_duplicated_answer_is_refused_at_the_entry(relay: Relay) -> None:
-    """The raw HTTP entry parses strictly: duplicate keys and an oversized body are
-    refused before any handler runs."""
+async def test_an_oversized_nested_or_duplicated_answer_is_refused_at_the_entry(
+    relay: Relay,
+) -> None:
+    """The raw HTTP entry parses strictly: duplicate keys, an oversized body and a deeply
+    nested answer are refused before any handler runs."""
     headers = {
         "Authorization": f"Bearer {relay.token()}",
         "Content-Type": "application/json",
@@ -241,8 +243,13 @@ async def test_an_oversized_or_duplicated_answer_is_refused_at_the_entry(relay: 
         b'"arguments":{"note_id":"N-7"},"inputResponses":{"signer":{"action":"accept",'
         b'"content":{"name":"' + b"A" * 3_000_000 + b'"}}}}}'
     )
+    deep = (
+        b'{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"notes.sign",'
+        b'"arguments":{"note_id":"N-7"},"inputResponses":{"signer":{"action":"accept",'
+        b'"content":' + b'{"a":' * 500 + b"1" + b"}" * 500 + b"}}}}"
+    )
     async with httpx.AsyncClient(timeout=30) as http:
-        for body in (duplicated, big):
+        for body in (duplicated, big, deep):
             answer = await http.post(relay.url, content=body, headers=headers)
             assert answer.status_code in (400, 413), answer.text
             assert "error" in answer.json()
