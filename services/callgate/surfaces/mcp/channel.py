@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +47,7 @@ RESULTS: dict[str, type[BaseModel]] = {
     "sampling/createMessage": types.CreateMessageResult,
     "roots/list": types.ListRootsResult,
 }
+LOG_CHARS = 16_000  # an upstream's log message data, as JSON, is cut to this
 LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 
@@ -87,10 +89,11 @@ def agent_channel(
 
     progress: Send | None = None
     if progress_token is not None:
-        token = progress_token
 
         def progress(done: float, total: float | None, message: str | None) -> None:
-            ctx = agent.ctx
+            ctx, token = agent.ctx, progress_token_of(agent.meta)  # the request it is on now
+            if token is None:
+                return
             later(
                 ctx.session.send_progress_notification(
                     token, progress=done, total=total, message=message,
@@ -104,9 +107,12 @@ def agent_channel(
             return  # not a level: dropped, the call goes on
         ctx = agent.ctx
         logger = params.get("logger")
+        data = params.get("data")
+        if len(json.dumps(data, default=str)) > LOG_CHARS:  # an upstream's, bounded
+            data = json.dumps(data, default=str)[:LOG_CHARS]
         later(
             ctx.session.send_log_message(
-                level=given, data=params.get("data"),
+                level=given, data=data,
                 logger=logger if isinstance(logger, str) else None,
                 related_request_id=ctx.request_id,
             )
@@ -132,6 +138,12 @@ def agent_channel(
         answers=answers,
         rounds=speaks_rounds(agent.ctx),
     )
+
+
+def progress_token_of(meta: Mapping[str, Any]) -> str | int | None:
+    """The agent's ``progressToken`` in a request's ``_meta``, when it gave one."""
+    given = meta.get("progress_token", meta.get("progressToken"))
+    return given if isinstance(given, str | int) and not isinstance(given, bool) else None
 
 
 async def _requests(ctx: Ctx, requests: Requests) -> dict[str, dict[str, Any]]:
@@ -261,7 +273,7 @@ async def propose_relayed(
         else None
     )
     proposed = asyncio.ensure_future(
-        propose(agent_channel(agent, level, asking, progress_token(meta)))
+        propose(agent_channel(agent, level, asking, progress_token_of(meta)))
     )
     if asking is None:
         return await proposed, None
@@ -317,12 +329,6 @@ class Asked:
             return self.pause(asking, state.since_ms, _meta_of(state.invocation_id))
         self._calls.pop(state.invocation_id, None)
         return answer
-
-
-def progress_token(meta: Mapping[str, Any]) -> str | int | None:
-    """The agent's ``progressToken`` in a request's ``_meta``, when it gave one."""
-    given = meta.get("progress_token", meta.get("progressToken"))
-    return given if isinstance(given, str | int) and not isinstance(given, bool) else None
 
 
 def _meta_of(invocation_id: str) -> dict[str, Any]:

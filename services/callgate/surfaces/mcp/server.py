@@ -35,7 +35,7 @@ from callgate.domain.codes import Code, Rejection
 from callgate.domain.principal import Principal
 from callgate.surfaces.gateway import final_answer, is_final
 from callgate.surfaces.mcp.bridge import GatewayBridge
-from callgate.surfaces.mcp.channel import Asked, level_of, progress_token, propose_relayed
+from callgate.surfaces.mcp.channel import Asked, level_of, progress_token_of, propose_relayed
 from callgate.surfaces.mcp.relay import Relay
 from callgate.surfaces.mcp.rounds import Round, boundary, paused, round_s, speaks_rounds
 
@@ -367,7 +367,7 @@ async def _hold(
     when the client gave a ``progressToken``; the final answer, or the current one when
     the hold runs out."""
     invocation_id = str(answer["invocation_id"])
-    token = progress_token(params.meta or {})
+    token = progress_token_of(params.meta or {})
     loop = asyncio.get_running_loop()
     start = loop.time()
     while (left := hold_s - (loop.time() - start)) > 0:
