@@ -9,8 +9,10 @@ request of the upstream belongs to; a session of one call can. The session:
 - declares exactly the capabilities the agent declared, and the agent's log level;
 - sends each of the upstream's requests to the agent through the call's channel, keyed as
   the upstream keyed them, and hands the answers back, each checked against its request's
-  result type. An answer that does not come within the upstream's ``timeout_s``, or does
-  not fit, ends the call as failed: the upstream was waiting for it and applied nothing.
+  result type. An answer that does not come within the upstream's ``answer_timeout_s``, or
+  does not fit, is refused: a 2025-11-25 upstream gets a JSON-RPC error for its request
+  and its call decides what to do; in 2026-07-28 rounds the call fails, and nothing was
+  applied (the upstream holds no request open between rounds).
 
 Only for an upstream at a URL: a stdio upstream is one process, whose state a second
 process would not share (its lookups, C12), so its calls relay progress only.
@@ -21,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ValidationError
 
@@ -31,7 +33,6 @@ if TYPE_CHECKING:
     import mcp
     import mcp.types as types
 
-R = TypeVar("R")
 MAX_ROUNDS = 10  # the SDK client's default: an upstream asking more is refused
 MRTR = "2026-07-28"  # the first revision without a session's logging level
 
