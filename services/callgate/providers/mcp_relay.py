@@ -56,6 +56,10 @@ async def ask_round(channel: Bound, requests: Requests, timeout_s: float) -> dic
         answers = await asyncio.wait_for(channel.ask(requests), timeout_s)
     except TimeoutError:
         raise Unanswered(f"the agent did not answer within {timeout_s:g}s") from None
+    except Unanswered:
+        raise
+    except Exception as exc:  # the agent's connection went away while it was asked
+        raise Unanswered(f"the agent could not be asked: {exc!r}"[:500]) from exc
     results, typed = _results(), {}
     for key, request in requests.items():
         body, method = answers.get(key), str(request.get("method"))
