@@ -17,7 +17,10 @@ from callgate.providers.mcp_relay import MAX_ROUNDS, ask_round, through_rounds
 ELICIT = {"method": "elicitation/create", "params": {"message": "Name?",
           "requestedSchema": {"type": "object", "properties": {}}}}  # fmt: skip
 ROOTS = {"method": "roots/list", "params": {}}
-ANSWERS = {"name": {"action": "accept", "content": {"name": "Ada"}}, "roots": {"roots": []}}
+ANSWERS: dict[str, dict[str, Any]] = {
+    "name": {"action": "accept", "content": {"name": "Ada"}},
+    "roots": {"roots": []},
+}
 
 
 def channel(answer: Any) -> tuple[Bound, list[Requests]]:
