@@ -31,6 +31,7 @@ from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
 from callgate.domain.canonical import canonical_json
+from callgate.domain.catalog import Confirmation
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.principal import Principal
 from callgate.surfaces.gateway import final_answer, is_final
@@ -149,7 +150,7 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
             and plain
             and same_call is not None
             and spec is not None
-            and spec.mutation
+            and spec.confirmation_for(args) is not Confirmation.NONE
         ):
             # Held by another process, or by this one before it restarted (a host restarts
             # a stdio server): the pending approval of the same call (ADR 0029).
