@@ -78,8 +78,9 @@ class Relay:
         self.timeout_s = timeout_s
         self.levels: dict[str, str] = {}  # session -> the logging level it asked for
         self.asked = asked  # reads and prompts whose upstream asks the client (ADR 0075)
-        # URI -> the agent sessions subscribed to it, with the token each subscribed with.
-        self.subscribed: dict[str, dict[str, tuple[Any, str]]] = {}
+        # URI -> the agent sessions subscribed to it, by (connection, token): the session
+        # to tell, and the token it subscribed with (checked again at each update).
+        self.subscribed: dict[str, dict[tuple[str, str], tuple[Any, str]]] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
         for provider in mcp_providers(bridge):
             provider.upstream.on_updated.append(self.updated)
@@ -203,22 +204,23 @@ class Relay:
                 Code.TOOL_FORBIDDEN.value, "this session may not read this resource", uri=uri
             )
         self.loop = asyncio.get_running_loop()
-        agent = _connection_of(ctx)
-        if agent is None:
+        connection, token = _connection_of(ctx), self.session_of(ctx)
+        if connection is None:
             raise refusal(
                 Code.INVALID_ARGUMENTS.value, "a subscription needs a session (Mcp-Session-Id)"
             )
-        sessions = self.subscribed.setdefault(uri, {})
+        agent = (connection, token)  # only its own subscription: not another token's
+        sessions = self.subscribed.get(uri, {})
         if method == "resources/subscribe":
             if len(sessions) >= MAX_SUBSCRIBERS and agent not in sessions:
                 raise refusal(Code.RATE_LIMITED.value, "too many subscriptions to this resource")
             if not sessions:
                 await self.upstream(spec.provider, method, {"uri": uri})
-            sessions[agent] = (ctx.session, self.session_of(ctx))
+            self.subscribed.setdefault(uri, {})[agent] = (ctx.session, token)
         else:
             sessions.pop(agent, None)
             if not sessions:
-                del self.subscribed[uri]
+                self.subscribed.pop(uri, None)
                 await self.upstream(spec.provider, method, {"uri": uri})
         return types.EmptyResult()
 
