@@ -26,7 +26,6 @@ import argparse
 import contextlib
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,30 +44,16 @@ from tests.mcp_support import UPSTREAM, write_profile
 
 from callgate.bootstrap import Settings, bootstrap
 from tools.bench_core import Row
-from tools.ports import free_ports
+from tools.ports import free_ports, wait_port
 
 NOTE = "N-1"
 CALLGATE = str(Path(sys.executable).with_name("callgate"))
 WARM_UP = 20  # untimed calls per path before the sequential warm ones
 UNLIMITED = {"CALLGATE_HTTP_RATE_PER_S": "1000000", "CALLGATE_HTTP_RATE_BURST": "1000000"}
 
-LOGS: dict[int, Path] = {}  # a started process's pid -> the file its stderr goes to
 Call = Callable[[], Awaitable[None]]
 # Opens one agent's session on a path and yields its call (closed with the session).
 Path_ = Callable[[], contextlib.AbstractAsyncContextManager[Call]]
-
-
-def wait_port(port: int, proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            log = LOGS.get(proc.pid)
-            said = log.read_text(errors="replace")[-2000:] if log and log.exists() else ""
-            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}: {said}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {port} after {timeout_s} s")
 
 
 @contextlib.asynccontextmanager
@@ -343,13 +328,14 @@ def running(backend: str, bootstrap_servers: str = "", http: bool = False) -> It
         state.mkdir()
         api_state.mkdir()
         procs: list[subprocess.Popen[bytes]] = []
+        logs: dict[int, Path] = {}  # a started callgate's pid -> the file of its stderr
 
         def quiet(args: list[str]) -> subprocess.Popen[bytes]:
             """``args`` started, its stderr kept in a log that ``wait_port`` shows."""
             log = root / f"{len(procs)}-{args[-1].replace(':', '_')}.log"
             with log.open("wb") as err:
                 proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err, env=env)
-            LOGS[proc.pid] = log
+            logs[proc.pid] = log
             return proc
 
         try:
@@ -373,14 +359,14 @@ def running(backend: str, bootstrap_servers: str = "", http: bool = False) -> It
                 procs.append(serve := quiet([*argv(state), "serve", *api_http]))
             gw = quiet([*argv(state), "mcp", "--http", f"127.0.0.1:{gw_port}"])
             procs.append(gw)
-            wait_port(gw_port, gw)
+            wait_port(gw_port, gw, logs[gw.pid])
             if http:
                 if serve is not None:
                     found.api_token = found.token
                 else:
                     found.api_token = token(api_state)
                     procs.append(serve := quiet([*argv(api_state), "serve", *api_http]))
-                wait_port(api_port, serve)
+                wait_port(api_port, serve, logs[serve.pid])
                 found.api = f"http://127.0.0.1:{api_port}"
             yield found
         finally:

@@ -9,8 +9,11 @@ that range, where only servers that chose the port bind.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import socket
+import subprocess
+import time
 from pathlib import Path
 
 _RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
@@ -53,3 +56,19 @@ def free_ports(count: int) -> list[int]:
 def free_port() -> int:
     """One loopback port free right now, outside the ephemeral range."""
     return free_ports(1)[0]
+
+
+def wait_port(
+    port: int, proc: subprocess.Popen[bytes], log: Path | None = None, timeout_s: float = 60.0
+) -> None:
+    """Wait until ``proc`` listens on loopback ``port``; raises when it exits first (with
+    the end of ``log``, its output) or does not listen within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            said = log.read_text(errors="replace")[-2000:] if log and log.exists() else ""
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}: {said}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {port} after {timeout_s} s")

@@ -26,8 +26,7 @@ import yaml
 from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-from tools.bench_agent import wait_port
-from tools.ports import free_ports
+from tools.ports import free_ports, wait_port
 
 from callgate.bootstrap import Settings, bootstrap
 from tests.e2e.helpers import CALLGATE, cli_env
@@ -115,8 +114,8 @@ def started(tmp_path: Path, mode: str) -> Iterator[Relay]:
         env={**cli_env(), "CALLGATE_DEV": "1"},
     )  # fmt: skip
     try:
-        wait_port(up_port, upstream)
-        wait_port(gw_port, gateway)
+        wait_port(up_port, upstream, tmp_path / "upstream.log")
+        wait_port(gw_port, gateway, tmp_path / "mcp.log")
         yield Relay(f"http://127.0.0.1:{gw_port}/mcp", ledger, state, profile)
     finally:
         for proc in (gateway, upstream):

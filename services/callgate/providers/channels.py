@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 # progress, total (None: unknown), message (None: none)
@@ -132,13 +132,6 @@ class Channels:
             answers=channel.answers,
             rounds=channel.rounds,
         )
-
-
-def with_progress(channel: Channel | None, send: Send | None) -> Channel | None:
-    """``channel`` with ``send`` for its progress (a channel of progress alone when none)."""
-    if send is None:
-        return channel
-    return Channel(progress=send) if channel is None else replace(channel, progress=send)
 
 
 def _finite(value: object) -> bool:

@@ -263,7 +263,9 @@ class McpUpstream:
         p = dict(params)
 
         async def go() -> Any:
-            if channel is not None and channel.relays and self.config.url is not None:
+            own = channel is not None and channel.relays and self.config.url is not None
+            if own and method in ("resources/read", "prompts/get"):
+                assert channel is not None
                 return await self._on_own(channel, on_own)
             return await on(shared)
 
@@ -284,8 +286,6 @@ class McpUpstream:
                     request_state=state, allow_input_required=True,
                 )  # fmt: skip
 
-            if method not in ("resources/read", "prompts/get"):
-                return await on(client)
             return await through_rounds(send, channel, self.answer_s)
 
         async def on(client: mcp.Client) -> Any:

@@ -37,7 +37,8 @@ MAX_ROUNDS = 10  # the SDK client's default: an upstream asking more is refused
 MRTR = "2026-07-28"  # the first revision without a session's logging level
 
 
-def _results() -> dict[str, type[BaseModel]]:
+def result_types() -> dict[str, type[BaseModel]]:
+    """The result type of each request an upstream may ask the agent, by method."""
     import mcp.types as types
 
     return {
@@ -60,7 +61,7 @@ async def ask_round(channel: Bound, requests: Requests, timeout_s: float) -> dic
         raise
     except Exception as exc:  # the agent's connection went away while it was asked
         raise Unanswered(f"the agent could not be asked: {exc!r}"[:500]) from exc
-    results, typed = _results(), {}
+    results, typed = result_types(), {}
     for key, request in requests.items():
         body, method = answers.get(key), str(request.get("method"))
         if body is None or method not in results:

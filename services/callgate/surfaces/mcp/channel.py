@@ -23,7 +23,7 @@ import concurrent.futures
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast, get_args
 
 import mcp.types as types
 from mcp.server import ServerRequestContext
@@ -33,6 +33,7 @@ from pydantic import BaseModel, ValidationError
 
 from callgate.domain.codes import Code
 from callgate.providers.channels import ASKS, Channel, Requests, Send, Unanswered
+from callgate.providers.mcp_relay import result_types
 from callgate.surfaces.mcp.rounds import Round, speaks_rounds
 
 Ctx = ServerRequestContext[Any, Any]
@@ -42,13 +43,9 @@ REQUESTS: dict[str, type[BaseModel]] = {
     "sampling/createMessage": types.CreateMessageRequest,
     "roots/list": types.ListRootsRequest,
 }
-RESULTS: dict[str, type[BaseModel]] = {
-    "elicitation/create": types.ElicitResult,
-    "sampling/createMessage": types.CreateMessageResult,
-    "roots/list": types.ListRootsResult,
-}
+RESULTS = result_types()
 LOG_CHARS = 16_000  # an upstream's log message data, as JSON, is cut to this
-LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+LEVELS = get_args(types.LoggingLevel)
 
 
 @dataclass
@@ -108,11 +105,12 @@ def agent_channel(
         ctx = agent.ctx
         logger = params.get("logger")
         data = params.get("data")
-        if len(json.dumps(data, default=str)) > LOG_CHARS:  # an upstream's, bounded
-            data = json.dumps(data, default=str)[:LOG_CHARS]
+        text = json.dumps(data, default=str)
+        if len(text) > LOG_CHARS:  # an upstream's, bounded
+            data = text[:LOG_CHARS]
         later(
             ctx.session.send_log_message(
-                level=given, data=data,
+                level=cast("types.LoggingLevel", given), data=data,
                 logger=logger if isinstance(logger, str) else None,
                 related_request_id=ctx.request_id,
             )
