@@ -291,6 +291,7 @@ class ApacheKafka:
         self._data_dir = data_dir
         self._proc: subprocess.Popen[bytes] | None = None
         self._root: Path | None = None
+        self._ports: tuple[int, int] | None = None  # (listener, controller) once started
         self.port = 0
         self.sasl_port = 0
 
@@ -321,10 +322,13 @@ class ApacheKafka:
         if self._data_dir is not None:
             self._data_dir.mkdir(parents=True, exist_ok=True)
             self._root = self._data_dir
-        else:
+        elif self._root is None:  # a restart keeps the folder of the first start
             self._root = Path(tempfile.mkdtemp(prefix="callgate-kafka-"))
-        for _ in range(1 if self._fixed_port else 3):  # a free port may be taken: retry
-            if self._fixed_port:
+        again = self._ports is not None
+        for _ in range(1 if self._fixed_port or again else 3):  # a free port may be taken
+            if self._ports is not None:
+                self.port, controller = self._ports
+            elif self._fixed_port:
                 self.port, controller = self._fixed_port, self._fixed_port + 1
                 taken = [p for p in (self.port, controller) if not port_is_free(p)]
                 if taken:
@@ -333,6 +337,7 @@ class ApacheKafka:
             else:
                 self.port, controller = free_port(), free_port()
             kept = self._data_dir is not None
+            self._ports = (self.port, controller)
             log_dir = self._root / ("data" if kept else f"data-{self.port}")
             config = self._root / "server.properties"
             self.sasl_port = free_port() if self._sasl_users else 0
@@ -352,7 +357,7 @@ class ApacheKafka:
                 "-c",
                 str(config),
             ]
-            if kept and (log_dir / "meta.properties").exists():
+            if (log_dir / "meta.properties").exists():
                 fmt = []  # formatted by an earlier start: its data is kept
             done = (
                 subprocess.run(fmt, capture_output=True, text=True, timeout=120, check=False)
@@ -372,6 +377,8 @@ class ApacheKafka:
                 self._warm_up()
                 return self
             self._terminate()
+            if not again and not self._fixed_port:
+                self._ports = None  # try other free ports
         detail = self._tail()
         self.stop()
         raise KafkaUnavailable(f"Apache Kafka did not start in {self._start_timeout_s}s: {detail}")
@@ -434,10 +441,19 @@ class ApacheKafka:
             proc.kill()
             proc.wait(timeout=10)
 
+    def kill(self) -> None:
+        """SIGKILL the broker's JVM, as a crash would; ``start`` brings it back on the same
+        ports with the same data."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
     def stop(self) -> None:
         """SIGTERM (SIGKILL after 20 s), then remove the temporary folder (a ``data_dir``
         is kept)."""
         self._terminate()
+        self._ports = None
         root, self._root = self._root, None
         if root is not None and self._data_dir is None:
             shutil.rmtree(root, ignore_errors=True)

@@ -38,7 +38,6 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -578,11 +577,9 @@ class ChaosSupervisor(Supervisor):
         self.killed: Counter[str] = Counter()
         self.down = False  # the whole instance is killed: nothing restarts until ``revive``
 
-    def spawn(self, name: str) -> subprocess.Popen[bytes]:
-        cmd = [sys.executable, "-m", "callgate.kafka_worker", name, *self.extra_args]
+    def launch(self, name: str, cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
         with (self.logs / f"{name}.log").open("ab") as log:
-            child = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT)
-        self.children[name] = child
+            child = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
         self.spawned[name] = time.monotonic()
         return child
 

@@ -72,6 +72,10 @@ class Code(StrEnum):
     # an operator froze the call's tool, tenant or actor (``callgate freeze``): refused on
     # every instance, a continuation of an approval granted before the freeze included.
     FROZEN = "frozen"
+    # the call was published and no decision has been seen yet (the deciders are behind, or
+    # cannot reach the broker): neither permitted nor refused; ask its status or wait on it.
+    # Never ``allowed``, which says that a policy permitted the call.
+    PENDING_DECISION = "pending_decision"
     # the upstream serves a pinned tool with another definition than its pin (ADR 0066):
     # refused on every instance until an operator pins it again (``callgate catalog pin``).
     TOOL_DEFINITION_CHANGED = "tool_definition_changed"

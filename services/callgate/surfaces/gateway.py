@@ -23,7 +23,7 @@ from callgate.domain.limits import check_text_field, check_value, parse_args
 from callgate.domain.pins import PIN_EVENTS, Pins
 from callgate.domain.policy_versions import POLICY_EVENTS, PolicyVersions, content_of, fold
 from callgate.domain.principal import Principal
-from callgate.domain.scope import OPERATOR_ROLE, bound_id, may_read
+from callgate.domain.scope import OPERATOR_ROLE, bound_id, is_bound, may_read
 from callgate.domain.simulation import SimulationReport, Simulator
 from callgate.providers.channels import CHANNELS, Channel
 from callgate.surfaces import pinning
@@ -263,6 +263,8 @@ class Gateway:
 
         self.backend.wait(done, timeout_s)
         if last is None:
+            if is_bound(invocation_id, session):  # formed by this session: not decided yet
+                return {**undecided(invocation_id), "final": False}
             raise Rejection(Code.NOT_FOUND, f"no invocation {invocation_id}")
         return final_answer(invocation_id, last)
 
@@ -410,10 +412,16 @@ class Gateway:
 
     def status(self, invocation_id: str, session: str) -> dict[str, Any] | None:
         """An invocation's status, if it belongs to the session's tenant (any tenant for a
-        session with the operator role, ``callgate.domain.scope.OPERATOR_ROLE``)."""
+        session with the operator role, ``callgate.domain.scope.OPERATOR_ROLE``).
+
+        An id bound to this very session (``is_bound``: only its holder formed it) with no
+        status yet is ``pending_decision``: the call was published and is not decided, or
+        its publishing failed (then the caller was answered ``broker_unavailable``)."""
         reader = self._reader(session)
         status = self._status(invocation_id)
-        return status if status is not None and may_read(reader, status.get("tenant")) else None
+        if status is None:
+            return undecided(invocation_id) if is_bound(invocation_id, session) else None
+        return status if may_read(reader, status.get("tenant")) else None
 
     def audit(self, invocation_id: str | None = None, *, session: str) -> list[dict[str, Any]]:
         """Audit records of the session's tenant (every tenant for an operator)."""
@@ -739,10 +747,26 @@ def refusal(rejection: Rejection) -> dict[str, Any]:
     }
 
 
+def undecided(invocation_id: str) -> dict[str, Any]:
+    """The answer and status of a call no decision is recorded for (yet): its own code,
+    never ``allowed``, which says that a policy permitted the call."""
+    return {
+        "invocation_id": invocation_id,
+        "outcome": Code.PENDING_DECISION.value,
+        "settled": False,
+        "error": {
+            "code": Code.PENDING_DECISION.value,
+            "message": "no decision is recorded for this call yet; it is neither permitted nor "
+            f"refused: ask `callgate status {invocation_id}` or `callgate wait {invocation_id}`",
+            "details": {},
+        },
+    }
+
+
 def _answer(invocation_id: str, status: Mapping[str, Any] | None) -> dict[str, Any]:
     """The ``propose`` answer shape for an invocation, from its status value."""
     if status is None:
-        return {"invocation_id": invocation_id, "outcome": Code.ALLOWED.value, "settled": False}
+        return undecided(invocation_id)
     out: dict[str, Any] = {
         "invocation_id": invocation_id,
         "outcome": status["outcome"],

@@ -30,6 +30,9 @@ class EmbeddedStats:
     def dead_letters(self) -> int:
         return self._store.count("dead-letter")
 
+    def stalls(self) -> dict[str, int]:
+        return {}  # one process, no client call that can wedge it
+
     def shadow_differed(self) -> int | None:
         return self._store.count_type("ShadowDecisionDiffered")
 

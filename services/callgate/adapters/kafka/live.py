@@ -190,10 +190,12 @@ class KafkaStats:
         backend: LiveKafkaBackend,
         processes: Sequence[Process[Any]],
         children_alive: Callable[[], str | None],
+        stalls: Callable[[], dict[str, int]] = dict,
     ) -> None:
         self._backend = backend
         self._processes = list(processes)
         self._children_alive = children_alive
+        self._stalls = stalls
         self._admin = make_admin(backend.bootstrap)
         self._lock = threading.Lock()
         self._lag: dict[str, int] = {}
@@ -209,6 +211,9 @@ class KafkaStats:
 
     def dead_letters(self) -> int:
         return self._backend.dead_letters
+
+    def stalls(self) -> dict[str, int]:
+        return dict(self._stalls())
 
     def shadow_differed(self) -> int | None:
         return None  # not tallied on Kafka yet: ``callgate policy shadow report`` reads them

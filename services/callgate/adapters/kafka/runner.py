@@ -58,6 +58,7 @@ results before processing new input.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import logging
@@ -107,6 +108,7 @@ from callgate.adapters.kafka.topics import (
     HEADER_TENANT,
     Topics,
 )
+from callgate.adapters.kafka.watchdog import CALL_TIMEOUT_S, Watchdog
 from callgate.adapters.view_codec import ViewCodec, ViewEncoder
 from callgate.domain.codes import Code
 from callgate.domain.events import Event, EventDeadLettered
@@ -224,8 +226,14 @@ class KafkaRunner:
         join_overdue_s: float = JOIN_OVERDUE_S,
         tracing: Tracing | None = None,
         before_batch: Callable[[], None] | None = None,
+        watchdog: Watchdog | None = None,
+        stalled_since: float | None = None,
     ) -> None:
-        """``before_batch`` is called in the loop's thread before each batch is handled
+        """``watchdog`` bounds every blocking client call (``watchdog``: a call past its
+        bound ends the worker; None: the client's own timeouts only). ``stalled_since``
+        (``time.time()``): this runner replaces one that stopped making progress then; its
+        first commit says that work resumed.
+        ``before_batch`` is called in the loop's thread before each batch is handled
         (the decider folds the control events of its global input there, ADR 0064).
         ``on_views`` is called after each committed transaction with its view records
         (``callgate serve`` prints a line per settled decision from the status view).
@@ -236,6 +244,7 @@ class KafkaRunner:
         only what is already fetched); the worker gives it to the processes no caller waits
         on (``worker.BATCH_LINGER_MS``)."""
         self.process = process
+        self._watchdog = watchdog
         self._tracing = tracing  # spans around handle and follow_up (ADR 0036); None: off
         self._on_views = on_views
         self._before_batch = before_batch
@@ -276,6 +285,7 @@ class KafkaRunner:
         self._needs_recover = False
         self._rewind_pending = False
         self._failures = 0
+        self._stalled_since = stalled_since  # time.time() of the first failure, if any
         self._token_prefix = f"{instance_id}.{uuid.uuid4().hex[:12]}"
         self._token_seq = 0
         self._initial_blob = process.dump_state(process.initial_state())
@@ -299,7 +309,8 @@ class KafkaRunner:
         """Fence older incarnations (aborting their open transaction) and join the group."""
         if self._started:
             return
-        self._producer.init_transactions(60)
+        with self._bounded("init_transactions"):
+            self._producer.init_transactions(CALL_TIMEOUT_S)
         self._consumer.subscribe(
             list(self._inputs),
             on_assign=self._on_assign,
@@ -612,8 +623,11 @@ class KafkaRunner:
                 self._produce(
                     txn, self._changelog, key.encode(), blob, partition, headers, delivered
                 )
-        if txn.started and self._producer.flush(60) > 0:
-            raise TimeoutError("transaction records not acknowledged within 60s")
+        if txn.started:
+            with self._bounded("flush"):
+                unsent = self._producer.flush(CALL_TIMEOUT_S)
+            if unsent > 0:
+                raise TimeoutError(f"transaction records not acknowledged in {CALL_TIMEOUT_S}s")
         if errors:
             raise KafkaException(errors[0])
         offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
@@ -621,10 +635,17 @@ class KafkaRunner:
         if offsets:
             if not txn.started:
                 self._begin(txn)
-            self._producer.send_offsets_to_transaction(
-                offsets, self._consumer.consumer_group_metadata(), 60
-            )
+            with self._bounded("send_offsets_to_transaction"):
+                self._producer.send_offsets_to_transaction(
+                    offsets, self._consumer.consumer_group_metadata(), CALL_TIMEOUT_S
+                )
         self._commit_transaction()
+        if self._stalled_since is not None:
+            log.warning(
+                "%s: resumed: a transaction committed %.1f s after it stopped making progress",
+                self.process.name, time.time() - self._stalled_since,
+            )  # fmt: skip
+            self._stalled_since = None
         self.transactions += 1
         self._committed_at = time.monotonic()
         txn.started = False
@@ -654,14 +675,24 @@ class KafkaRunner:
         txn.started = True
 
     def _commit_transaction(self) -> None:
+        """Commit, asking again while the error is retriable (the outcome is not known
+        yet: librdkafka continues the commit it began); anything else raises."""
         for _ in range(5):
             try:
-                self._producer.commit_transaction(60)
+                with self._bounded("commit_transaction"):
+                    self._producer.commit_transaction(CALL_TIMEOUT_S)
                 return
             except KafkaException as exc:
                 if not exc.args[0].retriable():
                     raise
-        self._producer.commit_transaction(60)
+        with self._bounded("commit_transaction"):
+            self._producer.commit_transaction(CALL_TIMEOUT_S)
+
+    def _bounded(self, step: str) -> contextlib.AbstractContextManager[None]:
+        """The watchdog's bound around one blocking client call."""
+        if self._watchdog is None:
+            return contextlib.nullcontext()
+        return self._watchdog.bounded(step)
 
     def _follow_up(self, txn: _Txn, now: int) -> None:
         """Step 8: ``follow_up`` for keys whose events are now durable, until none emit."""
@@ -761,7 +792,10 @@ class KafkaRunner:
         record the committed input positions (the rewind target after an abort)."""
         owned = sorted(self._stores)
         self._cache.clear()
-        bounds = self._reader.committed_bounds(self._consumer, self._changelog, owned)
+        with self._bounded("committed changelog bounds"):
+            bounds = self._reader.committed_bounds(
+                self._consumer, self._changelog, owned, CALL_TIMEOUT_S
+            )
         self._due.clear()
         self._due_heap.clear()
         for partition in owned:
@@ -772,7 +806,10 @@ class KafkaRunner:
                     (partition, pkey), self.process.next_due(self.process.load_state(blob))
                 )
         inputs = [TopicPartition(t, p) for t in self._inputs for p in owned]
-        committed = self._consumer.committed(inputs, timeout=60) if inputs else []
+        committed: list[TopicPartition] = []
+        if inputs:
+            with self._bounded("committed input positions"):
+                committed = self._consumer.committed(inputs, timeout=CALL_TIMEOUT_S)
         self._committed = {
             (tp.topic, tp.partition): tp.offset for tp in committed if tp.offset >= 0
         }
@@ -805,10 +842,13 @@ class KafkaRunner:
         """
         _raise_if_fatal(exc)
         self._failures += 1
+        if self._stalled_since is None:
+            self._stalled_since = time.time()
         self._deferred.clear()  # rewound to the committed positions: re-read, no-ops again
         log.warning("%s: transaction failed (%r), rewinding", self.process.name, exc)
         try:
-            self._producer.abort_transaction(60)
+            with self._bounded("abort_transaction"):
+                self._producer.abort_transaction(CALL_TIMEOUT_S)
         except KafkaException as abort_exc:
             err = _kafka_error(abort_exc)
             if err is not None and err.fatal() and err.code() == KafkaError.INVALID_TXN_STATE:
@@ -829,7 +869,8 @@ class KafkaRunner:
         fencing: the replacement would fence the instance that fenced this one."""
         log.warning("%s: abort failed (%s); replacing the producer", self.process.name, cause)
         self._producer = self._new_producer()
-        self._producer.init_transactions(60)
+        with self._bounded("init_transactions"):
+            self._producer.init_transactions(CALL_TIMEOUT_S)
 
     def _rewind(self) -> None:
         """Restore state to the committed changelog and seek inputs to committed positions."""

@@ -138,6 +138,11 @@ def worker_env(
 
 FENCED_LIMIT = 3  # fenced exits of one process within FENCED_WINDOW_S: an id clash
 FENCED_WINDOW_S = 60.0
+# A child that exits again soon after it started (the broker is still away) is restarted
+# after a pause that doubles up to RESTART_MAX_S: no busy loop of restarts, and one restart
+# a few seconds after the broker is back. A child that ran RESTART_RESET_S starts over.
+RESTART_MAX_S = 4.0
+RESTART_RESET_S = 60.0
 
 
 class InstanceClash(RuntimeError):
@@ -163,7 +168,10 @@ class Supervisor:
 
     A child that exits fenced (``worker.EXIT_FENCED``) is restarted too (a transaction that
     outlived ``transaction.timeout.ms`` fences its producer), but ``FENCED_LIMIT`` fenced
-    exits of one process within ``FENCED_WINDOW_S`` raise ``InstanceClash``.
+    exits of one process within ``FENCED_WINDOW_S`` raise ``InstanceClash``. A child ended by
+    its watchdog (``worker.EXIT_STALLED``) is counted in ``stalls`` and restarted; the
+    restarted one logs when it commits again. Restarts of a child that keeps exiting
+    soon after it started are spaced (``RESTART_MAX_S``).
     """
 
     def __init__(
@@ -180,24 +188,41 @@ class Supervisor:
         self.children: dict[str, subprocess.Popen[bytes]] = {}
         self.restarts = 0
         self.fenced: dict[str, list[float]] = {}
+        self.stalls: dict[str, int] = {}
+        self._started: dict[str, float] = {}  # time.monotonic() each child started
+        self._pause: dict[str, float] = {}  # the wait before the next quick restart
+        self._due: dict[str, tuple[float, dict[str, str]]] = {}  # restarts waiting
 
-    def spawn(self, name: str) -> subprocess.Popen[bytes]:
+    def spawn(self, name: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        from callgate.adapters.kafka.worker import RESTARTED_ENV
+
         cmd = [sys.executable, "-m", "callgate.kafka_worker", name, *self.extra_args]
-        child = subprocess.Popen(cmd, env=self.env)
+        env = {k: v for k, v in self.env.items() if k != RESTARTED_ENV}
+        child = self.launch(name, cmd, {**env, **(extra_env or {})})
         self.children[name] = child
+        self._started[name] = time.monotonic()
         return child
+
+    def launch(self, name: str, cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        """Start one child (its output goes where serve's goes)."""
+        return subprocess.Popen(cmd, env=env)
 
     def start(self) -> None:
         for name in self.names:
             self.spawn(name)
 
     def check(self) -> None:
-        from callgate.adapters.kafka.worker import EXIT_FENCED
+        from callgate.adapters.kafka.worker import EXIT_FENCED, EXIT_STALLED, RESTARTED_ENV
 
+        now = time.monotonic()
         for name, child in list(self.children.items()):
             code = child.poll()
-            if code is None:
+            if code is None or name in self._due:
                 continue
+            extra_env: dict[str, str] = {}
+            if code == EXIT_STALLED:
+                self.stalls[name] = self.stalls.get(name, 0) + 1
+                extra_env[RESTARTED_ENV] = repr(time.time())
             if code == EXIT_FENCED:
                 now = time.monotonic()
                 recent = [t for t in self.fenced.get(name, []) if now - t < FENCED_WINDOW_S]
@@ -208,8 +233,19 @@ class Supervisor:
                         f"another instance runs as {self.app.settings.instance_id!r}; "
                         "give each instance its own --instance-id"
                     )
-            self.restarts += 1
-            self.spawn(name)
+            ran_s = now - self._started.get(name, now)
+            pause = 0.0 if ran_s >= RESTART_RESET_S else self._pause.get(name, 0.0)
+            self._pause[name] = min(RESTART_MAX_S, max(0.5, 2 * pause))
+            self._due[name] = (now + pause, extra_env)
+        self.check_due(now)
+
+    def check_due(self, now: float) -> None:
+        """Start the restarts whose pause is over."""
+        for name, (due, extra_env) in list(self._due.items()):
+            if now >= due:
+                del self._due[name]
+                self.restarts += 1
+                self.spawn(name, extra_env)
 
     def stop(self, grace_s: float = 10.0) -> None:
         for child in self.children.values():

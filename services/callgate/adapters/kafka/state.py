@@ -267,11 +267,16 @@ class ChangelogReader:
             self._consumer.unassign()
 
     def committed_bounds(
-        self, consumer: Consumer, topic: str, partitions: Sequence[int]
+        self,
+        consumer: Consumer,
+        topic: str,
+        partitions: Sequence[int],
+        timeout_s: float | None = None,
     ) -> dict[int, int | None]:
         """The group's committed changelog bound per partition (None: nothing committed)."""
         tps = consumer.committed(
-            [TopicPartition(topic, p) for p in partitions], timeout=self._timeout_s
+            [TopicPartition(topic, p) for p in partitions],
+            timeout=self._timeout_s if timeout_s is None else timeout_s,
         )
         return {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in tps}
 

@@ -26,6 +26,7 @@ from callgate.adapters.avro_codec import AvroCodec
 from callgate.adapters.kafka.global_input import GlobalInput
 from callgate.adapters.kafka.runner import TRANSACTION_GAP_MS, ProducerFenced
 from callgate.adapters.kafka.topics import Topics
+from callgate.adapters.kafka.watchdog import Watchdog
 from callgate.adapters.wiring import Wiring
 from callgate.domain.process import ReadsControl
 from callgate.gc_settings import apply_gc_settings
@@ -42,6 +43,11 @@ SETTLED_REPORTER = "status-projection"
 PR_SET_PDEATHSIG = 1  # prctl(2)
 SUPERVISOR_ENV = "CALLGATE_SUPERVISOR_PID"  # set by ``serve.worker_env``
 EXIT_FENCED = 3  # the supervisor tells this exit from a crash (``serve.Supervisor``)
+# A blocking client call outlived its bound (``watchdog``): the supervisor counts the stall
+# and restarts the worker from the committed position.
+EXIT_STALLED = 4
+# Set by the supervisor for a worker it restarts: why the previous one ended.
+RESTARTED_ENV = "CALLGATE_RESTARTED_AFTER"
 # Processes no caller waits on, and how long each cycle collects records after its first
 # (``KafkaRunner`` ``batch_linger_ms``): the audit trail is read by compliance, not by a
 # call in flight, and it reacts to every event, so at low load it committed a transaction
@@ -117,6 +123,29 @@ def control_input(settings: Settings, process: ReadsControl) -> GlobalInput:
     )
 
 
+def _float(text: str | None) -> float | None:
+    try:
+        return None if text is None else float(text)
+    except ValueError:
+        return None
+
+
+def end_stalled(process: str) -> Callable[[str, float], None]:
+    """The watchdog's action: say where the worker is stuck, then end it at once
+    (``os._exit``: the stuck thread holds the client, so nothing may wait on it)."""
+
+    def on_stall(step: str, waited_s: float) -> None:
+        logging.getLogger("callgate.worker").error(
+            "%s stalled: no progress for %.0f s in %s with work waiting; exiting so that "
+            "the supervisor restarts it from the committed position",
+            process, waited_s, step,
+        )  # fmt: skip
+        logging.shutdown()
+        os._exit(EXIT_STALLED)
+
+    return on_stall
+
+
 def main(wire: Callable[[Settings], Wiring], argv: list[str] | None = None) -> int:
     """Run the named process until SIGTERM/SIGINT; ``wire`` is the composition root."""
     parser = argparse.ArgumentParser(description="Run one callgate process on Kafka.")
@@ -166,6 +195,8 @@ def main(wire: Callable[[Settings], Wiring], argv: list[str] | None = None) -> i
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    watchdog = Watchdog(end_stalled(ns.process))
+    watchdog.start()
     runner = app.kafka_runner(
         process,
         batch_size=ns.batch_size,
@@ -180,6 +211,8 @@ def main(wire: Callable[[Settings], Wiring], argv: list[str] | None = None) -> i
         ),
         tracing=app.tracing,
         before_batch=before_batch,
+        watchdog=watchdog,
+        stalled_since=_float(os.environ.get(RESTARTED_ENV)),
     )
     try:
         runner.run(stop)

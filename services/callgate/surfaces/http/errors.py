@@ -32,6 +32,7 @@ STATUS: Mapping[Code, int] = MappingProxyType(
         Code.EXECUTED: 200,
         Code.REPLAYED: 200,
         Code.APPROVAL_REQUIRED: 200,
+        Code.PENDING_DECISION: 202,  # published, not decided yet: ask its Location
         Code.INVALID_REQUEST: 422,
         Code.INVALID_ARGUMENTS: 422,
         Code.MALFORMED_EVENT: 422,

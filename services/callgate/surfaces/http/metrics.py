@@ -18,6 +18,9 @@
   errors of the executor in this process (``callgate.providers.metrics``);
 - ``callgate_consumer_lag{process}``: input records a process has not processed yet;
 - ``callgate_dead_letters``: records dead-lettered by the runners;
+- ``callgate_worker_stalls_total{process}``: workers on Kafka ended by their watchdog, a
+  blocking client call past its bound, and restarted (docs/contract.md, "Kafka client
+  errors");
 - ``callgate_shadow_decisions_differed``: ``ShadowDecisionDiffered`` events (embedded).
 
 One registry per server (no module-level state), so tests can start several.
@@ -31,7 +34,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 APPROVAL_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 14400.0)
@@ -63,6 +66,10 @@ class ServiceStats(Protocol):
         ...
 
     def dead_letters(self) -> int: ...
+
+    def stalls(self) -> dict[str, int]:
+        """Per process: times it stopped making progress and was restarted."""
+        ...
 
     def shadow_differed(self) -> int | None:
         """``ShadowDecisionDiffered`` events on the log (None: not counted here)."""
@@ -122,6 +129,15 @@ class StateCollector(Collector):
         yield GaugeMetricFamily(
             "callgate_dead_letters", "Records dead-lettered.", value=self._stats.dead_letters()
         )
+        stalls = CounterMetricFamily(
+            "callgate_worker_stalls",
+            "Workers ended by their watchdog (a blocking client call past its bound) and "
+            "restarted.",
+            labels=["process"],
+        )
+        for process, n in sorted(self._stats.stalls().items()):
+            stalls.add_metric([process], n)
+        yield stalls
         differed = self._stats.shadow_differed()
         if differed is not None:
             yield GaugeMetricFamily(

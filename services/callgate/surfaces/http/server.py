@@ -199,7 +199,7 @@ def _serve_kafka(
 
     backend = surface.live_kafka_backend()
     backend.start()
-    stats = KafkaStats(backend, app.processes(), children)
+    stats = KafkaStats(backend, app.processes(), children, lambda: dict(sup.stalls))
     ctx, feed = build_context(surface, backend, stats, options, app.provider_metrics.collectors)
     keeper = threading.Thread(target=supervise, name="callgate-supervisor")
     notifier = surface.notifier(backend)

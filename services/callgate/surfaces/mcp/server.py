@@ -254,6 +254,9 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
         invocation_id = str(answer["invocation_id"])
         if outcome in SUCCESS:
             return _success(answer)
+        if outcome == Code.PENDING_DECISION.value:
+            err = answer["error"]
+            return _error_result(str(err["code"]), str(err["message"]), answer)
         if not answer.get("settled", True):
             return _error_result(
                 Code.TIMEOUT.value,

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Body, Path, Query
 from fastapi.responses import StreamingResponse
 
 from callgate.domain.codes import Code
-from callgate.surfaces.gateway import is_final
+from callgate.surfaces.gateway import is_final, undecided
 from callgate.surfaces.http.context import ServerContext
 from callgate.surfaces.http.deps import ContextDep, Session, SessionDep
 from callgate.surfaces.http.errors import ApiError
@@ -30,11 +30,14 @@ def visible_status(ctx: ServerContext, invocation_id: str, sess: Session) -> dic
     """The status of an invocation of the bearer's tenant, else ``404 not_found``.
 
     An invocation this server answered ``202`` and the decider has not reached yet is
-    in progress (``allowed``, not settled), as the SDK's answer says, not missing.
+    ``pending_decision`` (not settled), as the SDK's answer says: not missing, and never
+    ``allowed``, which says that a policy permitted it.
     """
     status = ctx.gateway.status(invocation_id, sess.token)
     if status is None and ctx.published_by(invocation_id) == sess.tenant:
-        return {"invocation_id": invocation_id, "outcome": Code.ALLOWED.value, "settled": False}
+        return undecided(invocation_id)
+    if status is not None and status.get("outcome") == Code.PENDING_DECISION.value:
+        return status  # bound to this bearer's token (``Gateway.status``)
     if status is None or status.get("tenant") != sess.tenant:
         raise ApiError(Code.NOT_FOUND, f"no invocation {invocation_id}")
     return status
