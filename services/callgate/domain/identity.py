@@ -243,12 +243,16 @@ class SessionVerifier:
         sid = claims.get("sid", "")
         if not isinstance(sid, str):
             raise _unauthenticated("claim 'sid' must be a string")
-        for text in (user, tenant, sid, *roles):
+        agent_claim, agent = _agent(claims)
+        for text in (user, tenant, sid, agent, *roles):
             if not _valid_text(text):
                 raise _unauthenticated("a claim is not valid Unicode or is too long")
         # Canonical at the boundary, exact everywhere after (docs/contract.md, "Identity
         # normalization"): nothing is rewritten, a claim not already canonical is refused.
-        for name, value in (("sub", user), ("tenant", tenant), *(("roles", r) for r in roles)):
+        named = (("sub", user), ("tenant", tenant), *(("roles", r) for r in roles))
+        if agent_claim:
+            named = (*named, (agent_claim, agent))
+        for name, value in named:
             if (problem := canonical_problem(value)) is not None:
                 raise _unauthenticated(f"claim {name!r} {problem}: {value!r}")
         return Principal(
@@ -257,7 +261,25 @@ class SessionVerifier:
             roles=tuple(dict.fromkeys(roles)),
             session_id=sid,
             expires_at=exp_ms,
+            agent=agent,
         )
+
+
+AGENT_CLAIMS = ("azp", "client_id")  # the agent: the first of these the token carries
+
+
+def _agent(claims: Mapping[str, Any]) -> tuple[str, str]:
+    """The claim naming the agent (the client acting for the user) and its value, or
+    ``("", "")`` when the token names none. ``azp`` (OpenID Connect) wins over
+    ``client_id`` (RFC 9068): a present claim that is not a string is refused, never
+    skipped for the next one."""
+    for name in AGENT_CLAIMS:
+        if name in claims:
+            value = claims[name]
+            if not isinstance(value, str):
+                raise _unauthenticated(f"claim {name!r} must be a string")
+            return name, value
+    return "", ""
 
 
 MAX_CLAIM_CHARS = 256  # user, tenant, role and session names longer than this are refused
