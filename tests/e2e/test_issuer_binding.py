@@ -59,7 +59,7 @@ def test_an_issuer_asserts_only_its_own_tenants_and_roles(tmp_path: Path) -> Non
     assert freeze["error"]["code"] == "unauthenticated", freeze
     assert "rule 'operators'" in freeze["error"]["message"]
     assert freeze_count(state) == 0
-    ticket = {"title": "t", "requester_id": "alice"}
+    ticket: dict[str, object] = {"title": "t", "requester_id": "alice"}
     assert propose(state, alice, "tickets.create", ticket)["outcome"] == "executed"
 
     # A role outside globex's allowed set, and ACME for acme, are refused the same way.
