@@ -49,8 +49,15 @@ class IdentityProvider:
         }
         return jwt.encode(claims, key, algorithm=algorithm_of(key), headers={"kid": kid})
 
-    def config(self, algorithms: tuple[str, ...], approval_keys: Path, signing_kid: str) -> str:
-        """``callgate.toml`` text trusting this provider, with shared approval keys."""
+    def config(
+        self,
+        algorithms: tuple[str, ...],
+        approval_keys: Path,
+        signing_kid: str,
+        operators: bool = True,
+    ) -> str:
+        """``callgate.toml`` text trusting this provider, with shared approval keys. It is
+        the platform's own provider: it may grant the operator role unless told not to."""
         algs = ", ".join(f'"{a}"' for a in algorithms)
         return (
             "[[sessions.issuers]]\n"
@@ -59,6 +66,7 @@ class IdentityProvider:
             f'jwks_file = "{self.jwks}"\n'
             f"algorithms = [{algs}]\n"
             "clock_skew_s = 5\n"
+            f"operators = {str(operators).lower()}\n"
             "[approvals]\n"
             f'signing_kid = "{signing_kid}"\n'
             f'signing_key_file = "{approval_keys / f"{signing_kid}.pem"}"\n'

@@ -76,9 +76,14 @@ class OpenIdProvider:
             time.sleep(0.05)
 
     def issuer_config(
-        self, redirect_uri: str, scopes: Sequence[str] = ("openid", "callgate"), skew_s: int = 5
+        self,
+        redirect_uri: str,
+        scopes: Sequence[str] = ("openid", "callgate"),
+        skew_s: int = 5,
+        extra: str = "",
     ) -> str:
-        """The ``[[sessions.issuers]]`` table of ``callgate.toml`` for this provider."""
+        """The ``[[sessions.issuers]]`` table of ``callgate.toml`` for this provider;
+        ``extra``: more keys of the table (its tenants, a preset, ...)."""
         listed = ", ".join(f'"{s}"' for s in scopes)
         return (
             "[[sessions.issuers]]\n"
@@ -90,6 +95,7 @@ class OpenIdProvider:
             f"scopes = [{listed}]\n"
             'algorithms = ["RS256"]\n'
             f"clock_skew_s = {skew_s}\n"
+            f"{extra}"
         )
 
     def stop(self) -> None:

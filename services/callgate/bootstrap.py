@@ -38,15 +38,16 @@ if TYPE_CHECKING:
     from callgate.adapters.embedded.gateway import EmbeddedBackend
     from callgate.adapters.embedded.runner import EmbeddedRunner
     from callgate.adapters.embedded.store import EmbeddedStore
+    from callgate.adapters.jwks import RotatingKeys
     from callgate.adapters.kafka.live import LiveKafkaBackend
     from callgate.adapters.kafka.runner import KafkaRunner
     from callgate.adapters.notify import Notifier, PendingReader, SlackInteractions
     from callgate.adapters.oidc import Discovery, OidcSignIn
-    from callgate.config import ApprovalKeys
+    from callgate.config import ApprovalKeys, IssuerSettings
     from callgate.decider import Decider
     from callgate.domain.catalog import Profile
     from callgate.domain.events import Event
-    from callgate.domain.identity import SessionIssuer, SessionVerifier
+    from callgate.domain.identity import SessionIssuer, SessionVerifier, TrustedIssuer
     from callgate.domain.keys import KeyRing
     from callgate.domain.policy import PolicyEngine
     from callgate.domain.process import Process
@@ -141,17 +142,38 @@ class App:
     def session_verifier(self) -> SessionVerifier:
         """The configured issuers, and the development issuer only in development mode
         (C6, ADR 0013). Raises ``ConfigError`` for an unusable issuer key."""
-        from callgate.config import trusted_issuers
         from callgate.domain.identity import SessionVerifier
 
-        # Discovery (an HTTP client) is built only for an issuer whose keys need it.
-        trusted = trusted_issuers(self.settings, lambda entry: self.discovery.keys(entry))
+        trusted = self.trusted_issuers
         if not self.settings.dev:
             return SessionVerifier.of_issuers(trusted)
         try:
             return SessionVerifier(self.keys.session_verification_keys(), trusted=trusted)
         except ValueError as exc:
             raise ConfigError(f"sessions.issuers: {exc}") from None
+
+    @cached_property
+    def trusted_issuers(self) -> list[TrustedIssuer]:
+        """The configured session issuers; keys that rotate are fetched here, once (ADR
+        0078). Raises ``ConfigError`` for an unusable issuer."""
+        from callgate.config import trusted_issuers
+
+        return trusted_issuers(self.settings, self._rotating_keys)
+
+    def _rotating_keys(self, entry: IssuerSettings) -> RotatingKeys:
+        """An issuer's keys from its ``jwks_uri`` (or discovery), fetched once now."""
+        from callgate.adapters.jwks import RotatingKeys
+
+        keys = RotatingKeys(
+            entry.issuer,
+            lambda: self.discovery.keys(entry),  # Discovery: an HTTP client, built if needed
+            entry.algorithms,
+            refresh_s=entry.jwks_refresh_s,
+            min_refresh_s=entry.jwks_min_refresh_s,
+            max_stale_s=entry.jwks_max_stale_s,
+        )
+        keys.start()
+        return keys
 
     @cached_property
     def discovery(self) -> Discovery:

@@ -29,7 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from callgate.domain.limits import parse_document
 
 if TYPE_CHECKING:
-    from callgate.domain.identity import TrustedIssuer
+    from callgate.domain.claims import Binding, ClaimsMapping
+    from callgate.domain.identity import KeySet, TrustedIssuer
     from callgate.domain.keys import KeyRing, PrivateKey, PublicKey
 
 CONFIG_ENV = "CALLGATE_CONFIG"
@@ -52,8 +53,14 @@ class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+# A claim: one name, taken whole (dots and all), or a list of names walking nested objects.
+ClaimSetting = str | list[str]
+Preset = Literal["entra", "okta", "auth0", "keycloak"]
+
+
 class IssuerSettings(_Section):
-    """An identity provider whose session tokens are trusted (C6)."""
+    """An identity provider whose session tokens are trusted (C6): its keys, where its
+    tokens carry the identity (claims mapping) and what it may assert (binding, ADR 0078)."""
 
     issuer: str = Field(min_length=1, description="the exact `iss` claim of its tokens")
     audience: str = Field(default="callgate", min_length=1, description="required in `aud`")
@@ -61,8 +68,31 @@ class IssuerSettings(_Section):
     pem_files: dict[str, Path] = Field(
         default_factory=dict, description="kid -> PEM public key file"
     )
+    # Keys that rotate: fetched from this URL (or the discovery document's jwks_uri with
+    # ``discovery = true``) at start, again every ``jwks_refresh_s`` and for an unknown kid
+    # (at most once per ``jwks_min_refresh_s``); kept through failed fetches for at most
+    # ``jwks_max_stale_s`` after the last good one.
+    jwks_uri: str | None = Field(default=None, pattern=r"^https?://")
+    discovery: bool = False
+    jwks_refresh_s: float = Field(default=900.0, ge=1.0, le=86_400.0)
+    jwks_min_refresh_s: float = Field(default=30.0, ge=0.0, le=3_600.0)
+    jwks_max_stale_s: float = Field(default=21_600.0, ge=1.0, le=604_800.0)
     algorithms: tuple[Algorithm, ...] = Field(default=("EdDSA",), min_length=1)
     clock_skew_s: int = Field(default=30, ge=0, le=600, description="leeway on exp/nbf/iat")
+    # Claims mapping: where the user, tenant and roles are (a preset, then explicit keys).
+    preset: Preset | None = None
+    subject_claim: ClaimSetting | None = None
+    tenant_claim: ClaimSetting | None = None
+    tenant: str | None = Field(default=None, description="the one tenant of every token")
+    roles_claim: ClaimSetting | None = None
+    role_map: dict[str, str | list[str]] | None = Field(
+        default=None, description="provider value -> callgate role(s); others grant nothing"
+    )
+    # Binding: the tenants it may assert, the roles it may grant (unset: any role but the
+    # operator role), and whether it may grant the operator role.
+    tenants: tuple[str, ...] | None = Field(default=None, min_length=1)
+    roles: tuple[str, ...] | None = None
+    operators: bool = False
     # Console sign-in with this provider (OpenID Connect, authorization code + PKCE; ADR
     # 0031). With a client_id, keys named by neither jwks_file nor pem_files come from
     # the discovery document's jwks_uri, and the audience defaults to the client_id.
@@ -73,6 +103,49 @@ class IssuerSettings(_Section):
     )
     scopes: tuple[str, ...] = Field(default=("openid",), min_length=1)
     name: str | None = Field(default=None, min_length=1, description="the sign-in button's")
+
+    @model_validator(mode="after")
+    def _identity(self) -> IssuerSettings:
+        """Mapping and binding that can be used, refused at start otherwise."""
+        from callgate.domain.claims import PRESETS
+        from callgate.domain.principal import canonical_problem
+        from callgate.domain.scope import OPERATOR_ROLE
+
+        for claim in (self.subject_claim, self.tenant_claim, self.roles_claim):
+            names = [claim] if isinstance(claim, str) else claim or []
+            if claim is not None and (not names or not all(names)):
+                raise ValueError("a claim is a non-empty name or a list of non-empty names")
+        if self.tenant is not None and self.tenant_claim is not None:
+            raise ValueError("tenant (one tenant) and tenant_claim exclude each other")
+        preset = PRESETS[self.preset] if self.preset else None
+        if preset and preset.tenant is None and self.tenant_claim is None and self.tenant is None:
+            raise ValueError(f"preset {self.preset!r} needs tenant or tenant_claim")
+        mapped = [
+            r for v in (self.role_map or {}).values() for r in ([v] if isinstance(v, str) else v)
+        ]
+        given = [
+            *([self.tenant] if self.tenant is not None else []),
+            *(self.tenants or ()),
+            *(self.roles or ()),
+            *(self.role_map or {}),
+            *mapped,
+        ]
+        for value in given:
+            if (problem := canonical_problem(value)) is not None:
+                raise ValueError(f"{value!r} {problem} (identifiers compare exactly)")
+        if self.tenant is not None and self.tenants is not None and self.tenant not in self.tenants:
+            raise ValueError(f"tenant {self.tenant!r} is not among its tenants")
+        if self.roles is not None:
+            outside = [r for r in mapped if r not in self.roles and r != OPERATOR_ROLE]
+            if outside:
+                raise ValueError(f"role_map grants {outside[0]!r}, not among its roles")
+        if not self.operators and OPERATOR_ROLE in (*mapped, *(self.roles or ())):
+            raise ValueError(f"{OPERATOR_ROLE!r} needs operators = true")
+        if self.jwks_uri is not None and (self.jwks_file is not None or self.pem_files):
+            raise ValueError("jwks_uri and key files (jwks_file, pem_files) exclude each other")
+        if self.discovery and (self.jwks_uri or self.jwks_file is not None or self.pem_files):
+            raise ValueError("discovery = true and named keys exclude each other")
+        return self
 
     @model_validator(mode="after")
     def _sign_in(self) -> IssuerSettings:
@@ -90,8 +163,51 @@ class IssuerSettings(_Section):
 
     @property
     def discovered_keys(self) -> bool:
-        """Keys from the provider's discovery document (no key file is named)."""
-        return self.client_id is not None and self.jwks_file is None and not self.pem_files
+        """Keys from the provider's discovery document (no key file or URL is named)."""
+        named = self.jwks_file is not None or bool(self.pem_files) or self.jwks_uri is not None
+        return (self.discovery or self.client_id is not None) and not named
+
+    @property
+    def rotating_keys(self) -> bool:
+        """Keys fetched over HTTP while callgate runs (``jwks_uri`` or discovery)."""
+        return self.jwks_uri is not None or self.discovered_keys
+
+    def claims_mapping(self) -> ClaimsMapping:
+        """Where its tokens carry the identity: the preset's claims, then explicit keys."""
+        from callgate.domain.claims import PRESETS, ClaimsMapping
+
+        preset = PRESETS[self.preset] if self.preset else None
+        subject = _claim_path(self.subject_claim) or (preset.subject if preset else ("sub",))
+        tenant = _claim_path(self.tenant_claim) or (
+            preset.tenant if preset and preset.tenant else ("tenant",)
+        )
+        roles = _claim_path(self.roles_claim) or (preset.roles if preset else ("roles",))
+        role_map = None
+        if self.role_map is not None:
+            role_map = {
+                k: (v,) if isinstance(v, str) else tuple(v) for k, v in self.role_map.items()
+            }
+        # The default shape (no preset, no roles_claim) keeps requiring its ``roles``.
+        required = preset is None and self.roles_claim is None
+        return ClaimsMapping(subject, tenant, roles, self.tenant, role_map, required)
+
+    def binding(self) -> Binding:
+        """What its tokens may assert (a constant tenant binds to that tenant)."""
+        from callgate.domain.claims import Binding
+
+        tenants = self.tenants or ((self.tenant,) if self.tenant is not None else None)
+        return Binding(
+            frozenset(tenants) if tenants is not None else None,
+            frozenset(self.roles) if self.roles is not None else None,
+            self.operators,
+        )
+
+
+def _claim_path(claim: ClaimSetting | None) -> tuple[str, ...] | None:
+    """A claim name as one name (never split on dots), a list as a path."""
+    if claim is None:
+        return None
+    return (claim,) if isinstance(claim, str) else tuple(claim)
 
 
 class SessionSettings(_Section):
@@ -426,33 +542,46 @@ def _public_keys(
     return keys
 
 
-# An issuer's published keys (its discovery document's ``jwks_uri``), as a JWKS document;
-# an adapter (``callgate.adapters.oidc``) given by the composition root. Raises ``OSError``
-# or ``ValueError`` naming what failed.
-DiscoveredKeys = Callable[[IssuerSettings], Mapping[str, Any]]
+# An issuer's keys that rotate (``jwks_uri`` or its discovery document's), already
+# fetched once; an adapter (``callgate.adapters.jwks``) given by the composition root.
+# Raises ``OSError`` or ``ValueError`` naming what failed.
+KeySets = Callable[[IssuerSettings], "KeySet"]
 
 
-def trusted_issuers(settings: Any, discovered: DiscoveredKeys | None = None) -> list[TrustedIssuer]:
-    """The configured session issuers with their keys read (C6): from their key files,
-    or, for a console sign-in provider that names none, from ``discovered``."""
-    from callgate.adapters.keyfiles import parse_jwks
+def trusted_issuers(settings: Any, key_sets: KeySets | None = None) -> list[TrustedIssuer]:
+    """The configured session issuers (C6) with their keys (from their key files, or from
+    ``key_sets`` for keys fetched over HTTP), claims mappings and bindings (ADR 0078)."""
+    from callgate.domain.claims import Binding
     from callgate.domain.identity import TrustedIssuer
     from callgate.domain.keys import algorithm_of
+    from callgate.domain.scope import OPERATOR_ROLE
 
     out: list[TrustedIssuer] = []
     owner: dict[str, str] = {}
+    several = len(settings.sessions.issuers) > 1
     for i, entry in enumerate(settings.sessions.issuers):
         key = f"sessions.issuers[{i}]"
+        if several and entry.tenants is None and entry.tenant is None:
+            raise ConfigError(
+                f"{_where(settings, key + '.tenants')}: missing: with more than one issuer,"
+                " each names the tenants it may assert (tenants, or one tenant)"
+            )
         keys = _public_keys(settings, key, entry.jwks_file, entry.pem_files)
-        if entry.discovered_keys:
-            if discovered is None:
-                raise ConfigError(f"{_where(settings, key)}: its keys need discovery")
+        key_set: KeySet | None = None
+        if entry.rotating_keys:
+            if key_sets is None:
+                raise ConfigError(f"{_where(settings, key)}: its keys need fetching")
             try:
-                keys = parse_jwks(discovered(entry), f"{entry.issuer} jwks_uri")
+                key_set = key_sets(entry)
             except (OSError, ValueError) as exc:
-                raise ConfigError(f"{_where(settings, key)}: discovery: {exc}") from None
+                where = _where(settings, key + ".algorithms" if "allowed" in str(exc) else key)
+                raise ConfigError(f"{where}: keys: {exc}") from None
+            keys = dict(key_set.current())
         if not keys:
-            raise ConfigError(f"{_where(settings, key)}: names no key (jwks_file or pem_files)")
+            raise ConfigError(
+                f"{_where(settings, key)}: names no key (jwks_file, pem_files, jwks_uri or"
+                " discovery = true)"
+            )
         for kid, public in keys.items():
             if algorithm_of(public) not in entry.algorithms:
                 allowed = ", ".join(entry.algorithms)
@@ -467,7 +596,14 @@ def trusted_issuers(settings: Any, discovered: DiscoveredKeys | None = None) -> 
             owner[kid] = entry.issuer
         out.append(
             TrustedIssuer(
-                entry.issuer, entry.audience, keys, entry.algorithms, entry.clock_skew_s * 1000
+                entry.issuer,
+                entry.audience,
+                {} if key_set is not None else keys,
+                entry.algorithms,
+                entry.clock_skew_s * 1000,
+                claims=entry.claims_mapping(),
+                binding=entry.binding(),
+                key_set=key_set,
             )
         )
     slack = slack_issuer(settings)
@@ -479,7 +615,16 @@ def trusted_issuers(settings: Any, discovered: DiscoveredKeys | None = None) -> 
                 f" issuer {owner[kid]!r}"
             )
         alg = algorithm_of(private.public_key())
-        out.append(TrustedIssuer(SLACK_ISSUER, "callgate", {kid: private.public_key()}, (alg,)))
+        # Slack sessions are minted by callgate for the mapped users: bound to exactly
+        # their tenants and roles.
+        users = settings.slack.users
+        roles = frozenset(r for u in users for r in u.roles)
+        binding = Binding(frozenset(u.tenant for u in users), roles, OPERATOR_ROLE in roles)
+        out.append(
+            TrustedIssuer(
+                SLACK_ISSUER, "callgate", {kid: private.public_key()}, (alg,), binding=binding
+            )
+        )
     return out
 
 

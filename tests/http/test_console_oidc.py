@@ -72,9 +72,12 @@ class Deployment:
         generate_key_pair(self.platform.keys, "session", "EdDSA", "platform-1")
         config = root / "callgate.toml"
         config.write_text(
-            self.idp.issuer_config(self.redirect_uri) + "\n[[sessions.issuers]]\n"
+            # Two issuers: each is bound to the tenants it may assert (ADR 0078).
+            self.idp.issuer_config(self.redirect_uri, extra='tenants = ["acme"]\n')
+            + "\n[[sessions.issuers]]\n"
             f'issuer = "{self.platform.issuer}"\n'
             f'jwks_file = "{self.platform.jwks}"\n'
+            'tenants = ["acme"]\n'
         )
         try:
             self.serve = HttpServe(

@@ -328,3 +328,36 @@ def test_any_other_user_value_is_rejected(args: dict[str, Any], key: str, user: 
         assert check_identity(IDENTITY, TENANT, args, ALICE)["wrap"] == [{key: "alice"}]
     else:
         assert _spoof(args) == f"wrap.0.{key}"
+
+
+# --- the agent (azp / client_id) --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("extra", "agent"),
+    [
+        ({}, ""),
+        ({"azp": "desk-agent"}, "desk-agent"),
+        ({"client_id": "cli-agent"}, "cli-agent"),
+        ({"azp": "desk-agent", "client_id": "cli-agent"}, "desk-agent"),
+    ],
+)
+def test_the_agent_comes_from_azp_else_client_id(extra: dict[str, Any], agent: str) -> None:
+    assert VERIFIER.verify(_sign(_claims(**extra)), T0).agent == agent
+
+
+@pytest.mark.parametrize(
+    ("extra", "reason"),
+    [
+        ({"azp": 7}, "claim 'azp' must be a string"),
+        ({"azp": 7, "client_id": "ok"}, "claim 'azp' must be a string"),
+        ({"client_id": ["a"]}, "claim 'client_id' must be a string"),
+        ({"azp": ""}, "claim 'azp' is empty"),
+        ({"client_id": "bot "}, "claim 'client_id' has surrounding white space"),
+        ({"azp": "bo\u200bt"}, "claim 'azp' contains the invisible or control code point U+200B"),
+    ],
+)
+def test_an_agent_claim_not_canonical_is_unauthenticated(
+    extra: dict[str, Any], reason: str
+) -> None:
+    assert reason in _rejected(_sign(_claims(**extra))).message

@@ -256,3 +256,22 @@ def test_c7_cached_entities_never_carry_one_principal_or_resource_into_another()
     assert cached.decide(principals[0], read, "T-1", ARGS["tickets.read"]).allowed
     assert not cached.decide(principals[1], read, "T-1", ARGS["tickets.read"]).allowed
     assert cached.decide(principals[1], create, "", ARGS["tickets.create"]).allowed
+
+
+def test_c1_a_policy_can_limit_an_agent_to_reads(tmp_path: Path) -> None:
+    engine = engine_with(
+        tmp_path,
+        '@id("reader-bot-reads-only") forbid (principal, action, resource)\n'
+        'when { principal.agent == "reader-bot" && context.mutation };',
+    )
+    create = spec("tickets.create")
+    args = ARGS["tickets.create"]
+    bot = Principal("alice", "acme", ("support",), agent="reader-bot")
+    denied = engine.decide(bot, create, "", args)
+    assert not denied.allowed and denied.determining_policies == ("reader-bot-reads-only",)
+    assert engine.decide(bot, spec("tickets.read"), "T-1", ARGS["tickets.read"]).allowed
+    # The same user through another agent (or none): the entity cache keeps them apart.
+    assert engine.decide(
+        Principal("alice", "acme", ("support",), agent="desk"), create, "", args
+    ).allowed
+    assert engine.decide(Principal("alice", "acme", ("support",)), create, "", args).allowed

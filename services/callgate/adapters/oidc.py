@@ -67,8 +67,9 @@ class Discovery:
             return found
 
     def keys(self, entry: IssuerSettings) -> Mapping[str, Any]:
-        """The JWKS document at the provider's ``jwks_uri``."""
-        doc = _get_json(self.metadata(entry).jwks_uri)
+        """The JWKS document at the provider's ``jwks_uri`` (the configured one, else the
+        discovery document's), fetched now."""
+        doc = _get_json(entry.jwks_uri or self.metadata(entry).jwks_uri)
         if not isinstance(doc, dict):
             raise ValueError("the jwks_uri document is not a JSON object")
         return doc

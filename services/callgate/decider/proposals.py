@@ -86,7 +86,12 @@ def on_described(
         approval_id=inv.approval_id,
     )
     principal = Principal(
-        inv.actor, inv.tenant, tuple(inv.roles), inv.session_id, inv.session_expires_at
+        inv.actor,
+        inv.tenant,
+        tuple(inv.roles),
+        inv.session_id,
+        inv.session_expires_at,
+        agent=inv.agent,
     )
     facts = ResourceFacts(
         source=f"provider:{e.provider}",
@@ -186,6 +191,7 @@ def _decide_proposal(
             roles=list(principal.roles),
             session_id=principal.session_id,
             session_expires_at=principal.expires_at,
+            agent=principal.agent,
             approval_id=p.approval_id,
             proposal_event_id=p.event_id,
         )

@@ -92,6 +92,7 @@ class Invocation:
     roles: list[str] = field(default_factory=list)
     session_id: str = ""
     session_expires_at: int = 0
+    agent: str = ""
     approval_id: str | None = None
     proposal_event_id: str = ""
 

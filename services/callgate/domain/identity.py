@@ -13,10 +13,19 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 import jwt
 
+from callgate.domain.claims import (
+    MISSING,
+    UNBOUND,
+    Binding,
+    ClaimPath,
+    ClaimsMapping,
+    path_text,
+    read,
+)
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.keys import (
     ALGORITHM,
@@ -31,9 +40,11 @@ from callgate.domain.principal import Principal, canonical_problem, fold_identit
 
 DEV_ISSUER = "callgate-dev"
 AUDIENCE = "callgate"
-# Claims every session token must carry; ``nbf`` and ``sid`` are checked when present
-# so that tokens from a platform issuer that omits them still verify.
+# Claims every session token must carry (the default claims mapping); ``nbf`` and ``sid``
+# are checked when present so that tokens from a platform issuer that omits them still
+# verify. Where an issuer's user, tenant and roles are: its ``ClaimsMapping``.
 REQUIRED_CLAIMS = ("sub", "tenant", "roles", "iat", "exp", "iss", "aud")
+TIME_AND_ORIGIN_CLAIMS = ("iat", "exp", "iss", "aud")
 MAX_ARGS_DEPTH = 64  # deeper arguments are refused rather than walked
 MAX_NUMERIC_DATE = 253_402_300_799  # 9999-12-31T23:59:59Z: later (or earlier) dates are refused
 
@@ -98,6 +109,21 @@ def _derived_session_id(claims: Mapping[str, Any]) -> str:
     return "s-" + hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
+class KeySet(Protocol):
+    """An issuer's keys that change while callgate runs (its ``jwks_uri``), kept by an
+    adapter that fetches them: the verifier only reads them and asks for a refresh."""
+
+    def current(self) -> Mapping[str, PublicKey]:
+        """The keys to verify with now (none once they are older than the adapter allows:
+        every token is refused rather than verified with keys that may be revoked)."""
+        ...
+
+    def refresh(self) -> bool:
+        """Fetch the keys again for a ``kid`` they lack, if the adapter's rate limit lets
+        it; whether they were fetched. Never raises."""
+        ...
+
+
 @dataclass(frozen=True)
 class TrustedIssuer:
     """One identity provider whose session tokens callgate accepts (``callgate.toml``).
@@ -105,7 +131,9 @@ class TrustedIssuer:
     A token is checked against the issuer that owns the ``kid`` in its header: the
     signature with that issuer's keys and ``algorithms``, then ``iss`` must be
     ``issuer``, ``aud`` must contain ``audience``, and time claims get ``leeway_ms``
-    (the clock skew allowed between the identity provider and callgate).
+    (the clock skew allowed between the identity provider and callgate). ``claims`` says
+    where the user, tenant and roles are; ``binding`` what this issuer may assert.
+    ``key_set``, when given, replaces ``keys``: keys fetched and rotated by an adapter.
     """
 
     issuer: str
@@ -113,10 +141,21 @@ class TrustedIssuer:
     keys: Mapping[str, PublicKey]
     algorithms: tuple[str, ...] = (ALGORITHM,)
     leeway_ms: int = 0
+    claims: ClaimsMapping = field(default_factory=ClaimsMapping)
+    binding: Binding = field(default_factory=Binding)
+    key_set: KeySet | None = field(default=None, compare=False)
     frozen_keys: Mapping[str, PublicKey] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "frozen_keys", MappingProxyType(dict(self.keys)))
+
+    def current_keys(self) -> Mapping[str, PublicKey]:
+        """The keys that verify this issuer's tokens now."""
+        return self.key_set.current() if self.key_set is not None else self.frozen_keys
+
+
+# (issuer, the names its ``iss`` may take, the key that verified): whom a kid belongs to.
+_Owner = tuple[TrustedIssuer, tuple[str, ...], PublicKey]
 
 
 class SessionVerifier:
@@ -138,20 +177,25 @@ class SessionVerifier:
         names = (issuer,) if isinstance(issuer, str) else tuple(issuer)
         if keys and not names:
             raise ValueError("keys need an issuer name")
-        # The keys-argument issuer may go by several names (one key set): any of them.
-        self._by_kid: dict[str, tuple[TrustedIssuer, tuple[str, ...]]] = {}
+        # The keys-argument issuer may go by several names (one key set): any of them. It
+        # is the development issuer (or a test's): unbound, it asserts what it is asked.
+        self._by_kid: dict[str, _Owner] = {}
         if keys:
-            own = TrustedIssuer(names[0], audience, keys, (ALGORITHM,), leeway_ms)
-            self._by_kid.update((kid, (own, names)) for kid in keys)
+            own = TrustedIssuer(names[0], audience, keys, (ALGORITHM,), leeway_ms, binding=UNBOUND)
+            self._by_kid.update((kid, (own, names, key)) for kid, key in own.frozen_keys.items())
+        # Issuers whose keys rotate: looked up on every token (their keys change).
+        self._rotating = tuple(e for e in trusted if e.key_set is not None)
         for entry in trusted:
-            for kid in entry.keys:
-                if kid in self._by_kid:
+            for kid, key in entry.current_keys().items():
+                if kid in self._by_kid or self._rotating_owners(kid, entry):
                     raise ValueError(f"key id {kid!r} belongs to two session issuers")
-                self._by_kid[kid] = (entry, (entry.issuer,))
-        # Signature verification is a pure function of (token, keys): an agent session sends
-        # many calls with one token, so remember verified claims (never failures, never time
-        # checks, which run on every call). Bounded; the oldest entry goes first.
-        self._verified: OrderedDict[str, tuple[dict[str, Any], str]] = OrderedDict()
+                if entry.key_set is None:
+                    self._by_kid[kid] = (entry, (entry.issuer,), key)
+        # Signature verification is a pure function of (token, key): an agent session sends
+        # many calls with one token, so remember verified claims with the key that verified
+        # them (never failures, never time checks, which run on every call); a hit counts
+        # only while that key still belongs to that issuer. Bounded; oldest first out.
+        self._verified: OrderedDict[str, tuple[dict[str, Any], _Owner]] = OrderedDict()
         self._cache_size = cache_size
         self._development_off = False
 
@@ -168,20 +212,53 @@ class SessionVerifier:
     @property
     def issuers(self) -> tuple[str, ...]:
         """The trusted issuer names, each once, in order."""
-        return tuple(dict.fromkeys(n for _, names in self._by_kid.values() for n in names))
+        static = (n for _, names, _ in self._by_kid.values() for n in names)
+        return tuple(dict.fromkeys((*static, *(e.issuer for e in self._rotating))))
 
-    def _claims(self, token: str) -> tuple[dict[str, Any], str]:
-        """Verified claims and the kid that verified them."""
+    def _rotating_owners(self, kid: str, but: TrustedIssuer | None = None) -> list[_Owner]:
+        owners: list[_Owner] = []
+        for entry in self._rotating:
+            key = entry.current_keys().get(kid)
+            if key is not None and entry is not but:
+                owners.append((entry, (entry.issuer,), key))
+        return owners
+
+    def _owner(self, kid: str) -> _Owner | None:
+        """The issuer and key a kid names now; a kid two issuers claim names neither."""
+        owners = self._rotating_owners(kid)
+        static = self._by_kid.get(kid)
+        if static is not None:
+            owners.append(static)
+        if len(owners) > 1:
+            raise _unauthenticated(f"key id {kid!r} belongs to two session issuers")
+        return owners[0] if owners else None
+
+    def _owner_refreshed(self, kid: str, token: str) -> _Owner | None:
+        """``_owner``, after asking the issuer the token names to fetch its keys again when
+        none holds the kid. Only a configured issuer is asked (never one a token makes up),
+        and its adapter limits how often."""
+        owner = self._owner(kid)
+        if owner is not None or not self._rotating:
+            return owner
+        claimed = _unverified_issuer(token)
+        for entry in self._rotating:
+            if entry.issuer == claimed and entry.key_set is not None and entry.key_set.refresh():
+                return self._owner(kid)
+        return None
+
+    def _claims(self, token: str) -> tuple[dict[str, Any], _Owner]:
+        """Verified claims and the issuer (with the key) that verified them."""
         cached = self._verified.get(token)
         if cached is not None:
-            self._verified.move_to_end(token)
-            return cached
-        try:
-            header = jwt.get_unverified_header(token) if isinstance(token, str) and token else {}
-        except (jwt.PyJWTError, ValueError):  # UnicodeError too: decode_signed names why
-            header = {}
-        kid = header.get("kid")
-        entry = self._by_kid.get(kid) if isinstance(kid, str) else None
+            owner = cached[1]
+            kid = _header_kid(token)
+            now = self._owner(kid) if kid is not None else None
+            if now is not None and now[0] is owner[0] and now[2] is owner[2]:
+                self._verified.move_to_end(token)
+                return cached
+            del self._verified[token]  # its key rotated out (or moved): verify again
+        kid = _header_kid(token)
+        entry = self._owner_refreshed(kid, token) if kid is not None else None
         if entry is None and self._development_off and _unverified_issuer(token) == DEV_ISSUER:
             # Not a key problem: the development issuer is not trusted outside dev mode.
             raise Rejection(
@@ -190,14 +267,16 @@ class SessionVerifier:
                 {"reason": "development mode is off"},
             )
         # An unknown kid gets every algorithm, so that the refusal names the kid.
-        keys, algorithms = (
-            (entry[0].frozen_keys, entry[0].algorithms) if entry else ({}, ALGORITHMS)
-        )
+        keys: Mapping[str, PublicKey] = {}
+        algorithms: tuple[str, ...] = ALGORITHMS
+        if entry is not None:
+            keys, algorithms = {str(kid): entry[2]}, tuple(entry[0].algorithms)
         try:
             _, claims = decode_signed(token, keys, algorithms=algorithms)
         except SignatureError as e:
             raise _unauthenticated(e.reason) from None
-        verified = (claims, str(kid))
+        assert entry is not None  # decode_signed refuses a kid without a key
+        verified = (claims, entry)
         self._verified[token] = verified
         if len(self._verified) > self._cache_size:
             self._verified.popitem(last=False)
@@ -210,10 +289,17 @@ class SessionVerifier:
         return principal, MappingProxyType(dict(self._claims(token)[0]))
 
     def verify(self, token: str, now_ms: int) -> Principal:
-        """Raise ``Rejection(UNAUTHENTICATED, reason)`` unless ``token`` is valid at ``now_ms``."""
-        claims, kid = self._claims(token)
-        issuer, names = self._by_kid[kid]
-        missing = [c for c in REQUIRED_CLAIMS if c not in claims]
+        """Raise ``Rejection(UNAUTHENTICATED, reason)`` unless ``token`` is valid at ``now_ms``
+        and asserts no more than its issuer may (``Binding``)."""
+        claims, (issuer, names, _) = self._claims(token)
+        mapping = issuer.claims
+        wanted: list[ClaimPath] = [mapping.subject]
+        if mapping.tenant_constant is None:
+            wanted.append(mapping.tenant)
+        if mapping.roles_required:
+            wanted.append(mapping.roles)
+        wanted += [(c,) for c in TIME_AND_ORIGIN_CLAIMS]
+        missing = [path_text(p) for p in wanted if read(claims, p) is MISSING]
         if missing:
             raise _unauthenticated(f"missing claims: {', '.join(missing)}")
         if claims["iss"] not in names:
@@ -233,31 +319,80 @@ class SessionVerifier:
             raise _unauthenticated("token not yet valid (nbf)")
         if now_ms + leeway < iat_ms:
             raise _unauthenticated("token issued in the future (iat)")
-        user, tenant, roles = claims["sub"], claims["tenant"], claims["roles"]
+        sub_name, tenant_name, roles_name = (
+            path_text(mapping.subject),
+            path_text(mapping.tenant),
+            path_text(mapping.roles),
+        )
+        user = read(claims, mapping.subject)
+        tenant = (
+            mapping.tenant_constant
+            if mapping.tenant_constant is not None
+            else read(claims, mapping.tenant)
+        )
+        values = read(claims, mapping.roles)
+        values = [] if values is MISSING else values
         if not isinstance(user, str) or not user:
-            raise _unauthenticated("claim 'sub' must be a non-empty string")
+            raise _unauthenticated(f"claim {sub_name!r} must be a non-empty string")
         if not isinstance(tenant, str) or not tenant:
-            raise _unauthenticated("claim 'tenant' must be a non-empty string")
-        if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
-            raise _unauthenticated("claim 'roles' must be a list of strings")
+            raise _unauthenticated(f"claim {tenant_name!r} must be a non-empty string")
+        if not isinstance(values, list) or not all(isinstance(r, str) for r in values):
+            raise _unauthenticated(f"claim {roles_name!r} must be a list of strings")
         sid = claims.get("sid", "")
         if not isinstance(sid, str):
             raise _unauthenticated("claim 'sid' must be a string")
-        for text in (user, tenant, sid, *roles):
+        agent_claim, agent = _agent(claims)
+        for text in (user, tenant, sid, agent, *values):
             if not _valid_text(text):
                 raise _unauthenticated("a claim is not valid Unicode or is too long")
         # Canonical at the boundary, exact everywhere after (docs/contract.md, "Identity
         # normalization"): nothing is rewritten, a claim not already canonical is refused.
-        for name, value in (("sub", user), ("tenant", tenant), *(("roles", r) for r in roles)):
+        # The provider's role values are checked before mapping, naming their claim.
+        named = [(sub_name, user), *((roles_name, r) for r in values)]
+        if mapping.tenant_constant is None:
+            named.append((tenant_name, tenant))
+        if agent_claim:
+            named.append((agent_claim, agent))
+        for name, value in named:
             if (problem := canonical_problem(value)) is not None:
                 raise _unauthenticated(f"claim {name!r} {problem}: {value!r}")
+        roles = mapping.mapped_roles(values)
+        # The issuer's binding (ADR 0078): a token asserting more than its issuer may is
+        # refused whole, never trimmed, and the refusal names the rule.
+        refused = issuer.binding.refusal(tenant, roles)
+        if refused is not None:
+            rule, why = refused
+            reason = f"{why} (issuer {issuer.issuer!r}, rule {rule!r})"
+            raise Rejection(
+                Code.UNAUTHENTICATED,
+                f"invalid session token: {reason}",
+                {"reason": reason, "rule": rule, "issuer": issuer.issuer},
+            )
         return Principal(
             user=user,
             tenant=tenant,
-            roles=tuple(dict.fromkeys(roles)),
+            roles=roles,
             session_id=sid,
             expires_at=exp_ms,
+            agent=agent,
         )
+
+
+AGENT_CLAIMS = ("azp", "client_id")  # the agent: the first of these the token carries
+
+
+def _agent(claims: Mapping[str, Any]) -> tuple[str, str]:
+    """The claim naming the agent (the client acting for the user) and its value, or
+    ``("", "")`` when the token names none. ``azp`` (OpenID Connect) wins over
+    ``client_id`` (RFC 9068): a present claim that is not a string is refused, never
+    skipped for the next one."""
+    for name in AGENT_CLAIMS:
+        if name in claims:
+            value = claims[name]
+            if not isinstance(value, str):
+                raise _unauthenticated(f"claim {name!r} must be a string")
+            return name, value
+    return "", ""
 
 
 MAX_CLAIM_CHARS = 256  # user, tenant, role and session names longer than this are refused
@@ -275,6 +410,16 @@ def _valid_text(value: str) -> bool:
 
 
 DEV_MODE_OFF = "development session token: development mode is off (use --dev or CALLGATE_DEV=1)"
+
+
+def _header_kid(token: str) -> str | None:
+    """The ``kid`` of the token's header, unverified: only to pick the key."""
+    try:
+        header = jwt.get_unverified_header(token) if isinstance(token, str) and token else {}
+    except (jwt.PyJWTError, ValueError):  # UnicodeError too: decode_signed names why
+        return None
+    kid = header.get("kid")
+    return kid if isinstance(kid, str) else None
 
 
 def _unverified_issuer(token: str) -> object:

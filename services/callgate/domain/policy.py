@@ -48,6 +48,8 @@ _I64_MAX: Final = 2**63 - 1
 _SKIP: Final = object()
 # Bounds of the entity caches: sessions in use, and (session, resource) pairs in use.
 _PRINCIPALS_CACHED: Final = 1024
+# A principal entity is cached by what it holds: user, tenant, roles and agent.
+_Who = tuple[str, str, tuple[str, ...], str]
 _ENTITIES_CACHED: Final = 8192
 
 
@@ -152,8 +154,8 @@ class PolicyEngine:
             self._policies = cedarpy.PolicySet.from_str(self.policy_text)
         except ValueError as exc:
             raise ProfileError(f"{where}: cannot combine with generated policies: {exc}") from exc
-        self._principals: dict[tuple[str, str, tuple[str, ...]], Any] = {}
-        self._pairs: dict[tuple[tuple[str, str, tuple[str, ...]], str], Any] = {}
+        self._principals: dict[_Who, Any] = {}
+        self._pairs: dict[tuple[_Who, str], Any] = {}
         self._nodes = _static_nodes(self._policies)
         self._slices: dict[str, _Slice] = {}
 
@@ -207,7 +209,7 @@ class PolicyEngine:
         it. The key is the resource entity's JSON text, owner and attributes included, so
         a change of what the provider reports is a new entry, never a stale one.
         """
-        who = (principal.user, principal.tenant, principal.roles)
+        who = (principal.user, principal.tenant, principal.roles, principal.agent)
         resource_json = _to_json([resource])
         key = (who, resource_json)
         found = self._pairs.get(key)
@@ -290,10 +292,15 @@ class PolicyEngine:
 
 
 def user_entity(principal: Principal) -> dict[str, Any]:
-    """The session principal as a Cedar entity: its tenant and roles, from the session."""
+    """The session principal as a Cedar entity: its tenant, roles and agent (the client
+    acting for the user, ``""`` when the token names none), from the session."""
     return {
         "uid": {"type": "User", "id": principal.user},
-        "attrs": {"tenant": principal.tenant, "roles": list(principal.roles)},
+        "attrs": {
+            "tenant": principal.tenant,
+            "roles": list(principal.roles),
+            "agent": principal.agent,
+        },
         "parents": [],
     }
 

@@ -30,6 +30,10 @@ class Principal:
     roles: tuple[str, ...]
     session_id: str = ""
     expires_at: int = 0  # epoch milliseconds
+    # The client the token names as acting for ``user`` (``azp``, else ``client_id``): the
+    # agent. Empty when the token names none. Canonical like the other claims; a policy
+    # reads it as ``principal.agent``.
+    agent: str = ""
 
     def has_any_role(self, roles: tuple[str, ...] | frozenset[str]) -> bool:
         """Exact membership: ``Admin`` is not ``admin`` (docs/contract.md)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from callgate.config import redacted, trusted_issuers
+from callgate.config import redacted
 from callgate.domain.keys import algorithm_of
 from callgate.surfaces.gateway import Surface
 
@@ -22,9 +22,9 @@ def effective_configuration(app: Surface) -> dict[str, Any]:
             "audience": t.audience,
             "algorithms": list(t.algorithms),
             "clock_skew_s": t.leeway_ms // 1000,
-            "kids": sorted(t.keys),
+            "kids": sorted(t.current_keys()),
         }
-        for t in trusted_issuers(app.settings, app.discovery.keys)
+        for t in app.trusted_issuers
     ]
     keys = app.approval_keys
     return {

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from callgate.adapters.oidc import Discovery
     from callgate.config import ApprovalKeys
     from callgate.domain.catalog import Profile
-    from callgate.domain.identity import SessionIssuer, SessionVerifier
+    from callgate.domain.identity import SessionIssuer, SessionVerifier, TrustedIssuer
     from callgate.providers.ledger import EffectLedger
     from callgate.providers.registry import ProviderRegistry
 
@@ -97,6 +97,11 @@ class Surface(Wiring, Protocol):
     @property
     def discovery(self) -> Discovery:
         """The identity providers' discovery documents and keys."""
+        ...
+
+    @property
+    def trusted_issuers(self) -> list[TrustedIssuer]:
+        """The configured session issuers (keys, claims mapping, binding)."""
         ...
 
     @property
