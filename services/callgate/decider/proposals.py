@@ -59,7 +59,7 @@ def _strict_record(deps: DeciderDeps, p: ev.ToolCallProposed) -> None:
     runner dead-letter the record with its reason and answer ``invalid_arguments``
     (``adapters/failures.py``), at the place of ``invalid_arguments`` in the order of
     checks. Limits of size, depth and numbers are decided as usual."""
-    limits = deps.profile.limits
+    limits = deps.profile.entry_limits
     try:
         parse_json(p.args_json, max(limits.max_args_bytes, MAX_RECORD_BYTES), 1 << 16)
     except Rejection as r:
@@ -163,7 +163,7 @@ def _decide_proposal(
     if spec is None:
         raise Rejection(Code.UNKNOWN_TOOL, f"no tool named {p.tool!r} in the catalog")
     _strict_record(deps, p)
-    args = normalize_args(spec, deps.profile.limits, p.args_json)  # C7: schema first
+    args = normalize_args(spec, deps.profile.entry_limits, p.args_json)  # C7: schema first
     args = check_identity(spec.identity_args, deps.profile.tenant_fields, args, principal)
     deps.freezes.check(spec.name, principal.tenant, principal.user)  # ADR 0054
     deps.pins.check(spec.name, spec.pin)  # ADR 0066
