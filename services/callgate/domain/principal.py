@@ -30,6 +30,7 @@ class Principal:
     roles: tuple[str, ...]
     session_id: str = ""
     expires_at: int = 0  # epoch milliseconds
+    agent: str = ""  # the client the session token names ("" when it names none)
 
     def has_any_role(self, roles: tuple[str, ...] | frozenset[str]) -> bool:
         """Exact membership: ``Admin`` is not ``admin`` (docs/contract.md)."""
