@@ -346,3 +346,40 @@ def test_a_forged_usage_event_on_the_requests_topic_is_dead_lettered(limited: Li
     dead = [codec.decode(r.payload) for r in store.read_log("dead-letter", limit=10)]
     assert len(dead) == 1 and dead[0].code == "malformed_event", dead
     assert limited.events(ev.UsageReleased) == []  # no process took it
+
+
+def test_a_policy_reads_the_usage_in_context(tmp_path: Path) -> None:
+    """``context.usage[...]`` holds the usage before the call: a rule on history."""
+    rule = (
+        'forbid (principal, action == Action::"refunds.issue", resource) when '
+        '{ context.usage["refunds-per-actor"].used + context.args.amount_cents > 50000 };'
+    )
+    limited = Limited(
+        tmp_path / "state", limited_profile(tmp_path / "p", REFUND_LIMIT, policy=rule)
+    )
+    try:
+        alice = limited.session("alice")
+        outcomes = [
+            limited.gate.propose(alice, "refunds.issue", refund(i))["outcome"] for i in range(6)
+        ]
+        assert outcomes == ["executed"] * 5 + ["tool_forbidden"]  # 5 x 9,999 + 9,999 > 50,000
+        assert limited.held() == 0
+    finally:
+        limited.gate.close()
+
+
+def test_usage_survives_a_restart(tmp_path: Path) -> None:
+    profile = limited_profile(tmp_path / "p", TICKET_LIMIT)
+    first = Limited(tmp_path / "state", profile)
+    alice = first.session("alice")
+    first.tickets(alice, 30)
+    first.settle()
+    first.gate.close()
+    again = Limited(tmp_path / "state", profile)
+    try:
+        ids = again.tickets(alice, 30)
+        again.settle()
+        outcomes = Counter(again.status(i)["outcome"] for i in ids)
+        assert outcomes == {"executed": 20, "limit_exceeded": 10}
+    finally:
+        again.gate.close()
