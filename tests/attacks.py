@@ -317,13 +317,13 @@ def _foreign_resource(s: Surface, ctx: Ctx) -> Verdict:
 
 
 def _oversized(s: Surface, ctx: Ctx) -> Verdict:
-    limit = s.app.profile.limits.max_args_bytes
+    limit = s.app.profile.entry_limits.max_args_bytes
     return s.propose(s.session("alice"), "tickets.create", {**TICKET, "body": "A" * limit})
 
 
 def _deep(s: Surface, ctx: Ctx) -> Verdict:
     nested: Any = "leaf"
-    for _ in range(s.app.profile.limits.max_depth):  # with the top level: max_depth + 1
+    for _ in range(s.app.profile.entry_limits.max_depth):  # with the top level: max_depth + 1
         nested = {"n": nested}
     return s.propose(s.session("alice"), "records.update", {"record_id": "REC-1", "fields": nested})
 
@@ -331,7 +331,7 @@ def _deep(s: Surface, ctx: Ctx) -> Verdict:
 def _parser_bomb(s: Surface, ctx: Ctx) -> Verdict:
     # within the size limit, but deep enough to exhaust a recursive JSON parser
     text = '{"record_id": "REC-1", "fields": ' + "[" * 5000 + "]" * 5000 + "}"
-    assert len(text) < s.app.profile.limits.max_args_bytes
+    assert len(text) < s.app.profile.entry_limits.max_args_bytes
     return s.propose(s.session("alice"), "records.update", text)
 
 
@@ -672,24 +672,24 @@ CORPUS: list[AttackCase] = [
     ),
     AttackCase(
         "oversized-arguments",
-        "C7: arguments over limits.max_args_bytes",
+        "C7: arguments over entry_limits.max_args_bytes",
         Code.INVALID_ARGUMENTS,
         _oversized,
-        reason="limits.max_args_bytes",
+        reason="entry_limits.max_args_bytes",
     ),
     AttackCase(
         "deep-nesting",
-        "C7: arguments nested one level deeper than limits.max_depth",
+        "C7: arguments nested one level deeper than entry_limits.max_depth",
         Code.INVALID_ARGUMENTS,
         _deep,
-        reason="limits.max_depth",
+        reason="entry_limits.max_depth",
     ),
     AttackCase(
         "parser-bomb-nesting",
         "C7: 5000 nested arrays within the size limit",
         Code.INVALID_ARGUMENTS,
         _parser_bomb,
-        reason="limits.max_depth",
+        reason="entry_limits.max_depth",
     ),
     AttackCase(
         "duplicate-json-keys",

@@ -66,6 +66,7 @@ def _value(event: ApprovalRequested, redactor: Redactor) -> dict[str, object]:
         "requested_at": event.occurred_at,
         "approvals_required": event.approvals_required,
         "grants": [],
+        "usage": parse_json_field(event.usage_json, "usage_json") if event.usage_json else None,
     }
 
 

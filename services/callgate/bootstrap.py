@@ -294,8 +294,12 @@ class App:
         return Invocations(self.decider(), self.executor())
 
     def processes(self) -> list[Process[Any]]:
-        """Every process `callgate serve` runs, in pipeline order."""
-        return [self.invocations(), *self.projections()]
+        """Every process `callgate serve` runs, in pipeline order. The usage of limits
+        comes first (ADR 0079): on the embedded store a round runs the processes in order,
+        so its answers reach the invocations in the same round."""
+        from callgate.decider.usage_process import Usage
+
+        return [Usage(), self.invocations(), *self.projections()]
 
     # -- backends and runners: built here, for every entry point ---------------------------
 

@@ -71,7 +71,7 @@ def args(data: bytes) -> None:
             continue
     text = data.decode("utf-8", "replace")
     try:
-        normalized = normalize_args(RECORDS, PROFILE.limits, text)
+        normalized = normalize_args(RECORDS, PROFILE.entry_limits, text)
     except Rejection:
         return
     canonical_json(normalized)  # what passes the limits is representable

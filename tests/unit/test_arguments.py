@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 from callgate.adapters.profiles import load_profile
 from callgate.domain.arguments import normalize_args, target_of
 from callgate.domain.canonical import args_hash
-from callgate.domain.catalog import Limits, Profile, ToolSpec, default_profile_path
+from callgate.domain.catalog import EntryLimits, Profile, ToolSpec, default_profile_path
 from callgate.domain.codes import Code, Rejection
 
 PROFILE: Profile = load_profile(default_profile_path())
-LIMITS = PROFILE.limits
+LIMITS = PROFILE.entry_limits
 
 
 def tool(name: str) -> ToolSpec:
@@ -25,7 +25,7 @@ def tool(name: str) -> ToolSpec:
     return spec
 
 
-def rejected(spec: ToolSpec, args_json: str, limits: Limits = LIMITS) -> Rejection:
+def rejected(spec: ToolSpec, args_json: str, limits: EntryLimits = LIMITS) -> Rejection:
     with pytest.raises(Rejection) as err:
         normalize_args(spec, limits, args_json)
     assert err.value.code is Code.INVALID_ARGUMENTS
@@ -90,7 +90,7 @@ def test_c11_spelling_of_the_same_arguments_gives_the_same_hash(
 
 def test_c7_size_limit_is_in_utf8_bytes_of_the_raw_text() -> None:
     spec = tool("records.update")
-    limits = Limits(max_args_bytes=60, max_depth=8)
+    limits = EntryLimits(max_args_bytes=60, max_depth=8)
     head = '{"record_id":"REC-1","fields":{"n":"'
     fits = head + "x" * (60 - len(head) - 3) + '"}}'
     assert len(fits.encode()) == 60
@@ -102,7 +102,7 @@ def test_c7_size_limit_is_in_utf8_bytes_of_the_raw_text() -> None:
 
 def test_c7_depth_limit() -> None:
     spec = tool("records.update")
-    limits = Limits(max_args_bytes=16384, max_depth=4)
+    limits = EntryLimits(max_args_bytes=16384, max_depth=4)
 
     def nested(levels: int) -> str:  # the top-level object is level 1, `fields` level 2
         inner: Any = 1

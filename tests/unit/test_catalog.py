@@ -207,7 +207,7 @@ def _top(field: str, value: Any) -> Edit:
 @pytest.mark.parametrize(
     ("edit", "field"),
     [(_top("version", 2), "version"), (_top("colour", "red"), "colour"),
-     (_top("limits", {"max_depth": 0}), "limits.max_depth")],
+     (_top("entry_limits", {"max_depth": 0}), "entry_limits.max_depth")],
 )  # fmt: skip
 def test_c10_broken_top_level_names_the_field(tmp_path: Path, edit: Edit, field: str) -> None:
     path = write_profile(tmp_path, edit)

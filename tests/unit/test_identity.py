@@ -229,7 +229,7 @@ def _spoof(args: dict[str, Any]) -> str:
     with pytest.raises(Rejection) as info:
         check_identity(IDENTITY, TENANT, args, ALICE)
     assert info.value.code is Code.IDENTITY_SPOOF
-    return info.value.details["field"]
+    return str(info.value.details["field"])
 
 
 def test_matching_identity_is_accepted_and_taken_from_the_session() -> None:

@@ -507,6 +507,7 @@ def test_pending_record_is_what_the_human_confirms() -> None:
                 "requested_at": when.occurred_at,
                 "approvals_required": 1,
                 "grants": [],
+                "usage": None,
             },
             tenant="acme",
         )

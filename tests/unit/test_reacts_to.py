@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
 from tests.harness import Gate, write_profile
 from tests.unit.test_freeze import freeze_event
 
@@ -30,16 +31,20 @@ def log(tmp_path_factory: pytest.TempPathFactory) -> tuple[Gate, list[ev.Event]]
     decisions, rejections, replays, dry-runs, an uncertain execution and its
     reconciliation, a resource description."""
     state = tmp_path_factory.mktemp("reacts") / "state"
+    # production deploys need two approvers (ADR 0030): a grant towards the quorum
+    profile = write_profile(
+        state.parent / "profile",
+        lambda tools: tools["deploys.trigger"].update(
+            approvals_required=2,
+            approvals_required_when={"arg": "environment", "values": ["production"]},
+        ),
+    )
+    # ADR 0079: two reads an hour, so the third is refused by its limit
+    reads = {"name": "reads", "tools": ["tickets.read"], "max": 2, "window": "1h"}
+    profile.write_text(profile.read_text() + yaml.safe_dump({"limits": [reads]}))
     g = Gate(
         state,
-        # production deploys need two approvers (ADR 0030): a grant towards the quorum
-        profile=write_profile(
-            state.parent / "profile",
-            lambda tools: tools["deploys.trigger"].update(
-                approvals_required=2,
-                approvals_required_when={"arg": "environment", "values": ["production"]},
-            ),
-        ),
+        profile=profile,
         faults={
             "tickets": {"timeout_before_apply": 1.0, "first_n": 1},
             "records": {"fail_dry_run": 1.0},
@@ -54,6 +59,8 @@ def log(tmp_path_factory: pytest.TempPathFactory) -> tuple[Gate, list[ev.Event]]
     g.propose(alice, "tickets.create", TICKET, key="create")  # replayed
     g.propose(alice, "tickets.read", {"ticket_id": "T-1"})
     g.propose(alice, "tickets.read", {"ticket_id": "TKT-unknown"})  # the provider is asked
+    g.propose(alice, "tickets.read", {"ticket_id": "T-1"})
+    g.propose(alice, "tickets.read", {"ticket_id": "T-1"})  # limit_exceeded (ADR 0079)
     g.propose(alice, "users.delete", {"user_id": "U-1"})  # not a caller: policy denies
     g.propose(alice, "no.such.tool", {})  # rejected before policy
     owner = g.propose(alice, "refunds.issue", REFUND)

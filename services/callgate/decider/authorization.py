@@ -12,6 +12,7 @@ from __future__ import annotations
 from callgate.decider.approvals import mismatch, no_dry_run_hash
 from callgate.decider.emitter import Emitter
 from callgate.decider.key_records import key_record, set_key_status
+from callgate.decider.limits import usage_shown
 from callgate.decider.state import (
     ApprovalStatus,
     DeciderState,
@@ -145,6 +146,7 @@ def request_approval(
         expires_at=inv.approval_expires_at,
         allow_self_approval=inv.allow_self_approval,
         approvals_required=inv.approvals_required,
+        usage_json=usage_shown(inv) if any(u["over_limit"] for u in inv.usage) else "",
     )
 
 

@@ -23,13 +23,20 @@ class Emitter:
         self.now_ms = now_ms
         self.out: list[Output] = []
 
-    def emit(self, cls: type[ev.Event], invocation_id: str | None = None, **fields: Any) -> None:
+    def emit(
+        self,
+        cls: type[ev.Event],
+        invocation_id: str | None = None,
+        partition_key: str | None = None,
+        **fields: Any,
+    ) -> None:
+        """``partition_key``: another key than the cause's (a limit's scope, ADR 0079)."""
         inv = invocation_id or self.cause.invocation_id
         self.out.append(
             cls(
                 event_id=derive_id(self.cause.event_id, str(len(self.out)), cls.__name__),
                 invocation_id=inv,
-                partition_key=self.cause.partition_key,
+                partition_key=self.cause.partition_key if partition_key is None else partition_key,
                 causation_id=self.cause.event_id,
                 correlation_id=self.cause.correlation_id or self.cause.invocation_id,
                 occurred_at=self.now_ms,

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from callgate.decider import limits as usage
 from callgate.decider.approvals import on_approval_decision
 from callgate.decider.authorization import continue_approved, reject_late
 from callgate.decider.deps import DeciderDeps
@@ -28,7 +29,7 @@ from callgate.decider.outcomes import (
     on_uncertain,
     settle_execution,
 )
-from callgate.decider.proposals import on_described, on_proposed
+from callgate.decider.proposals import on_described, on_proposed, on_usage
 from callgate.decider.state import (
     ApprovalStatus,
     DeciderState,
@@ -76,6 +77,8 @@ class Decider:
             ev.ExecutionUncertain,
             ev.ExecutionReconciled,
             ev.ExecutionStarted,
+            ev.UsageReserved,
+            ev.UsageRefused,
             *CONTROL_EVENTS,
         }
     )
@@ -231,7 +234,11 @@ class Decider:
             started = state.invocations.get(event.invocation_id)
             if started is not None:
                 started.started_attempt = max(started.started_attempt, event.attempt)
+        elif isinstance(event, ev.UsageReserved | ev.UsageRefused):
+            on_usage(self.deps, state, event, out)
+            self._shadow_decisions(out)
         # Every other event on the log is the decider's own output or not its concern.
+        usage.settle(state, usage.touched(event, out.out), out)  # ADR 0079
         return state, out.out
 
     def _stopped(self, state: DeciderState, inv: Invocation, out: Emitter) -> bool:
@@ -277,6 +284,10 @@ class Decider:
                     if rec is not None and rec.status == KeyStatus.APPROVED:
                         rec.status = KeyStatus.EXPIRED
                 outputs += out.out
+        for expired in [o for o in outputs if isinstance(o, ev.ApprovalExpired)]:
+            out = Emitter(expired, now_ms)  # ADR 0079: what the expired call held goes back
+            usage.settle(state, [expired.invocation_id], out)
+            outputs += out.out
         return state, outputs
 
 

@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from callgate.decider import limits as usage
 from callgate.decider.approvals import check_approval, presented_approval
 from callgate.decider.authorization import authorize
 from callgate.decider.deps import DeciderDeps
@@ -24,7 +25,7 @@ from callgate.domain import events as ev
 from callgate.domain.approvals import peek_claim, peek_partition_key
 from callgate.domain.arguments import normalize_args, target_of
 from callgate.domain.canonical import args_hash, canonical_json, partition_key, request_fingerprint
-from callgate.domain.catalog import ToolSpec
+from callgate.domain.catalog import Confirmation, ToolSpec
 from callgate.domain.codes import Code, Rejection, Unanswerable
 from callgate.domain.identity import check_identity, token_digest
 from callgate.domain.limits import MAX_RECORD_BYTES, parse_json
@@ -59,7 +60,7 @@ def _strict_record(deps: DeciderDeps, p: ev.ToolCallProposed) -> None:
     runner dead-letter the record with its reason and answer ``invalid_arguments``
     (``adapters/failures.py``), at the place of ``invalid_arguments`` in the order of
     checks. Limits of size, depth and numbers are decided as usual."""
-    limits = deps.profile.limits
+    limits = deps.profile.entry_limits
     try:
         parse_json(p.args_json, max(limits.max_args_bytes, MAX_RECORD_BYTES), 1 << 16)
     except Rejection as r:
@@ -75,6 +76,36 @@ def on_described(
     inv = state.invocations.get(e.invocation_id)
     if inv is None or inv.phase != Phase.DESCRIBING:
         return  # a redelivered description: the proposal was decided on the first one
+    facts = ResourceFacts(
+        source=f"provider:{e.provider}",
+        tenant=e.owner if e.found else None,
+        attributes=json.loads(e.attributes_json) if e.found else {},
+        message=e.message,
+    )
+    _resume(deps, state, inv, facts, out)
+
+
+def on_usage(
+    deps: DeciderDeps, state: DeciderState, e: ev.UsageReserved | ev.UsageRefused, out: Emitter
+) -> None:
+    """A limit's usage answered (ADR 0079): once every limit has, decide the proposal that
+    waited, with the usage known."""
+    inv = usage.answered(state, e, out)
+    if inv is None:
+        return
+    facts = NEW_RESOURCE if not inv.facts_json else ResourceFacts.from_json(inv.facts_json)
+    _resume(deps, state, inv, facts, out)
+
+
+def _resume(
+    deps: DeciderDeps,
+    state: DeciderState,
+    inv: Invocation,
+    facts: ResourceFacts,
+    out: Emitter,
+) -> None:
+    """Decide a proposal that waited for an answer (a description, the usage), from what
+    its invocation kept; the checks that may have changed meanwhile run again."""
     p = ev.ToolCallProposed(
         event_id=inv.proposal_event_id,
         invocation_id=inv.invocation_id,
@@ -91,13 +122,7 @@ def on_described(
         tuple(inv.roles),
         inv.session_id,
         inv.session_expires_at,
-        agent=inv.agent,
-    )
-    facts = ResourceFacts(
-        source=f"provider:{e.provider}",
-        tenant=e.owner if e.found else None,
-        attributes=json.loads(e.attributes_json) if e.found else {},
-        message=e.message,
+        inv.agent,
     )
 
     def decide() -> None:
@@ -168,7 +193,7 @@ def _decide_proposal(
     if spec is None:
         raise Rejection(Code.UNKNOWN_TOOL, f"no tool named {p.tool!r} in the catalog")
     _strict_record(deps, p)
-    args = normalize_args(spec, deps.profile.limits, p.args_json)  # C7: schema first
+    args = normalize_args(spec, deps.profile.entry_limits, p.args_json)  # C7: schema first
     args = check_identity(spec.identity_args, deps.profile.tenant_fields, args, principal)
     deps.freezes.check(spec.name, principal.tenant, principal.user)  # ADR 0054
     deps.pins.check(spec.name, spec.pin)  # ADR 0066
@@ -231,7 +256,36 @@ def _decide_policy(
     out: Emitter,
 ) -> None:
     now = out.now_ms
-    decision = deps.policy.decide(principal, spec, target, args, facts)  # C1, C2, C3, C7
+    limits = deps.profile.limits_of(spec.name)
+    waited = state.invocations.get(p.invocation_id)
+    if limits and (waited is None or not waited.usage):
+        # ADR 0079: ask the usage first, so that the policy decides with it in one step.
+        parked = Invocation(
+            p.invocation_id,
+            Phase.RESERVING,
+            "",
+            partition_key=p.partition_key,
+            tool=spec.name,
+            actor=principal.user,
+            tenant=principal.tenant,
+            target=target,
+            args_json=canonical_json(args),
+            idempotency_key=p.idempotency_key,
+            roles=list(principal.roles),
+            session_id=principal.session_id,
+            session_expires_at=principal.expires_at,
+            approval_id=p.approval_id,
+            proposal_event_id=p.event_id,
+            agent=principal.agent,
+            facts_json="" if facts is NEW_RESOURCE else facts.to_json(),
+        )
+        state.invocations[p.invocation_id] = parked
+        usage.ask(parked, limits, principal, args, out)
+        return
+    held = [] if waited is None else waited.usage
+    decision = deps.policy.decide(  # C1, C2, C3, C7
+        principal, spec, target, args, facts, usage=usage.context(waited) if held else None
+    )
     a_hash = args_hash(args)
     fingerprint = request_fingerprint(spec.name, target, args)
     high = spec.is_high_impact(args)
@@ -257,6 +311,7 @@ def _decide_policy(
         continue_on_approval=spec.continue_on_approval,
         require_dry_run=spec.require_dry_run,
         approvals_required=spec.approvals_for(args),
+        usage=held,
     )
     state.invocations[p.invocation_id] = inv
     jti = _peek_jti(p.approval_id)
@@ -293,6 +348,10 @@ def _decide_policy(
         return
     if (missing := deps.profile.dry_run_missing(spec)) is not None:
         raise Rejection(Code.DRY_RUN_UNAVAILABLE, missing)  # C5: no dry-run, no call
+    by_approver = claims is not None and claims.confirmation == "approver"
+    if usage.check(inv, by_approver):  # limit_exceeded (ADR 0079)
+        # Over a limit an approver may lift: this call needs one, who sees the usage.
+        inv.confirmation = Confirmation.APPROVER.value
     authorize(state, inv, spec, claims, out)
 
 

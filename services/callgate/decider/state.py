@@ -20,6 +20,7 @@ class Phase:
     """Where an invocation is in its lifecycle."""
 
     DESCRIBING = "describing"  # asked the provider who owns the target (C7, ADR 0014)
+    RESERVING = "reserving"  # asked the usage of the limits that cover it (ADR 0079)
     AWAITING_DRY_RUN = "awaiting_dry_run"  # dry-run before asking for approval (C5)
     DRY_RUN_THEN_EXECUTE = "dry_run_then_execute"  # mandatory dry-run, no confirmation
     CONFIRMING = "confirming"  # approval presented; re-running the dry-run to compare (C11)
@@ -95,6 +96,12 @@ class Invocation:
     agent: str = ""
     approval_id: str | None = None
     proposal_event_id: str = ""
+    # While RESERVING: the resource facts the policy will read (``ResourceFacts.to_json``;
+    # empty for a call that creates a resource).
+    facts_json: str = ""
+    # The reservations of the limits that cover the call (``decider.limits``): plain
+    # dicts of str and int, so the state stays sorted-key JSON.
+    usage: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(slots=True)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import jsonschema_rs
 
-from callgate.domain.catalog import Limits, ToolSpec
+from callgate.domain.catalog import EntryLimits, ToolSpec
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.limits import parse_args
 
@@ -85,7 +85,7 @@ def _apply_defaults(schema: Mapping[str, Any], value: dict[str, Any]) -> None:
             _apply_defaults(sub, value[name])
 
 
-def normalize_args(spec: ToolSpec, limits: Limits, args_json: str) -> dict[str, Any]:
+def normalize_args(spec: ToolSpec, limits: EntryLimits, args_json: str) -> dict[str, Any]:
     """Parse, bound, validate and normalize proposed arguments (C7, C8, C11).
 
     Order: the limits of every entry (``callgate.domain.limits.parse_args``: size, Unicode,

@@ -30,6 +30,7 @@ from pydantic import (
 )
 
 from callgate.domain.canonical import canonical_json, sha256_hex
+from callgate.domain.usage import UsageLimit, parse_limits, schema_problem
 
 # Names end up inside generated Cedar policy text: keep them to a quote-free alphabet.
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.:-]*$", max_length=128)]
@@ -77,7 +78,10 @@ class QuorumWhen(_Frozen):
     values: tuple[str, ...] = Field(min_length=1)
 
 
-class Limits(_Frozen):
+class EntryLimits(_Frozen):
+    """What every entry refuses before parsing further (docs/contract.md, "Limits at every
+    entry"); ``entry_limits:`` of the profile."""
+
     max_args_bytes: int = Field(default=16384, gt=0)
     max_depth: int = Field(default=8, ge=1)
 
@@ -175,7 +179,9 @@ class Profile(_Frozen):
 
     version: Literal[1]
     tools: dict[str, ToolSpec]
-    limits: Limits
+    entry_limits: EntryLimits
+    # ``limits:``: the usage limits (ADR 0079), in the order written.
+    limits: tuple[UsageLimit, ...] = ()
     tenant_fields: tuple[Name, ...]
     resources: dict[Name, tuple[str, ...]]
     # ``providers:`` of the file (name -> settings with a ``kind``), checked per kind by
@@ -187,6 +193,10 @@ class Profile(_Frozen):
 
     def tool(self, name: str) -> ToolSpec | None:
         return self.tools.get(name)
+
+    def limits_of(self, tool: str) -> list[UsageLimit]:
+        """The usage limits that cover ``tool`` (ADR 0079)."""
+        return [limit for limit in self.limits if limit.covers(tool)]
 
     def provider_kind(self, name: str) -> str:
         """The declared kind of provider ``name``; undeclared ones are bundled simulations."""
@@ -261,7 +271,8 @@ class _ProfileFile(_Frozen):
 
     version: Literal[1]
     policy_file: str
-    limits: Limits = Limits()
+    entry_limits: EntryLimits = EntryLimits()
+    limits: Any = None  # checked by ``usage.parse_limits`` for errors naming the entry
     tenant_fields: tuple[Name, ...] = ("tenant", "tenant_id", "org_id")
     resources: dict[Name, tuple[Glob, ...]] = {}
     providers: dict[Name, dict[str, Any]] | None = None
@@ -362,10 +373,16 @@ class StrictYamlLoader(_BASE_LOADER):  # type: ignore[misc]
 _SAFE_LOADER = StrictYamlLoader
 
 
-def parse_profile(text: str, path: Path, read_policy: Callable[[Path], str]) -> Profile:
+def parse_profile(
+    text: str, path: Path, read_policy: Callable[[Path], str], *, recorded: bool = False
+) -> Profile:
     """Check an adoption profile (C10) read from ``path``; any problem raises
     ``ProfileError``. ``read_policy`` gives the text of the policy file it names (the file
-    reading is the caller's: ``callgate.adapters.profiles.load_profile``)."""
+    reading is the caller's: ``callgate.adapters.profiles.load_profile``).
+
+    ``recorded``: content read back from the log (a published policy version), where the
+    entry limits written before ADR 0079 as a ``limits:`` mapping are still read as
+    ``entry_limits:`` (a file or a candidate with that form is refused, naming the key)."""
     where = f"profile {path}"
     try:
         raw = yaml.load(text, Loader=_SAFE_LOADER)
@@ -373,6 +390,9 @@ def parse_profile(text: str, path: Path, read_policy: Callable[[Path], str]) -> 
         raise ProfileError(f"{where}: invalid YAML: {exc}") from exc
     if not isinstance(raw, dict):
         raise ProfileError(f"{where}: expected a mapping at the top level")
+    if recorded and isinstance(raw.get("limits"), dict) and "entry_limits" not in raw:
+        raw = {**raw, "entry_limits": raw["limits"]}
+        del raw["limits"]
     try:
         top = _ProfileFile.model_validate(raw)
     except ValidationError as exc:
@@ -403,6 +423,22 @@ def parse_profile(text: str, path: Path, read_policy: Callable[[Path], str]) -> 
             raise ProfileError(f"{here}: field '{field}': {message}")
         tools[name] = spec
 
+    try:
+        limits = parse_limits(top.limits)
+    except ValueError as exc:
+        raise ProfileError(f"{where}: {exc}") from None
+    for limit in limits:
+        covered = [name for name in tools if limit.covers(name)]
+        if not covered:
+            raise ProfileError(f"{where}: limits[{limit.name}]: tools: cover no tool")
+        for name in covered:
+            problem = schema_problem(limit, name, tools[name].args_schema)
+            if problem is not None:
+                raise ProfileError(f"{where}: limits[{limit.name}]: arg: {problem}")
+            if limit.over == "approve" and not tools[name].approvers:
+                message = f"tool '{name}' names no approver role to lift the limit"
+                raise ProfileError(f"{where}: limits[{limit.name}]: over: {message}")
+
     for name, body in (top.providers or {}).items():
         if not isinstance(body.get("kind"), str):
             raise ProfileError(f"{where}: providers.{name}.kind: required (the provider kind)")
@@ -410,7 +446,10 @@ def parse_profile(text: str, path: Path, read_policy: Callable[[Path], str]) -> 
     policy_text = read_policy(policy_path)
     catalog = {
         "version": top.version,
-        "limits": top.limits.model_dump(mode="json"),
+        # The entry limits kept this name in the digest (ADR 0079): a profile without usage
+        # limits keeps the policy version it had.
+        "limits": top.entry_limits.model_dump(mode="json"),
+        **({"usage_limits": [u.model_dump(mode="json") for u in limits]} if limits else {}),
         "tenant_fields": list(top.tenant_fields),
         "resources": {k: list(v) for k, v in top.resources.items()},
         # Only when declared, so that a profile without providers keeps its digest.
@@ -420,7 +459,8 @@ def parse_profile(text: str, path: Path, read_policy: Callable[[Path], str]) -> 
     return Profile(
         version=top.version,
         tools=tools,
-        limits=top.limits,
+        entry_limits=top.entry_limits,
+        limits=limits,
         tenant_fields=top.tenant_fields,
         resources=top.resources,
         providers=top.providers,

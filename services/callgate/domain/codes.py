@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 from enum import StrEnum
+from typing import Any
 
 
 class Code(StrEnum):
@@ -79,6 +80,10 @@ class Code(StrEnum):
     # the upstream serves a pinned tool with another definition than its pin (ADR 0066):
     # refused on every instance until an operator pins it again (``callgate catalog pin``).
     TOOL_DEFINITION_CHANGED = "tool_definition_changed"
+    # a usage limit of the profile (``limits:``) would be exceeded by the call (ADR 0079):
+    # refused before anything runs; the details name the limit, the window, the usage and
+    # ``retry_after_s``, the time until the call fits.
+    LIMIT_EXCEEDED = "limit_exceeded"
 
 
 # Outcomes after which an invocation will not change by itself.
@@ -104,6 +109,7 @@ TERMINAL: frozenset[Code] = frozenset(
         Code.DRY_RUN_UNAVAILABLE,
         Code.FROZEN,
         Code.TOOL_DEFINITION_CHANGED,
+        Code.LIMIT_EXCEEDED,
     }
 )
 
@@ -131,7 +137,7 @@ COMMAND_ERRORS: frozenset[Code] = frozenset(
 class Rejection(Exception):
     """A coded rejection raised by pure checks; the decider turns it into an event."""
 
-    def __init__(self, code: Code, message: str, details: dict[str, str] | None = None) -> None:
+    def __init__(self, code: Code, message: str, details: dict[str, Any] | None = None) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message

@@ -182,6 +182,8 @@ class ApprovalRequested(Event):
     expires_at: int
     allow_self_approval: bool | None = None  # None: written before the field existed
     approvals_required: int = 1  # distinct approvers who must grant (ADR 0030)
+    # ADR 0079: the usage an approver sees when a limit asked for the approval ("" if none).
+    usage_json: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -448,6 +450,77 @@ class ToolDefinitionChanged(Event):
     seen_digest: str
 
 
+# --- events topic: usage limits (ADR 0079) ----------------------------------------------
+# Keyed by a limit's scope (``UsageLimit.scope_key``) when they go to the usage process,
+# by the invocation's partition key when they answer it.
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageReserveRequested(Event):
+    """The invocation asks its limit's usage to hold ``amount`` under ``reservation_id``;
+    the limit as the deciding profile declares it travels along (the usage process keeps
+    no profile). ``reply_key``: the invocation's partition key, where the answer goes."""
+
+    limit: str
+    reservation_id: str
+    amount: int
+    limit_max: int
+    window_ms: int  # 0: calls in flight
+    over: str  # "refuse" | "approve"
+    reply_key: str
+    tool: str
+    scope_json: str  # the scope's exact values, canonical JSON
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageReserved(Event):
+    """The amount is held; ``used`` is the usage before it. ``over_limit``: it went past
+    the limit because the limit's ``over`` is ``approve`` (an approver decides)."""
+
+    limit: str
+    reservation_id: str
+    scope_key: str
+    amount: int
+    used: int
+    limit_max: int
+    window_ms: int
+    over_limit: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageRefused(Event):
+    """The amount does not fit: nothing is held. ``retry_after_ms``: when it would fit as
+    committed usage leaves the window (0: when calls in flight settle; -1: never)."""
+
+    limit: str
+    reservation_id: str
+    scope_key: str
+    amount: int
+    used: int
+    limit_max: int
+    window_ms: int
+    retry_after_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageCommitted(Event):
+    """The reserved call ran (or may have: ``outcome_uncertain`` counts once): its amount
+    counts for the window from ``occurred_at``."""
+
+    limit: str
+    reservation_id: str
+    window_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageReleased(Event):
+    """The reserved call will not run: what it held is given back."""
+
+    limit: str
+    reservation_id: str
+    reason: str
+
+
 REQUEST_TYPES: tuple[type[Event], ...] = (ToolCallProposed, ApprovalDecisionSubmitted)
 
 EVENT_TYPES: tuple[type[Event], ...] = (
@@ -484,6 +557,11 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     FreezeLifted,
     ToolPinned,
     ToolDefinitionChanged,
+    UsageReserveRequested,
+    UsageReserved,
+    UsageRefused,
+    UsageCommitted,
+    UsageReleased,
 )
 
 BY_NAME: dict[str, type[Event]] = {cls.__name__: cls for cls in EVENT_TYPES}

@@ -132,7 +132,7 @@ def as_text(data: str | bytes, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
 
 def _size(size: int, max_bytes: int) -> Rejection:
     return _reject(
-        f"arguments are {size} bytes; the limit is {max_bytes} (limits.max_args_bytes)",
+        f"arguments are {size} bytes; the limit is {max_bytes} (entry_limits.max_args_bytes)",
         "max_args_bytes",
     )
 
@@ -188,7 +188,7 @@ def parse_json(
         parsed = _DECODER.decode(text)
     except RecursionError:  # the C decoder's own guard against deep nesting
         raise _reject(
-            f"arguments nest deeper than {max_depth} levels (limits.max_depth)", "max_depth"
+            f"arguments nest deeper than {max_depth} levels (entry_limits.max_depth)", "max_depth"
         ) from None
     except ValueError as exc:  # json.JSONDecodeError; Rejection is not a ValueError
         raise _reject(f"arguments are not valid JSON: {exc}", "syntax") from None
@@ -207,7 +207,8 @@ def _check_depth(value: Any, max_depth: int) -> None:
         depth += 1
         if depth > max_depth:
             raise _reject(
-                f"arguments nest deeper than {max_depth} levels (limits.max_depth)", "max_depth"
+                f"arguments nest deeper than {max_depth} levels (entry_limits.max_depth)",
+                "max_depth",
             )
         level = [
             child
@@ -258,7 +259,7 @@ def check_value(
         if isinstance(item, Mapping | list | tuple):
             if depth > max_depth:
                 raise _reject(
-                    f"arguments nest deeper than {max_depth} levels (limits.max_depth)",
+                    f"arguments nest deeper than {max_depth} levels (entry_limits.max_depth)",
                     "max_depth",
                 )
             if isinstance(item, Mapping):

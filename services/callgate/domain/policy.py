@@ -93,6 +93,12 @@ class ResourceFacts:
             body["message"] = self.message
         return canonical_json(body)
 
+    @classmethod
+    def from_json(cls, text: str) -> ResourceFacts:
+        """The facts ``to_json`` wrote."""
+        body = json.loads(text)
+        return cls(body["source"], body["tenant"], body["attributes"], body.get("message", ""))
+
 
 NEW_RESOURCE: Final = ResourceFacts(source="new", tenant=None, attributes={})
 
@@ -230,6 +236,7 @@ class PolicyEngine:
         target: str,
         args: Mapping[str, Any],
         facts: ResourceFacts | None = None,
+        usage: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """The Cedar request ``decide`` evaluates (context as JSON text) and the resource
         entity it adds to the principal's: what the benchmark hands ``cedarpy`` itself."""
@@ -243,6 +250,8 @@ class PolicyEngine:
                     "mutation": spec.mutation,
                     "high_impact": spec.is_high_impact(args),
                     "args": _cedar_value(args),
+                    # ADR 0079: per limit that covers the call, the usage before it.
+                    **({"usage": _cedar_value(usage)} if usage is not None else {}),
                 }
             )
         request = {
@@ -260,17 +269,20 @@ class PolicyEngine:
         target: str,
         args: Mapping[str, Any],
         facts: ResourceFacts | None = None,
+        usage: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> PolicyDecision:
         """The Cedar decision for the session principal on ``spec`` at ``target`` (C1, C7).
 
         ``facts``: the target's owner and attributes (from the profile or the provider);
-        without them the profile's static ``resources`` are used."""
+        without them the profile's static ``resources`` are used. ``usage``: the usage of
+        the limits that cover the call (``context.usage``, ADR 0079); a policy that reads
+        the usage of a call no limit covers fails to evaluate, which denies."""
         version = self._profile.digest
         if not principal.tenant:
             return PolicyDecision(False, (), version, ("principal has no tenant",))
         policies = self._for_action(spec.name)
         try:
-            request, resource = self.request(principal, spec, target, args, facts)
+            request, resource = self.request(principal, spec, target, args, facts, usage)
             entities = self._entities(principal, resource)
             # cedarpy's Rust entry point, called as its ``is_authorized`` wrapper does; the
             # wrapper's ``json.loads`` and result objects cost an eighth of a decision.

@@ -36,6 +36,7 @@ def profile_of(published: ev.PolicyPublished) -> Profile:
         published.profile_yaml,
         Path(f"published/{published.version}.yaml"),
         lambda _path: published.policy_text,
+        recorded=True,
     )
     if profile.digest != published.version:
         raise Rejection(

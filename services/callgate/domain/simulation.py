@@ -145,7 +145,7 @@ class Simulator:
                 and old is not None
                 and old.args_schema_key == spec.args_schema_key
                 and old.identity_args == spec.identity_args
-                and known.limits == self.profile.limits
+                and known.entry_limits == self.profile.entry_limits
                 and known.tenant_fields == self.profile.tenant_fields
             )
         return found
@@ -160,7 +160,7 @@ class Simulator:
             args = orjson.loads(decided.args_json)
         else:
             try:
-                args = normalize_args(spec, self.profile.limits, decided.args_json)
+                args = normalize_args(spec, self.profile.entry_limits, decided.args_json)
                 args = check_identity(
                     spec.identity_args, self.profile.tenant_fields, args, principal
                 )

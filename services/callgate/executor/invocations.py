@@ -77,8 +77,15 @@ class Invocations:
         )
         # Only what the two parts do not write themselves: client requests and control
         # events. Their own events come back from the log already folded.
+        # The usage process's answers too (ADR 0079): another process writes them.
         self.reacts_to: frozenset[type[ev.Event]] = frozenset(
-            {ev.ToolCallProposed, ev.ApprovalDecisionSubmitted, *self.control_events}
+            {
+                ev.ToolCallProposed,
+                ev.ApprovalDecisionSubmitted,
+                ev.UsageReserved,
+                ev.UsageRefused,
+                *self.control_events,
+            }
         )
         # The events one part hands the other: folded as they are written, never read back.
         self.carries: frozenset[type[ev.Event]] = (

@@ -282,7 +282,7 @@ class Gateway:
         approval_id: str | None,
     ) -> str:
         """The limits of every entry; the arguments' JSON text."""
-        limits = self.app.profile.limits
+        limits = self.app.profile.entry_limits
         if isinstance(args, str):
             parse_args(args, limits.max_args_bytes, limits.max_depth)
             args_json = args
@@ -328,7 +328,7 @@ class Gateway:
             return None
         try:
             principal = self._reader(session)
-            normalized = normalize_args(spec, self.app.profile.limits, canonical_json(args))
+            normalized = normalize_args(spec, self.app.profile.entry_limits, canonical_json(args))
         except (Rejection, ValueError, TypeError):
             return None
         wanted, now = args_hash(normalized), self.app.clock()

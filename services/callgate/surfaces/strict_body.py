@@ -21,7 +21,7 @@ from callgate.domain.codes import Code, Rejection
 from callgate.domain.limits import MAX_RECORD_BYTES, parse_json
 
 # An envelope (HTTP body, JSON-RPC message) around the arguments: the arguments' own depth
-# limit (the profile's ``limits.max_depth``) is applied again by the SDK.
+# limit (the profile's ``entry_limits.max_depth``) is applied again by the SDK.
 ENVELOPE_MAX_DEPTH = 64
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 JSONRPC_PARSE_ERROR = -32700

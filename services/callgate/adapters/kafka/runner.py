@@ -851,22 +851,29 @@ class KafkaRunner:
                 self._producer.abort_transaction(CALL_TIMEOUT_S)
         except KafkaException as abort_exc:
             err = _kafka_error(abort_exc)
-            if err is not None and err.fatal() and err.code() == KafkaError.INVALID_TXN_STATE:
-                self._replace_producer(abort_exc)  # only this: a fenced runner must exit
+            if err is not None and err.code() in _FENCED_CODES:
+                raise ProducerFenced(str(err)) from abort_exc  # a fenced runner must exit
+            if err is not None and err.code() == KafkaError._STATE and not err.fatal():
+                pass  # no transaction in progress: nothing to abort
             else:
-                _raise_if_fatal(abort_exc)  # "no transaction in progress" is fine
+                # The abort did not complete (it timed out, or the producer is unusable): a
+                # transaction of ours may still be open, its offsets pending in the group,
+                # and the rewind's committed positions would wait on it (KIP-447). A new
+                # producer's ``init_transactions`` has the coordinator abort it.
+                self._replace_producer(abort_exc)
         if self._failures > self._max_retries:
             raise exc
         time.sleep(min(5.0, 0.05 * 2**self._failures))
         self._rewind_pending = True
 
     def _replace_producer(self, cause: KafkaException) -> None:
-        """A new producer with the same ``transactional.id`` after the abort itself failed
-        with INVALID_TXN_STATE, fatally: librdkafka can, when the abort races the partition
-        registration of a transaction just begun (confluentinc/librdkafka#4849), leaving the
-        producer unusable. The new one's ``init_transactions`` fences it and has the
-        coordinator abort its open transaction, so nothing of it is committed. Never after
-        fencing: the replacement would fence the instance that fenced this one."""
+        """A new producer with the same ``transactional.id`` after the abort itself failed:
+        timed out (the broker away), or INVALID_TXN_STATE, fatally (librdkafka, when the
+        abort races the partition registration of a transaction just begun:
+        confluentinc/librdkafka#4849, leaving the producer unusable). The new one's
+        ``init_transactions`` fences it and has the coordinator abort its open transaction,
+        so nothing of it is committed. Never after fencing: the replacement would fence the
+        instance that fenced this one."""
         log.warning("%s: abort failed (%s); replacing the producer", self.process.name, cause)
         self._producer = self._new_producer()
         with self._bounded("init_transactions"):

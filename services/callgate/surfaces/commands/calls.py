@@ -68,7 +68,7 @@ def propose(ctx: Context) -> int:
     from callgate.domain.limits import parse_args
 
     ns = ctx.ns
-    limits = ctx.app.profile.limits
+    limits = ctx.app.profile.entry_limits
     try:  # the strict reader of every entry (domain/limits.py)
         parse_args(ns.args, limits.max_args_bytes, limits.max_depth)
     except Rejection as e:

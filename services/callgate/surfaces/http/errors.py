@@ -57,6 +57,7 @@ STATUS: Mapping[Code, int] = MappingProxyType(
         Code.DRY_RUN_UNAVAILABLE: 409,
         Code.PAYLOAD_TOO_LARGE: 413,
         Code.RATE_LIMITED: 429,
+        Code.LIMIT_EXCEEDED: 429,  # with Retry-After (``retry_after``), ADR 0079
         Code.EXECUTION_FAILED: 502,
         Code.OUTCOME_UNCERTAIN: 502,
         Code.INTERNAL_ERROR: 500,
@@ -81,6 +82,17 @@ class ApiError(Exception):
         self.code = code
         self.message = message
         self.headers = dict(headers or {})
+
+
+def retry_after(answer: Mapping[str, object]) -> dict[str, str]:
+    """``Retry-After`` for a call refused by a usage limit: the seconds until it fits
+    (``details.retry_after_s``); none when it never fits on its own (ADR 0079)."""
+    error = answer.get("error")
+    details = error.get("details") if isinstance(error, Mapping) else None
+    seconds = details.get("retry_after_s") if isinstance(details, Mapping) else None
+    if answer.get("outcome") != Code.LIMIT_EXCEEDED.value or not isinstance(seconds, int):
+        return {}
+    return {"Retry-After": str(seconds)}
 
 
 def error_body(code: Code, message: str) -> dict[str, dict[str, str]]:

@@ -270,6 +270,12 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
             err = answer["error"]
             return _error_result(str(err["code"]), str(err["message"]), answer)
         err = answer.get("error") or {"code": outcome, "message": _EXPLAINED.get(outcome, outcome)}
+        if outcome == Code.LIMIT_EXCEEDED.value:  # ADR 0079: the message says when to retry
+            details = err.get("details") or {}
+            return _error_result(
+                str(err["code"]), str(err["message"]), answer,
+                limit=details.get("limit"), retry_after_s=details.get("retry_after_s"),
+            )  # fmt: skip
         return _error_result(str(err["code"]), str(err["message"]), answer)
 
     relay = Relay(bridge, principal_of, session_of, options.timeout_s, asked)

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 
 from callgate.domain.codes import Code
 from callgate.surfaces.http.deps import ContextDep, SessionDep
-from callgate.surfaces.http.errors import STATUS
+from callgate.surfaces.http.errors import STATUS, retry_after
 from callgate.surfaces.http.models import (
     COMMON,
     AnswerOrError,
@@ -85,7 +85,11 @@ def propose(
         ctx.metrics.proposed(str(answer["invocation_id"]), body.tool, proposed_at_ms)
     if answer.get("settled"):
         ctx.metrics.latency.labels(tool=body.tool).observe(time.monotonic() - started)
-        return JSONResponse(answer_value(answer), status_code=STATUS[Code(answer["outcome"])])
+        return JSONResponse(
+            answer_value(answer),
+            status_code=STATUS[Code(answer["outcome"])],
+            headers=retry_after(answer),
+        )
     ctx.remember(answer["invocation_id"], sess.tenant)
     where = f"/v1/invocations/{answer['invocation_id']}"
     return JSONResponse(answer_value(answer), status_code=202, headers={"Location": where})

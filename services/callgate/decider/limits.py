@@ -1,0 +1,232 @@
+"""Usage limits in the decider: ask, decide with the usage, settle (ADR 0079).
+
+A call that limits cover is parked (``Phase.RESERVING``) once the checks up to identity
+pass: one ``UsageReserveRequested`` per limit goes to the usage process, keyed by the
+limit's scope. When every answer is in, the proposal is decided in that step with the
+usage known: the policy reads it (``context.usage``), and after idempotency (a replay
+counts nothing) a refused limit is ``limit_exceeded``; a limit whose ``over`` is
+``approve`` turns the call into one an approver confirms.
+
+Each invocation keeps its reservations (``Invocation.usage``); ``settle`` gives each one
+back exactly once when the invocation's fate is known: committed when it executed (or may
+have: ``outcome_uncertain``), released otherwise (refused, replayed, waiting on its key,
+denied, expired, failed). The decider emits those from ``handle`` and ``due`` alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from callgate.decider.emitter import Emitter
+from callgate.decider.state import ApprovalStatus, DeciderState, Invocation, Phase
+from callgate.domain import events as ev
+from callgate.domain.canonical import canonical_json, derive_id
+from callgate.domain.codes import Code, Rejection
+from callgate.domain.principal import Principal
+from callgate.domain.usage import UsageLimit, retry_after_s
+
+# A reservation's states in ``Invocation.usage``.
+ASKED, RESERVED, REFUSED, COMMITTED, RELEASED = (
+    "asked",
+    "reserved",
+    "refused",
+    "committed",
+    "released",
+)
+_RAN = frozenset({Code.EXECUTED.value, Code.OUTCOME_UNCERTAIN.value})
+
+
+def ask(
+    inv: Invocation,
+    limits: list[UsageLimit],
+    principal: Principal,
+    args: dict[str, Any],
+    out: Emitter,
+) -> None:
+    """Park ``inv`` and ask each limit's scope to hold what the call uses."""
+    inv.phase = Phase.RESERVING
+    for limit in limits:
+        key = limit.scope_key(principal.tenant, principal.user, principal.agent, inv.tool)
+        rid = derive_id("reservation", inv.invocation_id, limit.name)
+        amount = limit.amount(args)
+        inv.usage.append(
+            {
+                "limit": limit.name,
+                "id": rid,
+                "key": key,
+                "amount": amount,
+                "max": limit.max,
+                "window_ms": limit.window_ms,
+                "window": limit.window or "in_flight",
+                "over": limit.over,
+                "state": ASKED,
+                "used": 0,
+                "retry_after_ms": 0,
+                "over_limit": False,
+            }
+        )
+        out.emit(
+            ev.UsageReserveRequested,
+            partition_key=key,
+            limit=limit.name,
+            reservation_id=rid,
+            amount=amount,
+            limit_max=limit.max,
+            window_ms=limit.window_ms,
+            over=limit.over,
+            reply_key=inv.partition_key,
+            tool=inv.tool,
+            scope_json=canonical_json(
+                limit.scope_of(principal.tenant, principal.user, principal.agent, inv.tool)
+            ),
+        )
+
+
+def answered(
+    state: DeciderState, e: ev.UsageReserved | ev.UsageRefused, out: Emitter
+) -> Invocation | None:
+    """Record an answer; the invocation when it was the last one it waited for."""
+    inv = state.invocations.get(e.invocation_id)
+    entry = _entry(inv, e.reservation_id)
+    if inv is None or entry is None or entry["state"] != ASKED or inv.phase != Phase.RESERVING:
+        if isinstance(e, ev.UsageReserved) and (entry is None or entry["state"] != RESERVED):
+            # Held for nothing that waits for it: give it back at once.
+            out.emit(
+                ev.UsageReleased,
+                partition_key=e.scope_key,
+                limit=e.limit,
+                reservation_id=e.reservation_id,
+                reason="not waited for",
+            )
+        return None
+    entry["used"] = e.used
+    if isinstance(e, ev.UsageReserved):
+        entry["state"], entry["over_limit"] = RESERVED, e.over_limit
+    else:
+        entry["state"], entry["retry_after_ms"] = REFUSED, e.retry_after_ms
+    if any(u["state"] == ASKED for u in inv.usage):
+        return None
+    return inv
+
+
+def context(inv: Invocation | None) -> dict[str, dict[str, Any]]:
+    """``context.usage`` for the policy: per limit, what was used before this call."""
+    if inv is None:
+        return {}
+    return {
+        u["limit"]: {"used": u["used"], "limit": u["max"], "window": u["window"]} for u in inv.usage
+    }
+
+
+def check(inv: Invocation, approved_by_approver: bool) -> bool:
+    """Where the order of checks puts the limits (after idempotency): ``limit_exceeded``
+    when a limit refused; True when a limit over which an approver decides was passed
+    (the call then needs an approver) and no approver's approval came with it."""
+    for u in inv.usage:
+        if u["state"] == REFUSED:
+            raise exceeded(u)
+    over = any(u["state"] == RESERVED and u["over_limit"] for u in inv.usage)
+    return over and not approved_by_approver
+
+
+def exceeded(u: dict[str, Any]) -> Rejection:
+    retry = retry_after_s(u["retry_after_ms"])
+    if u["retry_after_ms"] == 0:
+        retry = 1  # only calls in flight stand in the way: they settle soon
+    window = u["window"]
+    when = "never (more than the limit on its own)" if retry is None else f"in {retry} s"
+    return Rejection(
+        Code.LIMIT_EXCEEDED,
+        f"limit {u['limit']} exceeded: {u['used']} of {u['max']} used"
+        + ("" if window == "in_flight" else f" in {window}")
+        + f", this call needs {u['amount']}; retry {when}",
+        {
+            "limit": u["limit"],
+            "window": window,
+            "used": u["used"],
+            "max": u["max"],
+            "amount": u["amount"],
+            "retry_after_s": retry,
+        },
+    )
+
+
+def usage_shown(inv: Invocation) -> str:
+    """The usage an approver sees beside an approval a limit asked for."""
+    return canonical_json(
+        {
+            u["limit"]: {
+                "used": u["used"],
+                "limit": u["max"],
+                "window": u["window"],
+                "amount": u["amount"],
+                "over": u["over_limit"],
+            }
+            for u in inv.usage
+        }
+    )
+
+
+def _entry(inv: Invocation | None, rid: str) -> dict[str, Any] | None:
+    if inv is None:
+        return None
+    return next((u for u in inv.usage if u["id"] == rid), None)
+
+
+def _fate(inv: Invocation) -> str | None:
+    """ "commit", "release" or None (still held) for ``inv``'s reservations."""
+    if inv.phase == Phase.SETTLED:
+        return "commit" if inv.outcome in _RAN else "release"
+    if inv.phase == Phase.WAITING:
+        return "release"  # the call waits on its key's original: it runs nothing itself
+    if inv.approval_status in (ApprovalStatus.DENIED, ApprovalStatus.EXPIRED):
+        return "release"
+    if inv.approval_status == ApprovalStatus.GRANTED and not inv.continue_on_approval:
+        return "release"  # the agent resubmits: that call holds its own
+    return None
+
+
+def settle(state: DeciderState, ids: Iterable[str], out: Emitter) -> None:
+    """Commit or release, once, the reservations of the invocations ``ids`` whose fate is
+    known (a concurrency limit is released either way: the call is no longer in flight)."""
+    for inv_id in dict.fromkeys(ids):
+        inv = state.invocations.get(inv_id)
+        if inv is None or not inv.usage:
+            continue
+        fate = _fate(inv)
+        if fate is None:
+            continue
+        for u in inv.usage:
+            if u["state"] != RESERVED:
+                continue
+            if fate == "commit" and u["window_ms"] > 0:
+                u["state"] = COMMITTED
+                out.emit(
+                    ev.UsageCommitted,
+                    invocation_id=inv_id,
+                    partition_key=u["key"],
+                    limit=u["limit"],
+                    reservation_id=u["id"],
+                    window_ms=u["window_ms"],
+                )
+            else:
+                u["state"] = RELEASED
+                out.emit(
+                    ev.UsageReleased,
+                    invocation_id=inv_id,
+                    partition_key=u["key"],
+                    limit=u["limit"],
+                    reservation_id=u["id"],
+                    reason=inv.outcome or inv.approval_status or inv.phase,
+                )
+
+
+def touched(event: ev.Event, outputs: Iterable[object]) -> list[str]:
+    """The invocations an input and its outputs concern."""
+    ids = [event.invocation_id]
+    ids += [o.invocation_id for o in outputs if isinstance(o, ev.Event)]
+    return ids
+
+
+__all__ = ["answered", "ask", "check", "context", "exceeded", "settle", "touched", "usage_shown"]
