@@ -13,7 +13,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -63,7 +63,9 @@ class HttpServe:
         env: Mapping[str, str] | None = None,
         dev: bool = False,
         port: int | None = None,
+        serve_args: Sequence[str] = (),
     ) -> None:
+        """``serve_args``: more options of ``serve`` (``--only PROCESS``)."""
         self.state_dir = state_dir
         self.profile = profile
         self.port = port or free_port()
@@ -73,7 +75,7 @@ class HttpServe:
         argv = [*callgate_argv(), "--state-dir", str(state_dir)]
         if profile is not None:
             argv += ["--profile", str(profile)]
-        argv += ["serve", "--http", f"127.0.0.1:{self.port}"]
+        argv += ["serve", "--http", f"127.0.0.1:{self.port}", *serve_args]
         self.env = dict(env or {})
         full_env = {**cli_env(dev=dev), **self.env}
         self.proc = subprocess.Popen(
