@@ -147,7 +147,7 @@ bench-quick: $(STAMP)
 	$(TOOL) bench --quick
 
 chaos: $(STAMP)
-	$(TOOL) chaos --proposals 2000 --kills 10
+	$(TOOL) chaos --proposals 2000 --kills 10 --broker-kills 2
 
 chaos-quick: $(STAMP)
 	$(TOOL) chaos --proposals 300 --kills 3
@@ -155,9 +155,9 @@ chaos-quick: $(STAMP)
 chaos-stress: $(STAMP)
 	$(TOOL) chaos --proposals 1500 --kills 40 --seed 23
 
-## Two instances, whole instances SIGKILLed (ADR 0015).
+## Two instances, whole instances SIGKILLed (ADR 0015), and the broker twice.
 chaos-instances: $(STAMP)
-	$(TOOL) chaos --instances 2 --proposals 2000 --kills 10
+	$(TOOL) chaos --instances 2 --proposals 2000 --kills 10 --broker-kills 2
 
 ## The long fuzzing campaign (bounded: 9 minutes embedded, 1 minute on Apache Kafka);
 ## prints inputs tried, stalls, unauthorized effects, overwrites and the codes seen.

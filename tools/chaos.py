@@ -17,7 +17,11 @@ Issue "Execution reliability, fault injection and hostile input", part 4. One ru
    spoofs (C6) and bad sessions. A fraction of all input events is published twice
    (duplicate delivery); a call that ends ``outcome_uncertain`` is resubmitted with the same
    key and arguments until it settles (C12);
-3. meanwhile at least ``kills`` SIGKILLs at random moments. One instance: of a random worker
+3. meanwhile at least ``kills`` SIGKILLs at random moments, and ``broker_kills`` SIGKILLs
+   of the run's own broker (its JVM), which stays down ``broker_down_s`` and is started
+   again on its data: nothing of callgate is touched, its workers recover by themselves
+   (docs/contract.md, "Kafka client errors"); the time from the broker's return to the
+   next flow done is reported. One instance: of a random worker
    child (decider, executor or a projection), which the supervisor restarts. Several
    instances: of a whole random instance (every child at once, as a lost host), which stays
    down until the others own all its partitions (the takeover, timed from the SIGKILL and
@@ -83,6 +87,7 @@ MIN_KILL_GAP_S = 2.0
 # Group settings: they bound the takeover of a lost instance (ADR 0015).
 WORKER_ARGS = ("-X", "session.timeout.ms=6000", "-X", "heartbeat.interval.ms=500")
 TAKEOVER_LIMIT_S = 60.0  # a lost instance's partitions must move within this
+BROKER_RECOVERY_LIMIT_S = 30.0  # a flow done within this of the broker's return
 UP_BEFORE_KILL_S = 3.0  # an instance kill waits until every instance has been up this long
 KINDS: tuple[tuple[str, float], ...] = (
     ("read", 0.28),
@@ -768,6 +773,9 @@ class _Progress:
     last_kill: float = 0.0
     kill_due: float | None = None
     timed_out: bool = False
+    broker_kills: int = 0
+    recoveries: list[float] = field(default_factory=list)  # broker back -> next flow done
+    unrecovered: int = 0
 
 
 def run_chaos(
@@ -781,12 +789,22 @@ def run_chaos(
     instances: int = 1,
     time_limit_s: float | None = None,
     keep_state: bool = False,
+    broker_kills: int = 0,
+    broker_down_s: float = 5.0,
 ) -> int:
     """Run the chaos scenario (module docstring); 0 when every check holds, else 1."""
-    if proposals < 1 or kills < 0 or instances < 1:
-        out.error(Code.USAGE, "--proposals and --instances must be at least 1, --kills at least 0")
+    if proposals < 1 or kills < 0 or instances < 1 or broker_kills < 0 or broker_down_s < 0:
+        out.error(
+            Code.USAGE,
+            "--proposals and --instances must be at least 1, --kills, --broker-kills and "
+            "--broker-down at least 0",
+        )
+        return 2
+    if broker_kills and settings.bootstrap_servers:
+        out.error(Code.USAGE, "--broker-kills kills the run's own broker: no --bootstrap-servers")
         return 2
     limit = time_limit_s or max(180.0, 0.45 * proposals)  # 15 minutes for 2,000
+    limit += broker_kills * (broker_down_s + BROKER_RECOVERY_LIMIT_S)
     started = time.monotonic()
     own: ApacheKafka | None = None
     if not settings.bootstrap_servers:
@@ -808,8 +826,9 @@ def run_chaos(
                 "dev": True,  # its sessions come from the development issuer
             }
         )
+        outages = Outages(own, broker_kills, broker_down_s)
         report = _run(
-            bootstrap(run), out, proposals, kills, seed, started, limit, broker, instances
+            bootstrap(run), out, proposals, kills, seed, started, limit, broker, instances, outages
         )
         report["state_dir"] = str(state)
         ok = not report["violations"]
@@ -834,6 +853,7 @@ def _run(
     limit: float,
     broker: str,
     instances: int,
+    outages: Outages,
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     app.keys  # noqa: B018  (key material exists before the workers start, so all share it)
@@ -846,7 +866,10 @@ def _run(
     progress = _Progress()
     try:
         kill_rng = random.Random(f"{seed}:kills")  # where and when, independent of the flows
-        _drive(gate, fleet, work, outbox, progress, n, kills, kill_rng, out, started + limit)
+        outages.plan(random.Random(f"{seed}:broker"), n)
+        _drive(
+            gate, fleet, work, outbox, progress, n, kills, kill_rng, out, started + limit, outages
+        )
         settled = _settle(gate, work, fleet, out, started + limit)
         verified, replayed = _consistent(gate, started + limit)
         effects = gate.effects()
@@ -876,6 +899,13 @@ def _run(
         verdict.violations.append(f"replay differs from the live views: {differing}")
     if progress.kills < kills:
         verdict.violations.append(f"only {progress.kills} of {kills} kills happened")
+    if progress.broker_kills < outages.kills:
+        verdict.violations.append(f"only {progress.broker_kills} of {outages.kills} broker kills")
+    if progress.unrecovered:
+        verdict.violations.append(
+            f"{progress.unrecovered} broker restarts not followed by a flow done within "
+            f"{BROKER_RECOVERY_LIMIT_S:.0f}s"
+        )
     if len(fleet.takeovers) < fleet.instance_kills:
         missed = fleet.instance_kills - len(fleet.takeovers)
         verdict.violations.append(f"{missed} takeovers not done within {TAKEOVER_LIMIT_S:.0f}s")
@@ -897,6 +927,11 @@ def _run(
         "instance kills": fleet.instance_kills,
         "takeover s (max)": round(max(fleet.takeovers, default=0.0), 1),
         "takeover s (each)": ", ".join(f"{t:.1f}" for t in fleet.takeovers),
+        "broker kills": progress.broker_kills,
+        "broker down s (each)": outages.down_s,
+        "broker recovery s (max)": round(max(progress.recoveries, default=0.0), 1),
+        "broker recovery s (each)": ", ".join(f"{t:.1f}" for t in progress.recoveries),
+        "worker stalls": sum(sum(s.stalls.values()) for s in fleet.sups),
         **verdict.figures,
         "audit chain ok": verified.ok,
         "audit records": verified.records,
@@ -931,10 +966,13 @@ def _drive(
     rng: random.Random,
     out: Renderer,
     deadline: float,
+    outages: Outages,
 ) -> None:
     """Launch flows (at most ``WINDOW`` in flight), advance each when its wait is answered,
     and SIGKILL a worker (or an instance) whenever completed flows pass one of the random
-    kill points. The flows go on while an instance kill waits for the takeover."""
+    kill points. The flows go on while an instance kill waits for the takeover. At a broker
+    kill point the broker is SIGKILLed; the flows pause while it is down (a client meets
+    ``broker_unavailable`` then), and go on once it is back."""
     kill_at = sorted(rng.uniform(0.02, 0.85) * n for _ in range(kills))
     active: dict[int, tuple[Script, Wait]] = {}
     report = [time.monotonic() + 5]
@@ -985,6 +1023,8 @@ def _drive(
         if p.kill_due is not None and now >= p.kill_due and fleet.can_kill():
             p.kill_due = None
             _kill(fleet, p, rng, out, step)
+        if outages.due(p.done):
+            outages.kill_and_restart(fleet, p, out, step, bool(active))
     outbox.flush(everything=True)
     while p.kills < kills and time.monotonic() < deadline:  # kill points not reached
         time.sleep(max(0.0, p.last_kill + MIN_KILL_GAP_S - time.monotonic()))
@@ -993,6 +1033,47 @@ def _drive(
             fleet.check()
             time.sleep(0.2)
         _kill(fleet, p, rng, out, fleet.check)
+
+
+class Outages:
+    """The broker kills of a run: SIGKILL the run's own broker at random points of the
+    flows, keep it down, start it again on its data, and time the recovery."""
+
+    def __init__(self, broker: ApacheKafka | None, kills: int, down_s: float) -> None:
+        self.broker = broker
+        self.kills = kills if broker is not None else 0
+        self.down_s = down_s
+        self._at: list[float] = []
+
+    def plan(self, rng: random.Random, flows: int) -> None:
+        self._at = sorted(rng.uniform(0.1, 0.8) * flows for _ in range(self.kills))
+
+    def due(self, done: int) -> bool:
+        return bool(self._at) and done >= self._at[0]
+
+    def kill_and_restart(
+        self, fleet: Fleet, p: _Progress, out: Renderer, step: Callable[[], None], busy: bool
+    ) -> None:
+        """One outage; ``busy``: flows are in flight, so the recovery is timed by the next
+        one done (none in flight: nothing to time)."""
+        assert self.broker is not None
+        self._at.pop(0)
+        self.broker.kill()
+        p.broker_kills += 1
+        if not out.json_mode:
+            out.err.print(f"[dim]chaos: broker SIGKILLed, down for {self.down_s:g}s[/]")
+        down_until = time.monotonic() + self.down_s
+        while time.monotonic() < down_until:
+            fleet.check()  # workers that end themselves meanwhile are restarted
+            time.sleep(0.2)
+        self.broker.start()
+        back, done = time.monotonic(), p.done
+        while busy and p.done == done and not p.timed_out:
+            if time.monotonic() - back > BROKER_RECOVERY_LIMIT_S:
+                p.unrecovered += 1
+                return
+            step()
+        p.recoveries.append(time.monotonic() - back)
 
 
 def _seen_twice(events: Sequence[ev.Event]) -> dict[str, int]:

@@ -68,6 +68,20 @@ def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type
         default=1,
         help="serve instances; more than 1: each kill takes a whole instance (default: 1)",
     )
+    ch.add_argument(
+        "--broker-kills",
+        type=int,
+        default=0,
+        help="times the run's own broker is SIGKILLed and started again on its data, beside "
+        "the other kills (default: 0)",
+    )
+    ch.add_argument(
+        "--broker-down",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how long the broker stays down at each broker kill (default: 5)",
+    )
 
 
 def bench(ctx: Context) -> int:
@@ -95,4 +109,6 @@ def chaos(ctx: Context) -> int:
         seed=ns.seed,
         broker=ns.broker,
         instances=ns.instances,
+        broker_kills=ns.broker_kills,
+        broker_down_s=ns.broker_down,
     )

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from tools.apache_kafka import ApacheKafka
 
+from callgate.domain import events as ev
 from callgate.domain.codes import Code, Rejection
 from callgate.ops.replay import replay
 from tests.kafka_support import (
@@ -136,8 +137,8 @@ def restart_broker_under_load(
         answers = dict(calls.answers)
         published = {k: inv for k, (inv, _, _) in answers.items() if inv is not None}
         outcomes = Counter(o for _, o, _ in answers.values())
-        # Fail closed in words: nothing undecided was called allowed.
-        assert set(outcomes) <= {"executed", "pending_decision", "broker_unavailable"}, outcomes
+        expected = {"executed", "allowed", "pending_decision", "broker_unavailable"}
+        assert set(outcomes) <= expected, outcomes
         assert outcomes["pending_decision"] + outcomes["broker_unavailable"] > 0, outcomes
 
         def settled() -> bool:
@@ -170,6 +171,14 @@ def restart_broker_under_load(
             f"calls settled {settle_s:.1f} s later; answers {dict(outcomes)}; lost "
             f"{len(lost)}, double {len(double)}, audit and replay equal: {audit_ok}"
         )
+        # Fail closed in words: ``allowed`` (in progress) only for a call a policy permitted.
+        permitted = {
+            e.invocation_id
+            for _, e in dep.events()
+            if isinstance(e, ev.PolicyDecided) and e.decision == "permit"
+        }
+        said_allowed = {inv for inv, o, _ in answers.values() if o == "allowed"}
+        assert said_allowed <= permitted, said_allowed - permitted
         assert not lost, {k: statuses[k] for k in lost[:5]}
         assert not double and not missing, (double, missing)
         assert audit_ok

@@ -41,10 +41,11 @@ The commit sequence (Quix-style; this is exactly what ``poll_once`` does):
 
 On any other error (transient: broker, disk): abort the transaction, re-read the committed
 positions and changelog bounds from the broker, restore state to them, re-seek the inputs,
-and retry -- never skip. An abort that itself fails with INVALID_TXN_STATE (librdkafka's,
-racing a transaction just begun) replaces the producer: the new one fences the old and its open
-transaction is aborted by the coordinator. A fenced producer (a newer instance with the same
-``transactional.id``) raises ``ProducerFenced``: the runner must exit, not continue.
+and retry -- never skip. The retry runs with a new producer of the same ``transactional.id``
+(``_replace_producer``): its ``init_transactions`` fences the old one, whose open transaction
+the coordinator aborts. A fenced producer (a newer instance with the same
+``transactional.id``) raises ``ProducerFenced``: the runner must exit, not continue. A
+blocking client call that outlives its bound ends the worker (``watchdog``).
 
 Inputs are read ``read_committed``: records of aborted upstream transactions are never
 seen. Processes stay idempotent per ``event_id`` all the same: a guard that costs one set
@@ -284,6 +285,7 @@ class KafkaRunner:
         self._joining_since: float | None = None  # time.monotonic(); None once assigned
         self._needs_recover = False
         self._rewind_pending = False
+        self._needs_init = False  # a replaced producer waits for its init_transactions
         self._failures = 0
         self._stalled_since = stalled_since  # time.time() of the first failure, if any
         self._token_prefix = f"{instance_id}.{uuid.uuid4().hex[:12]}"
@@ -349,6 +351,10 @@ class KafkaRunner:
         self.start()
         msgs: list[Message] = []
         try:
+            if self._needs_init:
+                with self._bounded("init_transactions"):
+                    self._producer.init_transactions(CALL_TIMEOUT_S)
+                self._needs_init = False
             if self._rewind_pending:
                 self._rewind()
             msgs = self._consume()
@@ -853,31 +859,25 @@ class KafkaRunner:
             err = _kafka_error(abort_exc)
             if err is not None and err.code() in _FENCED_CODES:
                 raise ProducerFenced(str(err)) from abort_exc  # a fenced runner must exit
-            if err is not None and err.code() == KafkaError._STATE and not err.fatal():
-                pass  # no transaction in progress: nothing to abort
-            else:
-                # The abort did not complete (it timed out, or the producer is unusable): a
-                # transaction of ours may still be open, its offsets pending in the group,
-                # and the rewind's committed positions would wait on it (KIP-447). A new
-                # producer's ``init_transactions`` has the coordinator abort it.
-                self._replace_producer(abort_exc)
+        self._replace_producer()
         if self._failures > self._max_retries:
             raise exc
         time.sleep(min(5.0, 0.05 * 2**self._failures))
         self._rewind_pending = True
 
-    def _replace_producer(self, cause: KafkaException) -> None:
-        """A new producer with the same ``transactional.id`` after the abort itself failed:
-        timed out (the broker away), or INVALID_TXN_STATE, fatally (librdkafka, when the
-        abort races the partition registration of a transaction just begun:
-        confluentinc/librdkafka#4849, leaving the producer unusable). The new one's
-        ``init_transactions`` fences it and has the coordinator abort its open transaction,
-        so nothing of it is committed. Never after fencing: the replacement would fence the
-        instance that fenced this one."""
-        log.warning("%s: abort failed (%s); replacing the producer", self.process.name, cause)
+    def _replace_producer(self) -> None:
+        """After a failed transaction, go on with a new producer of the same
+        ``transactional.id``; the next ``poll_once`` initializes it, which fences the old one
+        and has the coordinator abort any transaction of it still open, so nothing of that
+        is committed and no offsets of it stay pending in the group (the rewind's committed
+        positions would wait on them, KIP-447). The old producer is not trusted again: its
+        abort may have timed out with the broker away, it may be unusable (INVALID_TXN_STATE
+        when an abort races the registration of a transaction just begun,
+        confluentinc/librdkafka#4849), and after a broker restart it may keep a group
+        coordinator that is gone, waiting on it forever (confluentinc/librdkafka#5511).
+        Never after fencing: the replacement would fence the instance that fenced this one."""
         self._producer = self._new_producer()
-        with self._bounded("init_transactions"):
-            self._producer.init_transactions(CALL_TIMEOUT_S)
+        self._needs_init = True
 
     def _rewind(self) -> None:
         """Restore state to the committed changelog and seek inputs to committed positions."""
