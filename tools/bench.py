@@ -128,20 +128,26 @@ def run_bench(
     }
 
     def human(c: Any) -> None:
-        t = Table(
-            title=f"callgate bench — {info['date']} — {info['cpu']} ({info['cores']} cores, "
-            f"{info['memory']}), Python {info['python']}"
-            + (" — QUICK (figures meaningless)" if quick else "")
-        )
-        for col in ("measure", "value", "target", "met", "note"):
-            t.add_column(col, overflow="fold")
-        for r in rows:
-            met = "" if r.ok is None else ("[green]yes[/]" if r.ok else "[red]no[/]")
-            t.add_row(r.measure, r.value, r.target, met, r.note)
-        c.print(t)
+        c.print(bench_table(info, rows, quick))
 
     out.value(report, human)
     return 0
+
+
+def bench_table(info: dict[str, Any], rows: list[Row], quick: bool) -> Table:
+    """The report as one table: each cell folds to fit a terminal, and is printed whole into
+    a pipe or a file (``callgate.surfaces.render.console``)."""
+    t = Table(
+        title=f"callgate bench — {info['date']} — {info['cpu']} ({info['cores']} cores, "
+        f"{info['memory']}), Python {info['python']}"
+        + (" — QUICK (figures meaningless)" if quick else "")
+    )
+    for col in ("measure", "value", "target", "met", "note"):
+        t.add_column(col, overflow="fold")
+    for r in rows:
+        met = "" if r.ok is None else ("[green]yes[/]" if r.ok else "[red]no[/]")
+        t.add_row(r.measure, r.value, r.target, met, r.note)
+    return t
 
 
 def _agent(counts: dict[str, float], backend: str, swept: dict[str, Any], quick: bool) -> list[Row]:

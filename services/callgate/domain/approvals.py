@@ -13,6 +13,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import jwt
@@ -119,7 +120,7 @@ class ApprovalVerifier:
         if now_ms >= claims.expires_at:
             raise Rejection(
                 Code.APPROVAL_EXPIRED,
-                f"approval {claims.jti} expired at {claims.expires_at}",
+                f"approval {claims.jti} expired at {_iso(claims.expires_at)}",
                 {"jti": claims.jti, "expires_at": str(claims.expires_at)},
             )
         return claims
@@ -238,3 +239,9 @@ def approval_jti(invocation_id: str, approver: str, decision_event_id: str) -> s
     """Deterministic artifact id: reprocessing the same decision yields the same jti."""
     canonical = json.dumps([invocation_id, approver, decision_event_id], ensure_ascii=False)
     return "apr-" + hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+def _iso(epoch_ms: int) -> str:
+    """A time in a message, for people: ISO-8601 UTC (the details keep the number)."""
+    stamp = datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds")
+    return stamp.replace("+00:00", "Z")

@@ -26,7 +26,7 @@ from callgate.adapters.kafka.connection import BrokerAddress
 from callgate.bootstrap import Settings
 from callgate.domain.codes import Rejection
 from callgate.domain.scope import OPERATOR_ROLE
-from callgate.surfaces.render import Renderer, outcome_style
+from callgate.surfaces.render import Renderer, iso_ms, outcome_style
 from callgate.surfaces.sdk import Gateway, connect
 
 KAFKA_TIMEOUT_S = 60.0  # the first call waits for serve's processes to join their groups
@@ -210,8 +210,8 @@ def _walk(gate: Gateway, out: Renderer, steps: list[dict[str, Any]]) -> None:
         )
         say(f"[green]✓[/] alice may not approve her own refund: [red]{r.code.value}[/]")
     approval = gate.approve(first["invocation_id"], bob)
-    short = approval["approval_id"][:24]
-    say(f"[green]✓[/] bob approves: approval_id {short}… (expires {approval['expires_at']})")
+    short, expires = approval["approval_id"][:24], iso_ms(approval["expires_at"])
+    say(f"[green]✓[/] bob approves: approval_id {short}… (expires {expires})")
     step(
         "C4 the approved call continues (ADR 0029)",
         "executed",

@@ -320,7 +320,8 @@ def _shard_events(
 
 
 def _progress(items: Iterator[T], out: Renderer | None, shards: int = 1) -> Iterator[T]:
-    if out is None or out.json_mode:
+    """A spinner with the count on a terminal's stderr; into a pipe or a file, nothing."""
+    if out is None or not out.shows_progress:
         yield from items
         return
     from rich.progress import Progress, SpinnerColumn, TextColumn

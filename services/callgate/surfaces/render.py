@@ -1,13 +1,16 @@
 """How the command line shows things: one JSON value with ``--json``, rich tables otherwise.
 
 Human output is for people: times as ISO-8601 UTC (JSON keeps epoch milliseconds, the
-stable interface), tables that fit 80 columns without cutting a tool name, and values
-that are meant for the shell (a session token) printed bare, never wrapped.
+stable interface), tables that fit the terminal without cutting a tool name, and values
+that are meant for the shell (a session token) printed bare, never wrapped. Into a pipe
+or a file nothing is wrapped (a table is as wide as its widest row) and nothing moves:
+progress (a spinner, the lines of a wait) is shown on a terminal only.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from collections.abc import Callable
@@ -40,7 +43,7 @@ def humane(value: Any) -> Any:
     """A copy for people: every ``*_at`` epoch-milliseconds field as ISO-8601 UTC."""
     if isinstance(value, dict):
         return {
-            k: iso_utc(v / 1000)
+            k: iso_ms(v)
             if k.endswith("_at") and isinstance(v, int) and not isinstance(v, bool)
             else humane(v)
             for k, v in value.items()
@@ -50,12 +53,36 @@ def humane(value: Any) -> Any:
     return value
 
 
+# The width of output that is not a terminal: wide enough that rich never wraps a line.
+PLAIN_WIDTH = 10_000
+
+
+def console(stderr: bool = False) -> Console:
+    """A rich console for stdout (or stderr): on a terminal as wide as the terminal; into
+    a pipe or a file ``COLUMNS`` wide when that is set, else ``PLAIN_WIDTH``, so no cell or
+    line is folded at rich's default of 80 columns."""
+    found = Console(stderr=stderr, highlight=False)
+    if found.is_terminal or os.environ.get("COLUMNS", "").isdigit():
+        return found
+    return Console(stderr=stderr, highlight=False, width=PLAIN_WIDTH)
+
+
+def iso_ms(epoch_ms: int | float) -> str:
+    """Epoch milliseconds (the JSON form of every time) as ISO-8601 UTC, for people."""
+    return iso_utc(epoch_ms / 1000)
+
+
 class Renderer:
     def __init__(self, json_mode: bool, log_format: LogFormat = "text") -> None:
         self.json_mode = json_mode
         self.log_format = log_format
-        self.console = Console(highlight=False)
-        self.err = Console(stderr=True, highlight=False)
+        self.console = console()
+        self.err = console(stderr=True)
+
+    @property
+    def shows_progress(self) -> bool:
+        """Progress (spinners, lines per change) only for a person at a terminal."""
+        return not self.json_mode and self.err.is_terminal
 
     def value(self, value: Any, human: Callable[[Console], None]) -> None:
         if self.json_mode:
@@ -86,7 +113,7 @@ class Renderer:
             c.print(
                 f"[green]approved[/]\n  invocation {value['invocation_id']}\n"
                 f"  approval_id: {value['approval_id']}\n"
-                f"  expires_at:  {iso_utc(value['expires_at'] / 1000)}",
+                f"  expires_at:  {iso_ms(value['expires_at'])}",
                 soft_wrap=True,
             )
             if "outcome" in value:
@@ -98,7 +125,7 @@ class Renderer:
         self, invocation_id: str, seconds: float
     ) -> Callable[[dict[str, Any]], None] | None:
         """A line on stderr per change of an awaited invocation, only on a terminal."""
-        if self.json_mode or not self.err.is_terminal:
+        if not self.shows_progress:
             return None
         self.err.print(f"waiting up to {seconds:g}s for invocation {invocation_id}")
         seen: list[str] = []
@@ -109,7 +136,7 @@ class Renderer:
             if what == "approval_required" and approval.get("state"):
                 what = f"approval {approval['state']}"
                 if approval.get("state") == "pending" and approval.get("expires_at"):
-                    what += f" (until {iso_utc(approval['expires_at'] / 1000)})"
+                    what += f" (until {iso_ms(approval['expires_at'])})"
             if not seen or seen[-1] != what:
                 seen.append(what)
                 self.err.print(f"  {what}")
@@ -138,6 +165,26 @@ class Renderer:
             ),
         )
 
+    def replay(self, report: dict[str, Any]) -> None:
+        """``views rebuilt from N events equal the live views``, or which differ and where."""
+
+        def human(c: Console) -> None:
+            views: dict[str, dict[str, Any]] = report["views"]
+            if report["equal"]:
+                c.print(
+                    f"[green]views rebuilt from {report['events']} events equal the live views[/]"
+                )
+            else:
+                c.print(f"[red]views rebuilt from {report['events']} events DIFFER[/]")
+            for name, v in views.items():
+                state = "equal" if v["equal"] else "[red]differ[/], first keys:"
+                c.print(f"  {name}: {v['records']} records, {state}")
+                for key in v["differing"]:
+                    c.print(f"    {escape(str(key))}", soft_wrap=True)
+            c.print(f"  rebuilt in {report['seconds']:g} s")
+
+        self.value(report, human)
+
     def answer(self, answer: dict[str, Any]) -> None:
         def human(c: Console) -> None:
             code = answer["outcome"]
@@ -153,6 +200,8 @@ class Renderer:
                     c.print_json(data=answer[field])
             if not answer.get("settled", True):
                 c.print("[yellow]  not settled yet (timed out waiting)[/]")
+            if answer.get("final") is False:  # a wait ran out first (ADR 0029)
+                c.print("[yellow]  not final yet: the approval is still pending[/]")
 
         self.value(
             answer_value(answer),
@@ -232,7 +281,7 @@ class Renderer:
             # wide for table cells in 80 columns.
             c.print(f"[bold]pending approvals ({len(rows)})[/]")
             for r in rows:
-                expires = iso_utc(r["expires_at"] / 1000) if r.get("expires_at") else "-"
+                expires = iso_ms(r["expires_at"]) if r.get("expires_at") else "-"
                 c.print(r["invocation_id"], soft_wrap=True)
                 c.print(
                     f"  [bold]{escape(str(r['tool']))}[/] for "
@@ -334,7 +383,7 @@ class Renderer:
                 t.add_column(column)
             for h in value["history"]:
                 t.add_row(
-                    escape(iso_utc(h["at"] / 1000)),
+                    escape(iso_ms(h["at"])),
                     h["action"],
                     escape(h["version"][:12]),
                     escape(f"{h['author']} ({h['tenant']})"),
@@ -364,7 +413,8 @@ class Renderer:
 
 
 def _table(title: str) -> Table:
-    """A table that fits 80 columns: rules under the header only, one space between cells."""
+    """A table that fits an 80-column terminal: rules under the header only, one space
+    between cells (into a pipe, as wide as its widest row: ``console``)."""
     return Table(title=title, box=box.SIMPLE_HEAD, padding=0, pad_edge=False)
 
 

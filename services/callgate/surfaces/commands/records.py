@@ -153,7 +153,7 @@ def replay(ctx: Context) -> int:
     from callgate.ops.replay import replay as rebuild
 
     report = rebuild(ctx.gateway(), ctx.out)
-    ctx.out.value(report, human=lambda c: c.print_json(data=report))
+    ctx.out.replay(report)
     return EXIT_OK if report["equal"] else EXIT_FAILED
 
 
