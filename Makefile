@@ -9,7 +9,7 @@ UV     := $(TOOLS)/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast test-kafka test-browser test-fuzz test-all kafka-fetch lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress chaos-instances kafka kafka-stop kafka-clean fuzz fuzz-atheris up down clean oidc-provider conformance
+.PHONY: install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast test-kafka test-stop test-browser test-fuzz test-all kafka-fetch lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress chaos-instances kafka kafka-stop kafka-clean fuzz fuzz-atheris up down clean oidc-provider conformance
 
 $(UV): requirements/uv.txt
 	$(PYTHON) -m venv $(TOOLS)
@@ -84,12 +84,17 @@ fuzz-http: $(STAMP)
 PYTEST := PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q -p no:cacheprovider
 XDIST  ?= -n 2
 test: $(STAMP) $(CONFORMANCE_DEPS)
-	$(PYTEST) $(XDIST) -m "not kafka and not browser and not fuzz"
+	$(PYTEST) $(XDIST) -m "not kafka and not browser and not fuzz and not stop"
 
 ## Every Kafka test, on Apache Kafka from Maven (one broker per xdist worker); fails, not
 ## skips, where the broker cannot start (`make kafka-fetch` fetches its jars).
 test-kafka: $(STAMP)
 	CALLGATE_REQUIRE_APACHE_KAFKA=1 $(PYTEST) $(XDIST) -m kafka
+
+## SIGTERM and SIGINT at random moments stop serve, serve --http and callgate mcp within
+## their grace period, CALLGATE_STOPS times each (200 by default): none may hang.
+test-stop: $(STAMP)
+	$(PYTEST) $(XDIST) -m "stop and not kafka"
 
 ## The approval console driven by Chromium (Playwright; Debian's /usr/bin/chromium).
 test-browser: $(STAMP)
@@ -100,7 +105,7 @@ test-fuzz: $(STAMP)
 	$(PYTEST) -m "fuzz and not kafka"
 
 ## Every tier, one after the other.
-test-all: test test-kafka test-browser test-fuzz
+test-all: test test-kafka test-stop test-browser test-fuzz
 
 ## Fetches the Apache Kafka broker's jars (Maven) into the cache once.
 kafka-fetch: $(STAMP)

@@ -32,6 +32,7 @@ from callgate.domain.process import ReadsControl
 from callgate.gc_settings import apply_gc_settings
 from callgate.logs import SettledLog
 from callgate.settings import Settings
+from callgate.stopping import stop_on_signals
 
 CONSUMER_ENV = "CALLGATE_KAFKA_CONSUMER"
 LOG_FORMAT_ENV = "CALLGATE_LOG_FORMAT"
@@ -193,8 +194,7 @@ def main(wire: Callable[[Settings], Wiring], argv: list[str] | None = None) -> i
         reader.seed(control.catch_up())  # before it handles anything
         before_batch = lambda: reader.seed(control.poll())  # noqa: E731
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop_on_signals(stop)  # no lock in the handler
     watchdog = Watchdog(end_stalled(ns.process))
     watchdog.start()
     runner = app.kafka_runner(

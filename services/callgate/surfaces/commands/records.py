@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import argparse
 import re
-import signal
 import sys
 import threading
 import time
 from pathlib import Path
 
+from callgate.stopping import stop_on_signals
 from callgate.surfaces.commands import Subcommands, add_command
 from callgate.surfaces.commands.context import EXIT_FAILED, EXIT_OK, Context, Misuse
 
@@ -121,8 +121,7 @@ def export(ctx: Context) -> int:
     gate.audit_chains(session)  # refuses a non-operator before anything is written
     stop = threading.Event()
     if ctx.ns.follow:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
+        stop_on_signals(stop)  # no lock in the handler
     job = Export(
         fmt=ctx.ns.format,
         read_records=lambda: gate.audit_chains(session),

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import threading
-from typing import Any
 
+from callgate.stopping import stop_on_signals
 from callgate.surfaces.commands import Subcommands, add_command
 from callgate.surfaces.commands.context import EXIT_OK, Context, Misuse
 
@@ -81,12 +80,7 @@ def serve(ctx: Context) -> int:
     elif not app.settings.sessions.issuers:
         _notice(ctx, NO_ISSUER_WARNING)
     stop = threading.Event()
-
-    def _stop(signum: int, frame: Any) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    stop_on_signals(stop)  # no lock in the handler
     _watch_pins(ctx, stop)
     if ctx.ns.http is not None:
         from callgate.surfaces.http.context import HttpOptions  # FastAPI only on this path

@@ -9,9 +9,12 @@ request without one is answered ``401`` before it reaches the MCP server.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
+import os
 import sys
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,6 +24,7 @@ from starlette.responses import JSONResponse
 
 from callgate.bootstrap import App
 from callgate.domain.codes import Rejection
+from callgate.stopping import stop_on_signals
 from callgate.surfaces import pinning
 from callgate.surfaces.mcp.bridge import GatewayBridge
 from callgate.surfaces.mcp.server import McpOptions, build_server
@@ -36,6 +40,25 @@ def watch_pins(app: App, bridge: GatewayBridge) -> None:
     pinning.watch(app.providers, check, interval, bridge.closed)
 
 
+# On SIGTERM or SIGINT, calls in progress get this long to finish before the process ends
+# (a call cut short is recovered like any crash: its invocation is on the log, C12).
+STOP_GRACE_S = 5.0
+
+
+def end_on_stop(stop: threading.Event, bridge: GatewayBridge) -> None:
+    """Once ``stop`` is set: close the gateway (its calls in progress get ``STOP_GRACE_S``),
+    then end the process. The stdio transport cannot be stopped from outside: its reader
+    waits on the agent's input, and the MCP SDK's task group absorbs the first
+    cancellation, so ``asyncio``'s own Ctrl-C handling stops it only sometimes."""
+    stop.wait()
+    closing = threading.Thread(target=bridge.close, daemon=True)
+    closing.start()
+    closing.join(STOP_GRACE_S)
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+    os._exit(0)
+
+
 def serve_stdio(app: App, options: McpOptions) -> None:
     import anyio
     from mcp.server.stdio import stdio_server
@@ -43,6 +66,9 @@ def serve_stdio(app: App, options: McpOptions) -> None:
     bridge = GatewayBridge(app)
     server = build_server(bridge, options)
     watch_pins(app, bridge)
+    stop = threading.Event()
+    stop_on_signals(stop)  # no lock in the handler
+    threading.Thread(target=end_on_stop, args=(stop, bridge), daemon=True).start()
 
     async def main() -> None:
         stdin = anyio.wrap_file(

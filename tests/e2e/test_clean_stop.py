@@ -1,0 +1,168 @@
+"""A clean stop, every time (docs/contract.md, "Command line": stopping).
+
+SIGTERM or SIGINT, at a random moment from start-up to steady work with calls in flight,
+stops ``callgate serve`` (embedded), ``serve --http`` and ``callgate mcp`` within the grace
+period, ``STOPS`` times each (``CALLGATE_STOPS``, 200 by default): none hangs. A signal
+handler takes no lock (``callgate.stopping``): one that called ``Event.set`` hung once in
+33 stops, waiting on the lock of the very ``Event`` the interrupted main thread was in.
+A stop that lands after start-up exits 0.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from tools.ports import free_port
+
+from callgate.bootstrap import Settings, bootstrap
+from callgate.surfaces.sdk import connect
+from tests.e2e.helpers import callgate_argv, cli_env
+
+pytestmark = [pytest.mark.e2e, pytest.mark.stop]
+
+STOPS = int(os.environ.get("CALLGATE_STOPS", "200"))
+GRACE_S = 10.0  # serve's documented grace: its supervisor waits 10 s for its children
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def default_signals() -> None:
+    """In the child before exec: SIGINT as a terminal gives it. A runner started in the
+    background ignores SIGINT, and an ignored signal stays ignored across exec until the
+    program sets a handler, which would hide stops that land during start-up."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def stop_repeatedly(
+    start: Callable[[], subprocess.Popen[bytes]],
+    ready: Callable[[], bool],
+    log: Path,
+    rng: random.Random,
+) -> Counter[str]:
+    """Start and signal ``STOPS`` times: every other stop at a random moment of start-up,
+    the others a random moment (up to 0.5 s) after ``ready``. Asserts none hung past
+    ``GRACE_S`` and every stop after start-up exited 0; returns how
+    many of each kind ran."""
+    ended: Counter[str] = Counter()
+    for n in range(STOPS):
+        proc = start()
+        late = n % 2 == 1
+        if late:
+            deadline = time.monotonic() + 60
+            while not ready():
+                assert proc.poll() is None, f"stop {n}: exited early: {log.read_text()}"
+                assert time.monotonic() < deadline, f"stop {n}: not up: {log.read_text()}"
+                time.sleep(0.02)
+            time.sleep(rng.uniform(0.0, 0.5))
+        else:
+            time.sleep(rng.uniform(0.0, 1.0))
+        sig = rng.choice(SIGNALS)
+        proc.send_signal(sig)
+        try:
+            code = proc.wait(timeout=GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise AssertionError(
+                f"stop {n}: {sig.name} did not stop it within {GRACE_S}s: {log.read_text()[-3000:]}"
+            ) from None
+        if late:
+            assert code == 0, (
+                f"stop {n}: {sig.name} after start-up: exit {code}: {log.read_text()}"
+            )
+        ended["after start-up" if late else "during start-up"] += 1
+    return ended
+
+
+@pytest.fixture
+def load(tmp_path: Path) -> Iterator[Path]:
+    """A state directory that a client keeps proposing calls to (calls in flight while
+    serve starts and stops); the client stops with the test."""
+    state = tmp_path / "state"
+    state.mkdir()
+    stop = threading.Event()
+
+    def propose() -> None:
+        gate = connect(Settings(state_dir=state, dev=True, timeout_s=2.0))
+        try:
+            alice = gate.app.session_issuer.issue("alice", "acme", ["support"], gate.app.clock())
+            while not stop.is_set():
+                gate.propose(alice, "tickets.read", {"ticket_id": "T-1"}, timeout_s=0.5)
+        finally:
+            gate.close()
+
+    bootstrap(Settings(state_dir=state, dev=True)).keys  # noqa: B018  (keys made once)
+    thread = threading.Thread(target=propose, daemon=True)
+    thread.start()
+    yield state
+    stop.set()
+    thread.join(timeout=10)
+
+
+def test_serve_stops_cleanly_every_time(load: Path, tmp_path: Path) -> None:
+    log = tmp_path / "serve.log"
+
+    def start() -> subprocess.Popen[bytes]:
+        argv = [*callgate_argv(), "--state-dir", str(load), "serve"]
+        with log.open("w") as err:
+            return subprocess.Popen(
+                argv, stdout=subprocess.DEVNULL, stderr=err, env=cli_env(),
+                preexec_fn=default_signals,
+            )  # fmt: skip
+
+    ended = stop_repeatedly(
+        start, lambda: "callgate serve (pid" in log.read_text(), log, random.Random(44)
+    )
+    print(f"\nserve: {STOPS} stops, none over {GRACE_S:g}s: {dict(ended)}")
+
+
+def test_serve_http_stops_cleanly_every_time(load: Path, tmp_path: Path) -> None:
+    log = tmp_path / "serve-http.log"
+    port = free_port()
+
+    def start() -> subprocess.Popen[bytes]:
+        argv = [*callgate_argv(), "--state-dir", str(load), "serve", "--http", f"127.0.0.1:{port}"]
+        with log.open("w") as err:
+            return subprocess.Popen(
+                argv, stdout=subprocess.DEVNULL, stderr=err, env=cli_env(),
+                preexec_fn=default_signals,
+            )  # fmt: skip
+
+    ended = stop_repeatedly(
+        start, lambda: "http://127.0.0.1" in log.read_text(), log, random.Random(45)
+    )
+    print(f"\nserve --http: {STOPS} stops, none over {GRACE_S:g}s: {dict(ended)}")
+
+
+def test_mcp_stops_cleanly_every_time(load: Path, tmp_path: Path) -> None:
+    log = tmp_path / "mcp.log"
+    app = bootstrap(Settings(state_dir=load, dev=True))
+    alice = app.session_issuer.issue("alice", "acme", ["support"], app.clock())
+
+    def start() -> subprocess.Popen[bytes]:
+        argv = [*callgate_argv(), "--state-dir", str(load), "mcp", "--session", alice]
+        with log.open("w") as err:
+            return subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err, env=cli_env(),
+                preexec_fn=default_signals,
+            )  # fmt: skip
+
+    started_at: list[float] = []
+
+    def ready() -> bool:  # stdio says nothing: 3 s after its start it waits on its input
+        return time.monotonic() - started_at[-1] > 3.0
+
+    def start_timed() -> subprocess.Popen[bytes]:
+        started_at.append(time.monotonic())
+        return start()
+
+    ended = stop_repeatedly(start_timed, ready, log, random.Random(46))
+    print(f"\ncallgate mcp: {STOPS} stops, none over {GRACE_S:g}s: {dict(ended)}")
