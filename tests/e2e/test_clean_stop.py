@@ -23,9 +23,11 @@ from pathlib import Path
 import pytest
 from tools.ports import free_port
 
+from callgate.adapters.kafka.serve import create_topics
 from callgate.bootstrap import Settings, bootstrap
 from callgate.surfaces.sdk import connect
 from tests.e2e.helpers import callgate_argv, cli_env
+from tests.kafka_support import Deployment, unique_prefix
 
 pytestmark = [pytest.mark.e2e, pytest.mark.stop]
 
@@ -46,13 +48,14 @@ def stop_repeatedly(
     ready: Callable[[], bool],
     log: Path,
     rng: random.Random,
+    stops: int = STOPS,
 ) -> Counter[str]:
-    """Start and signal ``STOPS`` times: every other stop at a random moment of start-up,
+    """Start and signal ``stops`` times: every other stop at a random moment of start-up,
     the others a random moment (up to 0.5 s) after ``ready``. Asserts none hung past
     ``GRACE_S`` and every stop after start-up exited 0; returns how
     many of each kind ran."""
     ended: Counter[str] = Counter()
-    for n in range(STOPS):
+    for n in range(stops):
         proc = start()
         late = n % 2 == 1
         if late:
@@ -75,9 +78,7 @@ def stop_repeatedly(
                 f"stop {n}: {sig.name} did not stop it within {GRACE_S}s: {log.read_text()[-3000:]}"
             ) from None
         if late:
-            assert code == 0, (
-                f"stop {n}: {sig.name} after start-up: exit {code}: {log.read_text()}"
-            )
+            assert code == 0, f"stop {n}: {sig.name} after start-up: exit {code}: {log.read_text()}"
         ended["after start-up" if late else "during start-up"] += 1
     return ended
 
@@ -166,3 +167,27 @@ def test_mcp_stops_cleanly_every_time(load: Path, tmp_path: Path) -> None:
 
     ended = stop_repeatedly(start_timed, ready, log, random.Random(46))
     print(f"\ncallgate mcp: {STOPS} stops, none over {GRACE_S:g}s: {dict(ended)}")
+
+
+@pytest.mark.kafka
+def test_serve_on_kafka_stops_cleanly_every_time(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """The supervisor and its children: SIGTERM or SIGINT stops them all within the grace
+    period (``CALLGATE_KAFKA_STOPS`` times, 40 by default: each start spawns a child per
+    process)."""
+    dep = Deployment(kafka_bootstrap, unique_prefix("stop"), tmp_path / "state")
+    create_topics(bootstrap(dep.settings()))
+    log = tmp_path / "serve-kafka.log"
+
+    def start() -> subprocess.Popen[bytes]:
+        argv = [*callgate_argv(), "serve", "--instance-id", "stop-0"]
+        with log.open("w") as err:
+            return subprocess.Popen(
+                argv, stdout=subprocess.DEVNULL, stderr=err, env={**cli_env(), **dep.env()},
+                preexec_fn=default_signals,
+            )  # fmt: skip
+
+    stops = int(os.environ.get("CALLGATE_KAFKA_STOPS", "40"))
+    ended = stop_repeatedly(
+        start, lambda: "callgate serve (pid" in log.read_text(), log, random.Random(47), stops
+    )
+    print(f"\nserve on Kafka: {stops} stops, none over {GRACE_S:g}s: {dict(ended)}")
