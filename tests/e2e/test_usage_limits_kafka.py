@@ -29,6 +29,7 @@ from tests.kafka_support import (
     Broker,
     Deployment,
     KafkaServe,
+    cg,
     token,
     unique_prefix,
     wait_for,
@@ -167,3 +168,19 @@ def test_200_concurrent_ticket_creations_on_two_instances_execute_exactly_50(
     assert outcomes == {"executed": 50, "limit_exceeded": 150}
     assert len(effects_of(limited_pair, ids)) == 50
     assert held(limited_pair) == 0
+    gate = limited_pair.connect()
+    try:  # the usage view, folded on Kafka, shows what the usage process counted
+        reader = token(gate, "tom", "acme", "support")
+
+        def counted() -> bool:
+            rows = gate.usage(reader, "tickets-per-actor")
+            return [(r["scope"], r["used"], r["held"]) for r in rows] == [
+                ({"tenant": "acme", "actor": "tom"}, 50, 0)
+            ]
+
+        assert gate.backend.wait(counted, 30), gate.usage(reader)
+    finally:
+        gate.close()
+    replayed = cg(limited_pair, "replay")
+    print("replay:", {k: v["equal"] for k, v in replayed["views"].items()})
+    assert replayed["equal"] is True and replayed["views"]["usage"]["live"] >= 2
