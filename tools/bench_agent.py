@@ -18,6 +18,11 @@ call through callgate, and the overhead (difference and ratio of the percentiles
 embedded backend and on Apache Kafka (a broker started from the Maven jars, ``callgate
 serve`` beside ``callgate mcp``). Loopback only. ``python -m tools bench --only agent``
 prints the same rows in the bench's table (``agent_rows``).
+
+Usage limits (ADR 0079): ``notes.peek`` is ``notes.read`` under a limit that never refuses
+(a count per actor per day far above the calls made); the same agent calls both through
+``callgate mcp``, alternated A/B in one run, and the rows give the cost of the limit
+(``--limits-only`` measures just that).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from pathlib import Path
 import anyio
 import httpx
 import mcp
+import yaml
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from tests.mcp_support import UPSTREAM, write_profile
@@ -310,7 +316,7 @@ def running(backend: str, bootstrap_servers: str = "", http: bool = False) -> It
         ledger.write_text(json.dumps(note, sort_keys=True) + "\n")
         up_port, direct_port, spare_port, gw_port, api_port = free_ports(5)
         upstream_url = f"http://127.0.0.1:{up_port}/mcp"
-        profile = write_profile(root / "profile", ledger, url=upstream_url)
+        profile = limited(write_profile(root / "profile", ledger, url=upstream_url))
         env = {**os.environ, "CALLGATE_DEV": "1", "CALLGATE_TOPIC_PREFIX": f"bench-{up_port}"}
         env |= UNLIMITED  # the bench's agents share one token: no 429 from the API's buckets
 
@@ -378,6 +384,62 @@ def running(backend: str, bootstrap_servers: str = "", http: bool = False) -> It
                     p.kill()
 
 
+LIMITED_TOOL = "notes.peek"
+
+
+def limited(profile: Path) -> Path:
+    """``profile`` with ``notes.peek``, ``notes.read`` under a limit no call reaches."""
+    doc = yaml.safe_load(profile.read_text())
+    doc["tools"][LIMITED_TOOL] = {**doc["tools"]["notes.read"], "description": "Limited read."}
+    doc["limits"] = [
+        {"name": "peeks", "tools": [LIMITED_TOOL], "max": 10**9, "window": "24h",
+         "per": ["actor"]}
+    ]  # fmt: skip
+    profile.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return profile
+
+
+async def under_limit(gateway: str, token: str, calls: int) -> Case:
+    """The same call without a limit (``direct``) and under one (``through``), A/B."""
+    case = Case("a call under a limit", f"{LIMITED_TOOL} (limited) against notes.read")
+    free, capped = mcp_path(gateway, "notes.read", token), mcp_path(gateway, LIMITED_TOOL, token)
+    async with free() as a, capped() as b:
+        for _ in range(WARM_UP):
+            await a()
+            await b()
+        for _ in range(calls):
+            case.direct.append(await timed(a))
+            case.through.append(await timed(b))
+    return case
+
+
+def limit_rows(prefix: str, case: Case) -> list[Row]:
+    """Three rows: the call without a limit, under one, and what the limit costs."""
+    d, t = percentiles(case.direct), percentiles(case.through)
+    n = f"p50 / p95 / p99 of {len(case.direct)} calls through callgate mcp, A/B"
+    cost = " / ".join(f"{b - a:+.1f}" for a, b in zip(d, t, strict=True)) + " ms"
+    return [
+        Row(f"{prefix}, same call without a limit", " / ".join(f"{x:.1f}" for x in d) + " ms",
+            note=f"notes.read; {n}"),
+        Row(f"{prefix}, same call under a limit", " / ".join(f"{x:.1f}" for x in t) + " ms",
+            note=f"{LIMITED_TOOL}: one limit, never reached; {n}"),
+        Row(f"{prefix}, what the limit costs", cost, note="under minus without"),
+    ]  # fmt: skip
+
+
+def limits_only(backend: str, calls: int, bootstrap_servers: str = "") -> list[Row]:
+    """The limit's rows alone (``--limits-only``)."""
+    with running(backend, bootstrap_servers) as run:
+
+        async def measure() -> Case:
+            async with mcp_path(run.gateway, "notes.read", run.token)() as first:
+                await first()  # until the pipeline answers
+            return await under_limit(run.gateway, run.token, calls)
+
+        case = anyio.run(measure)
+    return limit_rows(f"agent ({backend}) MCP", case)
+
+
 def agent_rows(
     backend: str,
     calls: int,
@@ -396,23 +458,25 @@ def agent_rows(
         direct = mcp_path(run.direct, "read_note")
         through = mcp_path(run.gateway, "notes.read", run.token)
 
-        async def mcp_cases() -> tuple[list[Case], float, int]:
+        async def mcp_cases() -> tuple[list[Case], float, int, Case]:
             cold, start_ms, refused = await first_calls(
                 mcp_path(run.spare, "read_note"), direct, through, run.started
             )
             warm = await sequential(direct, through, calls)
+            capped = await under_limit(run.gateway, run.token, calls)
             many = await concurrent(direct, through, calls, agents)
             if rates and swept is not None:
                 swept[backend] = await sweep(direct, through, rates, SWEEP_S)
-            return [cold, warm, *many], start_ms, refused
+            return [cold, warm, *many], start_ms, refused, capped
 
-        cases, start_ms, refused = anyio.run(mcp_cases)
+        cases, start_ms, refused, capped = anyio.run(mcp_cases)
         what = "serve and mcp" if backend == "kafka" else "callgate mcp"
         note = f"{refused} calls refused before it (the pipeline starting)" if refused else ""
         rows = [Row(f"{prefix}: start of {what} to the first answer", f"{start_ms:,.0f} ms",
                     note=note)]  # fmt: skip
         for case in [*cases, *((swept or {}).get(backend, {}).values())]:
             rows += case_rows(f"{prefix} MCP", case, "callgate mcp")
+        rows += limit_rows(f"{prefix} MCP", capped)
         if run.api is not None and run.api_token is not None:
             api = http_path(run.api, run.api_token)
 
@@ -455,6 +519,9 @@ def main() -> None:
     parser.add_argument("--backend", choices=["embedded", "kafka", "both"], default="both")
     parser.add_argument("--no-http", action="store_true", help="the MCP path only")
     parser.add_argument(
+        "--limits-only", action="store_true", help="only a call under a limit against one without"
+    )
+    parser.add_argument(
         "--plot",
         type=Path,
         metavar="FILE",
@@ -466,6 +533,16 @@ def main() -> None:
     rows: list[Row] = []
     swept: dict[str, dict[float, Case]] = {}
     rates = SWEEP_RATES if ns.plot else ()
+    if ns.limits_only:
+        if ns.backend in ("embedded", "both"):
+            rows += limits_only("embedded", ns.calls)
+        if ns.backend in ("kafka", "both"):
+            from tools.apache_kafka import ApacheKafka
+
+            with ApacheKafka() as broker:
+                rows += limits_only("kafka", ns.calls, broker.bootstrap)
+        print(printed(rows))
+        return
     if ns.backend in ("embedded", "both"):
         rows += agent_rows(
             "embedded", ns.calls, ns.agents, http=not ns.no_http, swept=swept, rates=rates

@@ -31,6 +31,13 @@ Issue "Execution reliability, fault injection and hostile input", part 4. One ru
    effect without an approval by someone other than the actor for that exact call; every
    effect reported ``executed``; the audit chain verifies against its heads; ``replay``
    equals the live views; nothing lost. Exit 0 only if all hold within the time limit.
+
+Usage limits (ADR 0079): the run's profile is the default one with a limit of
+``0.3 * proposals`` ticket creations per actor per day. ``budget`` flows spend one actor's
+(``lena``) in bursts of ``BURST`` keyed creations, far past it, so the limit refuses calls
+while instances die; alice's own creations stay well below it. The verdict reads the log:
+no scope ever committed more than its limit, no effect beyond it, and every reservation
+was committed or released once all settled (none leaked).
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from confluent_kafka import ConsumerGroupState
 from rich.table import Table
 
@@ -61,7 +69,7 @@ from callgate.adapters.kafka.topics import Topics
 from callgate.bootstrap import App, Settings, bootstrap
 from callgate.domain import events as ev
 from callgate.domain.canonical import partition_key
-from callgate.domain.catalog import Profile
+from callgate.domain.catalog import Profile, default_profile_path
 from callgate.domain.codes import TERMINAL, Code
 from callgate.domain.scope import OPERATOR_ROLE, bound_id
 from callgate.ops.replay import replay
@@ -90,7 +98,8 @@ TAKEOVER_LIMIT_S = 60.0  # a lost instance's partitions must move within this
 BROKER_RECOVERY_LIMIT_S = 30.0  # a flow done within this of the broker's return
 UP_BEFORE_KILL_S = 3.0  # an instance kill waits until every instance has been up this long
 KINDS: tuple[tuple[str, float], ...] = (
-    ("read", 0.28),
+    ("read", 0.23),
+    ("budget", 0.05),
     ("create", 0.20),
     ("record", 0.12),
     ("refund_owner", 0.06),
@@ -104,6 +113,10 @@ KINDS: tuple[tuple[str, float], ...] = (
 VOCABULARY = frozenset(c.value for c in Code)
 EXECUTED, REPLAYED = Code.EXECUTED.value, Code.REPLAYED.value
 UNCERTAIN = Code.OUTCOME_UNCERTAIN.value
+LIMITED = Code.LIMIT_EXCEEDED.value
+LIMIT_NAME = "chaos-creations"
+LIMIT_SHARE = 0.3  # of the proposals: alice's creations (a fifth of the flows) stay below
+BURST = 12  # creations of one budget flow, one after the other
 DONE = frozenset({EXECUTED, REPLAYED})
 
 
@@ -169,6 +182,7 @@ def verify(e: Evidence, profile: Profile) -> Verdict:
     v.figures["uncertain outcomes reconciled"] = len(uncertain & reconciled)
     v.figures["uncertain outcomes not reconciled"] = len(unreconciled)
     v.figures["uncertain reads (retried as new reads)"] = len(reads)
+    overspent, leaked = _limits(e, v)
     v.figures["effects"] = len(e.effects)
     v.figures["high-impact effects"] = sum(1 for x in e.effects if _high(x, profile))
     for label, items in (
@@ -182,9 +196,61 @@ def verify(e: Evidence, profile: Profile) -> Verdict:
         ("high-impact effect without a matching approval", unapproved),
         ("effect not reported executed", unreported),
         ("uncertain mutation never reconciled (C12), token", unreconciled),
+        ("limit exceeded", overspent),
+        ("reservation leaked (neither committed nor released)", leaked),
     ):
         v.violations += [f"{label}: {item}" for item in items]
     return v
+
+
+def _limits(e: Evidence, v: Verdict) -> tuple[list[str], list[str]]:
+    """Usage limits, from the log (ADR 0079): per scope, what was committed and the effects
+    of the calls that reserved there never pass the limit; every reservation answered
+    ``UsageReserved`` was committed or released. Returns the scopes over their limit and the
+    reservations leaked."""
+    asked: dict[str, ev.UsageReserveRequested] = {}
+    by_call: dict[str, list[ev.UsageReserveRequested]] = {}
+    reserved: set[str] = set()
+    settled: set[str] = set()
+    committed: Counter[str] = Counter()
+    committed_ids: set[str] = set()
+    for x in e.events:
+        if isinstance(x, ev.UsageReserveRequested):
+            asked[x.reservation_id] = x
+            by_call.setdefault(x.invocation_id, []).append(x)
+        elif isinstance(x, ev.UsageReserved):
+            reserved.add(x.reservation_id)
+        elif isinstance(x, ev.UsageReleased):
+            settled.add(x.reservation_id)
+        elif isinstance(x, ev.UsageCommitted) and x.reservation_id not in committed_ids:
+            committed_ids.add(x.reservation_id)
+            settled.add(x.reservation_id)
+            if x.reservation_id in asked:
+                committed[x.reservation_id] = asked[x.reservation_id].amount
+    spent: Counter[str] = Counter()  # scope -> committed amount (the run is inside a window)
+    effects: Counter[str] = Counter()  # scope -> amount of the effects applied
+    maxima: dict[str, tuple[str, int]] = {}
+    for rid, amount in committed.items():
+        spent[asked[rid].partition_key] += amount
+    for r in asked.values():
+        maxima[r.partition_key] = (r.limit, r.limit_max)
+    for applied in e.effects:
+        for r in by_call.get(str(applied["invocation_id"]), ()):
+            effects[r.partition_key] += r.amount
+    over = [
+        f"{limit} in {scope}: committed {spent[scope]}, effects {effects[scope]} > {most}"
+        for scope, (limit, most) in sorted(maxima.items())
+        if max(spent[scope], effects[scope]) > most
+    ]
+    leaked = sorted(reserved - settled)
+    v.figures["limit scopes"] = len(maxima)
+    v.figures["limit: most committed in a scope"] = max(spent.values(), default=0)
+    v.figures["limit: most effects in a scope"] = max(effects.values(), default=0)
+    v.figures["limit: largest max"] = max((m for _, m in maxima.values()), default=0)
+    v.figures["limit refusals"] = sum(1 for s in e.statuses.values() if s.get("outcome") == LIMITED)
+    v.figures["reservations"] = len(reserved)
+    v.figures["reservations leaked"] = len(leaked)
+    return over, leaked
 
 
 def _conflicting_outcomes(
@@ -353,6 +419,7 @@ class Workload:
         self.dave = who("dave", "acme", "release-manager", "admin-approver")
         self.erin = who("erin", "acme", "release-manager")  # the second of two (ADR 0030)
         self.gina = who("gina", "globex", "support")
+        self.lena = who("lena", "acme", "support")  # spends her creations' limit (budget)
         self.nobody = Who("", "acme", "not-a-session-token")
         self.calls: dict[str, Call] = {}
         self.failures: list[str] = []
@@ -403,16 +470,18 @@ class Workload:
         args: Mapping[str, Any],
         key: str | None,
         approval_id: str | None = None,
+        also: frozenset[str] = frozenset(),
     ) -> Step:
         """Propose a call that should run; resubmit it unchanged while its outcome is
-        uncertain (C12: the decider reconciles before any retry under the same key)."""
-        first = {EXECUTED, UNCERTAIN}
+        uncertain (C12: the decider reconciles before any retry under the same key).
+        ``also``: other outcomes that are correct (``limit_exceeded`` past a limit)."""
+        first = {EXECUTED, UNCERTAIN} | also
         status = yield from self.propose(flow, who, tool, args, first, key, approval_id)
         for _ in range(MAX_RETRIES):
             if status["outcome"] != UNCERTAIN:
                 break
             self.counts.retries += 1
-            expect = {EXECUTED, REPLAYED, UNCERTAIN}
+            expect = {EXECUTED, REPLAYED, UNCERTAIN} | also
             status = yield from self.propose(flow, who, tool, args, expect, key, approval_id)
         return status
 
@@ -516,6 +585,18 @@ class Workload:
                 conflict = {"idempotency_conflict"}
                 s = yield from self.propose(i, a, "tickets.create", other, conflict, key)
                 self.want(i, s, conflict)
+        elif kind == "budget":  # past the limit: executed until it is spent, then refused
+            for j in range(BURST):
+                args = {"title": f"budget {i}.{j}", "requester_id": "lena"}
+                s = yield from self.run(
+                    i,
+                    self.lena,
+                    "tickets.create",
+                    args,
+                    f"budget-{i}-{j}",
+                    also=frozenset({LIMITED}),
+                )
+                self.want(i, s, DONE | {LIMITED})
         elif kind == "record":
             args = {"record_id": f"REC-{i}", "fields": {"status": "closed", "note": f"n{i}"}}
             yield from self.confirmed(i, a, a, "records.update", args, deny=False)
@@ -823,6 +904,7 @@ def run_chaos(
                 "bootstrap_servers": settings.bootstrap_servers or (own and own.bootstrap),
                 "topic_prefix": f"chaos-{uuid.uuid4().hex[:8]}",
                 "faults": {**FAULTS, "seed": seed},
+                "profile": limited_profile(state, proposals),
                 "dev": True,  # its sessions come from the development issuer
             }
         )
@@ -841,6 +923,26 @@ def run_chaos(
             shutil.rmtree(state, ignore_errors=True)
         elif not ok:
             out.err.print(f"[yellow]chaos: state and worker logs kept in {state}[/]")
+
+
+def limited_profile(state: Path, proposals: int) -> Path:
+    """The default profile with the run's limit on ticket creations (module docstring)."""
+    source = default_profile_path()
+    raw = yaml.safe_load(source.read_text())
+    raw["limits"] = [
+        {
+            "name": LIMIT_NAME,
+            "tools": ["tickets.create"],
+            "max": max(10, int(LIMIT_SHARE * proposals)),
+            "window": "24h",
+            "per": ["actor"],
+        }
+    ]
+    target = state / "profile" / "profile.yaml"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(yaml.safe_dump(raw, sort_keys=False))
+    shutil.copy(source.parent / raw["policy_file"], target.parent / raw["policy_file"])
+    return target
 
 
 def _run(

@@ -278,6 +278,7 @@ class App:
         from callgate_projections.decisions import DecisionsProjection
         from callgate_projections.pending import PendingProjection
         from callgate_projections.status import StatusProjection
+        from callgate_projections.usage import UsageProjection
 
         redactor = self.redactor
         return [
@@ -285,6 +286,7 @@ class App:
             PendingProjection(redactor),
             AuditProjection(redactor),
             DecisionsProjection(),
+            UsageProjection(),
         ]
 
     def invocations(self) -> Invocations:

@@ -56,6 +56,9 @@ def holds(run: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     # read_committed hides a killed writer's records: nothing is seen twice
     assert figures["events seen twice, by type"] == {}
     assert figures["decisions resubmitted (not_pending)"] == 0
+    # the run's limit (ADR 0079) was reached, never passed, and nothing stays reserved
+    assert figures["limit refusals"] > 0 and figures["reservations leaked"] == 0
+    assert figures["limit: most effects in a scope"] <= figures["limit: largest max"]
     return figures
 
 
@@ -498,3 +501,54 @@ def test_a_store_ahead_of_the_committed_bound_is_restored_from_the_log(
         reader.close()
     assert (store.offset, store.head, store.get("k")) == (1, "t1", b"v1")
     store.close()
+
+
+# --- usage limits (ADR 0079) --------------------------------------------------------------
+
+
+def _asked(inv: str, n: int) -> ev.Event:
+    return ev.UsageReserveRequested(
+        event_id=f"a{n}", invocation_id=inv, partition_key="u-scope", limit="one-ticket",
+        reservation_id=f"r-{inv}", amount=1, limit_max=1, window_ms=3_600_000, over="refuse",
+        reply_key="k-1", tool="tickets.create", scope_json="{}",
+    )  # fmt: skip
+
+
+def _reserved(inv: str, n: int) -> ev.Event:
+    return ev.UsageReserved(
+        event_id=f"b{n}", invocation_id=inv, partition_key="k-1", limit="one-ticket",
+        reservation_id=f"r-{inv}", scope_key="u-scope", amount=1, used=0, limit_max=1,
+        window_ms=3_600_000, over_limit=False,
+    )  # fmt: skip
+
+
+def _committed(inv: str, n: int) -> ev.Event:
+    return ev.UsageCommitted(
+        event_id=f"c{n}", invocation_id=inv, partition_key="u-scope", limit="one-ticket",
+        reservation_id=f"r-{inv}", window_ms=3_600_000,
+    )  # fmt: skip
+
+
+def test_a_limit_kept_passes() -> None:
+    verdict = check(events=[_asked("t1", 1), _reserved("t1", 1), _committed("t1", 1)])
+    assert verdict.violations == []
+    assert verdict.figures["limit: most effects in a scope"] == 1
+    assert verdict.figures["reservations leaked"] == 0
+
+
+def test_a_limit_passed_is_reported() -> None:
+    """Two effects in a scope whose limit is one: the verdict fails, naming the scope."""
+    events = [
+        *(f(inv, n) for n, inv in enumerate(("t1", "p2")) for f in (_asked, _reserved)),
+        _committed("t1", 1),
+        _committed("p2", 2),
+    ]
+    verdict = check(events=events)
+    assert [v for v in verdict.violations if v.startswith("limit exceeded")] == [
+        "limit exceeded: one-ticket in u-scope: committed 2, effects 2 > 1"
+    ]
+
+
+def test_a_reservation_never_settled_is_leaked() -> None:
+    verdict = check(events=[_asked("t1", 1), _reserved("t1", 1)])
+    assert verdict.violations == ["reservation leaked (neither committed nor released): r-t1"]

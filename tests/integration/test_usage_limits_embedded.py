@@ -14,45 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from tests.harness import write_profile
+from tests.limits_support import REFUND_LIMIT, TICKET_LIMIT, limited_profile, refund
 
 from callgate.bootstrap import App, Settings, bootstrap
 from callgate.domain import events as ev
 from callgate.domain.canonical import partition_key
 from callgate.domain.scope import bound_id
 from callgate.surfaces.gateway import Gateway
-
-REFUND_LIMIT = {
-    "name": "refunds-per-actor",
-    "tools": ["refunds.issue"],
-    "count": "sum",
-    "arg": "amount_cents",
-    "max": 100_000,
-    "window": "24h",
-    "per": ["actor"],
-}
-TICKET_LIMIT = {
-    "name": "tickets-per-actor",
-    "tools": ["tickets.create"],
-    "max": 50,
-    "window": "1h",
-    "per": ["actor"],
-}
-
-
-def limited_profile(directory: Path, *limits: dict[str, Any], policy: str = "") -> Path:
-    """The default profile with refunds below the approval threshold confirmed by no one
-    (high impact still needs an approver), continuing on approval, and ``limits``."""
-
-    def edit(tools: dict[str, Any]) -> None:
-        tools["refunds.issue"]["confirmation"] = "none"
-
-    path = write_profile(directory, edit, policy_suffix=policy, continuation=True)
-    raw = yaml.safe_load(path.read_text())
-    raw["limits"] = list(limits)
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return path
 
 
 class Limited:
@@ -128,10 +96,6 @@ def limited(tmp_path: Path) -> Iterator[Limited]:
     gate = Limited(tmp_path / "state", limited_profile(tmp_path / "p", REFUND_LIMIT, TICKET_LIMIT))
     yield gate
     gate.gate.close()
-
-
-def refund(i: int) -> dict[str, Any]:
-    return {"order_id": f"ORD-{i}", "amount_cents": 9_999, "currency": "EUR"}
 
 
 def test_200_concurrent_refunds_under_a_daily_sum_execute_exactly_10(limited: Limited) -> None:

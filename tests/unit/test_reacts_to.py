@@ -90,6 +90,12 @@ def log(tmp_path_factory: pytest.TempPathFactory) -> tuple[Gate, list[ev.Event]]
         ev.ToolDefinitionChanged(event_id="pin-2", invocation_id="pins", partition_key="pins",
                                  tool="users.delete", pinned_digest=digest, seen_digest=other),
     )  # fmt: skip
+    reads_key = g.app.profile.limits[0].scope_key("acme", "alice", "", "tickets.read")
+    g.runner.publish(  # ADR 0079: an operator raises the reads limit of acme
+        ev.UsageLimitChanged(event_id="raise-1", invocation_id="limits", partition_key=reads_key,
+                             limit="reads", scope_json='{"tenant":"acme"}', action="raise",
+                             raise_by=1, reason="r", author="olga", tenant="ops"),
+    )  # fmt: skip
     g.runner.run()
     g.runner.advance(24 * 3_600_000)  # the last ones' approvals expire
     return g, g.events()

@@ -41,6 +41,7 @@ from callgate_projections.audit import AuditProjection, AuditState, verify_chain
 from callgate_projections.decisions import DecisionsProjection
 from callgate_projections.pending import PendingProjection
 from callgate_projections.status import StatusProjection, _content, _same_content
+from callgate_projections.usage import UsageProjection
 
 CODEC = AvroCodec.default()
 PROJECTIONS: list[Projection[Any]] = [
@@ -48,6 +49,7 @@ PROJECTIONS: list[Projection[Any]] = [
     PendingProjection(),
     AuditProjection(),
     DecisionsProjection(),
+    UsageProjection(),
 ]
 
 # --- canonical JSON ---------------------------------------------------------------------

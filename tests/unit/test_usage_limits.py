@@ -254,3 +254,64 @@ def test_a_forced_reservation_goes_over_and_says_so() -> None:
     assert forced.reserved and forced.over and forced.used == 90
     assert book.reserve("b", 20, 100, 0, WINDOW, False) == forced  # the same id: held once
     assert book.used(0, WINDOW) == 110
+
+
+# --- the usage view holds what the usage process holds (ADR 0079) ---------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(st.sampled_from(["ask", "commit", "release", "raise", "reset"]),
+                  st.integers(0, 5), st.integers(1, 40), st.integers(0, 7_200_000)),
+        max_size=40,
+    )
+)  # fmt: skip
+def test_the_usage_view_folds_what_the_process_holds(
+    steps: list[tuple[str, int, int, int]],
+) -> None:
+    """The same scope's events through the usage process and the usage projection: the
+    view's held amount, committed buckets and limit are the process's, step by step, and
+    ``used_now`` of the view is what the process would count."""
+    from callgate.decider.usage_process import Usage
+    from callgate.domain.usage import used_now
+    from callgate_projections.usage import UsageProjection, value
+
+    process, projection = Usage(), UsageProjection()
+    state, view = process.initial_state(), projection.initial_state()
+    at = 1_800_000_000_000
+    common: dict[str, Any] = {"partition_key": "u-1", "limit": "l"}
+    for n, (kind, rid, amount, dt) in enumerate(steps):
+        at += dt
+        event: ev.Event
+        if kind == "ask":
+            event = ev.UsageReserveRequested(
+                event_id=f"e{n}", invocation_id=f"i{rid}", occurred_at=at, **common,
+                reservation_id=f"r{rid}", amount=amount, limit_max=100,
+                window_ms=3_600_000, over="refuse", reply_key="k",
+                tool="t", scope_json='{"tenant":"acme"}',
+            )  # fmt: skip
+        elif kind == "commit":
+            event = ev.UsageCommitted(
+                event_id=f"e{n}", invocation_id=f"i{rid}", occurred_at=at,
+                reservation_id=f"r{rid}", window_ms=3_600_000, **common,
+            )  # fmt: skip
+        elif kind == "release":
+            event = ev.UsageReleased(
+                event_id=f"e{n}", invocation_id=f"i{rid}", occurred_at=at,
+                reservation_id=f"r{rid}", reason="x", **common,
+            )  # fmt: skip
+        else:
+            event = ev.UsageLimitChanged(
+                event_id=f"e{n}", invocation_id="limits", occurred_at=at, **common,
+                scope_json='{"tenant":"acme"}', action=kind,
+                raise_by=amount if kind == "raise" else 0, reason="r", author="olga",
+                tenant="ops",
+            )  # fmt: skip
+        state, _ = process.handle(state, event, at)
+        view, _ = projection.project(view, event)
+        shown = value(view)
+        assert dict(view.held) == state.book.held
+        assert [list(b) for b in view.buckets] == state.book.buckets
+        assert view.raised == state.raised
+        assert used_now(shown, at) == state.book.used(at, 3_600_000)

@@ -26,6 +26,7 @@ from callgate_projections.audit import AuditProjection, record_hash
 from callgate_projections.decisions import DecisionsProjection
 from callgate_projections.pending import PendingProjection
 from callgate_projections.status import StatusProjection
+from callgate_projections.usage import UsageProjection
 
 CODEC = ViewCodec.default()
 PROJECTIONS: list[Projection[Any]] = [
@@ -33,13 +34,16 @@ PROJECTIONS: list[Projection[Any]] = [
     PendingProjection(),
     AuditProjection(),
     DecisionsProjection(),
+    UsageProjection(),
 ]
 
 
 def test_every_view_written_has_a_published_schema(tmp_path: Any) -> None:
     app = bootstrap(Settings(state_dir=tmp_path))
     written = {view for p in app.projections() for view in getattr(p, "views", ())}
-    assert written == CODEC.views == {"status", "pending", "audit", "audit_head", "decisions"}
+    assert written == CODEC.views == {
+        "status", "pending", "audit", "audit_head", "decisions", "usage",
+    }  # fmt: skip
 
 
 def round_trip(view: str, value_json: str) -> str:

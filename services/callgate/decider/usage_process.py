@@ -36,6 +36,7 @@ class UsageState:
     scope_json: str = "{}"
     limit_max: int = 0
     window_ms: int = 0
+    raised: int = 0  # what operators added to this scope's limit (``limits raise``)
 
 
 class Usage:
@@ -45,7 +46,7 @@ class Usage:
     inputs = frozenset({"events"})
     recovers = False
     reacts_to: frozenset[type[ev.Event]] = frozenset(
-        {ev.UsageReserveRequested, ev.UsageCommitted, ev.UsageReleased}
+        {ev.UsageReserveRequested, ev.UsageCommitted, ev.UsageReleased, ev.UsageLimitChanged}
     )
 
     def initial_state(self) -> UsageState:
@@ -60,6 +61,7 @@ class Usage:
                 "scope_json": state.scope_json,
                 "limit_max": state.limit_max,
                 "window_ms": state.window_ms,
+                "raised": state.raised,
             }
         )
 
@@ -71,6 +73,7 @@ class Usage:
             raw["scope_json"],
             raw["limit_max"],
             raw["window_ms"],
+            raw.get("raised", 0),
         )
 
     def next_due(self, state: UsageState) -> int | None:
@@ -98,6 +101,12 @@ class Usage:
             book.prune(event.occurred_at, event.window_ms)
         elif isinstance(event, ev.UsageReleased):
             book.release(event.reservation_id)
+        elif isinstance(event, ev.UsageLimitChanged):
+            if event.action == "reset":  # what ran is forgotten; calls in flight still hold
+                book.buckets = []
+                state.raised = 0
+            else:
+                state.raised += event.raise_by
         return state, ()
 
     def _reserve(self, state: UsageState, e: ev.UsageReserveRequested) -> ev.Event:
@@ -106,7 +115,7 @@ class Usage:
         verdict = state.book.reserve(
             e.reservation_id,
             e.amount,
-            e.limit_max,
+            e.limit_max + state.raised,
             e.occurred_at,
             e.window_ms,
             force=e.over == "approve",
@@ -124,7 +133,7 @@ class Usage:
             "scope_key": e.partition_key,
             "amount": e.amount,
             "used": verdict.used,
-            "limit_max": e.limit_max,
+            "limit_max": e.limit_max + state.raised,
             "window_ms": e.window_ms,
         }
         if verdict.reserved:

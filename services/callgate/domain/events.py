@@ -521,6 +521,22 @@ class UsageReleased(Event):
     reason: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageLimitChanged(Event):
+    """An operator changed one limit's usage in one scope (keyed by the scope): ``reset``
+    forgets what was committed (reservations stay held), ``raise`` adds ``raise_by`` to
+    the scope's limit until the next reset. Authored by a verified operator, with a
+    reason: the log is its audit."""
+
+    limit: str
+    scope_json: str  # the scope's exact values, canonical JSON
+    action: str  # "reset" | "raise"
+    raise_by: int
+    reason: str
+    author: str
+    tenant: str  # the operator's tenant
+
+
 REQUEST_TYPES: tuple[type[Event], ...] = (ToolCallProposed, ApprovalDecisionSubmitted)
 
 EVENT_TYPES: tuple[type[Event], ...] = (
@@ -562,6 +578,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     UsageRefused,
     UsageCommitted,
     UsageReleased,
+    UsageLimitChanged,
 )
 
 BY_NAME: dict[str, type[Event]] = {cls.__name__: cls for cls in EVENT_TYPES}

@@ -257,6 +257,14 @@ def retry_after_s(retry_after_ms: int) -> int | None:
     return max(1, math.ceil(retry_after_ms / 1000))
 
 
+def used_now(value: Mapping[str, Any], now_ms: int) -> int:
+    """What a ``usage`` view value counts at ``now_ms``: held plus the committed buckets
+    still inside the window (the view keeps buckets: a view cannot read a clock)."""
+    window = int(value["window_ms"])
+    book = Book({}, [[int(b["start"]), int(b["amount"])] for b in value["buckets"]])
+    return book.committed(now_ms, window) + int(value["held"])
+
+
 def covering(limits: Sequence[UsageLimit], tool: str) -> list[UsageLimit]:
     return [limit for limit in limits if limit.covers(tool)]
 
@@ -271,5 +279,6 @@ __all__ = [
     "parse_limits",
     "retry_after_s",
     "schema_problem",
+    "used_now",
     "window_ms",
 ]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from callgate.adapters.wiring import Wiring
 from callgate.domain import events as ev
 from callgate.domain.approvals import peek_partition_key
-from callgate.domain.canonical import partition_key
+from callgate.domain.canonical import canonical_json, partition_key
 from callgate.domain.catalog import Profile
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.freeze import FREEZE_KEY, checked_request
@@ -479,6 +479,65 @@ class Gateway:
         if not reader.has_any_role((OPERATOR_ROLE,)):
             raise Rejection(Code.OPERATOR_REQUIRED, f"{command} needs the {OPERATOR_ROLE} role")
         return reader
+
+    def usage(self, session: str, limit: str | None = None) -> list[dict[str, Any]]:
+        """Each limit's usage per scope (ADR 0079) of the session's tenant (every tenant for
+        an operator), ``used`` counted now, ``limit`` only that one; busiest first."""
+        from callgate.domain.usage import used_now
+
+        reader, now = self._reader(session), self.app.clock()
+        rows: list[dict[str, Any]] = []
+        for key, v in self.backend.view_items("usage"):
+            if not may_read(reader, v["scope"]["tenant"]) or limit not in (None, v["limit"]):
+                continue
+            scope = {k: x for k, x in v["scope"].items() if x is not None}
+            rows.append(
+                {"key": key, "limit": v["limit"], "scope": scope, "used": used_now(v, now),
+                 "max": v["max"], "held": v["held"], "window_ms": v["window_ms"],
+                 "raised": v["raised"], "changes": v["changes"]}
+            )  # fmt: skip
+        return sorted(rows, key=lambda r: (-r["used"] / max(1, r["max"]), r["limit"], r["key"]))
+
+    def change_limit(
+        self, limit: str, scope: Mapping[str, str], *, action: str, reason: str, session: str,
+        raise_by: int = 0,
+    ) -> ev.UsageLimitChanged:  # fmt: skip
+        """An operator's ``limits reset`` or ``raise`` of one limit in one scope (ADR 0079):
+        published as an event with author and reason, folded by the usage process (which
+        answers every later reservation with it) and the usage view."""
+        operator = self._operator(session, f"limits {action}")
+        check_text_field("reason", reason)
+        found = next((u for u in self.app.profile.limits if u.name == limit), None)
+        if found is None:
+            raise Rejection(Code.INVALID_REQUEST, f"no limit named {limit!r} in the profile")
+        if action not in ("reset", "raise") or (action == "raise") != (raise_by > 0):
+            raise Rejection(Code.INVALID_REQUEST, "reset, or raise by a positive amount")
+        needed = {"tenant", *found.per}
+        if set(scope) != needed or not all(scope.values()):
+            raise Rejection(
+                Code.INVALID_REQUEST,
+                f"limit {limit} counts per {', '.join(sorted(needed))}: give exactly those",
+            )
+        values = {k: scope.get(k, "") for k in ("tenant", "actor", "agent", "tool")}
+        key = found.scope_key(values["tenant"], values["actor"], values["agent"], values["tool"])
+        event = ev.UsageLimitChanged(
+            event_id=str(uuid.uuid4()),
+            invocation_id=f"limits-{key}",
+            partition_key=key,
+            occurred_at=self.app.clock(),
+            producer="callgate-sdk",
+            limit=limit,
+            scope_json=canonical_json(
+                found.scope_of(values["tenant"], values["actor"], values["agent"], values["tool"])
+            ),
+            action=action,
+            raise_by=raise_by,
+            reason=reason,
+            author=operator.user,
+            tenant=operator.tenant,
+        )
+        self.backend.publish([event])
+        return event
 
     def policy_versions(self) -> PolicyVersions:
         """The policy-version events of the log, folded in log order."""

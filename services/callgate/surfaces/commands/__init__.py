@@ -26,6 +26,7 @@ MODULES: tuple[str, ...] = (
     "mcp",
     "ops",
     "freeze",
+    "limits",
 )
 
 Subcommands = argparse._SubParsersAction  # the object ``add_subparsers`` returns

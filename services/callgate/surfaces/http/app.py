@@ -30,6 +30,7 @@ from callgate.surfaces.http.routers import (
     proposals,
     session,
     slack,
+    usage,
 )
 from callgate.surfaces.http.routers.console import STATIC
 from callgate.surfaces.strict_body import StrictJsonBody
@@ -69,6 +70,7 @@ def create_app(
         proposals,
         invocations,
         pending,
+        usage,
         audit,
         policy,
         session,

@@ -147,6 +147,39 @@ class StateCollector(Collector):
             )
 
 
+class LimitUsageCollector(Collector):
+    """Usage against limit (ADR 0079), per limit only: a label per actor or tenant would
+    grow with the users. The busiest scope's share, the scopes at their limit, what is held."""
+
+    def __init__(self, items: Callable[[], Sequence[tuple[str, Mapping[str, Any]]]]) -> None:
+        self._items = items
+
+    def collect(self) -> Iterator[Metric]:
+        from callgate.domain.usage import used_now
+
+        now = int(time.time() * 1000)
+        busiest: dict[str, float] = {}
+        full: Counter[str] = Counter()
+        scopes: Counter[str] = Counter()
+        held: Counter[str] = Counter()
+        for _, v in self._items():
+            limit, used, most = str(v["limit"]), used_now(v, now), max(1, int(v["max"]))
+            busiest[limit] = max(busiest.get(limit, 0.0), used / most)
+            full[limit] += used >= most
+            scopes[limit] += 1
+            held[limit] += int(v["held"])
+        for name, text, values in (
+            ("callgate_limit_usage_ratio", "The busiest scope's usage over its limit.", busiest),
+            ("callgate_limit_scopes", "Scopes with usage recorded.", scopes),
+            ("callgate_limit_scopes_at_limit", "Scopes whose usage reached the limit.", full),
+            ("callgate_limit_held", "Amounts held by calls not yet settled.", held),
+        ):
+            family = GaugeMetricFamily(name, text, labels=["limit"])
+            for limit, n in sorted(values.items()):
+                family.add_metric([limit], float(n))
+            yield family
+
+
 class ApiMetrics:
     def __init__(
         self,

@@ -74,6 +74,21 @@ class Status(_Open):
     final: bool | None = None  # with ?wait=: nothing more will happen by itself (ADR 0029)
 
 
+class UsageItem(_Open):
+    """One limit's usage in one scope (ADR 0079): ``used`` counted at the time of asking
+    (held plus what committed inside the window), against ``max``."""
+
+    key: str
+    limit: str
+    scope: dict[str, str]
+    used: int
+    max: int
+    held: int
+    window_ms: int
+    raised: int
+    changes: list[dict[str, Any]]
+
+
 class PendingItem(_Open):
     """One pending approval: what the human confirms and what the approval will bind."""
 

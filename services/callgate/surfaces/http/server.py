@@ -23,7 +23,7 @@ from callgate.logs import SettledLog, serve_line
 from callgate.surfaces.gateway import Backend, Gateway, final_answer
 from callgate.surfaces.http.context import HttpOptions, ServerContext, ServiceStats
 from callgate.surfaces.http.feed import PendingFeed
-from callgate.surfaces.http.metrics import ApiMetrics
+from callgate.surfaces.http.metrics import ApiMetrics, LimitUsageCollector
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -50,8 +50,9 @@ def build_context(
             return None
         return str(final_answer(invocation_id, dict(status))["outcome"])
 
+    usage = LimitUsageCollector(lambda: backend.view_items("usage"))
     metrics = ApiMetrics(
-        feed, stats, collectors, lambda i: backend.view("status", i), final_outcome
+        feed, stats, [*collectors, usage], lambda i: backend.view("status", i), final_outcome
     )
     feed.on_closed = metrics.approval_closed
     ctx = ServerContext(
