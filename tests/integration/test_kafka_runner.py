@@ -284,16 +284,23 @@ def test_counts_exactly_once_through_the_broker_across_an_aborted_transaction(
 
 
 class _AbortFailsFatally:
-    """The runner's producer, except that its first ``abort_transaction`` fails as
-    librdkafka's can when the abort races a transaction just begun (INVALID_TXN_STATE, fatal;
-    confluentinc/librdkafka#4849): nothing is aborted and the producer is left unusable."""
+    """The runner's producer, except that the first ``abort_transaction`` of a transaction
+    that produced records (a failed batch's, not the placeholder one every new producer
+    aborts at start) fails as librdkafka's can when the abort races a transaction just
+    begun (INVALID_TXN_STATE, fatal; confluentinc/librdkafka#4849): nothing is aborted and
+    the producer is left unusable."""
 
     def __init__(self, real: Any) -> None:
         self._real = real
         self.failed = False
+        self.produced = False
+
+    def produce(self, *args: Any, **kwargs: Any) -> None:
+        self.produced = True
+        self._real.produce(*args, **kwargs)
 
     def abort_transaction(self, *args: Any) -> None:
-        if not self.failed:
+        if not self.failed and self.produced:
             self.failed = True
             raise KafkaException(KafkaError(KafkaError.INVALID_TXN_STATE, "injected", fatal=True))
         self._real.abort_transaction(*args)

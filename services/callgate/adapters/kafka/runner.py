@@ -275,6 +275,9 @@ class KafkaRunner:
         overrides.update(CONSUMER_LATENCY)
         overrides.update(consumer_overrides or {})
         self._consumer: Consumer = make_consumer(bootstrap, topics.group(process.name), **overrides)
+        # Never subscribed: the group's metadata with no member and no generation, which
+        # the placeholder transaction of a new producer commits under (``_init_producer``).
+        self._no_member = make_consumer(bootstrap, topics.group(process.name))
         self._reader = ChangelogReader(bootstrap)
         self._stores: dict[int, PartitionStore] = {}
         self._committed: dict[tuple[str, int], int] = {}
@@ -311,8 +314,7 @@ class KafkaRunner:
         """Fence older incarnations (aborting their open transaction) and join the group."""
         if self._started:
             return
-        with self._bounded("init_transactions"):
-            self._producer.init_transactions(CALL_TIMEOUT_S)
+        self._init_producer()
         self._consumer.subscribe(
             list(self._inputs),
             on_assign=self._on_assign,
@@ -334,7 +336,13 @@ class KafkaRunner:
     def close(self) -> None:
         """Release everything, even after a fatal error (which ``run`` re-raises)."""
         self._close_stores()
-        for closing in (self._consumer.close, self._reader.close, lambda: self._producer.flush(10)):
+        closings = (
+            self._consumer.close,
+            self._no_member.close,
+            self._reader.close,
+            lambda: self._producer.flush(10),
+        )
+        for closing in closings:
             try:
                 closing()
             except KafkaException as exc:  # the client already failed; the cause is raised
@@ -352,8 +360,10 @@ class KafkaRunner:
         msgs: list[Message] = []
         try:
             if self._needs_init:
-                with self._bounded("init_transactions"):
-                    self._producer.init_transactions(CALL_TIMEOUT_S)
+                # Made now, not at the failure: one made while the broker was away learned
+                # nothing of it yet (a fresh client per attempt until one initializes).
+                self._producer = self._new_producer()
+                self._init_producer()
                 self._needs_init = False
             if self._rewind_pending:
                 self._rewind()
@@ -694,6 +704,32 @@ class KafkaRunner:
         with self._bounded("commit_transaction"):
             self._producer.commit_transaction(CALL_TIMEOUT_S)
 
+    def _init_producer(self) -> None:
+        """``init_transactions``, then a transaction that holds only offsets of this
+        process's group and is aborted at once.
+
+        ``init_transactions`` fences the earlier producers of this ``transactional.id`` and
+        has the coordinator abort their open transaction. After a broker restart the group
+        coordinator can still hold transactional offsets of this producer id as pending
+        with no transaction left to end them: a request of an earlier producer retried after
+        its transaction was aborted. Every ``read_committed`` reader of the group then waits
+        on them (KIP-447: the committed positions are unstable) until this producer id ends
+        a transaction that includes the group; the abort does that, applying none of them.
+        Its offsets are never applied either. It commits under the group with no member
+        (no generation): the group coordinator checks no membership then, and this
+        runner's own member may be one the coordinator has forgotten with the broker
+        restart, until its next poll joins again."""
+        with self._bounded("init_transactions"):
+            self._producer.init_transactions(CALL_TIMEOUT_S)
+        self._producer.begin_transaction()
+        placeholder = [TopicPartition(next(iter(self._inputs)), 0, 0)]
+        with self._bounded("send_offsets_to_transaction"):
+            self._producer.send_offsets_to_transaction(
+                placeholder, self._no_member.consumer_group_metadata(), CALL_TIMEOUT_S
+            )
+        with self._bounded("abort_transaction"):
+            self._producer.abort_transaction(CALL_TIMEOUT_S)
+
     def _bounded(self, step: str) -> contextlib.AbstractContextManager[None]:
         """The watchdog's bound around one blocking client call."""
         if self._watchdog is None:
@@ -867,16 +903,15 @@ class KafkaRunner:
 
     def _replace_producer(self) -> None:
         """After a failed transaction, go on with a new producer of the same
-        ``transactional.id``; the next ``poll_once`` initializes it, which fences the old one
-        and has the coordinator abort any transaction of it still open, so nothing of that
-        is committed and no offsets of it stay pending in the group (the rewind's committed
-        positions would wait on them, KIP-447). The old producer is not trusted again: its
-        abort may have timed out with the broker away, it may be unusable (INVALID_TXN_STATE
-        when an abort races the registration of a transaction just begun,
+        ``transactional.id``; the next ``poll_once`` makes and initializes it, which fences
+        the old one and has the coordinator abort any transaction of it still open, so
+        nothing of that is committed and no offsets of it stay pending in the group (the
+        rewind's committed positions would wait on them, KIP-447). The old producer is not
+        trusted again: its abort may have timed out with the broker away, it may be unusable
+        (INVALID_TXN_STATE when an abort races the registration of a transaction just begun,
         confluentinc/librdkafka#4849), and after a broker restart it may keep a group
         coordinator that is gone, waiting on it forever (confluentinc/librdkafka#5511).
         Never after fencing: the replacement would fence the instance that fenced this one."""
-        self._producer = self._new_producer()
         self._needs_init = True
 
     def _rewind(self) -> None:
