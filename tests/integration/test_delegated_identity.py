@@ -11,11 +11,7 @@ test-keycloak``)."""
 
 from __future__ import annotations
 
-import contextlib
-import json
 import shutil
-import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,9 +20,8 @@ from typing import Any
 import jwt
 import pytest
 import yaml
-from tests.mcp_support import effects, upstream_command, write_profile
+from tests.mcp_support import effects, heard, http_upstream, write_profile
 from tests.token_server import LoggingProvider, TokenServer
-from tools.ports import free_port
 
 from callgate.adapters.keyfiles import generate_private_key, private_pem
 from callgate.bootstrap import Settings
@@ -280,39 +275,6 @@ def test_misconfigured_upstream_tokens_stop_the_start_naming_the_key(
     with pytest.raises(ProfileError, match=r"providers\.crm") as info:
         connect(Settings(state_dir=tmp_path / "state", profile=profile, dev=True)).close()
     assert why in str(info.value)
-
-
-@contextlib.contextmanager
-def http_upstream(ledger: Path, log: Path) -> Iterator[str]:
-    port = free_port()
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [*upstream_command(ledger), "--http", f"127.0.0.1:{port}"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            deadline = time.monotonic() + 30
-            while True:
-                with (
-                    contextlib.suppress(OSError),
-                    socket.create_connection(("127.0.0.1", port), 0.2),
-                ):
-                    break
-                assert proc.poll() is None, log.read_text()
-                assert time.monotonic() < deadline, "the upstream did not listen"
-                time.sleep(0.1)
-            yield f"http://127.0.0.1:{port}/mcp"
-        finally:
-            proc.terminate()
-            proc.wait(timeout=20)
-
-
-def heard(ledger: Path) -> list[dict[str, Any]]:
-    path = ledger.with_name(ledger.name + ".headers.jsonl")
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
 
 
 def notes_gate(

@@ -121,6 +121,19 @@ class SubjectAssertion(BaseModel):
     key: Secret = Field(description="the signing key, a PEM private key (file)")
     kid: str = Field(min_length=1)
     ttl_s: int = Field(default=60, gt=0, le=600)
+    # Further claims an AS requires of a subject token (Keycloak: ``typ: Bearer``); never
+    # one callgate sets.
+    claims: dict[str, str] = {}
+
+    @model_validator(mode="after")
+    def _own_claims(self) -> SubjectAssertion:
+        taken = _ASSERTED & set(self.claims)
+        if taken:
+            raise ValueError(f"subject.claims may not set {', '.join(sorted(taken))}")
+        return self
+
+
+_ASSERTED = frozenset({"iss", "sub", "aud", "iat", "nbf", "exp", "jti", "tenant", "agent", "act"})
 
 
 class UpstreamTokenConfig(BaseModel):
@@ -176,6 +189,7 @@ def subject_assertion(who: Acting, config: SubjectAssertion, key: PrivateKey, no
     delegation chain as a nested ``act`` (RFC 8693 4.1), the current actor outermost."""
     iat = int(now_s)
     claims: dict[str, Any] = {
+        **config.claims,
         "iss": config.issuer,
         "sub": who.user,
         "aud": config.audience,
