@@ -52,6 +52,7 @@ class TokenServer:
         self.trusted = trusted  # assertion issuer -> its public key
         self.expires_in = expires_in
         self.refuse = False
+        self.answer_with: dict[str, Any] | None = None  # a 200 answer instead of a token
         self.leeway_s = 0  # clock skew allowed for the subject token (a test's own clock)
         self.requests: list[dict[str, str]] = []
         self.issued: list[dict[str, Any]] = []
@@ -83,6 +84,8 @@ class TokenServer:
             return 401, {"error": "invalid_client"}
         if self.refuse:
             return 400, {"error": "invalid_grant", "error_description": "refused by the test"}
+        if self.answer_with is not None:
+            return 200, self.answer_with
         now = int(time.time())
         claims: dict[str, Any] = {
             "iss": self.issuer,

@@ -247,6 +247,53 @@ def test_tokens_are_cached_until_shortly_before_they_expire(
 
 
 @pytest.mark.parametrize(
+    ("answer", "secret", "why"),
+    [
+        ({"token_type": "Bearer", "expires_in": 60}, SECRET, "has no access_token"),
+        (
+            {"access_token": "x", "issued_token_type": "urn:ietf:params:oauth:token-type:id_token"},
+            SECRET,
+            "not an access token",
+        ),
+        (None, "not-the-secret", "invalid_client"),
+    ],
+)
+def test_an_unusable_answer_of_the_authorization_server_fails_closed(
+    tmp_path: Path,
+    authorization_server: TokenServer,
+    assertion_key: PrivateKey,
+    answer: dict[str, Any] | None,
+    secret: str,
+    why: str,
+) -> None:
+    settings = upstream_token(
+        tmp_path, authorization_server, assertion_key, "crm", "token_exchange"
+    )
+    config = UpstreamTokenConfig.model_validate(settings)
+    tokens = UpstreamTokens("crm", config, secret, assertion_key)
+    authorization_server.answer_with = answer
+    with acting_for(Acting("alice", "acme")), pytest.raises(TokenExchangeFailed, match=why):
+        tokens.token()
+
+
+def test_an_unreachable_authorization_server_fails_closed(
+    tmp_path: Path, authorization_server: TokenServer, assertion_key: PrivateKey
+) -> None:
+    settings = upstream_token(
+        tmp_path, authorization_server, assertion_key, "crm", "token_exchange"
+    )
+    settings["token_endpoint"] = "http://127.0.0.1:9/token"
+    tokens = UpstreamTokens(
+        "crm", UpstreamTokenConfig.model_validate(settings), SECRET, assertion_key
+    )
+    with (
+        acting_for(Acting("alice", "acme")),
+        pytest.raises(TokenExchangeFailed, match=r"127\.0\.0\.1:9"),
+    ):
+        tokens.token()
+
+
+@pytest.mark.parametrize(
     ("change", "why"),
     [
         ({"subject": None}, "needs 'subject'"),
