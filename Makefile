@@ -99,7 +99,7 @@ test-browser: $(STAMP)
 test-fuzz: $(STAMP)
 	$(PYTEST) -m "fuzz and not kafka"
 
-## A real authorization server (ADR 0081): Keycloak from Maven Central on loopback, one per
+## A real authorization server (ADR 0082): Keycloak from Maven Central on loopback, one per
 ## run; its realm roles through the keycloak preset, the issuer binding, a key rotation and
 ## token exchange to upstreams. Fails, not skips, where Keycloak cannot start.
 test-keycloak: $(STAMP)

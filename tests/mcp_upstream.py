@@ -96,7 +96,7 @@ class Ledger:
 
 def _heard(ledger: Ledger, tool: str, ctx: Context) -> None:
     """Log the ``Authorization`` header of the request (``FILE.headers.jsonl``): what a
-    provider that obtains a token per call sent (ADR 0080)."""
+    provider that obtains a token per call sent (ADR 0081)."""
     headers = ctx.headers or {}
     row = {"tool": tool, "authorization": headers.get("authorization")}
     with ledger.path.with_name(ledger.path.name + ".headers.jsonl").open("a") as f:

@@ -1,5 +1,5 @@
 """An OAuth 2.0 authorization server's token endpoint and an HTTP provider that logs the
-``Authorization`` header it receives, over real HTTP on loopback (ADR 0080 tests).
+``Authorization`` header it receives, over real HTTP on loopback (ADR 0081 tests).
 
 ``TokenServer`` implements what callgate asks of an upstream's authorization server: the
 token exchange of RFC 8693 (the subject token is callgate's assertion, verified with the

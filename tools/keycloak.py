@@ -1,4 +1,4 @@
-"""Start a Keycloak on loopback, from Maven, for the ``keycloak`` test tier (docs/adr/0081).
+"""Start a Keycloak on loopback, from Maven, for the ``keycloak`` test tier (docs/adr/0082).
 
 The distribution is ``org.keycloak:keycloak-quarkus-dist:KEYCLOAK_VERSION`` (a zip), fetched
 once by Maven (``mvn dependency:copy``) into a cache directory, unpacked and built there

@@ -1,4 +1,4 @@
-"""Delegated identity to upstreams (issue 38.5, ADR 0080), over real HTTP on loopback: an
+"""Delegated identity to upstreams (issue 38.5, ADR 0081), over real HTTP on loopback: an
 HTTP provider and an upstream MCP server (streamable HTTP) that log the ``Authorization``
 header they receive, and an authorization server's token endpoint (``tests/token_server``).
 

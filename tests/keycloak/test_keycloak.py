@@ -1,4 +1,4 @@
-"""A real authorization server in the suite (issue 38.6, ADR 0081): Keycloak, started from
+"""A real authorization server in the suite (issue 38.6, ADR 0082): Keycloak, started from
 Maven Central's distribution on loopback (``tools/keycloak.py``), realms imported as an
 adopter configures them (``tests/keycloak/realm.py``). Against it:
 

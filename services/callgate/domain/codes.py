@@ -85,7 +85,7 @@ class Code(StrEnum):
     # ``retry_after_s``, the time until the call fits.
     LIMIT_EXCEEDED = "limit_exceeded"
     # the provider's upstream takes a token obtained for the call (token exchange for the
-    # user, or client credentials: ADR 0080) and its authorization server did not issue
+    # user, or client credentials: ADR 0081) and its authorization server did not issue
     # one: refused before anything was sent to the upstream, so nothing was applied.
     TOKEN_EXCHANGE_FAILED = "token_exchange_failed"
 

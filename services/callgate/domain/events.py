@@ -134,7 +134,7 @@ class ResourceDescriptionRequested(Event):
     target: str
     provider: str
     # Whom the call acts for (the verified session): a provider that obtains its upstream's
-    # token per call asks as this user (ADR 0080). Empty in records written before.
+    # token per call asks as this user (ADR 0081). Empty in records written before.
     actor: str = ""
     agent: str = ""
     delegation: tuple[str, ...] = ()

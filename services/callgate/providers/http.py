@@ -11,7 +11,7 @@ Wire protocol (all bodies JSON objects):
 
 The whole protocol is ``docs/provider-http.openapi.yaml``. With credentials every request
 carries ``Authorization: Bearer <credential>``; with ``upstream_token`` (``tokens``) it
-carries a token obtained for the call instead (``providers.upstream_tokens``, ADR 0080):
+carries a token obtained for the call instead (``providers.upstream_tokens``, ADR 0081):
 for the user by token exchange, or for callgate by client credentials. That token is
 obtained before the request is built; when it cannot be, ``TokenExchangeFailed`` is
 raised and nothing is sent. ``retries`` repeats the read-only calls

@@ -78,7 +78,7 @@ class McpUpstreamConfig(BaseModel):
     # both speak; ``legacy`` keeps the 2025-11-25 handshake, whose resource subscriptions
     # and logging level the 2026-07-28 revision removed (ADR 0044).
     mode: Literal["auto", "legacy"] = "auto"
-    # A token obtained per call for the upstream (ADR 0080): each tool call and read then
+    # A token obtained per call for the upstream (ADR 0081): each tool call and read then
     # runs on a session of its own carrying it (a streamable-HTTP upstream only).
     upstream_token: UpstreamTokenConfig | None = None
 
@@ -126,7 +126,7 @@ class McpUpstream:
     ) -> None:
         self.name = name
         self.config = config
-        # The call's own token (ADR 0080); the shared session (lists, subscriptions, pins)
+        # The call's own token (ADR 0081); the shared session (lists, subscriptions, pins)
         # opens without one.
         self.tokens = tokens
         self._lock = threading.Lock()
@@ -498,7 +498,7 @@ class McpProvider:
         else:
             params = {"name": spec.upstream_name, "arguments": dict(args)}
         where = f"{self.name} {spec.upstream_method} {spec.upstream_name}"
-        authorization = self._authorization()  # before anything is sent (ADR 0080)
+        authorization = self._authorization()  # before anything is sent (ADR 0081)
         try:
             return self.upstream.request(spec.upstream_method, params, channel, authorization)
         except UpstreamUnavailable as exc:
@@ -552,7 +552,7 @@ class McpProvider:
         from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
         where = f"{self.name} {upstream_tool}"
-        authorization = self._authorization()  # before anything is sent (ADR 0080)
+        authorization = self._authorization()  # before anything is sent (ADR 0081)
         try:
             # Traced, the upstream continues the call's trace (``traceparent`` in ``_meta``).
             result = self.upstream.call_tool(

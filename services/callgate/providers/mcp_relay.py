@@ -116,7 +116,7 @@ async def relayed(
     url: str, channel: Bound, timeout_s: float, authorization: str | None = None
 ) -> AsyncIterator[mcp.Client]:
     """The call's own session to the upstream at ``url`` (the module docstring), with the
-    call's ``Authorization`` header when its provider obtains one (ADR 0080)."""
+    call's ``Authorization`` header when its provider obtains one (ADR 0081)."""
     import mcp
     import mcp.types as types
     from mcp.client.session import ClientRequestContext

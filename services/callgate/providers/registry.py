@@ -206,7 +206,7 @@ class HttpSettings(_Settings):
     credentials: Credentials | None = None
     timeout_s: float = Field(default=10.0, gt=0, le=300)
     retries: int = Field(default=0, ge=0, le=10, description="repeats of read-only calls")
-    # A token obtained per call instead of ``credentials`` (ADR 0080).
+    # A token obtained per call instead of ``credentials`` (ADR 0081).
     upstream_token: UpstreamTokenConfig | None = None
 
     @model_validator(mode="after")

@@ -1,4 +1,4 @@
-"""Tokens for an upstream, obtained per call (issue 38.5, docs/adr/0080).
+"""Tokens for an upstream, obtained per call (issue 38.5, docs/adr/0081).
 
 A provider configured with ``upstream_token`` sends its upstream a token its authorization
 server (AS) issued for that upstream's audience and scopes, never a static secret and never
