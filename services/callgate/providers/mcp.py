@@ -418,7 +418,8 @@ class McpUpstream:
     async def _on_authorized(
         self, authorization: str, on: Callable[[mcp.Client], Awaitable[T]]
     ) -> T:
-        """``on`` on a session of its own whose requests carry the call's token."""
+        """``on`` on a session of its own whose requests carry the call's token, bounded
+        like the shared session's opening plus the call (a hang is a ``TimeoutError``)."""
         import mcp
 
         from callgate.providers.mcp_relay import authorized_transport
@@ -426,11 +427,12 @@ class McpUpstream:
         assert self.config.url is not None
         failed: Exception | None = None
         transport = authorized_transport(self.config.url, authorization)
-        async with mcp.Client(transport, cache=None, mode=self.config.mode) as own:
-            try:
-                return await on(own)
-            except Exception as exc:
-                failed = exc
+        async with asyncio.timeout(self.config.connect_timeout_s + self.config.timeout_s):
+            async with mcp.Client(transport, cache=None, mode=self.config.mode) as own:
+                try:
+                    return await on(own)
+                except Exception as exc:
+                    failed = exc
         raise failed
 
 
