@@ -9,7 +9,7 @@ UV     := $(TOOLS)/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast test-kafka test-stop test-browser test-fuzz test-all kafka-fetch lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress chaos-instances kafka kafka-stop kafka-clean fuzz fuzz-atheris up down clean oidc-provider conformance
+.PHONY: install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast test-kafka test-stop test-browser test-fuzz test-keycloak test-all kafka-fetch keycloak-fetch lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress chaos-instances kafka kafka-stop kafka-clean fuzz fuzz-atheris up down clean oidc-provider conformance
 
 $(UV): requirements/uv.txt
 	$(PYTHON) -m venv $(TOOLS)
@@ -84,7 +84,7 @@ fuzz-http: $(STAMP)
 PYTEST := PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q -p no:cacheprovider
 XDIST  ?= -n 2
 test: $(STAMP) $(CONFORMANCE_DEPS)
-	$(PYTEST) $(XDIST) -m "not kafka and not browser and not fuzz and not stop"
+	$(PYTEST) $(XDIST) -m "not kafka and not browser and not fuzz and not stop and not keycloak"
 
 ## Every Kafka test, on Apache Kafka from Maven (one broker per xdist worker); fails, not
 ## skips, where the broker cannot start (`make kafka-fetch` fetches its jars).
@@ -105,12 +105,22 @@ test-browser: $(STAMP)
 test-fuzz: $(STAMP)
 	$(PYTEST) -m "fuzz and not kafka"
 
+## A real authorization server (ADR 0082): Keycloak from Maven Central on loopback, one per
+## run; its realm roles through the keycloak preset, the issuer binding, a key rotation and
+## token exchange to upstreams. Fails, not skips, where Keycloak cannot start.
+test-keycloak: $(STAMP)
+	CALLGATE_REQUIRE_KEYCLOAK=1 $(PYTEST) -m keycloak
+
 ## Every tier, one after the other.
-test-all: test test-kafka test-stop test-browser test-fuzz
+test-all: test test-kafka test-stop test-browser test-fuzz test-keycloak
 
 ## Fetches the Apache Kafka broker's jars (Maven) into the cache once.
 kafka-fetch: $(STAMP)
 	$(PY) -m tools.apache_kafka fetch
+
+## Fetches Keycloak's distribution (Maven) into the cache and builds it once.
+keycloak-fetch: $(STAMP)
+	$(PY) -m tools.keycloak fetch
 
 ## A local Apache Kafka for development, no Docker (docs/how-to/run-on-kafka.md): the
 ## Maven-fetched broker on 127.0.0.1:9092, in the background, its data kept in

@@ -20,12 +20,18 @@ acme, ``GN-*`` to globex. ``notes.write`` names the author as an identity argume
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
+from tools.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 UPSTREAM = REPO / "tests" / "mcp_upstream.py"
@@ -239,3 +245,38 @@ def redescribe(ledger: Path, tool: str, description: str | None) -> None:
     else:
         changed[tool] = description
     path.write_text(json.dumps(changed))
+
+
+@contextlib.contextmanager
+def http_upstream(ledger: Path, log: Path) -> Iterator[str]:
+    """The test upstream over streamable HTTP on a free loopback port; its URL."""
+    port = free_port()
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [*upstream_command(ledger), "--http", f"127.0.0.1:{port}"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                with (
+                    contextlib.suppress(OSError),
+                    socket.create_connection(("127.0.0.1", port), 0.2),
+                ):
+                    break
+                assert proc.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, "the upstream did not listen"
+                time.sleep(0.1)
+            yield f"http://127.0.0.1:{port}/mcp"
+        finally:
+            proc.terminate()
+            proc.wait(timeout=20)
+
+
+def heard(ledger: Path) -> list[dict[str, Any]]:
+    """What the upstream logged of each tool call: its ``Authorization`` header."""
+    path = ledger.with_name(ledger.name + ".headers.jsonl")
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line]

@@ -94,6 +94,16 @@ class Ledger:
         return None
 
 
+def _heard(ledger: Ledger, tool: str, ctx: Context) -> None:
+    """Log the ``Authorization`` header of the request (``FILE.headers.jsonl``): what a
+    provider that obtains a token per call sent (ADR 0081)."""
+    headers = ctx.headers or {}
+    row = {"tool": tool, "authorization": headers.get("authorization")}
+    with ledger.path.with_name(ledger.path.name + ".headers.jsonl").open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.write(json.dumps(row, sort_keys=True) + "\n")
+
+
 def _meta(ctx: Context) -> dict[str, Any]:
     meta = ctx.request_context.meta
     return dict(meta) if meta else {}
@@ -122,20 +132,23 @@ def build(ledger: Ledger) -> MCPServer:
     server = _Upstream("notes-upstream", ledger)
 
     @server.tool()
-    def read_note(note_id: str) -> Note:
+    def read_note(note_id: str, ctx: Context) -> Note:
         """Read one note."""
+        _heard(ledger, "read_note", ctx)
         note = ledger.notes().get(note_id)
         if note is None:
             raise ValueError(f"no note {note_id}")
         return Note(**note)
 
     @server.tool()
-    def preview_note(note_id: str, text: str, author: str | None = None) -> Preview:
+    def preview_note(note_id: str, text: str, ctx: Context, author: str | None = None) -> Preview:
         """What write_note would change (read-only)."""
+        _heard(ledger, "preview_note", ctx)
         before = ledger.notes().get(note_id, {}).get("text")
         return Preview(note_id=note_id, before=before, after=text)
 
     async def _apply(tool: str, ctx: Context, effect: dict[str, Any]) -> dict[str, Any]:
+        _heard(ledger, tool, ctx)
         fault = ledger.take_fault(tool)
         if fault == "fail":
             raise ValueError(f"{tool} failed (injected)")
@@ -165,8 +178,9 @@ def build(ledger: Ledger) -> MCPServer:
         return Note(note_id=note_id, text=text, author=author)
 
     @server.tool()
-    def find_note(idempotency_key: str) -> Found:
+    def find_note(idempotency_key: str, ctx: Context) -> Found:
         """Reconciliation: was a write applied with this idempotency key?"""
+        _heard(ledger, "find_note", ctx)
         for e in ledger.effects():
             if e.get("token") == idempotency_key:
                 note = {"note_id": e["note_id"], "text": e["text"], "author": e.get("author")}

@@ -74,8 +74,7 @@ def audit_key(partition_key: str, seq: int) -> str:
 
 def record_hash(record: Mapping[str, Any]) -> str:
     """``sha256(prev_hash + canonical JSON of the record without its hash)``."""
-    body = {k: v for k, v in record.items() if k != "hash"}
-    return sha256_hex(str(record.get("prev_hash")) + canonical_json(body))
+    return sha256_hex(str(record.get("prev_hash")) + canonical_json(_hashed(record)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +96,43 @@ class AuditState:
         return {"partition_key": partition_key, "seq": self.seq, "hash": self.head_hash}
 
 
-def _principal(user: str, tenant: str, roles: Iterable[str]) -> dict[str, Any]:
-    return {"user": user or None, "tenant": tenant or None, "roles": list(roles)}
+def _principal(
+    user: str, tenant: str, roles: Iterable[str], agent: str, delegation: Iterable[str]
+) -> dict[str, Any]:
+    """Who acted: the user, and beside them the agent and the delegation chain."""
+    return {
+        "user": user or None,
+        "tenant": tenant or None,
+        "roles": list(roles),
+        "agent": agent or None,
+        "delegation": list(delegation),
+    }
+
+
+# Fields of ``authorized_by.principal`` added after records were chained (issue 38.4):
+# when at their default they are left out of the hash, so a record written before them,
+# read back with the schema that has them (their default filled in), still verifies.
+_LATER_PRINCIPAL_DEFAULTS: Mapping[str, Any] = MappingProxyType({"agent": None, "delegation": []})
+
+
+def _hashed(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The record as its hash covers it: without ``hash``, and without a principal's
+    later fields at their default."""
+    body = {k: v for k, v in record.items() if k != "hash"}
+    authorized = body.get("authorized_by")
+    if not isinstance(authorized, Mapping):
+        return body
+    principal = authorized.get("principal")
+    if isinstance(principal, Mapping) and any(
+        principal.get(k, d) == d for k, d in _LATER_PRINCIPAL_DEFAULTS.items()
+    ):
+        kept = {
+            k: v
+            for k, v in principal.items()
+            if not (k in _LATER_PRINCIPAL_DEFAULTS and v == _LATER_PRINCIPAL_DEFAULTS[k])
+        }
+        body["authorized_by"] = {**authorized, "principal": kept}
+    return body
 
 
 def _request(facts: Mapping[str, Any], **changes: Any) -> dict[str, Any]:
@@ -111,7 +145,9 @@ def _gather(old: Mapping[str, Any], event: Event, redactor: Redactor) -> dict[st
     facts = dict(old)
     match event:
         case PolicyDecided():
-            facts["principal"] = _principal(event.actor, event.tenant, event.roles)
+            facts["principal"] = _principal(
+                event.actor, event.tenant, event.roles, event.agent, event.delegation
+            )
             facts["decision"] = event.decision
             facts["policy_version"] = event.policy_version
             facts["determining_policies"] = list(event.determining_policies)
@@ -125,7 +161,9 @@ def _gather(old: Mapping[str, Any], event: Event, redactor: Redactor) -> dict[st
                     if name in facts:
                         facts[name] = redactor.scrub(event.tool, facts[name], secrets)
         case ProposalRejected() if "decision" not in facts:  # rejected before policy ran
-            facts["principal"] = _principal(event.actor, event.tenant, ())
+            facts["principal"] = _principal(
+                event.actor, event.tenant, (), event.agent, event.delegation
+            )
             facts["tool"] = event.tool or None
         case ConfirmationAccepted():
             facts["approval"] = {
@@ -233,8 +271,10 @@ def _append(
     }
     plain = plain and all(is_plain(record[name]) for name in _CHAIN_FIELDS)
     encode = plain_json if plain else canonical_json
-    # ``record_hash(record)``, without copying ``record`` minus a "hash" it has not got yet.
-    record["hash"] = sha256_hex(state.head_hash + encode(record))  # a str: plain
+    # ``record_hash(record)``, without copying ``record`` minus a "hash" it has not got yet
+    # (nor its principal's later fields when they are at their default: ``_hashed``).
+    hashed = _hashed(record) if _has_later_defaults(record) else record
+    record["hash"] = sha256_hex(state.head_hash + encode(hashed))  # a str: plain
     entry.update(audited=digest, revision=record["revision"])
     invocations = MappingProxyType({**state.invocations, inv: entry})
     new = AuditState(record["seq"], record["hash"], invocations)
@@ -243,6 +283,13 @@ def _append(
     return new, (
         ViewRecord(VIEW, audit_key(pk, new.seq), encode(record), tenant),
         ViewRecord.of(HEAD_VIEW, pk, new.head(pk), tenant),
+    )
+
+
+def _has_later_defaults(record: Mapping[str, Any]) -> bool:
+    principal = record["authorized_by"]["principal"]
+    return principal is not None and any(
+        principal.get(k) == d for k, d in _LATER_PRINCIPAL_DEFAULTS.items()
     )
 
 

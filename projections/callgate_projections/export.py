@@ -128,13 +128,7 @@ def ocsf_event(record: Mapping[str, Any], link: str = GENESIS) -> dict[str, Any]
             "log_name": "audit",
             "tenant_uid": principal.get("tenant"),
         },
-        "actor": {
-            "user": {
-                "name": principal.get("user"),
-                "uid": principal.get("user"),
-                "groups": [{"name": role} for role in principal.get("roles") or []],
-            },
-        },
+        "actor": _ocsf_actor(principal),
         "api": {
             "operation": record.get("tool"),
             "service": {"name": "callgate"},
@@ -144,6 +138,21 @@ def ocsf_event(record: Mapping[str, Any], link: str = GENESIS) -> dict[str, Any]
         "cloud": {"provider": "callgate"},
         "unmapped": {OCSF_RECORD_FIELD: dict(record), OCSF_LINK_FIELD: link},
     }
+
+
+def _ocsf_actor(principal: Mapping[str, Any]) -> dict[str, Any]:
+    """OCSF's actor: the user, and the agent acting for them as the actor's application
+    (the delegation chain travels in ``unmapped`` with the whole record)."""
+    actor: dict[str, Any] = {
+        "user": {
+            "name": principal.get("user"),
+            "uid": principal.get("user"),
+            "groups": [{"name": role} for role in principal.get("roles") or []],
+        },
+    }
+    if principal.get("agent"):
+        actor["app_name"] = actor["app_uid"] = principal["agent"]
+    return actor
 
 
 def format_line(fmt: str, record: Mapping[str, Any], link: str = GENESIS) -> str:

@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import Any
 
 from callgate.domain.canonical import canonical_json
-from callgate.domain.codes import TERMINAL, Code, Rejection
+from callgate.domain.codes import TERMINAL, Code, Rejection, failure_code
 from callgate.domain.events import (
     ApprovalDecisionRejected,
     ApprovalDenied,
@@ -115,7 +115,7 @@ def outcome_for(event: Event) -> Code | None:
         case ExecutionSucceeded():
             return Code.EXECUTED
         case ExecutionFailed() | DryRunFailed():
-            return Code.EXECUTION_FAILED
+            return failure_code(event.code)
         case ExecutionUncertain():
             return Code.OUTCOME_UNCERTAIN
         case ExecutionReconciled(found=True):
@@ -244,7 +244,8 @@ def _evolve(old: Mapping[str, Any], event: Event) -> dict[str, Any]:
         case DryRunRecorded():
             value["dry_run"] = parse_json_field(event.snapshot_json, "snapshot_json")
         case ExecutionFailed() | DryRunFailed():
-            error = _error(Code.EXECUTION_FAILED, event.message)
+            code = failure_code(event.code)
+            error = _error(code, event.message)
         case ExecutionUncertain():
             error = _error(Code.OUTCOME_UNCERTAIN, event.reason)
         case ExecutionSucceeded() | ExecutionReconciled(found=True):

@@ -59,7 +59,7 @@ def outcome_of(event: Output) -> str | None:
     if isinstance(event, ev.ExecutionSucceeded):
         return "executed"
     if isinstance(event, ev.ExecutionFailed):
-        return "execution_failed"
+        return event.code or "execution_failed"
     if isinstance(event, ev.ExecutionUncertain):
         return "outcome_uncertain"
     if isinstance(event, ev.ApprovalDenied):
@@ -286,12 +286,29 @@ def _invocation(invocation_id: str, tool: str) -> dict[str, Any]:
     return attributes
 
 
+def _note_principal(
+    span: Span, user: str, tenant: str, agent: str, delegation: Sequence[str]
+) -> None:
+    """Who the call is for (issue 38.4): the verified user (OpenTelemetry's
+    ``enduser.id``), the tenant, the agent acting for them (``gen_ai.agent.id``) and the
+    RFC 8693 delegation chain, the current actor first; identifiers, never arguments."""
+    span.set_attribute("enduser.id", user)
+    span.set_attribute("callgate.tenant", tenant)
+    if agent:
+        span.set_attribute("gen_ai.agent.id", agent)
+    if delegation:
+        span.set_attribute("callgate.delegation", list(delegation))
+
+
 def _note(span: Span, outputs: Sequence[Output]) -> None:
     """What the outputs of one ``handle`` say: the policy version, decision, outcome."""
     for out in outputs:
         if isinstance(out, ev.PolicyDecided):
             span.set_attribute("callgate.policy_version", out.policy_version)
             span.set_attribute("callgate.decision", out.decision)
+            _note_principal(span, out.actor, out.tenant, out.agent, out.delegation)
+        elif isinstance(out, ev.ProposalRejected) and out.actor:
+            _note_principal(span, out.actor, out.tenant, out.agent, out.delegation)
         elif isinstance(out, ev.ApprovalRequested):
             span.set_attribute("callgate.outcome", "approval_required")
             span.set_attribute("callgate.policy_version", out.policy_version)

@@ -485,7 +485,13 @@ def test_c9_audit_records_who_proposed_and_who_authorized(g: Gate) -> None:
     assert record["outcome"] == "executed"
     auth = record["authorized_by"]
     assert auth["decision"] == "permit"
-    assert auth["principal"] == {"user": "alice", "tenant": "acme", "roles": ["support"]}
+    assert auth["principal"] == {
+        "user": "alice",
+        "tenant": "acme",
+        "roles": ["support"],
+        "agent": None,
+        "delegation": [],
+    }
     assert auth["policy_version"] == g.app.profile.digest
     assert auth["determining_policies"] == ["callers:refunds.issue"]
     jti = peek_claim(approval, "jti")

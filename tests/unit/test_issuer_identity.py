@@ -155,6 +155,34 @@ def test_tokens_shaped_as_each_provider_issues_them_are_accepted_through_the_pre
     )
 
 
+@pytest.mark.parametrize(("preset", "table", "claims", "expected"), PRESET_CASES)
+def test_an_idempotency_key_is_routed_by_the_mapped_tenant(
+    tmp_path: Path, preset: str, table: str, claims: dict[str, Any], expected: Principal
+) -> None:
+    """A token whose tenant is not in a claim named ``tenant`` (a constant, ``tid``,
+    ``org_id``): the SDK routes a keyed call by the verified tenant, so it is decided and
+    run, not refused as misrouted."""
+    jwks = keys(tmp_path, preset)
+    issuer = f"https://{preset}.idp.example/"
+    conf = tmp_path / "callgate.toml"
+    head = f'[[sessions.issuers]]\nissuer = "{issuer}"\njwks_file = "{jwks}"\n'
+    conf.write_text(head + 'algorithms = ["RS256"]\n' + table)
+    settings = Settings.from_env(config_file=conf, environ={}, state_dir=tmp_path / "s")
+    gate = bootstrap(settings).gateway()
+    try:
+        token = sign(jwks, {**claims, "iss": issuer, "exp": int(time.time()) + 600})
+        first = gate.propose(token, "tickets.read", {"ticket_id": "T-1"}, idempotency_key="k-1")
+        again = gate.propose(token, "tickets.read", {"ticket_id": "T-1"}, idempotency_key="k-1")
+    finally:
+        gate.close()
+    # Decided on the tenant's key partition, never malformed_event ("misrouted"):
+    # T-1 is acme's, so acme's user reads it and the key replays; another tenant is denied.
+    if expected.tenant == "acme":
+        assert (first["outcome"], again["outcome"]) == ("executed", "replayed"), (first, again)
+    else:
+        assert (first["outcome"], again["outcome"]) == ("tool_forbidden",) * 2, (first, again)
+
+
 def issuer_table(jwks: Path, issuer: str, extra: str) -> str:
     return (
         f'[[sessions.issuers]]\nissuer = "{issuer}"\njwks_file = "{jwks}"\n'

@@ -275,3 +275,23 @@ def test_c1_a_policy_can_limit_an_agent_to_reads(tmp_path: Path) -> None:
         Principal("alice", "acme", ("support",), agent="desk"), create, "", args
     ).allowed
     assert engine.decide(Principal("alice", "acme", ("support",)), create, "", args).allowed
+
+
+def test_c1_a_policy_can_read_the_delegation_chain(tmp_path: Path) -> None:
+    """``principal.delegation`` (the RFC 8693 ``act`` subjects) is a set a policy tests."""
+    engine = engine_with(
+        tmp_path,
+        '@id("no-mutation-through-orchestrator") forbid (principal, action, resource)\n'
+        'when { principal.delegation.contains("orchestrator") && context.mutation };',
+    )
+    create = spec("tickets.create")
+    args = ARGS["tickets.create"]
+    chained = Principal("alice", "acme", ("support",), delegation=("planner", "orchestrator"))
+    denied = engine.decide(chained, create, "", args)
+    assert not denied.allowed
+    assert denied.determining_policies == ("no-mutation-through-orchestrator",)
+    assert engine.decide(chained, spec("tickets.read"), "T-1", ARGS["tickets.read"]).allowed
+    # Another chain, or none: the entity cache keeps them apart.
+    direct = Principal("alice", "acme", ("support",), delegation=("planner",))
+    assert engine.decide(direct, create, "", args).allowed
+    assert engine.decide(Principal("alice", "acme", ("support",)), create, "", args).allowed

@@ -576,7 +576,13 @@ AUDIT_CASES: list[tuple[str, list[Event], Event, dict[str, Any]]] = [
             "outcome": "identity_spoof",
             "authorized_by": {
                 "decision": "none",
-                "principal": {"user": "alice", "tenant": "acme", "roles": []},
+                "principal": {
+                    "user": "alice",
+                    "tenant": "acme",
+                    "roles": [],
+                    "agent": None,
+                    "delegation": [],
+                },
                 "policy_version": None,
                 "determining_policies": [],
                 "resource": None,
@@ -597,7 +603,13 @@ AUDIT_CASES: list[tuple[str, list[Event], Event, dict[str, Any]]] = [
         {
             "outcome": "tool_forbidden",
             "authorized_by.decision": "deny",
-            "authorized_by.principal": {"user": "alice", "tenant": "acme", "roles": ["support"]},
+            "authorized_by.principal": {
+                "user": "alice",
+                "tenant": "acme",
+                "roles": ["support"],
+                "agent": None,
+                "delegation": [],
+            },
             "authorized_by.policy_version": "pv-1",
         },
     ),

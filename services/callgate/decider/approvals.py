@@ -35,7 +35,9 @@ from callgate.domain.identity import token_digest
 from callgate.domain.principal import looks_alike
 from callgate.domain.scope import is_bound
 
-_REPLAYABLE = frozenset({Code.EXECUTED.value, Code.EXECUTION_FAILED.value})
+_REPLAYABLE = frozenset(
+    {Code.EXECUTED.value, Code.EXECUTION_FAILED.value, Code.TOKEN_EXCHANGE_FAILED.value}
+)
 
 
 def presented_approval(

@@ -114,6 +114,9 @@ def _request_dry_run(inv: Invocation, out: Emitter) -> None:
         ev.DryRunRequested,
         invocation_id=inv.invocation_id,
         tenant=inv.tenant,
+        actor=inv.actor,
+        agent=inv.agent,
+        delegation=tuple(inv.delegation),
         tool=inv.tool,
         target=inv.target,
         args_json=inv.args_json,
@@ -134,6 +137,8 @@ def request_approval(
         invocation_id=inv.invocation_id,
         tenant=inv.tenant,
         actor=inv.actor,
+        agent=inv.agent,
+        delegation=tuple(inv.delegation),
         tool=inv.tool,
         target=inv.target,
         args_json=inv.args_json,
@@ -168,6 +173,9 @@ def request_execution(state: DeciderState, inv: Invocation, out: Emitter) -> Non
         ev.ExecutionRequested,
         invocation_id=inv.invocation_id,
         tenant=inv.tenant,
+        actor=inv.actor,
+        agent=inv.agent,
+        delegation=tuple(inv.delegation),
         tool=inv.tool,
         target=inv.target,
         args_json=inv.args_json,
@@ -206,6 +214,8 @@ def reject_late(state: DeciderState, inv: Invocation, r: Rejection, out: Emitter
             actor=inv.actor,
             tenant=inv.tenant,
             details_json=canonical_json({**r.details, "original_invocation_id": inv.invocation_id}),
+            agent=inv.agent,
+            delegation=tuple(inv.delegation),
         )
     out.emit(
         ev.ProposalRejected,
@@ -216,6 +226,8 @@ def reject_late(state: DeciderState, inv: Invocation, r: Rejection, out: Emitter
         actor=inv.actor,
         tenant=inv.tenant,
         details_json=canonical_json(r.details),
+        agent=inv.agent,
+        delegation=tuple(inv.delegation),
     )
 
 

@@ -89,6 +89,11 @@ def on_known_key(
         out.emit(
             ev.ReconciliationRequested,
             tenant=inv.tenant,
+            # The original call's user: the lookup asks the upstream as it (the same
+            # user, by the key record's binding), in its name.
+            actor=(original or inv).actor,
+            agent=(original or inv).agent,
+            delegation=tuple((original or inv).delegation),
             tool=rec.tool,
             target=rec.target,
             args_json=original.args_json if original else inv.args_json,

@@ -15,7 +15,7 @@ from callgate.decider.emitter import Emitter
 from callgate.decider.key_records import key_record, serve_waiters
 from callgate.decider.state import DeciderState, KeyStatus, Phase
 from callgate.domain import events as ev
-from callgate.domain.codes import Code, Rejection
+from callgate.domain.codes import Code, Rejection, failure_code
 
 
 def on_dry_run(state: DeciderState, e: ev.DryRunRecorded, out: Emitter) -> None:
@@ -44,7 +44,8 @@ def on_dry_run_failed(state: DeciderState, e: ev.DryRunFailed, out: Emitter) -> 
         Phase.DRY_RUN_THEN_EXECUTE,
     ):
         return
-    reject_late(state, inv, Rejection(Code.EXECUTION_FAILED, f"dry-run failed: {e.message}"), out)
+    code = failure_code(e.code)
+    reject_late(state, inv, Rejection(code, f"dry-run failed: {e.message}"), out)
 
 
 def settle_execution(
@@ -83,6 +84,9 @@ def on_uncertain(state: DeciderState, e: ev.ExecutionUncertain, out: Emitter) ->
         out.emit(
             ev.ReconciliationRequested,
             tenant=inv.tenant,
+            actor=inv.actor,
+            agent=inv.agent,
+            delegation=tuple(inv.delegation),
             tool=inv.tool,
             target=inv.target,
             args_json=inv.args_json,

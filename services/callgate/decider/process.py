@@ -42,7 +42,7 @@ from callgate.decider.state import (
 from callgate.domain import events as ev
 from callgate.domain.canonical import canonical_json
 from callgate.domain.catalog import ProfileError
-from callgate.domain.codes import Code, Rejection
+from callgate.domain.codes import Code, Rejection, failure_code
 from callgate.domain.freeze import FREEZE_EVENTS, FREEZE_KEY
 from callgate.domain.pins import PIN_EVENTS, PINS_KEY
 from callgate.domain.policy import PolicyEngine
@@ -162,6 +162,8 @@ class Decider:
                     tool=decided.tool,
                     actor=decided.actor,
                     call_tenant=decided.tenant,
+                    agent=decided.agent,
+                    delegation=decided.delegation,
                     active_version=decided.policy_version,
                     active_outcome=active,
                     candidate_version=shadow.profile.digest,
@@ -223,9 +225,8 @@ class Decider:
         elif isinstance(event, ev.ExecutionSucceeded):
             settle_execution(state, event.invocation_id, Code.EXECUTED, event.result_json, out)
         elif isinstance(event, ev.ExecutionFailed):
-            settle_execution(
-                state, event.invocation_id, Code.EXECUTION_FAILED, _message_json(event.message), out
-            )
+            code = failure_code(event.code)
+            settle_execution(state, event.invocation_id, code, _message_json(event.message), out)
         elif isinstance(event, ev.ExecutionUncertain):
             on_uncertain(state, event, out)
         elif isinstance(event, ev.ExecutionReconciled):

@@ -123,6 +123,7 @@ def _resume(
         inv.session_id,
         inv.session_expires_at,
         inv.agent,
+        tuple(inv.delegation),
     )
 
     def decide() -> None:
@@ -148,6 +149,7 @@ def _rejecting(
     except UnreadableRecord:
         raise  # dead-lettered by the runner, never decided
     except Rejection as r:
+        known = state.invocations.get(p.invocation_id)
         out.emit(
             ev.ProposalRejected,
             code=r.code.value,
@@ -157,6 +159,8 @@ def _rejecting(
             tenant=_tenant_of(state, p),
             details_json=canonical_json(r.details),
             session_digest=token_digest(p.session_token),
+            agent=known.agent if known else "",
+            delegation=tuple(known.delegation) if known else (),
         )
         inv = state.invocations.setdefault(
             p.invocation_id,
@@ -187,6 +191,8 @@ def _decide_proposal(
         tool=p.tool,
         actor=principal.user,
         tenant=principal.tenant,
+        agent=principal.agent,
+        delegation=list(principal.delegation),
     )
     _check_routing(p, principal.tenant)
     spec = deps.profile.tool(p.tool)
@@ -217,6 +223,7 @@ def _decide_proposal(
             session_id=principal.session_id,
             session_expires_at=principal.expires_at,
             agent=principal.agent,
+            delegation=list(principal.delegation),
             approval_id=p.approval_id,
             proposal_event_id=p.event_id,
         )
@@ -226,6 +233,9 @@ def _decide_proposal(
             tool=spec.name,
             target=target,
             provider=spec.provider,
+            actor=principal.user,
+            agent=principal.agent,
+            delegation=principal.delegation,
         )
         return
     _decide_policy(deps, state, p, principal, spec, args, target, facts, out)
@@ -277,6 +287,7 @@ def _decide_policy(
             approval_id=p.approval_id,
             proposal_event_id=p.event_id,
             agent=principal.agent,
+            delegation=list(principal.delegation),
             facts_json="" if facts is NEW_RESOURCE else facts.to_json(),
         )
         state.invocations[p.invocation_id] = parked
@@ -312,6 +323,8 @@ def _decide_policy(
         require_dry_run=spec.require_dry_run,
         approvals_required=spec.approvals_for(args),
         usage=held,
+        agent=principal.agent,
+        delegation=list(principal.delegation),
     )
     state.invocations[p.invocation_id] = inv
     jti = _peek_jti(p.approval_id)
@@ -336,6 +349,8 @@ def _decide_policy(
         resource_json=None if facts is NEW_RESOURCE else facts.to_json(),
         session_id=principal.session_id or None,
         session_digest=token_digest(p.session_token),
+        agent=principal.agent,
+        delegation=principal.delegation,
     )
     if not decision.allowed:
         return  # C12: tool_forbidden never reaches a provider

@@ -89,11 +89,13 @@ class Invocation:
     # The last attempt the executor reported started: a lookup that finds nothing retries
     # only the current attempt, once (two lookups of one attempt, one retry; C12).
     started_attempt: int = 0
-    # While DESCRIBING: the verified session and the proposal, to decide once described.
+    # While DESCRIBING: the verified session and the proposal, to decide once described;
+    # ``agent`` and ``delegation`` are kept after (recorded on the events the call leads to).
     roles: list[str] = field(default_factory=list)
     session_id: str = ""
     session_expires_at: int = 0
     agent: str = ""
+    delegation: list[str] = field(default_factory=list)  # ``Principal.delegation``
     approval_id: str | None = None
     proposal_event_id: str = ""
     # While RESERVING: the resource facts the policy will read (``ResourceFacts.to_json``;

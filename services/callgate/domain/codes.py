@@ -84,6 +84,10 @@ class Code(StrEnum):
     # refused before anything runs; the details name the limit, the window, the usage and
     # ``retry_after_s``, the time until the call fits.
     LIMIT_EXCEEDED = "limit_exceeded"
+    # the provider's upstream takes a token obtained for the call (token exchange for the
+    # user, or client credentials: ADR 0081) and its authorization server did not issue
+    # one: refused before anything was sent to the upstream, so nothing was applied.
+    TOKEN_EXCHANGE_FAILED = "token_exchange_failed"
 
 
 # Outcomes after which an invocation will not change by itself.
@@ -110,8 +114,17 @@ TERMINAL: frozenset[Code] = frozenset(
         Code.FROZEN,
         Code.TOOL_DEFINITION_CHANGED,
         Code.LIMIT_EXCEEDED,
+        Code.TOKEN_EXCHANGE_FAILED,
     }
 )
+
+
+def failure_code(code: str) -> Code:
+    """The outcome of a failed execution or dry-run (``ExecutionFailed.code``): the code
+    it names, or ``execution_failed`` for none or one that is not a failure's (a failure
+    stays a failure whatever a record says)."""
+    exchange = code == Code.TOKEN_EXCHANGE_FAILED
+    return Code.TOKEN_EXCHANGE_FAILED if exchange else Code.EXECUTION_FAILED
 
 
 # Codes a command fails with; never an invocation's outcome.

@@ -86,6 +86,10 @@ class ProposalRejected(Event):
     tenant: str = ""
     details_json: str = "{}"
     session_digest: str | None = None  # ``token_digest`` of the presented session token
+    # The verified session's agent and delegation chain, beside the user (issue 38.4):
+    # ``Principal.agent`` and ``Principal.delegation``; empty in records written before.
+    agent: str = ""
+    delegation: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,6 +119,10 @@ class PolicyDecided(Event):
     # The verified session: its ``sid`` claim and ``token_digest``; never the bearer token.
     session_id: str | None = None
     session_digest: str | None = None
+    # The verified session's agent and delegation chain, beside the user (issue 38.4):
+    # ``Principal.agent`` and ``Principal.delegation``; empty in records written before.
+    agent: str = ""
+    delegation: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -125,6 +133,11 @@ class ResourceDescriptionRequested(Event):
     tool: str
     target: str
     provider: str
+    # Whom the call acts for (the verified session): a provider that obtains its upstream's
+    # token per call asks as this user (ADR 0081). Empty in records written before.
+    actor: str = ""
+    agent: str = ""
+    delegation: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,6 +175,14 @@ class DryRunRequested(Event):
     # The catalog+policy version that decided the call (ADR 0067): the executor routes
     # the tool as that version describes it. Empty in records written before it.
     policy_version: str = ""
+    # Whom the call acts for, from the verified session (issue 38.5): the executor obtains
+    # the upstream's token for this user (``providers.upstream_tokens``). Empty in records
+    # written before.
+    actor: str = ""
+    # The verified session's agent and delegation chain, beside the user (issue 38.4):
+    # ``Principal.agent`` and ``Principal.delegation``; empty in records written before.
+    agent: str = ""
+    delegation: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -184,6 +205,10 @@ class ApprovalRequested(Event):
     approvals_required: int = 1  # distinct approvers who must grant (ADR 0030)
     # ADR 0079: the usage an approver sees when a limit asked for the approval ("" if none).
     usage_json: str = ""
+    # The verified session's agent and delegation chain, beside the user (issue 38.4):
+    # ``Principal.agent`` and ``Principal.delegation``; empty in records written before.
+    agent: str = ""
+    delegation: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -249,6 +274,14 @@ class ExecutionRequested(Event):
     # The catalog+policy version that decided the call (ADR 0067): the executor routes
     # the tool as that version describes it. Empty in records written before it.
     policy_version: str = ""
+    # Whom the call acts for, from the verified session (issue 38.5): the executor obtains
+    # the upstream's token for this user (``providers.upstream_tokens``). Empty in records
+    # written before.
+    actor: str = ""
+    # The verified session's agent and delegation chain, beside the user (issue 38.4):
+    # ``Principal.agent`` and ``Principal.delegation``; empty in records written before.
+    agent: str = ""
+    delegation: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -264,6 +297,14 @@ class ReconciliationRequested(Event):
     # The catalog+policy version that decided the call (ADR 0067): the executor routes
     # the tool as that version describes it. Empty in records written before it.
     policy_version: str = ""
+    # Whom the call acts for, from the verified session (issue 38.5): the executor obtains
+    # the upstream's token for this user (``providers.upstream_tokens``). Empty in records
+    # written before.
+    actor: str = ""
+    # The verified session's agent and delegation chain, beside the user (issue 38.4):
+    # ``Principal.agent`` and ``Principal.delegation``; empty in records written before.
+    agent: str = ""
+    delegation: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -287,6 +328,7 @@ class DryRunRecorded(Event):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DryRunFailed(Event):
     message: str
+    code: str = ""  # as ``ExecutionFailed.code``
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -307,6 +349,9 @@ class ExecutionSucceeded(Event):
 class ExecutionFailed(Event):
     execution_token: str
     message: str
+    # The outcome when it is not ``execution_failed``: ``token_exchange_failed`` when the
+    # upstream's token could not be obtained (nothing was sent). Empty: execution_failed.
+    code: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -398,6 +443,10 @@ class ShadowDecisionDiffered(Event):
     candidate_version: str
     candidate_outcome: str
     reason: str
+    # The verified session's agent and delegation chain, beside the user (issue 38.4):
+    # ``Principal.agent`` and ``Principal.delegation``; empty in records written before.
+    agent: str = ""
+    delegation: tuple[str, ...] = ()
 
 
 # --- events topic: freezes (ADR 0054) ----------------------------------------------------

@@ -72,13 +72,17 @@ class SessionIssuer:
         now_ms: int,
         ttl_seconds: int = 3600,
         session_id: str | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> str:
+        """A signed session token; ``extra`` adds claims (``azp``, ``act``) as a provider's
+        token would carry them, never replacing the ones set here."""
         if not user or not tenant:
             raise ValueError("user and tenant must be non-empty")
         if ttl_seconds <= 0:
             raise ValueError("ttl_seconds must be positive")
         iat = now_ms // 1000
         claims: dict[str, Any] = {
+            **(extra or {}),
             "sub": user,
             "tenant": tenant,
             "roles": list(roles),
@@ -342,7 +346,8 @@ class SessionVerifier:
         if not isinstance(sid, str):
             raise _unauthenticated("claim 'sid' must be a string")
         agent_claim, agent = _agent(claims)
-        for text in (user, tenant, sid, agent, *values):
+        delegation = _delegation(claims)
+        for text in (user, tenant, sid, agent, *values, *delegation):
             if not _valid_text(text):
                 raise _unauthenticated("a claim is not valid Unicode or is too long")
         # Canonical at the boundary, exact everywhere after (docs/contract.md, "Identity
@@ -353,6 +358,7 @@ class SessionVerifier:
             named.append((tenant_name, tenant))
         if agent_claim:
             named.append((agent_claim, agent))
+        named += [("act.sub", actor) for actor in delegation]
         for name, value in named:
             if (problem := canonical_problem(value)) is not None:
                 raise _unauthenticated(f"claim {name!r} {problem}: {value!r}")
@@ -375,6 +381,7 @@ class SessionVerifier:
             session_id=sid,
             expires_at=exp_ms,
             agent=agent,
+            delegation=delegation,
         )
 
 
@@ -393,6 +400,31 @@ def _agent(claims: Mapping[str, Any]) -> tuple[str, str]:
                 raise _unauthenticated(f"claim {name!r} must be a string")
             return name, value
     return "", ""
+
+
+MAX_DELEGATION_DEPTH = 8  # ``act`` nested deeper than this is refused, never truncated
+
+
+def _delegation(claims: Mapping[str, Any]) -> tuple[str, ...]:
+    """The subjects of the RFC 8693 ``act`` chain, the current actor first.
+
+    Each ``act`` must be an object whose ``sub`` is a non-empty string (its other members,
+    ``iss`` and the like, are not recorded); a malformed or deeper chain than
+    ``MAX_DELEGATION_DEPTH`` refuses the token whole: a chain recorded in part would
+    misstate who acted."""
+    chain: list[str] = []
+    node: Any = claims
+    while "act" in node:
+        node = node["act"]
+        if len(chain) == MAX_DELEGATION_DEPTH:
+            raise _unauthenticated(f"claim 'act' is nested deeper than {MAX_DELEGATION_DEPTH}")
+        if not isinstance(node, dict):
+            raise _unauthenticated("claim 'act' must be an object")
+        sub = node.get("sub")
+        if not isinstance(sub, str) or not sub:
+            raise _unauthenticated("claim 'act' must name a non-empty string 'sub'")
+        chain.append(sub)
+    return tuple(chain)
 
 
 MAX_CLAIM_CHARS = 256  # user, tenant, role and session names longer than this are refused

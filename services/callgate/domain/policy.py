@@ -48,8 +48,8 @@ _I64_MAX: Final = 2**63 - 1
 _SKIP: Final = object()
 # Bounds of the entity caches: sessions in use, and (session, resource) pairs in use.
 _PRINCIPALS_CACHED: Final = 1024
-# A principal entity is cached by what it holds: user, tenant, roles and agent.
-_Who = tuple[str, str, tuple[str, ...], str]
+# A principal entity is cached by what it holds: user, tenant, roles, agent, delegation.
+_Who = tuple[str, str, tuple[str, ...], str, tuple[str, ...]]
 _ENTITIES_CACHED: Final = 8192
 
 
@@ -215,7 +215,13 @@ class PolicyEngine:
         it. The key is the resource entity's JSON text, owner and attributes included, so
         a change of what the provider reports is a new entry, never a stale one.
         """
-        who = (principal.user, principal.tenant, principal.roles, principal.agent)
+        who = (
+            principal.user,
+            principal.tenant,
+            principal.roles,
+            principal.agent,
+            principal.delegation,
+        )
         resource_json = _to_json([resource])
         key = (who, resource_json)
         found = self._pairs.get(key)
@@ -304,14 +310,16 @@ class PolicyEngine:
 
 
 def user_entity(principal: Principal) -> dict[str, Any]:
-    """The session principal as a Cedar entity: its tenant, roles and agent (the client
-    acting for the user, ``""`` when the token names none), from the session."""
+    """The session principal as a Cedar entity: its tenant, roles, agent (the client
+    acting for the user, ``""`` when the token names none) and delegation (the ``act``
+    chain's subjects, a set), from the session."""
     return {
         "uid": {"type": "User", "id": principal.user},
         "attrs": {
             "tenant": principal.tenant,
             "roles": list(principal.roles),
             "agent": principal.agent,
+            "delegation": list(principal.delegation),
         },
         "parents": [],
     }

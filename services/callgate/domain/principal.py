@@ -34,6 +34,10 @@ class Principal:
     # agent. Empty when the token names none. Canonical like the other claims; a policy
     # reads it as ``principal.agent``.
     agent: str = ""
+    # Who acts for ``user``, the current actor first (the token's RFC 8693 ``act`` claim:
+    # the outermost ``act`` is the current actor, each nested one the actor before it).
+    # Subjects only, each canonical; empty when the token carries no ``act``.
+    delegation: tuple[str, ...] = ()
 
     def has_any_role(self, roles: tuple[str, ...] | frozenset[str]) -> bool:
         """Exact membership: ``Admin`` is not ``admin`` (docs/contract.md)."""

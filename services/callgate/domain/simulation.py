@@ -155,7 +155,13 @@ class Simulator:
         spec = self.profile.tool(decided.tool)
         if spec is None:
             return Code.UNKNOWN_TOOL.value, f"no tool named {decided.tool!r} in the candidate"
-        principal = Principal(decided.actor, decided.tenant, tuple(decided.roles))
+        principal = Principal(
+            decided.actor,
+            decided.tenant,
+            tuple(decided.roles),
+            agent=decided.agent,
+            delegation=tuple(decided.delegation),
+        )
         if self._checks_unchanged(decided.policy_version, spec):
             args = orjson.loads(decided.args_json)
         else:

@@ -35,7 +35,7 @@ from typing import Any
 from callgate.domain import events as ev
 from callgate.domain.canonical import canonical_json, derive_id, sha256_hex, state_json
 from callgate.domain.catalog import Profile, ProfileError
-from callgate.domain.codes import Rejection
+from callgate.domain.codes import Code, Rejection
 from callgate.domain.policy_versions import profile_of
 from callgate.domain.process import Output
 from callgate.providers.base import (
@@ -47,6 +47,7 @@ from callgate.providers.base import (
     ResourceDescription,
 )
 from callgate.providers.registry import ProviderRegistry
+from callgate.providers.upstream_tokens import Acting, TokenExchangeFailed, acting_for
 
 PRODUCER = "executor"
 DESCRIPTION_TTL_MS = 30_000  # how long a provider's description of a resource is reused
@@ -65,6 +66,10 @@ class Started:
     # the audit trail leads from the reconciliation to the execution it settles.
     started_event_id: str = ""
     policy_version: str = ""  # the version that decided it (ADR 0067)
+    # Whom it acts for (``ExecutionRequested``): an upstream's token is obtained for them.
+    actor: str = ""
+    agent: str = ""
+    delegation: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -194,15 +199,21 @@ class Executor:
                 event.attempt,
                 started.event_id,
                 event.policy_version,
+                event.actor,
+                event.agent,
+                list(event.delegation),
             )
             return state, [started]
         if isinstance(event, ev.DryRunRequested):
-            return state, [self._dry_run(event, now_ms)]
+            with acting_for(_acting(event.actor, event.tenant, event.agent, event.delegation)):
+                return state, [self._dry_run(event, now_ms)]
         if isinstance(event, ev.ResourceDescriptionRequested):
-            return state, [self._describe(event, now_ms)]
+            with acting_for(_acting(event.actor, event.tenant, event.agent, event.delegation)):
+                return state, [self._describe(event, now_ms)]
         if isinstance(event, ev.ReconciliationRequested):
-            return state, [
-                self._lookup(
+            who = _acting(event.actor, event.tenant, event.agent, event.delegation)
+            with acting_for(who):
+                lookup = self._lookup(
                     event,
                     event.execution_token,
                     event.original_invocation_id,
@@ -210,7 +221,7 @@ class Executor:
                     now_ms,
                     event.policy_version,
                 )
-            ]
+            return state, [lookup]
         return state, ()
 
     def follow_up(
@@ -225,7 +236,9 @@ class Executor:
                 continue
             key = f"{started.execution_token}#{run.attempt}"
             state.finished.append(key)
-            outputs.append(_answered(state, key, self._execute(started, run, now_ms)))
+            with acting_for(_acting(run.actor, run.tenant, run.agent, run.delegation)):
+                outcome = self._execute(started, run, now_ms)
+            outputs.append(_answered(state, key, outcome))
         return state, outputs
 
     def recover(self, state: ExecutorState, now_ms: int) -> tuple[ExecutorState, Sequence[Output]]:
@@ -239,9 +252,10 @@ class Executor:
                 occurred_at=now_ms,
             )
             key = f"{token}#{run.attempt}"
-            lookup = self._lookup(
-                cause, token, run.invocation_id, run.tool, now_ms, run.policy_version
-            )
+            with acting_for(_acting(run.actor, run.tenant, run.agent, run.delegation)):
+                lookup = self._lookup(
+                    cause, token, run.invocation_id, run.tool, now_ms, run.policy_version
+                )
             outputs.append(_answered(state, key, lookup))
             state.finished.append(key)
         state.started.clear()
@@ -264,6 +278,10 @@ class Executor:
             provider = self._provider(e.tool, e.policy_version)
             result = provider.dry_run(e.tool, e.target, _args(e.args_json), e.tenant)
             snapshot = canonical_json(result.snapshot)
+        except TokenExchangeFailed as err:  # nothing was sent to the upstream
+            return _follow(
+                e, now_ms, ev.DryRunFailed, message=str(err), code=Code.TOKEN_EXCHANGE_FAILED.value
+            )
         except (ProviderError, ProviderTimeout) as err:
             return _follow(e, now_ms, ev.DryRunFailed, message=str(err) or type(err).__name__)
         except INFRASTRUCTURE_ERRORS:
@@ -337,6 +355,15 @@ class Executor:
                 execution_token=token,
                 reason=str(err) or "timeout",
             )
+        except TokenExchangeFailed as err:  # refused before anything was sent upstream
+            return _follow(
+                started,
+                now_ms,
+                ev.ExecutionFailed,
+                execution_token=token,
+                message=str(err),
+                code=Code.TOKEN_EXCHANGE_FAILED.value,
+            )
         except ProviderError as err:
             return _follow(
                 started, now_ms, ev.ExecutionFailed, execution_token=token, message=str(err)
@@ -392,6 +419,11 @@ class Executor:
             result_json=result_json,
             original_invocation_id=original_invocation_id,
         )
+
+
+def _acting(user: str, tenant: str, agent: str, delegation: Sequence[str]) -> Acting | None:
+    """Whom a request acts for; ``None`` for a record written before it said so."""
+    return Acting(user, tenant, agent, tuple(delegation)) if user else None
 
 
 def executor_state_from(raw: dict[str, Any]) -> ExecutorState:

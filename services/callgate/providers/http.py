@@ -10,7 +10,11 @@ Wire protocol (all bodies JSON objects):
   "attributes": {...}}`` (the resource's owner and attributes, C7)
 
 The whole protocol is ``docs/provider-http.openapi.yaml``. With credentials every request
-carries ``Authorization: Bearer <credential>``. ``retries`` repeats the read-only calls
+carries ``Authorization: Bearer <credential>``; with ``upstream_token`` (``tokens``) it
+carries a token obtained for the call instead (``providers.upstream_tokens``, ADR 0081):
+for the user by token exchange, or for callgate by client credentials. That token is
+obtained before the request is built; when it cannot be, ``TokenExchangeFailed`` is
+raised and nothing is sent. ``retries`` repeats the read-only calls
 (dry-run, lookup, describe) after a transport failure or a 5xx; ``execute`` is never
 repeated here, because a repeat of an effect is the executor's decision after a ``lookup``
 (C12).
@@ -45,6 +49,7 @@ from callgate.providers.base import (
     ProviderTimeout,
     ResourceDescription,
 )
+from callgate.providers.upstream_tokens import TokenExchangeFailed, UpstreamTokens
 from callgate.tracing import outgoing
 
 
@@ -69,6 +74,7 @@ class HttpProvider:
         timeout_s: float = 10.0,
         retries: int = 0,
         credential: str | None = None,
+        tokens: UpstreamTokens | None = None,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError("timeout_s must be positive")
@@ -78,7 +84,10 @@ class HttpProvider:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self.retries = retries
+        if credential and tokens is not None:
+            raise ValueError("give either a static credential or upstream tokens, not both")
         self._auth = {"Authorization": f"Bearer {credential}"} if credential else {}
+        self._tokens = tokens
         self._opener = urllib.request.build_opener(_NoRedirect())
 
     def __repr__(self) -> str:  # never the credential
@@ -154,6 +163,8 @@ class HttpProvider:
     ) -> dict[str, Any]:
         """One request; ``effectful`` marks execute, where doubt means "outcome unknown"."""
         data = None if payload is None else json.dumps(payload).encode()
+        # The call's own token, before anything is sent (TokenExchangeFailed otherwise).
+        auth = self._tokens.authorization() if self._tokens is not None else self._auth
         request = urllib.request.Request(
             self.base_url + path,
             data=data,
@@ -162,7 +173,7 @@ class HttpProvider:
                 "Content-Type": "application/json",
                 "Accept": "application/json",
                 **outgoing(),  # traced, the provider continues the call's trace
-                **self._auth,
+                **auth,
                 **headers,
             },
         )
@@ -196,7 +207,10 @@ class HttpProvider:
 
 
 def _transient(exc: Exception) -> bool:
-    """A failure worth repeating: a timeout, no connection, or a 5xx answer."""
+    """A failure worth repeating: a timeout, no connection, or a 5xx answer (never a token
+    the authorization server refused: asking again at once gets the same answer)."""
+    if isinstance(exc, TokenExchangeFailed):
+        return False
     if isinstance(exc, ProviderTimeout):
         return True
     cause = exc.__cause__

@@ -43,6 +43,7 @@ from callgate.providers.base import (
     ProviderTimeout,
 )
 from callgate.providers.channels import CHANNELS, Bound, Unanswered
+from callgate.providers.upstream_tokens import UpstreamTokenConfig, UpstreamTokens
 from callgate.tracing import outgoing
 
 if TYPE_CHECKING:
@@ -77,11 +78,16 @@ class McpUpstreamConfig(BaseModel):
     # both speak; ``legacy`` keeps the 2025-11-25 handshake, whose resource subscriptions
     # and logging level the 2026-07-28 revision removed (ADR 0044).
     mode: Literal["auto", "legacy"] = "auto"
+    # A token obtained per call for the upstream (ADR 0081): each tool call and read then
+    # runs on a session of its own carrying it (a streamable-HTTP upstream only).
+    upstream_token: UpstreamTokenConfig | None = None
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpUpstreamConfig:
         if (self.command is None) == (self.url is None):
             raise ValueError("give exactly one of 'command' (stdio) or 'url' (streamable HTTP)")
+        if self.upstream_token is not None and self.url is None:
+            raise ValueError("upstream_token needs a 'url' upstream (a token travels over HTTP)")
         return self
 
     @classmethod
@@ -115,9 +121,14 @@ class McpUpstream:
     further tasks on that loop. A broken session is reopened on next use.
     """
 
-    def __init__(self, name: str, config: McpUpstreamConfig) -> None:
+    def __init__(
+        self, name: str, config: McpUpstreamConfig, tokens: UpstreamTokens | None = None
+    ) -> None:
         self.name = name
         self.config = config
+        # The call's own token (ADR 0081); the shared session (lists, subscriptions, pins)
+        # opens without one.
+        self.tokens = tokens
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -251,7 +262,11 @@ class McpUpstream:
         return self._connected()[1].server_capabilities
 
     def request(
-        self, method: str, params: Mapping[str, Any], channel: Bound | None = None
+        self,
+        method: str,
+        params: Mapping[str, Any],
+        channel: Bound | None = None,
+        authorization: str | None = None,
     ) -> dict[str, Any]:
         """One request other than ``tools/call`` (lists, reads, prompts, completion,
         logging, subscriptions: ADR 0044), its result as JSON; raises ``mcp.MCPError``.
@@ -266,7 +281,9 @@ class McpUpstream:
             own = channel is not None and channel.relays and self.config.url is not None
             if own and method in ("resources/read", "prompts/get"):
                 assert channel is not None
-                return await self._on_own(channel, on_own)
+                return await self._on_own(channel, on_own, authorization)
+            if authorization is not None:
+                return await self._on_authorized(authorization, on)
             return await on(shared)
 
         async def on_own(client: mcp.Client) -> Any:
@@ -329,6 +346,7 @@ class McpUpstream:
         arguments: Mapping[str, Any],
         meta: Mapping[str, Any],
         channel: Bound | None = None,
+        authorization: str | None = None,
     ) -> mcp.types.CallToolResult:
         """One ``tools/call``; raises ``mcp.MCPError`` or a transport error as the SDK does.
         The upstream's progress of this call goes to ``channel``; a channel that relays
@@ -371,23 +389,50 @@ class McpUpstream:
 
         async def go() -> mcp.types.CallToolResult:
             if channel is not None and channel.relays and self.config.url is not None:
-                return await self._on_own(channel, on_own)
+                return await self._on_own(channel, on_own, authorization)
+            if authorization is not None:
+                return await self._on_authorized(authorization, on)
             return await on(shared)
 
         return self._run(loop, go())
 
-    async def _on_own(self, channel: Bound, on: Callable[[mcp.Client], Awaitable[T]]) -> T:
+    async def _on_own(
+        self,
+        channel: Bound,
+        on: Callable[[mcp.Client], Awaitable[T]],
+        authorization: str | None = None,
+    ) -> T:
         """``on`` on the call's own session (``mcp_relay.relayed``); its failure raised as
         it is, not wrapped in the exception group of the session's task group."""
         from callgate.providers.mcp_relay import relayed
 
         assert self.config.url is not None
         failed: Exception | None = None
-        async with relayed(self.config.url, channel, self.answer_s) as own:
+        async with relayed(self.config.url, channel, self.answer_s, authorization) as own:
             try:
                 return await on(own)
             except Exception as exc:
                 failed = exc
+        raise failed
+
+    async def _on_authorized(
+        self, authorization: str, on: Callable[[mcp.Client], Awaitable[T]]
+    ) -> T:
+        """``on`` on a session of its own whose requests carry the call's token, bounded
+        like the shared session's opening plus the call (a hang is a ``TimeoutError``)."""
+        import mcp
+
+        from callgate.providers.mcp_relay import authorized_transport
+
+        assert self.config.url is not None
+        failed: Exception | None = None
+        transport = authorized_transport(self.config.url, authorization)
+        async with asyncio.timeout(self.config.connect_timeout_s + self.config.timeout_s):
+            async with mcp.Client(transport, cache=None, mode=self.config.mode) as own:
+                try:
+                    return await on(own)
+                except Exception as exc:
+                    failed = exc
         raise failed
 
 
@@ -406,6 +451,12 @@ class McpProvider:
         """This provider with other catalog entries (a policy version's), on the same
         upstream connection (closed by the original)."""
         return McpProvider(self.name, self.upstream, tools)
+
+    def _authorization(self) -> str | None:
+        """The call's ``Authorization`` value when the upstream takes a token obtained per
+        call; ``TokenExchangeFailed`` (nothing sent) when none can be had."""
+        tokens = self.upstream.tokens
+        return None if tokens is None else tokens.authorization()["Authorization"]
 
     def _spec(self, tool: str) -> ToolSpec:
         spec = self.tools.get(tool)
@@ -449,8 +500,9 @@ class McpProvider:
         else:
             params = {"name": spec.upstream_name, "arguments": dict(args)}
         where = f"{self.name} {spec.upstream_method} {spec.upstream_name}"
+        authorization = self._authorization()  # before anything is sent (ADR 0081)
         try:
-            return self.upstream.request(spec.upstream_method, params, channel)
+            return self.upstream.request(spec.upstream_method, params, channel, authorization)
         except UpstreamUnavailable as exc:
             raise ProviderError(str(exc)) from exc
         except Unanswered as exc:  # the upstream waited for the agent: nothing was applied
@@ -502,10 +554,15 @@ class McpProvider:
         from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
         where = f"{self.name} {upstream_tool}"
+        authorization = self._authorization()  # before anything is sent (ADR 0081)
         try:
             # Traced, the upstream continues the call's trace (``traceparent`` in ``_meta``).
             result = self.upstream.call_tool(
-                upstream_tool, args, {**meta, **outgoing()}, channel=channel
+                upstream_tool,
+                args,
+                {**meta, **outgoing()},
+                channel=channel,
+                authorization=authorization,
             )
         except UpstreamUnavailable as exc:
             raise ProviderError(str(exc)) from exc

@@ -101,9 +101,22 @@ async def through_rounds(
     raise Unanswered(f"the upstream asked for more than {MAX_ROUNDS} rounds")
 
 
+def authorized_transport(url: str, authorization: str) -> Any:
+    """A streamable-HTTP transport to ``url`` whose every request carries
+    ``authorization`` (the call's own token: one session per call)."""
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    http = create_mcp_http_client(headers={"Authorization": authorization})
+    return streamable_http_client(url, http_client=http)
+
+
 @contextlib.asynccontextmanager
-async def relayed(url: str, channel: Bound, timeout_s: float) -> AsyncIterator[mcp.Client]:
-    """The call's own session to the upstream at ``url`` (the module docstring)."""
+async def relayed(
+    url: str, channel: Bound, timeout_s: float, authorization: str | None = None
+) -> AsyncIterator[mcp.Client]:
+    """The call's own session to the upstream at ``url`` (the module docstring), with the
+    call's ``Authorization`` header when its provider obtains one (ADR 0081)."""
     import mcp
     import mcp.types as types
     from mcp.client.session import ClientRequestContext
@@ -141,7 +154,7 @@ async def relayed(url: str, channel: Bound, timeout_s: float) -> AsyncIterator[m
             log(params.model_dump(by_alias=True, mode="json", exclude_none=True))
 
     client = mcp.Client(
-        url,
+        url if authorization is None else authorized_transport(url, authorization),
         cache=None,
         mode="auto" if channel.rounds else "legacy",
         elicitation_callback=elicit if "elicitation/create" in answers else None,

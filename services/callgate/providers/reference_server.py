@@ -36,7 +36,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 PROTOCOL_VERSION = "1.0.0"
 # The bearer scheme (stateless; one per module so that FastAPI resolves the annotation).
-BEARER = HTTPBearer(auto_error=False, description="the provider's `credentials`")
+BEARER = HTTPBearer(
+    auto_error=False,
+    description="the provider's `credentials`, or the token its `upstream_token` obtained for"
+    " the call (for the user by token exchange, or for callgate: ADR 0081)",
+)
 
 
 class _Body(BaseModel):

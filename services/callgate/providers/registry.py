@@ -34,6 +34,7 @@ from callgate.providers.base import Provider
 from callgate.providers.http import HttpProvider
 from callgate.providers.ledger import EffectLedger
 from callgate.providers.simulated import SIMULATED, FaultPlan
+from callgate.providers.upstream_tokens import UpstreamTokenConfig, build_upstream_tokens
 
 P = TypeVar("P")
 
@@ -205,6 +206,14 @@ class HttpSettings(_Settings):
     credentials: Credentials | None = None
     timeout_s: float = Field(default=10.0, gt=0, le=300)
     retries: int = Field(default=0, ge=0, le=10, description="repeats of read-only calls")
+    # A token obtained per call instead of ``credentials`` (ADR 0081).
+    upstream_token: UpstreamTokenConfig | None = None
+
+    @model_validator(mode="after")
+    def _one_authorization(self) -> HttpSettings:
+        if self.credentials is not None and self.upstream_token is not None:
+            raise ValueError("give either 'credentials' or 'upstream_token', not both")
+        return self
 
 
 class HttpKind:
@@ -219,8 +228,15 @@ class HttpKind:
             if settings.credentials is not None
             else None
         )
+        tokens = (
+            build_upstream_tokens(
+                name, settings.upstream_token, context.environ, context.profile_dir
+            )
+            if settings.upstream_token is not None
+            else None
+        )
         return HttpProvider(
-            name, settings.base_url, settings.timeout_s, settings.retries, credential
+            name, settings.base_url, settings.timeout_s, settings.retries, credential, tokens
         )
 
 
@@ -241,7 +257,13 @@ class McpKind:
     def build(self, name: str, settings: Any, context: BuildContext) -> Provider:
         from callgate.providers.mcp import McpProvider, McpUpstream, McpUpstreamConfig
 
-        upstream = McpUpstream(name, McpUpstreamConfig.parse(name, settings.model_dump()))
+        config = McpUpstreamConfig.parse(name, settings.model_dump())
+        tokens = (
+            build_upstream_tokens(name, config.upstream_token, context.environ, context.profile_dir)
+            if config.upstream_token is not None
+            else None
+        )
+        upstream = McpUpstream(name, config, tokens)
         catalog = context.profile.tools if context.profile is not None else {}
         tools = {t: spec for t, spec in catalog.items() if spec.provider == name}
         return McpProvider(name, upstream, tools)

@@ -206,7 +206,13 @@ class Gateway:
         proposal = ev.ToolCallProposed(
             event_id=str(uuid.uuid4()),
             invocation_id=invocation_id,
-            partition_key=_route(session, idempotency_key, approval_id, invocation_id),
+            partition_key=_route(
+                session,
+                idempotency_key,
+                approval_id,
+                invocation_id,
+                self._routing_tenant(session) if idempotency_key is not None else None,
+            ),
             correlation_id=invocation_id,
             occurred_at=self.app.clock(),
             producer="callgate-sdk",
@@ -407,6 +413,16 @@ class Gateway:
         return found
 
     # -- everyone -----------------------------------------------------------------------
+
+    def _routing_tenant(self, session: str) -> str | None:
+        """The tenant an idempotency key is scoped by, for routing: the verified session's
+        (an issuer's claims mapping may take it from another claim, or a constant, ADR
+        0078); ``None`` for a token that does not verify (routed by its unverified
+        ``tenant`` claim, and refused by the decider in its order of checks)."""
+        try:
+            return self.app.session_verifier.verify(session, self.app.clock()).tenant
+        except Rejection:
+            return None
 
     def _reader(self, session: str) -> Principal:
         """The verified reader (``unauthenticated`` otherwise): reads are tenant-scoped."""
@@ -850,10 +866,20 @@ def _answer(invocation_id: str, status: Mapping[str, Any] | None) -> dict[str, A
     return out
 
 
-def _route(session: str, key: str | None, approval_id: str | None, invocation_id: str) -> str:
-    """The partition key: the decider re-derives it from the verified session (C8)."""
+def _route(
+    session: str,
+    key: str | None,
+    approval_id: str | None,
+    invocation_id: str,
+    tenant: str | None = None,
+) -> str:
+    """The partition key: the decider re-derives it from the verified session (C8).
+    ``tenant``: the verified session's, when the caller verified it (a claims mapping may
+    take it from another claim than ``tenant``); else the token's unverified claim."""
     if key is not None:
-        return partition_key(_unverified_tenant(session), key, invocation_id)
+        return partition_key(
+            _unverified_tenant(session) if tenant is None else tenant, key, invocation_id
+        )
     if approval_id is not None:
         # The approved invocation's partition; "" when the artifact names none, which is
         # where the decider expects it (and then refuses it as approval_missing).

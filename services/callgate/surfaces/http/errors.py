@@ -59,6 +59,7 @@ STATUS: Mapping[Code, int] = MappingProxyType(
         Code.RATE_LIMITED: 429,
         Code.LIMIT_EXCEEDED: 429,  # with Retry-After (``retry_after``), ADR 0079
         Code.EXECUTION_FAILED: 502,
+        Code.TOKEN_EXCHANGE_FAILED: 502,  # the upstream's authorization server refused
         Code.OUTCOME_UNCERTAIN: 502,
         Code.INTERNAL_ERROR: 500,
         Code.TIMEOUT: 504,
