@@ -41,6 +41,7 @@ LAYERS: dict[str, int] = {
     "callgate.logs": SHELL,
     "callgate.tracing": SHELL,  # spans and the trace context they carry (ADR 0036)
     "callgate.gc_settings": SHELL,
+    "callgate.stopping": SHELL,  # signals to a stop event, no lock in the handler
     "callgate.sqlite": SHELL,
     "callgate.surfaces": SURFACE,
     "callgate.bootstrap": ROOT_LAYER,
