@@ -48,7 +48,7 @@ def events_of(gate: Gateway, invocation_id: str) -> list[type[ev.Event]]:
 
 
 def test_a_permitted_read_is_recorded_and_not_run(app: App, gate: Gateway) -> None:
-    [answer] = gate.evaluate(session(app), [("tickets.read", {"ticket_id": "T-1"})])
+    [answer] = gate.evaluate([(session(app), "tickets.read", {"ticket_id": "T-1"})])
     assert answer["outcome"] == "permitted" and answer["settled"], answer
     assert events_of(gate, answer["invocation_id"]) == [ev.PolicyDecided]
     assert gate.effects() == []
@@ -62,7 +62,7 @@ def test_a_call_that_needs_a_confirmation_evaluates_to_approval_required_and_not
     app: App, gate: Gateway
 ) -> None:
     args = {"record_id": "REC-1", "fields": {"status": "closed"}}
-    [answer] = gate.evaluate(session(app), [("records.update", args)])
+    [answer] = gate.evaluate([(session(app), "records.update", args)])
     assert answer["outcome"] == "approval_required", answer
     assert "dry_run" not in answer
     assert events_of(gate, answer["invocation_id"]) == [ev.PolicyDecided]
@@ -72,13 +72,12 @@ def test_a_call_that_needs_a_confirmation_evaluates_to_approval_required_and_not
 def test_refusals_are_the_calls_refusals(app: App, gate: Gateway) -> None:
     alice = session(app)
     answers = gate.evaluate(
-        alice,
         [
-            ("tickets.read", {"ticket_id": "GT-1"}),  # another tenant's ticket
-            ("tickets.create", {**TICKET, "requester_id": "bob"}),  # names another user
-            ("tickets.nope", {}),
-            ("tickets.read", {"ticket_id": ""}),
-        ],
+            (alice, "tickets.read", {"ticket_id": "GT-1"}),  # another tenant's ticket
+            (alice, "tickets.create", {**TICKET, "requester_id": "bob"}),  # another user
+            (alice, "tickets.nope", {}),
+            (alice, "tickets.read", {"ticket_id": ""}),
+        ]
     )
     outcomes = [a["outcome"] for a in answers]
     assert outcomes == ["tool_forbidden", "identity_spoof", "unknown_tool", "invalid_arguments"]
@@ -89,11 +88,11 @@ def test_an_evaluation_reserves_no_usage(app: App, gate: Gateway) -> None:
     """The profile allows one ticket per actor: evaluations never use it up, so the one
     call still fits after them, and a second call is refused as usual."""
     alice = session(app)
-    for answer in gate.evaluate(alice, [("tickets.create", TICKET)] * 3):
+    for answer in gate.evaluate([(alice, "tickets.create", TICKET)] * 3):
         assert answer["outcome"] == "permitted", answer
     assert gate.propose(alice, "tickets.create", TICKET)["outcome"] == "executed"
     assert gate.propose(alice, "tickets.create", TICKET)["outcome"] == "limit_exceeded"
-    [answer] = gate.evaluate(alice, [("tickets.create", TICKET)])
+    [answer] = gate.evaluate([(alice, "tickets.create", TICKET)])
     assert answer["outcome"] == "permitted"  # the policy's answer; the limit is C13's
 
 
@@ -125,9 +124,9 @@ def test_replay_rebuilds_the_views_of_evaluations_equal(tmp_path: Path, app: App
     gate = app.gateway()
     try:
         alice = session(app)
-        gate.evaluate(alice, [("tickets.read", {"ticket_id": "T-1"})])
-        gate.evaluate(alice, [("records.update", {"record_id": "REC-1", "fields": {"a": 1}})])
-        gate.evaluate(alice, [("tickets.read", {"ticket_id": "GT-1"})])
+        gate.evaluate([(alice, "tickets.read", {"ticket_id": "T-1"})])
+        gate.evaluate([(alice, "records.update", {"record_id": "REC-1", "fields": {"a": 1}})])
+        gate.evaluate([(alice, "tickets.read", {"ticket_id": "GT-1"})])
     finally:
         gate.close()
     replayed = cg(tmp_path / "state", "replay", profile=tmp_path / "profile" / "profile.yaml")

@@ -240,22 +240,22 @@ class Gateway:
 
     def evaluate(
         self,
-        session: str,
-        calls: Sequence[tuple[str, Mapping[str, Any]]],
+        calls: Sequence[tuple[str, str, Mapping[str, Any]]],
         timeout_s: float = 30.0,
     ) -> list[dict[str, Any]]:
-        """Decide each ``(tool, args)`` as a call of ``session`` and run none (ADR 0083).
+        """Decide each ``(session, tool, args)`` as that session's call, and run none
+        (ADR 0083).
 
         Each is a proposal with ``evaluate_only``: the decider takes it through the same
         checks as any call (session, catalog, schema, identity, freeze, pin, policy) and
         records its ``PolicyDecided`` (or the refusal), which settles it as ``permitted``,
         ``approval_required`` or a refusal; the audit and ``policy simulate`` see it like
-        any decision. Published together and waited on together: one round trip for a
-        batch. The answers are in ``propose``'s shape, in order; one refused by the
-        limits of every entry has no invocation id (nothing was published for it)."""
+        any decision. All are published in one append and waited on together: a batch is
+        one round trip. The answers are in ``propose``'s shape, in order; one refused by
+        the limits of every entry has no invocation id (nothing was published for it)."""
         answers: list[dict[str, Any] | None] = []
         proposals: list[ev.ToolCallProposed] = []
-        for tool, args in calls:
+        for session, tool, args in calls:
             try:
                 args_json = self._entry_checks(session, tool, args, None, None)
             except Rejection as r:

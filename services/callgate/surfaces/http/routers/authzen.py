@@ -225,23 +225,12 @@ def _evaluate(
         tool, args = _call(ctx, item.action, item.resource, item.context)
         calls.append((session, tool, args))
     wait = ctx.options.propose_wait_s
-    gateway = ctx.gateway
     if semantic == "execute_all":
-        answers: list[dict[str, Any]] = []
-        by_session: dict[str, list[int]] = {}
-        for i, (session, _, _) in enumerate(calls):
-            by_session.setdefault(session, []).append(i)
-        slots: list[dict[str, Any] | None] = [None] * len(calls)
-        for session, indexes in by_session.items():
-            found = gateway.evaluate(session, [calls[i][1:] for i in indexes], wait)
-            for i, answer in zip(indexes, found, strict=True):
-                slots[i] = answer
-        answers = [a for a in slots if a is not None]
-        return [_decision(a) for a in answers]
+        return [_decision(a) for a in ctx.gateway.evaluate(calls, wait)]
     stop_on = semantic == "permit_on_first_permit"
     decisions: list[Decision] = []
-    for session, tool, args in calls:
-        decision = _decision(gateway.evaluate(session, [(tool, args)], wait)[0])
+    for call in calls:  # in order: the ones after the stop are not decided
+        decision = _decision(ctx.gateway.evaluate([call], wait)[0])
         decisions.append(decision)
         if decision.decision is stop_on:
             break
