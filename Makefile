@@ -9,7 +9,7 @@ UV     := $(TOOLS)/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast test-kafka test-stop test-browser test-fuzz test-keycloak test-all kafka-fetch keycloak-fetch lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress chaos-instances kafka kafka-stop kafka-clean fuzz fuzz-atheris up down clean oidc-provider conformance
+.PHONY: install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast test-authzen test-kafka test-stop test-browser test-fuzz test-keycloak test-all kafka-fetch keycloak-fetch lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress chaos-instances kafka kafka-stop kafka-clean fuzz fuzz-atheris up down clean oidc-provider conformance
 
 $(UV): requirements/uv.txt
 	$(PYTHON) -m venv $(TOOLS)
@@ -85,6 +85,10 @@ PYTEST := PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q -p no:cacheprovider
 XDIST  ?= -n 2
 test: $(STAMP) $(CONFORMANCE_DEPS)
 	$(PYTEST) $(XDIST) -m "not kafka and not browser and not fuzz and not stop and not keycloak"
+
+## The AuthZEN interop decision set against `callgate serve --http` (ADR 0083); also in `make test`.
+test-authzen: $(STAMP)
+	$(PYTEST) tests/http/test_authzen.py
 
 ## Every Kafka test, on Apache Kafka from Maven (one broker per xdist worker); fails, not
 ## skips, where the broker cannot start (`make kafka-fetch` fetches its jars).

@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import Any
 
 from callgate.domain.canonical import canonical_json
-from callgate.domain.codes import TERMINAL, Code, Rejection, failure_code
+from callgate.domain.codes import TERMINAL, Code, Rejection, evaluation_outcome, failure_code
 from callgate.domain.events import (
     ApprovalDecisionRejected,
     ApprovalDenied,
@@ -100,6 +100,8 @@ def outcome_for(event: Event) -> Code | None:
     match event:
         case ProposalRejected():
             return as_code(event.code)
+        case PolicyDecided(decision="permit" | "deny", evaluate_only=True):
+            return evaluation_outcome(event.decision == "permit", event.confirmation)
         case PolicyDecided(decision="permit"):
             return Code.ALLOWED
         case PolicyDecided(decision="deny"):

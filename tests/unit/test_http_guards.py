@@ -13,7 +13,9 @@ from callgate.surfaces.http.guard import RateLimit
 def test_every_code_has_one_status_and_only_non_refusals_are_200() -> None:
     assert set(STATUS) == set(Code)
     ok = {c for c, s in STATUS.items() if s == 200}
-    assert ok == {Code.ALLOWED, Code.EXECUTED, Code.REPLAYED, Code.APPROVAL_REQUIRED}
+    # ``permitted``: an AuthZEN evaluation's outcome, not a refusal (ADR 0083).
+    ok_codes = {Code.ALLOWED, Code.EXECUTED, Code.REPLAYED, Code.APPROVAL_REQUIRED, Code.PERMITTED}
+    assert ok == ok_codes
     assert all(400 <= STATUS[c] < 600 for c in TERMINAL - ok)
 
 

@@ -26,7 +26,7 @@ from callgate.domain.approvals import peek_claim, peek_partition_key
 from callgate.domain.arguments import normalize_args, target_of
 from callgate.domain.canonical import args_hash, canonical_json, partition_key, request_fingerprint
 from callgate.domain.catalog import Confirmation, ToolSpec
-from callgate.domain.codes import Code, Rejection, Unanswerable
+from callgate.domain.codes import Code, Rejection, Unanswerable, evaluation_outcome
 from callgate.domain.identity import check_identity, token_digest
 from callgate.domain.limits import MAX_RECORD_BYTES, parse_json
 from callgate.domain.policy import NEW_RESOURCE, ResourceFacts
@@ -115,6 +115,7 @@ def _resume(
         args_json=inv.args_json,
         idempotency_key=inv.idempotency_key,
         approval_id=inv.approval_id,
+        evaluate_only=inv.evaluate_only,
     )
     principal = Principal(
         inv.actor,
@@ -195,6 +196,11 @@ def _decide_proposal(
         delegation=list(principal.delegation),
     )
     _check_routing(p, principal.tenant)
+    if p.evaluate_only and (p.idempotency_key is not None or p.approval_id is not None):
+        # An evaluation is a question, never a call: nothing to replay or confirm.
+        raise Rejection(
+            Code.MALFORMED_EVENT, "an evaluation carries no idempotency key or approval"
+        )
     spec = deps.profile.tool(p.tool)
     if spec is None:
         raise Rejection(Code.UNKNOWN_TOOL, f"no tool named {p.tool!r} in the catalog")
@@ -226,6 +232,7 @@ def _decide_proposal(
             delegation=list(principal.delegation),
             approval_id=p.approval_id,
             proposal_event_id=p.event_id,
+            evaluate_only=p.evaluate_only,
         )
         out.emit(
             ev.ResourceDescriptionRequested,
@@ -268,7 +275,8 @@ def _decide_policy(
     now = out.now_ms
     limits = deps.profile.limits_of(spec.name)
     waited = state.invocations.get(p.invocation_id)
-    if limits and (waited is None or not waited.usage):
+    # An evaluation reserves no usage: it is a question, and answers the policy alone.
+    if limits and not p.evaluate_only and (waited is None or not waited.usage):
         # ADR 0079: ask the usage first, so that the policy decides with it in one step.
         parked = Invocation(
             p.invocation_id,
@@ -325,6 +333,7 @@ def _decide_policy(
         usage=held,
         agent=principal.agent,
         delegation=list(principal.delegation),
+        evaluate_only=p.evaluate_only,
     )
     state.invocations[p.invocation_id] = inv
     jti = _peek_jti(p.approval_id)
@@ -351,7 +360,13 @@ def _decide_policy(
         session_digest=token_digest(p.session_token),
         agent=principal.agent,
         delegation=principal.delegation,
+        evaluate_only=p.evaluate_only,
     )
+    if p.evaluate_only:
+        # ADR 0083: the decision is the answer, recorded like any; nothing runs, no
+        # provider is asked for a dry-run or an execution, no key or approval is held.
+        inv.outcome = evaluation_outcome(decision.allowed, confirmation.value).value
+        return
     if not decision.allowed:
         return  # C12: tool_forbidden never reaches a provider
     claims = presented_approval(deps, p, now)  # approval_missing / approval_expired

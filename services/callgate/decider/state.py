@@ -104,6 +104,8 @@ class Invocation:
     # The reservations of the limits that cover the call (``decider.limits``): plain
     # dicts of str and int, so the state stays sorted-key JSON.
     usage: list[dict[str, Any]] = field(default_factory=list)
+    # An evaluation only (AuthZEN, ADR 0083): settled by its policy decision.
+    evaluate_only: bool = False
 
 
 @dataclass(slots=True)

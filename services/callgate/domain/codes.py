@@ -88,6 +88,11 @@ class Code(StrEnum):
     # user, or client credentials: ADR 0081) and its authorization server did not issue
     # one: refused before anything was sent to the upstream, so nothing was applied.
     TOKEN_EXCHANGE_FAILED = "token_exchange_failed"
+    # an evaluation only (AuthZEN, ADR 0083): the policy permits the call and it needs no
+    # confirmation. Nothing ran; no call will.
+    PERMITTED = "permitted"
+    # an AuthZEN evaluation asked by a session without the PEP role (ADR 0083).
+    PEP_REQUIRED = "pep_required"
 
 
 # Outcomes after which an invocation will not change by itself.
@@ -115,6 +120,7 @@ TERMINAL: frozenset[Code] = frozenset(
         Code.TOOL_DEFINITION_CHANGED,
         Code.LIMIT_EXCEEDED,
         Code.TOKEN_EXCHANGE_FAILED,
+        Code.PERMITTED,
     }
 )
 
@@ -125,6 +131,15 @@ def failure_code(code: str) -> Code:
     stays a failure whatever a record says)."""
     exchange = code == Code.TOKEN_EXCHANGE_FAILED
     return Code.TOKEN_EXCHANGE_FAILED if exchange else Code.EXECUTION_FAILED
+
+
+def evaluation_outcome(permitted: bool, confirmation: str) -> Code:
+    """The outcome of an evaluation only (ADR 0083), from its policy decision: ``permitted``
+    only when the call would go ahead without a person; a call that needs a confirmation is
+    ``approval_required`` (its evaluation answers false: nothing was confirmed)."""
+    if not permitted:
+        return Code.TOOL_FORBIDDEN
+    return Code.PERMITTED if confirmation == "none" else Code.APPROVAL_REQUIRED
 
 
 # Codes a command fails with; never an invocation's outcome.
@@ -143,6 +158,7 @@ COMMAND_ERRORS: frozenset[Code] = frozenset(
         Code.INTERNAL_ERROR,
         Code.POLICY_VERSION_INVALID,
         Code.POLICY_VERSION_UNKNOWN,
+        Code.PEP_REQUIRED,
     }
 )
 

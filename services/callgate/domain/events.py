@@ -60,6 +60,8 @@ class ToolCallProposed(Event):
     args_json: str
     idempotency_key: str | None = None
     approval_id: str | None = None
+    # An evaluation only (AuthZEN, ADR 0083): decided like any call, never run.
+    evaluate_only: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,6 +125,8 @@ class PolicyDecided(Event):
     # ``Principal.agent`` and ``Principal.delegation``; empty in records written before.
     agent: str = ""
     delegation: tuple[str, ...] = ()
+    # The decision of an evaluation only (ADR 0083): it settles the invocation.
+    evaluate_only: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -30,6 +30,8 @@ import hashlib
 from callgate.domain.principal import Principal
 
 OPERATOR_ROLE = "callgate-operator"
+# A policy enforcement point: may ask AuthZEN evaluations for its tenant's sessions (ADR 0083).
+PEP_ROLE = "callgate-pep"
 BINDING_CHARS = 32  # 128 bits of SHA-256
 _SEPARATOR = "."
 MAX_NONCE_CHARS = 128

@@ -238,6 +238,52 @@ class Gateway:
             return final_answer(invocation_id, status)
         return _answer(invocation_id, status)
 
+    def evaluate(
+        self,
+        calls: Sequence[tuple[str, str, Mapping[str, Any]]],
+        timeout_s: float = 30.0,
+    ) -> list[dict[str, Any]]:
+        """Decide each ``(session, tool, args)`` as that session's call, and run none
+        (ADR 0083).
+
+        Each is a proposal with ``evaluate_only``: the decider takes it through the same
+        checks as any call (session, catalog, schema, identity, freeze, pin, policy) and
+        records its ``PolicyDecided`` (or the refusal), which settles it as ``permitted``,
+        ``approval_required`` or a refusal; the audit and ``policy simulate`` see it like
+        any decision. All are published in one append and waited on together: a batch is
+        one round trip. The answers are in ``propose``'s shape, in order; one refused by
+        the limits of every entry has no invocation id (nothing was published for it)."""
+        answers: list[dict[str, Any] | None] = []
+        proposals: list[ev.ToolCallProposed] = []
+        for session, tool, args in calls:
+            try:
+                args_json = self._entry_checks(session, tool, args, None, None)
+            except Rejection as r:
+                answers.append(refusal(r))
+                continue
+            invocation_id = bound_id(session, uuid.uuid4().hex)
+            proposals.append(
+                ev.ToolCallProposed(
+                    event_id=str(uuid.uuid4()),
+                    invocation_id=invocation_id,
+                    partition_key=_route(session, None, None, invocation_id),
+                    correlation_id=invocation_id,
+                    occurred_at=self.app.clock(),
+                    producer="callgate-authzen",
+                    session_token=session,
+                    tool=tool,
+                    args_json=args_json,
+                    evaluate_only=True,
+                )
+            )
+            answers.append(None)
+        if proposals:
+            self.backend.publish(proposals)
+            ids = [p.invocation_id for p in proposals]
+            self.backend.wait(lambda: all(_settled(self._status(i) or {}) for i in ids), timeout_s)
+        published = iter(proposals)
+        return [a if a is not None else self.answer(next(published).invocation_id) for a in answers]
+
     def is_final(self, status: Mapping[str, Any]) -> bool:
         """``is_final``, knowing from the catalog whether the tool's calls continue."""
         spec = self.app.profile.tool(str(status.get("tool") or ""))

@@ -12,7 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.cors import CORSMiddleware
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from callgate.domain.codes import Rejection
 from callgate.surfaces.http import errors
@@ -20,6 +20,7 @@ from callgate.surfaces.http.context import HttpOptions, ServerContext
 from callgate.surfaces.http.guard import BodyLimit, RateLimit, SecurityHeaders
 from callgate.surfaces.http.routers import (
     audit,
+    authzen,
     console,
     dev,
     invocations,
@@ -77,6 +78,7 @@ def create_app(
         oidc,
         slack,
         ops,
+        authzen,
         console,
     ):
         api.include_router(module.router)
@@ -100,8 +102,14 @@ def create_app(
 
 def _refused_body(rejection: Rejection, body: bytes) -> ASGIApp:
     """``422 invalid_request`` naming what the strict reader refused (duplicate key, NaN,
-    lone surrogate, number, depth)."""
-    return errors.error_response(rejection.code, rejection.message)
+    lone surrogate, number, depth); ``400`` on AuthZEN's routes, as that specification asks."""
+
+    async def answer(scope: Scope, receive: Receive, send: Send) -> None:
+        status = errors.request_status(scope["path"], rejection.code)
+        response = errors.error_response(rejection.code, rejection.message, status=status)
+        await response(scope, receive, send)
+
+    return answer
 
 
 def asgi(ctx: ServerContext, *, dev_mode: bool = False) -> ASGIApp:

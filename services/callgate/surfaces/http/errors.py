@@ -32,6 +32,7 @@ STATUS: Mapping[Code, int] = MappingProxyType(
         Code.EXECUTED: 200,
         Code.REPLAYED: 200,
         Code.APPROVAL_REQUIRED: 200,
+        Code.PERMITTED: 200,  # an evaluation only (AuthZEN, ADR 0083)
         Code.PENDING_DECISION: 202,  # published, not decided yet: ask its Location
         Code.INVALID_REQUEST: 422,
         Code.INVALID_ARGUMENTS: 422,
@@ -42,6 +43,7 @@ STATUS: Mapping[Code, int] = MappingProxyType(
         Code.APPROVER_FORBIDDEN: 403,
         Code.DEVELOPMENT_MODE_REQUIRED: 403,
         Code.OPERATOR_REQUIRED: 403,
+        Code.PEP_REQUIRED: 403,  # an AuthZEN evaluation by a session that is no PEP
         Code.CSRF_FAILED: 403,
         Code.FROZEN: 403,
         Code.NOT_FOUND: 404,
@@ -100,15 +102,31 @@ def error_body(code: Code, message: str) -> dict[str, dict[str, str]]:
     return {"error": {"code": code.value, "message": message}}
 
 
+# The AuthZEN Authorization API (ADR 0083) answers a request it cannot read with
+# "400 Bad Request" (its section "Error Responses"); the body is callgate's coded error.
+AUTHZEN_PREFIX = "/access/"
+
+
 def error_response(
-    code: Code, message: str, headers: Mapping[str, str] | None = None
+    code: Code, message: str, headers: Mapping[str, str] | None = None, status: int | None = None
 ) -> JSONResponse:
-    return JSONResponse(error_body(code, message), status_code=STATUS[code], headers=headers)
+    return JSONResponse(
+        error_body(code, message), status_code=status or STATUS[code], headers=headers
+    )
+
+
+def request_status(path: str, code: Code) -> int:
+    """The status of ``code`` on ``path``: ``invalid_request`` is ``400`` on AuthZEN's
+    routes, as that specification requires, and ``422`` elsewhere."""
+    if code is Code.INVALID_REQUEST and path.startswith(AUTHZEN_PREFIX):
+        return 400
+    return STATUS[code]
 
 
 def _rejection(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, Rejection)
-    return error_response(exc.code, exc.message)
+    status = request_status(request.url.path, exc.code)
+    return error_response(exc.code, exc.message, status=status)
 
 
 def _api_error(request: Request, exc: Exception) -> JSONResponse:
@@ -122,7 +140,9 @@ def _validation(request: Request, exc: Exception) -> JSONResponse:
     for err in exc.errors()[:5]:
         where = ".".join(str(part) for part in err.get("loc", ()))
         problems.append(f"{where}: {err.get('msg', 'invalid')}")
-    return error_response(Code.INVALID_REQUEST, "; ".join(problems) or "invalid request")
+    status = request_status(request.url.path, Code.INVALID_REQUEST)
+    message = "; ".join(problems) or "invalid request"
+    return error_response(Code.INVALID_REQUEST, message, status=status)
 
 
 def _http(request: Request, exc: Exception) -> JSONResponse:

@@ -5,8 +5,9 @@
   referrer, no caching of API answers;
 - a request body limit: a declared ``Content-Length`` over the limit, or a body that
   grows past it, is ``413 payload_too_large`` before any route runs;
-- a rate limit on ``/v1``: token buckets per bearer token and per address (four times
-  larger); an empty bucket is ``429 rate_limited`` with ``Retry-After``.
+- a rate limit on ``/v1`` and AuthZEN's ``/access/`` (ADR 0083): token buckets per
+  bearer token and per address (four times larger); an empty bucket is
+  ``429 rate_limited`` with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from callgate.domain.codes import Code
-from callgate.surfaces.http.errors import error_response
+from callgate.surfaces.http.errors import AUTHZEN_PREFIX, error_response
+
+# The API's routes: rate limited, never cached.
+API_PREFIXES = ("/v1", AUTHZEN_PREFIX)
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -47,7 +51,7 @@ class SecurityHeaders:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        api = scope["path"].startswith("/v1")
+        api = scope["path"].startswith(API_PREFIXES)
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -164,7 +168,7 @@ class RateLimit:
             return wait
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith("/v1"):
+        if scope["type"] != "http" or not scope["path"].startswith(API_PREFIXES):
             await self.app(scope, receive, send)
             return
         now = time.monotonic()

@@ -1,0 +1,133 @@
+"""An evaluation (AuthZEN, ADR 0083) is decided like a call and runs nothing, on the
+embedded backend through the SDK: no dry-run, no execution, no pending approval, no usage
+reserved, no key or approval held; its decision is on the log and in the audit."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.e2e.helpers import cg
+from tests.limits_support import TICKET_LIMIT, limited_profile
+
+from callgate.bootstrap import App, Settings, bootstrap
+from callgate.domain import events as ev
+from callgate.domain.canonical import partition_key
+from callgate.domain.scope import OPERATOR_ROLE, bound_id
+from callgate.surfaces.gateway import Gateway
+
+TICKET = {"title": "printer", "requester_id": "alice"}
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> App:
+    one_ticket = {**TICKET_LIMIT, "max": 1}
+    profile = limited_profile(tmp_path / "profile", one_ticket)
+    return bootstrap(Settings(state_dir=tmp_path / "state", dev=True, profile=profile))
+
+
+@pytest.fixture
+def gate(app: App) -> Iterator[Gateway]:
+    gateway = app.gateway()
+    try:
+        yield gateway
+    finally:
+        gateway.close()
+
+
+def session(app: App, user: str = "alice", *roles: str) -> str:
+    return app.session_issuer.issue(user, "acme", roles or ("support",), app.clock())
+
+
+def events_of(gate: Gateway, invocation_id: str) -> list[type[ev.Event]]:
+    """The kinds of the invocation's events on the `events` log (requests are not on it)."""
+    return [type(e) for e in gate.backend.read_events() if e.invocation_id == invocation_id]
+
+
+def test_a_permitted_read_is_recorded_and_not_run(app: App, gate: Gateway) -> None:
+    [answer] = gate.evaluate([(session(app), "tickets.read", {"ticket_id": "T-1"})])
+    assert answer["outcome"] == "permitted" and answer["settled"], answer
+    assert events_of(gate, answer["invocation_id"]) == [ev.PolicyDecided]
+    assert gate.effects() == []
+    [record] = gate.audit(answer["invocation_id"], session=session(app))
+    assert record["outcome"] == "permitted"
+    assert record["authorized_by"]["decision"] == "permit"
+    assert record["authorized_by"]["principal"]["user"] == "alice"
+
+
+def test_a_call_that_needs_a_confirmation_evaluates_to_approval_required_and_nothing_waits(
+    app: App, gate: Gateway
+) -> None:
+    args = {"record_id": "REC-1", "fields": {"status": "closed"}}
+    [answer] = gate.evaluate([(session(app), "records.update", args)])
+    assert answer["outcome"] == "approval_required", answer
+    assert "dry_run" not in answer
+    assert events_of(gate, answer["invocation_id"]) == [ev.PolicyDecided]
+    assert gate.pending(session(app, "ops", OPERATOR_ROLE)) == []
+
+
+def test_refusals_are_the_calls_refusals(app: App, gate: Gateway) -> None:
+    alice = session(app)
+    answers = gate.evaluate(
+        [
+            (alice, "tickets.read", {"ticket_id": "GT-1"}),  # another tenant's ticket
+            (alice, "tickets.create", {**TICKET, "requester_id": "bob"}),  # another user
+            (alice, "tickets.nope", {}),
+            (alice, "tickets.read", {"ticket_id": ""}),
+        ]
+    )
+    outcomes = [a["outcome"] for a in answers]
+    assert outcomes == ["tool_forbidden", "identity_spoof", "unknown_tool", "invalid_arguments"]
+    assert len(gate.audit(session=alice)) == 4
+
+
+def test_an_evaluation_reserves_no_usage(app: App, gate: Gateway) -> None:
+    """The profile allows one ticket per actor: evaluations never use it up, so the one
+    call still fits after them, and a second call is refused as usual."""
+    alice = session(app)
+    for answer in gate.evaluate([(alice, "tickets.create", TICKET)] * 3):
+        assert answer["outcome"] == "permitted", answer
+    assert gate.propose(alice, "tickets.create", TICKET)["outcome"] == "executed"
+    assert gate.propose(alice, "tickets.create", TICKET)["outcome"] == "limit_exceeded"
+    [answer] = gate.evaluate([(alice, "tickets.create", TICKET)])
+    assert answer["outcome"] == "permitted"  # the policy's answer; the limit is C13's
+
+
+@pytest.mark.parametrize("field", ["idempotency_key", "approval_id"])
+def test_an_evaluation_with_a_key_or_an_approval_is_malformed(
+    app: App, gate: Gateway, field: str
+) -> None:
+    alice = session(app)
+    invocation_id = bound_id(alice, uuid.uuid4().hex)
+    extra: dict[str, Any] = {field: "k-1"}
+    key = partition_key("acme", "k-1", invocation_id) if field == "idempotency_key" else ""
+    proposal = ev.ToolCallProposed(
+        event_id=str(uuid.uuid4()),
+        invocation_id=invocation_id,
+        partition_key=key,
+        session_token=alice,
+        tool="tickets.read",
+        args_json='{"ticket_id": "T-1"}',
+        evaluate_only=True,
+        **extra,
+    )
+    status = gate.backend.follow(proposal, "status", invocation_id, lambda s: True, 10)
+    assert status is not None and status["outcome"] == "malformed_event", status
+    assert ev.ExecutionRequested not in events_of(gate, invocation_id)
+
+
+def test_replay_rebuilds_the_views_of_evaluations_equal(tmp_path: Path, app: App) -> None:
+    """The status and audit views fold an evaluation's decision the same from the log."""
+    gate = app.gateway()
+    try:
+        alice = session(app)
+        gate.evaluate([(alice, "tickets.read", {"ticket_id": "T-1"})])
+        gate.evaluate([(alice, "records.update", {"record_id": "REC-1", "fields": {"a": 1}})])
+        gate.evaluate([(alice, "tickets.read", {"ticket_id": "GT-1"})])
+    finally:
+        gate.close()
+    replayed = cg(tmp_path / "state", "replay", profile=tmp_path / "profile" / "profile.yaml")
+    assert replayed["equal"] is True, replayed
