@@ -23,9 +23,16 @@ import os
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
 from tools.apache_kafka import ApacheKafka
 
 from tests.kafka_support import Broker, require_broker
+
+# Property tests assert properties, not speed: Hypothesis's per-example deadline (200 ms)
+# and its too-slow health check measure the machine, and on two cores shared with brokers
+# and browsers an example can take longer while nothing is wrong. Speed has its benchmarks.
+settings.register_profile("callgate", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("callgate")
 
 BROKER_FIXTURES = {"kafka_broker", "kafka_bootstrap"}
 
