@@ -108,38 +108,30 @@ def load(tmp_path: Path) -> Iterator[Path]:
     thread.join(timeout=10)
 
 
-def test_serve_stops_cleanly_every_time(load: Path, tmp_path: Path) -> None:
-    log = tmp_path / "serve.log"
+def stop_serve(load: Path, log: Path, args: list[str], ready: str, seed: int) -> Counter[str]:
+    """``callgate serve ARGS`` on ``load``'s state directory, stopped ``STOPS`` times;
+    ``ready``: the text of its log that says it has started."""
 
     def start() -> subprocess.Popen[bytes]:
-        argv = [*callgate_argv(), "--state-dir", str(load), "serve"]
+        argv = [*callgate_argv(), "--state-dir", str(load), "serve", *args]
         with log.open("w") as err:
             return subprocess.Popen(
                 argv, stdout=subprocess.DEVNULL, stderr=err, env=cli_env(),
                 preexec_fn=default_signals,
             )  # fmt: skip
 
-    ended = stop_repeatedly(
-        start, lambda: "callgate serve (pid" in log.read_text(), log, random.Random(44)
-    )
+    return stop_repeatedly(start, lambda: ready in log.read_text(), log, random.Random(seed))
+
+
+def test_serve_stops_cleanly_every_time(load: Path, tmp_path: Path) -> None:
+    ended = stop_serve(load, tmp_path / "serve.log", [], "callgate serve (pid", 44)
     print(f"\nserve: {STOPS} stops, none over {GRACE_S:g}s: {dict(ended)}")
 
 
 def test_serve_http_stops_cleanly_every_time(load: Path, tmp_path: Path) -> None:
+    address = f"127.0.0.1:{free_port()}"
     log = tmp_path / "serve-http.log"
-    port = free_port()
-
-    def start() -> subprocess.Popen[bytes]:
-        argv = [*callgate_argv(), "--state-dir", str(load), "serve", "--http", f"127.0.0.1:{port}"]
-        with log.open("w") as err:
-            return subprocess.Popen(
-                argv, stdout=subprocess.DEVNULL, stderr=err, env=cli_env(),
-                preexec_fn=default_signals,
-            )  # fmt: skip
-
-    ended = stop_repeatedly(
-        start, lambda: "http://127.0.0.1" in log.read_text(), log, random.Random(45)
-    )
+    ended = stop_serve(load, log, ["--http", address], "http://127.0.0.1", 45)
     print(f"\nserve --http: {STOPS} stops, none over {GRACE_S:g}s: {dict(ended)}")
 
 

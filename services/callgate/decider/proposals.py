@@ -141,6 +141,38 @@ def _resume(
     _rejecting(state, p, out, decide)
 
 
+def _parked(
+    p: ev.ToolCallProposed,
+    phase: str,
+    tool: str,
+    principal: Principal,
+    target: str,
+    args: dict[str, Any],
+) -> Invocation:
+    """A proposal that waits for an answer (a description, the usage) before its policy
+    decision: what ``_resume`` decides it from once the answer comes."""
+    return Invocation(
+        p.invocation_id,
+        phase,
+        "",
+        partition_key=p.partition_key,
+        tool=tool,
+        actor=principal.user,
+        tenant=principal.tenant,
+        target=target,
+        args_json=canonical_json(args),
+        idempotency_key=p.idempotency_key,
+        roles=list(principal.roles),
+        session_id=principal.session_id,
+        session_expires_at=principal.expires_at,
+        agent=principal.agent,
+        delegation=list(principal.delegation),
+        approval_id=p.approval_id,
+        proposal_event_id=p.event_id,
+        evaluate_only=p.evaluate_only,
+    )
+
+
 def _rejecting(
     state: DeciderState, p: ev.ToolCallProposed, out: Emitter, decide: Callable[[], None]
 ) -> None:
@@ -214,26 +246,8 @@ def _decide_proposal(
     if facts is None:
         # C7: the profile does not say who owns the target; its system of record does.
         # Ask it through an event (the decider stays pure; replay reads the answer).
-        state.invocations[p.invocation_id] = Invocation(
-            p.invocation_id,
-            Phase.DESCRIBING,
-            "",
-            partition_key=p.partition_key,
-            tool=spec.name,
-            actor=principal.user,
-            tenant=principal.tenant,
-            target=target,
-            args_json=canonical_json(args),
-            idempotency_key=p.idempotency_key,
-            roles=list(principal.roles),
-            session_id=principal.session_id,
-            session_expires_at=principal.expires_at,
-            agent=principal.agent,
-            delegation=list(principal.delegation),
-            approval_id=p.approval_id,
-            proposal_event_id=p.event_id,
-            evaluate_only=p.evaluate_only,
-        )
+        parked = _parked(p, Phase.DESCRIBING, spec.name, principal, target, args)
+        state.invocations[p.invocation_id] = parked
         out.emit(
             ev.ResourceDescriptionRequested,
             tenant=principal.tenant,
@@ -278,26 +292,8 @@ def _decide_policy(
     # An evaluation reserves no usage: it is a question, and answers the policy alone.
     if limits and not p.evaluate_only and (waited is None or not waited.usage):
         # ADR 0079: ask the usage first, so that the policy decides with it in one step.
-        parked = Invocation(
-            p.invocation_id,
-            Phase.RESERVING,
-            "",
-            partition_key=p.partition_key,
-            tool=spec.name,
-            actor=principal.user,
-            tenant=principal.tenant,
-            target=target,
-            args_json=canonical_json(args),
-            idempotency_key=p.idempotency_key,
-            roles=list(principal.roles),
-            session_id=principal.session_id,
-            session_expires_at=principal.expires_at,
-            approval_id=p.approval_id,
-            proposal_event_id=p.event_id,
-            agent=principal.agent,
-            delegation=list(principal.delegation),
-            facts_json="" if facts is NEW_RESOURCE else facts.to_json(),
-        )
+        parked = _parked(p, Phase.RESERVING, spec.name, principal, target, args)
+        parked.facts_json = "" if facts is NEW_RESOURCE else facts.to_json()
         state.invocations[p.invocation_id] = parked
         usage.ask(parked, limits, principal, args, out)
         return
