@@ -33,6 +33,7 @@ from callgate.domain.catalog import Profile, ProfileError
 from callgate.providers.base import Provider
 from callgate.providers.http import HttpProvider
 from callgate.providers.ledger import EffectLedger
+from callgate.providers.secrets import Secret
 from callgate.providers.simulated import SIMULATED, FaultPlan
 from callgate.providers.upstream_tokens import UpstreamTokenConfig, build_upstream_tokens
 
@@ -171,39 +172,10 @@ class SimulatedKind:
         return provider
 
 
-class Credentials(_Settings):
-    """Where the provider's credential is read from: an environment variable or a file."""
-
-    env: str | None = Field(default=None, min_length=1)
-    file: Path | None = None
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> Credentials:
-        if (self.env is None) == (self.file is None):
-            raise ValueError("give exactly one of 'env' and 'file'")
-        return self
-
-    def read(self, environ: Mapping[str, str], base: Path) -> str:
-        if self.env is not None:
-            value = environ.get(self.env, "")
-            if not value:
-                raise ValueError(f"environment variable {self.env} is not set")
-            return value
-        path = self.file if self.file is None or self.file.is_absolute() else base / self.file
-        assert path is not None
-        try:
-            value = path.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
-        if not value:
-            raise ValueError(f"{path} is empty")
-        return value
-
-
 class HttpSettings(_Settings):
     kind: Literal["http"]
     base_url: str = Field(pattern=r"^https?://[^\s/]+", description="protocol root URL")
-    credentials: Credentials | None = None
+    credentials: Secret | None = None
     timeout_s: float = Field(default=10.0, gt=0, le=300)
     retries: int = Field(default=0, ge=0, le=10, description="repeats of read-only calls")
     # A token obtained per call instead of ``credentials`` (ADR 0081).
