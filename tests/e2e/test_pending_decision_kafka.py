@@ -45,12 +45,13 @@ def test_sdk_answers_pending_decision_never_allowed(undecided: Deployment) -> No
         assert answer["outcome"] == UNDECIDED and answer["settled"] is False, answer
         assert answer["error"]["code"] == UNDECIDED
         inv = answer["invocation_id"]
-        status = gate.status(inv, alice)
+        assert gate.status(inv, alice) is None  # nothing recorded of it
+        status = gate.status_or_undecided(inv, alice)
         assert status is not None and status["outcome"] == UNDECIDED, status
         waited = gate.wait(inv, alice, 1.0)
         assert waited["outcome"] == UNDECIDED and waited["final"] is False, waited
         mallory = token(gate, "mallory", "acme", "support")
-        assert gate.status(inv, mallory) is None  # not formed by this session: not found
+        assert gate.status_or_undecided(inv, mallory) is None  # not formed by this session
     finally:
         gate.close()
 

@@ -479,16 +479,22 @@ class Gateway:
 
     def status(self, invocation_id: str, session: str) -> dict[str, Any] | None:
         """An invocation's status, if it belongs to the session's tenant (any tenant for a
-        session with the operator role, ``callgate.domain.scope.OPERATOR_ROLE``).
-
-        An id bound to this very session (``is_bound``: only its holder formed it) with no
-        status yet is ``pending_decision``: the call was published and is not decided, or
-        its publishing failed (then the caller was answered ``broker_unavailable``)."""
+        session with the operator role, ``callgate.domain.scope.OPERATOR_ROLE``); None when
+        nothing is recorded of it (``status_or_undecided`` tells the session that formed
+        the id why)."""
         reader = self._reader(session)
         status = self._status(invocation_id)
-        if status is None:
+        return status if status is not None and may_read(reader, status.get("tenant")) else None
+
+    def status_or_undecided(self, invocation_id: str, session: str) -> dict[str, Any] | None:
+        """``status``; for an id bound to this very session (``is_bound``: only its holder
+        formed it) of which nothing is recorded yet, ``pending_decision``: the call was
+        published and is not decided, or its publishing failed (then the caller was answered
+        ``broker_unavailable``). Never ``allowed`` for a call no policy decided."""
+        status = self.status(invocation_id, session)
+        if status is None and self._status(invocation_id) is None:
             return undecided(invocation_id) if is_bound(invocation_id, session) else None
-        return status if may_read(reader, status.get("tenant")) else None
+        return status
 
     def audit(self, invocation_id: str | None = None, *, session: str) -> list[dict[str, Any]]:
         """Audit records of the session's tenant (every tenant for an operator)."""

@@ -149,7 +149,7 @@ def deny(ctx: Context) -> int:
 def status(ctx: Context) -> int:
     from callgate.domain.codes import Code, Rejection
 
-    found = ctx.gateway().status(ctx.ns.invocation_id, ctx.ns.session)
+    found = ctx.gateway().status_or_undecided(ctx.ns.invocation_id, ctx.ns.session)
     if found is None:
         raise Rejection(Code.NOT_FOUND, f"no invocation {ctx.ns.invocation_id}")
     ctx.out.status(found)

@@ -33,7 +33,7 @@ def visible_status(ctx: ServerContext, invocation_id: str, sess: Session) -> dic
     ``pending_decision`` (not settled), as the SDK's answer says: not missing, and never
     ``allowed``, which says that a policy permitted it.
     """
-    status = ctx.gateway.status(invocation_id, sess.token)
+    status = ctx.gateway.status_or_undecided(invocation_id, sess.token)
     if status is None and ctx.published_by(invocation_id) == sess.tenant:
         return undecided(invocation_id)
     if status is not None and status.get("outcome") == Code.PENDING_DECISION.value:
