@@ -82,6 +82,9 @@ def stop_repeatedly(
             raise AssertionError(
                 f"stop {n}: {sig.name} did not stop it within {GRACE_S}s: {log.read_text()[-3000:]}"
             ) from None
+        for stream in (proc.stdin, proc.stdout):
+            if stream is not None:
+                stream.close()
         if late:
             assert code == 0, f"stop {n}: {sig.name} after start-up: exit {code}: {log.read_text()}"
         ended["after start-up" if late else "during start-up"] += 1
@@ -175,7 +178,7 @@ def test_mcp_stops_cleanly_every_time(load: Path, tmp_path: Path) -> None:
         assert proc.stdin is not None
         proc.stdin.write(INITIALIZE.encode() + b"\n")
         proc.stdin.flush()
-        latest.append(proc)
+        latest[:] = [proc]
         return proc
 
     def ready() -> bool:  # its answer to initialize is on stdout
