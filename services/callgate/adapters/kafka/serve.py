@@ -237,9 +237,9 @@ class Supervisor:
             pause = 0.0 if ran_s >= RESTART_RESET_S else self._pause.get(name, 0.0)
             self._pause[name] = min(RESTART_MAX_S, max(0.5, 2 * pause))
             self._due[name] = (now + pause, extra_env)
-        self.check_due(now)
+        self._start_due(now)
 
-    def check_due(self, now: float) -> None:
+    def _start_due(self, now: float) -> None:
         """Start the restarts whose pause is over."""
         for name, (due, extra_env) in list(self._due.items()):
             if now >= due:
