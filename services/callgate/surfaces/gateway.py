@@ -491,10 +491,11 @@ class Gateway:
         formed it) of which nothing is recorded yet, ``pending_decision``: the call was
         published and is not decided, or its publishing failed (then the caller was answered
         ``broker_unavailable``). Never ``allowed`` for a call no policy decided."""
-        status = self.status(invocation_id, session)
-        if status is None and self._status(invocation_id) is None:
+        reader = self._reader(session)
+        status = self._status(invocation_id)  # one read of the view
+        if status is None:
             return undecided(invocation_id) if is_bound(invocation_id, session) else None
-        return status
+        return status if may_read(reader, status.get("tenant")) else None
 
     def audit(self, invocation_id: str | None = None, *, session: str) -> list[dict[str, Any]]:
         """Audit records of the session's tenant (every tenant for an operator)."""
