@@ -5,6 +5,11 @@ thread holds a lock: ``threading.Event.set`` from the handler then waits forever
 lock of the ``Event`` the main thread is inside ``wait`` of (``serve`` hung after SIGTERM
 once in 33 stops). Here the handler only writes a byte to a pipe, which takes no lock; a
 thread of its own reads the pipe and sets the ``Event``.
+
+A command that runs until stopped holds the stop signals from its first line until its
+handlers are installed (``held``): a signal sent during start-up then waits for them.
+Without the hold, a SIGINT in that window raised Python's ``KeyboardInterrupt`` wherever
+start-up code was, and one was lost there once in about 200 stops (serve then ran on).
 """
 
 from __future__ import annotations
@@ -13,9 +18,21 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """Block the stop signals in this thread (and the threads it starts) until the block
+    ends; one that arrives meanwhile is delivered then, to the handlers installed by then.
+    Start no process inside the block: a child would inherit the blocked signals."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def stop_on_signals(stop: threading.Event, signals: Iterable[int] = STOP_SIGNALS) -> None:

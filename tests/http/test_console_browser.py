@@ -44,7 +44,7 @@ if not CHROMIUM.exists():
     print(REASON, file=sys.stderr)
     pytest.skip(REASON, allow_module_level=True)
 
-from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
+from playwright.sync_api import Browser, Page, Route, expect, sync_playwright  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -378,3 +378,30 @@ def test_an_operator_sees_the_shadow_policys_disagreements(
         page.close()
     finally:
         assert serve.stop() == 0, serve.log.read_text()
+
+
+def test_signing_out_while_the_pending_list_loads_ends_that_sign_in_quietly(
+    server: HttpServe, browser: Browser
+) -> None:
+    """Signing in enters the workspace and asks for the pending list; the approver signs
+    out before it comes (a slow backend): the late list neither re-enters the workspace
+    nor fails on the signed-out session (an alarm here; an uncaught error after a
+    reload, whose sign-in is the session cookie's)."""
+    page = new_page(browser)
+    held: list[Route] = []
+    page.route("**/v1/pending", lambda route: held.append(route))
+    page.goto(server.url + "/")
+    page.get_by_label("Sign in as a sample user").select_option("fran")
+    page.get_by_role("button", name="Sign in as this user").click()
+    expect(page.locator("#who-text")).to_contain_text("fran @")
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.locator("#dev-form")).to_be_visible()
+    page.wait_for_function("true")  # the held request is in
+    assert len(held) == 1
+    with page.expect_response("**/v1/pending"):
+        held[0].continue_()
+    page.evaluate("() => new Promise((done) => setTimeout(done, 50))")  # enter() resumes
+    expect(page.locator("#workspace")).to_be_hidden()
+    expect(page.locator("#alert")).to_be_hidden()
+    no_page_errors(page)
+    page.close()

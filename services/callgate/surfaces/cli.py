@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from callgate import logs
+from callgate import logs, stopping
 from callgate.domain.codes import Code, Rejection
 from callgate.gc_settings import apply_gc_settings
 from callgate.surfaces.commands import MODULES
@@ -186,6 +186,10 @@ def _from_env(ns: argparse.Namespace) -> None:
         ns.verbose = int(value)
 
 
+def _never(ns: argparse.Namespace) -> bool:
+    return False
+
+
 def main(
     argv: Sequence[str] | None = None,
     parser: Callable[[], argparse.ArgumentParser] = build_parser,
@@ -195,8 +199,14 @@ def main(
     # Before parsing: a refused command line is reported in the form the caller asked for.
     json_mode = "--json" in args[: args.index("--")] if "--" in args else "--json" in args
     try:
-        ns = parser().parse_args(args)
-        _from_env(ns)
+        # A stop during parsing waits for the handlers of a command that runs until
+        # stopped; any other command gets Python's KeyboardInterrupt when the hold ends.
+        with stopping.held():
+            ns = parser().parse_args(args)
+            _from_env(ns)
+            ctx = Context(ns)
+            if getattr(ns, "until_stopped", _never)(ns):
+                stopping.stop_on_signals(ctx.stop)
     except UsageError as e:
         if not json_mode:
             sys.stderr.write(e.usage)
@@ -205,8 +215,9 @@ def main(
     except Misuse as e:
         report_error(Code.USAGE, str(e), json_mode)
         return EXIT_MISUSE
+    except KeyboardInterrupt:
+        return 130
     logs.configure(ns.verbose, ns.log_format)
-    ctx = Context(ns)
     try:
         code: int = ns.handler(ctx)
         return code

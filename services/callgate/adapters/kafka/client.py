@@ -260,6 +260,21 @@ def _produce(
             producer.poll(0.1)
 
 
+def committed_offsets(
+    consumer: Consumer, partitions: Sequence[TopicPartition], timeout_s: float
+) -> list[TopicPartition]:
+    """The group's committed offsets of ``partitions``; raises ``KafkaException`` when the
+    answer for any partition is an error. Its offset is ``OFFSET_INVALID`` then, the same
+    as "nothing committed": read so, a runner would restore that partition's state as
+    empty and handle its input again from the first record (after a broker restart, a
+    whole history was decided and applied again that way)."""
+    found: list[TopicPartition] = consumer.committed(list(partitions), timeout=timeout_s)
+    for tp in found:
+        if tp.error is not None:
+            raise KafkaException(tp.error)
+    return found
+
+
 def read_partitions_to_end(
     bootstrap: BrokerAddress,
     topic: str,

@@ -92,6 +92,7 @@ from callgate.adapters.engine import (
 from callgate.adapters.failures import Deterministic, answers, dead_letter
 from callgate.adapters.kafka.client import (
     EventCodec,
+    committed_offsets,
     make_consumer,
     make_producer,
     position,
@@ -851,7 +852,7 @@ class KafkaRunner:
         committed: list[TopicPartition] = []
         if inputs:
             with self._bounded("committed input positions"):
-                committed = self._consumer.committed(inputs, timeout=CALL_TIMEOUT_S)
+                committed = committed_offsets(self._consumer, inputs, CALL_TIMEOUT_S)
         self._committed = {
             (tp.topic, tp.partition): tp.offset for tp in committed if tp.offset >= 0
         }

@@ -43,6 +43,7 @@ from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, Writ
 
 from callgate.adapters.kafka.client import (
     client_config,
+    committed_offsets,
     fetched,
     headers_of,
     position,
@@ -274,9 +275,10 @@ class ChangelogReader:
         timeout_s: float | None = None,
     ) -> dict[int, int | None]:
         """The group's committed changelog bound per partition (None: nothing committed)."""
-        tps = consumer.committed(
+        tps = committed_offsets(
+            consumer,
             [TopicPartition(topic, p) for p in partitions],
-            timeout=self._timeout_s if timeout_s is None else timeout_s,
+            self._timeout_s if timeout_s is None else timeout_s,
         )
         return {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in tps}
 

@@ -8,6 +8,7 @@ time a handler asks for it.
 from __future__ import annotations
 
 import argparse
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -30,6 +31,9 @@ class Context:
     """One command's run: arguments in, settings/app/renderer built on first use."""
 
     ns: argparse.Namespace
+    # Set by SIGTERM or SIGINT for a command that runs until stopped (``until_stopped``);
+    # the command line installs the handlers before the handler runs.
+    stop: threading.Event = field(default_factory=threading.Event)
     _closers: list[Callable[[], None]] = field(default_factory=list)
 
     @property

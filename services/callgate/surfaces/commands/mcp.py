@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
     m = add_command(sub, common, "mcp", "serve callgate as an MCP server (stdio or HTTP)", mcp)
+    m.set_defaults(until_stopped=lambda ns: not ns.http)  # HTTP: uvicorn's own handlers
     m.add_argument(
         "--http",
         metavar="HOST:PORT",
@@ -83,5 +84,5 @@ def mcp(ctx: Context) -> int:
         return EXIT_OK
     from callgate.surfaces.mcp.serve import serve_stdio
 
-    serve_stdio(app, options)
+    serve_stdio(app, options, ctx.stop)
     return EXIT_OK

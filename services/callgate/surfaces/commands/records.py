@@ -6,11 +6,9 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-import threading
 import time
 from pathlib import Path
 
-from callgate.stopping import stop_on_signals
 from callgate.surfaces.commands import Subcommands, add_command
 from callgate.surfaces.commands.context import EXIT_FAILED, EXIT_OK, Context, Misuse
 
@@ -52,6 +50,7 @@ def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type
     au.add_argument(
         "--follow", action="store_true", help="export: keep writing new records until stopped"
     )
+    au.set_defaults(until_stopped=lambda ns: ns.action == "export" and ns.follow)
     add_command(sub, common, "replay", "rebuild every projection from the log and compare", replay)
     add_command(sub, common, "effects", "side effects of the simulated providers", effects)
 
@@ -119,9 +118,7 @@ def export(ctx: Context) -> int:
     gate = ctx.gateway()
     session = ctx.ns.session
     gate.audit_chains(session)  # refuses a non-operator before anything is written
-    stop = threading.Event()
-    if ctx.ns.follow:
-        stop_on_signals(stop)  # no lock in the handler
+    stop = ctx.stop  # --follow: set on SIGTERM or SIGINT (the command line's handlers)
     job = Export(
         fmt=ctx.ns.format,
         read_records=lambda: gate.audit_chains(session),

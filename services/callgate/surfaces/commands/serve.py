@@ -7,13 +7,13 @@ import os
 import sys
 import threading
 
-from callgate.stopping import stop_on_signals
 from callgate.surfaces.commands import Subcommands, add_command
 from callgate.surfaces.commands.context import EXIT_OK, Context, Misuse
 
 
 def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
     s = add_command(sub, common, "serve", "run all deciders and projections (the main job)", serve)
+    s.set_defaults(until_stopped=lambda ns: True)
     s.add_argument(
         "--only",
         action="append",
@@ -79,8 +79,7 @@ def serve(ctx: Context) -> int:
         _notice(ctx, DEV_MODE_NOTICE)
     elif not app.settings.sessions.issuers:
         _notice(ctx, NO_ISSUER_WARNING)
-    stop = threading.Event()
-    stop_on_signals(stop)  # no lock in the handler
+    stop = ctx.stop  # set on SIGTERM or SIGINT (the command line's handlers)
     _watch_pins(ctx, stop)
     if ctx.ns.http is not None:
         from callgate.surfaces.http.context import HttpOptions  # FastAPI only on this path

@@ -24,7 +24,6 @@ from starlette.responses import JSONResponse
 
 from callgate.bootstrap import App
 from callgate.domain.codes import Rejection
-from callgate.stopping import stop_on_signals
 from callgate.surfaces import pinning
 from callgate.surfaces.mcp.bridge import GatewayBridge
 from callgate.surfaces.mcp.server import McpOptions, build_server
@@ -59,15 +58,14 @@ def end_on_stop(stop: threading.Event, bridge: GatewayBridge) -> None:
     os._exit(0)
 
 
-def serve_stdio(app: App, options: McpOptions) -> None:
+def serve_stdio(app: App, options: McpOptions, stop: threading.Event) -> None:
+    """Serve over stdio until the client closes it or ``stop`` is set (SIGTERM/SIGINT)."""
     import anyio
     from mcp.server.stdio import stdio_server
 
     bridge = GatewayBridge(app)
     server = build_server(bridge, options)
     watch_pins(app, bridge)
-    stop = threading.Event()
-    stop_on_signals(stop)  # no lock in the handler
     threading.Thread(target=end_on_stop, args=(stop, bridge), daemon=True).start()
 
     async def main() -> None:

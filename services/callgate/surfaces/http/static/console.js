@@ -595,18 +595,22 @@ async function resume() {
 }
 
 async function enter() {
+  const me = state.me;
   $("token").value = "";
-  $("who-text").textContent = `${state.me.user} @ ${state.me.tenant} (${state.me.roles.join(", ") || "no roles"})`;
+  $("who-text").textContent = `${me.user} @ ${me.tenant} (${me.roles.join(", ") || "no roles"})`;
   show($("who"), true);
   show($("signin"), false);
   show($("workspace"), true);
-  state.items = await api("/v1/pending");
+  const items = await api("/v1/pending");
+  // Signed out (or in as someone else) while the list was on its way: this entry is over.
+  if (state.me !== me) return;
+  state.items = items;
   renderList();
   state.feed = new AbortController();
   follow(state.feed);
   const target = targetFromLocation();
   if (target) select(target);
-  if (state.me.roles.includes(OPERATOR_ROLE)) loadShadow();
+  if (me.roles.includes(OPERATOR_ROLE)) loadShadow();
   $("main").focus();
 }
 
