@@ -17,9 +17,14 @@ from callgate.domain.keys import PrivateKey, algorithm_of
 
 class KeyServer:
     """Serves ``/.well-known/openid-configuration`` and ``/jwks`` for ``issuer``; signs
-    tokens with its private keys. ``up = False`` answers 503 (an outage)."""
+    tokens with its private keys. ``up = False`` answers 503 (an outage).
 
-    def __init__(self) -> None:
+    ``path``: the issuer's path as the provider names it (Okta's ``/oauth2/default``,
+    Auth0's trailing ``/``), under which both documents are served; ``jwks_path``: where
+    under it the keys are (Okta's ``/v1/keys``)."""
+
+    def __init__(self, path: str = "", jwks_path: str = "/jwks") -> None:
+        root = path.rstrip("/")
         self.private: dict[str, PrivateKey] = {}
         self.published: list[str] = []  # the kids in the JWKS, in order
         self.requests: list[str] = []
@@ -34,14 +39,14 @@ class KeyServer:
                     self.send_response(503)
                     self.end_headers()
                     return
-                if self.path == "/.well-known/openid-configuration":
+                if self.path == root + "/.well-known/openid-configuration":
                     body = {
                         "issuer": owner.issuer,
-                        "authorization_endpoint": owner.issuer + "/auth",
-                        "token_endpoint": owner.issuer + "/token",
-                        "jwks_uri": owner.issuer + "/jwks",
+                        "authorization_endpoint": owner.base + root + "/auth",
+                        "token_endpoint": owner.base + root + "/token",
+                        "jwks_uri": owner.jwks_uri,
                     }
-                elif self.path == "/jwks":
+                elif self.path == owner.jwks_path:
                     body = jwks({k: owner.private[k].public_key() for k in owner.published})
                 else:
                     self.send_response(404)
@@ -58,13 +63,15 @@ class KeyServer:
                 pass
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.issuer = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self.base = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self.issuer = self.base + path
+        self.jwks_path = root + jwks_path
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 
     @property
     def jwks_uri(self) -> str:
-        return self.issuer + "/jwks"
+        return self.base + self.jwks_path
 
     def add(self, kid: str, key: PrivateKey, publish: bool = True) -> None:
         self.private[kid] = key
@@ -84,7 +91,7 @@ class KeyServer:
         )
 
     def jwks_fetches(self) -> int:
-        return self.requests.count("/jwks")
+        return self.requests.count(self.jwks_path)
 
     def stop(self) -> None:
         self._server.shutdown()

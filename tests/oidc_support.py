@@ -3,8 +3,9 @@
 ``make oidc-provider``), run by Node.js with its own login and consent pages.
 
 ``OpenIdProvider`` starts ``node tests/oidc/provider.mjs`` on a free port with one
-confidential client (the console) and the given accounts, each with the ``tenant`` and
-``roles`` claims its ID tokens carry (scope ``callgate``), and stops it with SIGTERM.
+confidential client (the console) and the given accounts, each with the claims its ID
+tokens carry (by default ``tenant`` and ``roles``, scope ``callgate``; ``claims`` names
+other scopes and claims, as Entra ID or Okta issue them), and stops it with SIGTERM.
 """
 
 from __future__ import annotations
@@ -43,7 +44,11 @@ class OpenIdProvider:
         redirect_uri: str,
         accounts: Mapping[str, Mapping[str, Any]],
         ttl_s: int = 3600,
+        claims: Mapping[str, Sequence[str]] | None = None,
+        kid: str = "idp-rs256-1",
     ) -> None:
+        """``claims``: scope -> the claims of the accounts it puts in the ID token; ``kid``:
+        its signing key's id (two providers beside each other need two)."""
         self.port = free_port()
         self.issuer = f"http://127.0.0.1:{self.port}"
         self.log = log
@@ -51,6 +56,8 @@ class OpenIdProvider:
             "port": self.port,
             "accounts": accounts,
             "ttl_s": ttl_s,
+            "kid": kid,
+            **({"claims": {s: list(c) for s, c in claims.items()}} if claims else {}),
             "clients": [
                 {
                     "client_id": CLIENT_ID,
@@ -81,6 +88,7 @@ class OpenIdProvider:
         scopes: Sequence[str] = ("openid", "callgate"),
         skew_s: int = 5,
         extra: str = "",
+        name: str = "Test IdP",
     ) -> str:
         """The ``[[sessions.issuers]]`` table of ``callgate.toml`` for this provider;
         ``extra``: more keys of the table (its tenants, a preset, ...)."""
@@ -88,7 +96,7 @@ class OpenIdProvider:
         return (
             "[[sessions.issuers]]\n"
             f'issuer = "{self.issuer}"\n'
-            'name = "Test IdP"\n'
+            f'name = "{name}"\n'
             f'client_id = "{CLIENT_ID}"\n'
             f'client_secret = "{CLIENT_SECRET}"\n'
             f'redirect_uri = "{redirect_uri}"\n'

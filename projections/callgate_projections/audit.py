@@ -109,35 +109,56 @@ def _principal(
     }
 
 
-# Fields of ``authorized_by.principal`` added after records were chained (issue 38.4):
-# when at their default they are left out of the hash, so a record written before them,
-# read back with the schema that has them (their default filled in), still verifies.
+# Fields added after records were chained (issue 38.4), of ``authorized_by.principal``
+# and of ``approval_request``: when at their default they are left out of the hash, so a
+# record written before them, read back with the schema that has them (their default
+# filled in), still verifies.
 _LATER_PRINCIPAL_DEFAULTS: Mapping[str, Any] = MappingProxyType({"agent": None, "delegation": []})
+_LATER_REQUEST_DEFAULTS: Mapping[str, Any] = MappingProxyType(
+    {"approver_agent": None, "approver_delegation": []}
+)
+
+
+def _without_defaults(part: object, defaults: Mapping[str, Any]) -> object:
+    """``part`` without those of ``defaults`` that are at their default (as chained)."""
+    if not isinstance(part, Mapping) or not any(part.get(k) == d for k, d in defaults.items()):
+        return part
+    return {k: v for k, v in part.items() if not (k in defaults and v == defaults[k])}
 
 
 def _hashed(record: Mapping[str, Any]) -> dict[str, Any]:
-    """The record as its hash covers it: without ``hash``, and without a principal's
-    later fields at their default."""
+    """The record as its hash covers it: without ``hash``, and without a principal's or
+    an approval request's later fields at their default."""
     body = {k: v for k, v in record.items() if k != "hash"}
     authorized = body.get("authorized_by")
-    if not isinstance(authorized, Mapping):
-        return body
-    principal = authorized.get("principal")
-    if isinstance(principal, Mapping) and any(
-        principal.get(k, d) == d for k, d in _LATER_PRINCIPAL_DEFAULTS.items()
-    ):
-        kept = {
-            k: v
-            for k, v in principal.items()
-            if not (k in _LATER_PRINCIPAL_DEFAULTS and v == _LATER_PRINCIPAL_DEFAULTS[k])
-        }
-        body["authorized_by"] = {**authorized, "principal": kept}
+    if isinstance(authorized, Mapping):
+        principal = _without_defaults(authorized.get("principal"), _LATER_PRINCIPAL_DEFAULTS)
+        if principal is not authorized.get("principal"):
+            body["authorized_by"] = {**authorized, "principal": principal}
+    if "approval_request" in body:
+        body["approval_request"] = _without_defaults(
+            body["approval_request"], _LATER_REQUEST_DEFAULTS
+        )
     return body
 
 
+_NO_REQUEST: Mapping[str, Any] = MappingProxyType(
+    {"state": None, "approver": None, "approval_jti": None, **_LATER_REQUEST_DEFAULTS}
+)
+
+
 def _request(facts: Mapping[str, Any], **changes: Any) -> dict[str, Any]:
-    base = facts.get("approval_request") or {"state": None, "approver": None, "approval_jti": None}
-    return {**base, **changes}
+    return {**(facts.get("approval_request") or _NO_REQUEST), **changes}
+
+
+def _decided(event: ApprovalGranted | ApprovalDenied) -> dict[str, Any]:
+    """Who decided an approval request: the approver, the agent acting for them and
+    their delegation chain (the approver's session, as a call's principal is recorded)."""
+    return {
+        "approver": event.approver,
+        "approver_agent": event.agent or None,
+        "approver_delegation": list(event.delegation),
+    }
 
 
 def _gather(old: Mapping[str, Any], event: Event, redactor: Redactor) -> dict[str, Any]:
@@ -178,10 +199,10 @@ def _gather(old: Mapping[str, Any], event: Event, redactor: Redactor) -> dict[st
             facts["quorum"] = {"required": event.required, "grants": grants}
         case ApprovalGranted():
             facts["approval_request"] = _request(
-                facts, state="granted", approver=event.approver, approval_jti=event.approval_jti
+                facts, state="granted", approval_jti=event.approval_jti, **_decided(event)
             )
         case ApprovalDenied():
-            facts["approval_request"] = _request(facts, state="denied", approver=event.approver)
+            facts["approval_request"] = _request(facts, state="denied", **_decided(event))
         case ApprovalExpired():
             facts["approval_request"] = _request(facts, state="expired")
         case ReplayServed():
@@ -272,7 +293,8 @@ def _append(
     plain = plain and all(is_plain(record[name]) for name in _CHAIN_FIELDS)
     encode = plain_json if plain else canonical_json
     # ``record_hash(record)``, without copying ``record`` minus a "hash" it has not got yet
-    # (nor its principal's later fields when they are at their default: ``_hashed``).
+    # (nor the later fields of its principal or approval request when they are at their
+    # default: ``_hashed``).
     hashed = _hashed(record) if _has_later_defaults(record) else record
     record["hash"] = sha256_hex(state.head_hash + encode(hashed))  # a str: plain
     entry.update(audited=digest, revision=record["revision"])
@@ -287,9 +309,13 @@ def _append(
 
 
 def _has_later_defaults(record: Mapping[str, Any]) -> bool:
-    principal = record["authorized_by"]["principal"]
-    return principal is not None and any(
-        principal.get(k) == d for k, d in _LATER_PRINCIPAL_DEFAULTS.items()
+    principal, request = record["authorized_by"]["principal"], record["approval_request"]
+    return any(
+        part is not None and any(part.get(k) == d for k, d in defaults.items())
+        for part, defaults in (
+            (principal, _LATER_PRINCIPAL_DEFAULTS),
+            (request, _LATER_REQUEST_DEFAULTS),
+        )
     )
 
 

@@ -174,7 +174,7 @@ class IssuerSettings(_Section):
 
     def claims_mapping(self) -> ClaimsMapping:
         """Where its tokens carry the identity: the preset's claims, then explicit keys."""
-        from callgate.domain.claims import PRESETS, ClaimsMapping
+        from callgate.domain.claims import AGENT_CLAIMS, PRESETS, ClaimsMapping
 
         preset = PRESETS[self.preset] if self.preset else None
         subject = _claim_path(self.subject_claim) or (preset.subject if preset else ("sub",))
@@ -189,7 +189,15 @@ class IssuerSettings(_Section):
             }
         # The default shape (no preset, no roles_claim) keeps requiring its ``roles``.
         required = preset is None and self.roles_claim is None
-        return ClaimsMapping(subject, tenant, roles, self.tenant, role_map, required)
+        return ClaimsMapping(
+            subject,
+            tenant,
+            roles,
+            self.tenant,
+            role_map,
+            required,
+            preset.agent if preset else AGENT_CLAIMS,
+        )
 
     def binding(self) -> Binding:
         """What its tokens may assert (a constant tenant binds to that tenant)."""

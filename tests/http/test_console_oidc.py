@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
@@ -50,6 +50,13 @@ ACCOUNTS = {
     "alice": {"tenant": "acme", "roles": ["support"]},
     "nobody": {},  # the provider knows them, but their ID token carries no tenant or roles
 }
+
+
+class HasServe(Protocol):
+    """A deployment with ``callgate serve --http`` (this module's, or another's)."""
+
+    @property
+    def serve(self) -> HttpServe: ...
 
 
 class Deployment:
@@ -140,11 +147,12 @@ def approval_state(d: Deployment, invocation: str) -> Any:
         return c.get(f"/v1/invocations/{invocation}").json()["approval"]
 
 
-def through_the_provider(page: Page, d: Deployment, login: str) -> None:
+def through_the_provider(page: Page, d: HasServe, login: str, provider: str = "Test IdP") -> None:
+    """Sign in through the provider named ``provider`` on the console's sign-in link."""
     page.goto(d.serve.url + "/")
     expect(page.locator("#token-form")).to_be_hidden()  # production: no pasted tokens
     expect(page.locator("#dev-form")).to_be_hidden()
-    page.get_by_role("link", name="Sign in with Test IdP").click()
+    page.get_by_role("link", name=f"Sign in with {provider}").click()
     # oidc-provider's own login and consent pages.
     page.locator('input[name="login"]').fill(login)
     page.locator('input[name="password"]').fill("any")

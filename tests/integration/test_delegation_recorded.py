@@ -127,6 +127,73 @@ def test_agent_and_chain_are_on_every_event_recording_the_principal_the_export_a
     assert rejected and dict(rejected[0].attributes or {})["gen_ai.agent.id"] == "agent-cli"
 
 
+# An approvals UI ("approvals-ui") acts for the approver, handed the decision by a
+# review bot: the approver's own agent and chain, recorded beside the approver.
+APPROVER_ACT = {"sub": "review-bot", "act": {"sub": "approvals-ui"}}
+APPROVER_CHAIN = ("review-bot", "approvals-ui")
+REFUND = {"order_id": "ORD-9", "amount_cents": 25_000, "currency": "EUR", "issued_by": "alice"}
+DEPLOY = {"service": "checkout", "version": "2.4.1", "environment": "production"}
+
+
+def test_the_approvers_agent_and_chain_are_on_the_decision_events_and_the_audit(
+    tmp_path: Path,
+) -> None:
+    app = bootstrap(Settings(state_dir=tmp_path, dev=True))
+    gate = app.gateway()
+    try:
+        alice = token(app, "alice", ("support",), azp="agent-cli", act=ACT)
+        bob = token(app, "bob", ("finance-approver",), azp="approvals-ui", act=APPROVER_ACT)
+        granted = gate.propose(alice, "refunds.issue", REFUND)
+        assert gate.approve(granted["invocation_id"], bob)["outcome"] == "executed"
+        denied = gate.propose(alice, "refunds.issue", {**REFUND, "order_id": "ORD-10"})
+        gate.deny(denied["invocation_id"], bob, "not this one")
+        # A quorum (ADR 0030): each release manager's grant names their own agent.
+        rita = token(app, "rita", ("release",), azp="deploy-bot")
+        deploy = gate.propose(rita, "deploys.trigger", DEPLOY)
+        managers = [
+            token(app, "rm-1", ("release-manager",), azp="approvals-ui", act=APPROVER_ACT),
+            token(app, "rm-2", ("release-manager",), client_id="cli-approver"),
+        ]
+        for manager in managers:
+            gate.approve(deploy["invocation_id"], manager)
+        events = list(gate.backend.read_events())
+        records = gate.audit_chains(token(app, "olga", (OPERATOR_ROLE,)))
+    finally:
+        gate.close()
+    decided = [
+        (type(e).__name__, e.invocation_id, e.approver, e.agent, tuple(e.delegation))
+        for e in events
+        if isinstance(e, ev.ApprovalGranted | ev.ApprovalDenied | ev.ApprovalGrantRecorded)
+    ]
+    assert decided == [
+        ("ApprovalGranted", granted["invocation_id"], "bob", "approvals-ui", APPROVER_CHAIN),
+        ("ApprovalDenied", denied["invocation_id"], "bob", "approvals-ui", APPROVER_CHAIN),
+        ("ApprovalGrantRecorded", deploy["invocation_id"], "rm-1", "approvals-ui",
+         APPROVER_CHAIN),
+        ("ApprovalGrantRecorded", deploy["invocation_id"], "rm-2", "cli-approver", ()),
+        ("ApprovalGranted", deploy["invocation_id"], "rm-2", "cli-approver", ()),
+    ]  # fmt: skip
+
+    # The audit record: the approver's agent and chain beside the approver, the caller's
+    # beside the caller; the export's lines carry both.
+    assert verify_chain(records).ok
+    last = {r["invocation_id"]: r for r in records}
+    for invocation, state in ((granted, "granted"), (denied, "denied")):
+        record = last[invocation["invocation_id"]]
+        assert record["approval_request"] == {
+            "state": state,
+            "approver": "bob",
+            "approval_jti": record["approval_request"]["approval_jti"],
+            "approver_agent": "approvals-ui",
+            "approver_delegation": list(APPROVER_CHAIN),
+        }
+        assert record["authorized_by"]["principal"]["agent"] == "agent-cli"
+    exported = json.loads(format_line("cloudevents", last[granted["invocation_id"]]))
+    assert exported["data"]["approval_request"]["approver_agent"] == "approvals-ui"
+    deployed = last[deploy["invocation_id"]]["approval_request"]
+    assert (deployed["approver"], deployed["approver_agent"]) == ("rm-2", "cli-approver")
+
+
 def test_a_token_without_agent_or_act_records_them_empty(tmp_path: Path) -> None:
     app = bootstrap(Settings(state_dir=tmp_path, dev=True))
     gate = app.gateway()
@@ -211,4 +278,36 @@ def test_an_audit_record_chained_before_agent_and_delegation_still_verifies() ->
     assert verify_chain([read_back]).ok
     forged = json.loads(json.dumps(read_back))
     forged["authorized_by"]["principal"]["agent"] = "agent-cli"
+    assert not verify_chain([forged]).ok
+
+
+def test_an_audit_record_chained_before_the_approvers_agent_still_verifies() -> None:
+    """The same for the approval request's later fields: absent when the record was
+    chained, filled with their default when read back; a named agent is covered."""
+    old: dict[str, Any] = {
+        "invocation_id": "i-1",
+        "partition_key": "pk",
+        "proposed_by": "model",
+        "authorized_by": {
+            "decision": "permit",
+            "principal": {"user": "alice", "tenant": "acme", "roles": ["support"]},
+            "policy_version": "pv",
+            "determining_policies": [],
+            "resource": None,
+            "approval": None,
+        },
+        "approval_request": {"state": "granted", "approver": "bob", "approval_jti": "j-1"},
+        "outcome": "approval_required",
+        "revision": 2,
+        "occurred_at": 1,
+        "seq": 1,
+        "prev_hash": GENESIS,
+    }
+    old["hash"] = record_hash(old)
+    read_back = json.loads(json.dumps(old))
+    read_back["authorized_by"]["principal"].update(agent=None, delegation=[])
+    read_back["approval_request"].update(approver_agent=None, approver_delegation=[])
+    assert verify_chain([read_back]).ok
+    forged = json.loads(json.dumps(read_back))
+    forged["approval_request"]["approver_agent"] = "approvals-ui"
     assert not verify_chain([forged]).ok

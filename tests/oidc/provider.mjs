@@ -1,6 +1,8 @@
 // A real OpenID Connect provider for the console's sign-in tests: oidc-provider (pinned in
 // package.json), on loopback, with its own development login and consent pages. Its
-// configuration is one JSON argument: {port, clients, accounts: {login: claims}, ttl_s}.
+// configuration is one JSON argument: {port, clients, accounts: {login: claims}, ttl_s,
+// claims: {scope: [claim names]}, kid} (the claims each scope puts in the ID token, by
+// default {callgate: ["tenant", "roles"]}; the signing key's id, distinct per provider).
 // It prints "ready <issuer>" once it listens, and stops on SIGTERM.
 import { generateKeyPairSync } from "node:crypto";
 import Provider from "oidc-provider";
@@ -8,7 +10,8 @@ import Provider from "oidc-provider";
 const conf = JSON.parse(process.argv[2]);
 const issuer = `http://127.0.0.1:${conf.port}`;
 const { privateKey } = generateKeyPairSync("rsa", { modulusLength: 2048 });
-const jwk = { ...privateKey.export({ format: "jwk" }), kid: "idp-rs256-1", use: "sig", alg: "RS256" };
+const scoped = conf.claims ?? { callgate: ["tenant", "roles"] };
+const jwk = { ...privateKey.export({ format: "jwk" }), kid: conf.kid ?? "idp-rs256-1", use: "sig", alg: "RS256" };
 
 const provider = new Provider(issuer, {
   clients: conf.clients,
@@ -16,8 +19,8 @@ const provider = new Provider(issuer, {
   pkce: { required: () => true },
   // The claims of a scope go into the ID token itself (callgate reads the ID token only).
   conformIdTokenClaims: false,
-  claims: { openid: ["sub"], callgate: ["tenant", "roles"] },
-  scopes: ["openid", "callgate"],
+  claims: { openid: ["sub"], ...scoped },
+  scopes: ["openid", ...Object.keys(scoped)],
   ttl: { IdToken: conf.ttl_s ?? 3600, AccessToken: conf.ttl_s ?? 3600 },
   features: { devInteractions: { enabled: true } },
   async findAccount(ctx, id) {

@@ -88,8 +88,7 @@ PRESET_CASES: list[tuple[str, str, dict[str, Any], Principal]] = [
             "jti": "AT.0mP4JKAZX1iACIT4vbEDF7LpvDVjxypPMf0D7uX39RE",
             "iss": "ISS",
             "aud": "api://callgate",
-            "cid": "0oa1hsg4ljBZ3wHzS5d7",
-            "client_id": "0oa1hsg4ljBZ3wHzS5d7",
+            "cid": "0oa1hsg4ljBZ3wHzS5d7",  # the client: no azp, no client_id
             "uid": "00u1ht1n0vZVGYvTN5d7",
             "scp": ["openid", "profile"],
             "sub": "alice@acme.example",

@@ -658,7 +658,33 @@ AUDIT_CASES: list[tuple[str, list[Event], Event, dict[str, Any]]] = [
         {
             "outcome": "approval_required",
             "revision": 2,
-            "approval_request": {"state": "granted", "approver": "bob", "approval_jti": "j-1"},
+            "approval_request": {
+                "state": "granted",
+                "approver": "bob",
+                "approval_jti": "j-1",
+                "approver_agent": None,
+                "approver_delegation": [],
+            },
+        },
+    ),
+    (
+        "the approver's agent and delegation chain beside the approver",
+        [permit(), requested()],
+        ev(
+            ApprovalDenied,
+            approver="bob",
+            reason="no",
+            agent="approvals-ui",
+            delegation=("console-bot", "orchestrator"),
+        ),
+        {
+            "approval_request": {
+                "state": "denied",
+                "approver": "bob",
+                "approval_jti": None,
+                "approver_agent": "approvals-ui",
+                "approver_delegation": ["console-bot", "orchestrator"],
+            },
         },
     ),
     (

@@ -154,7 +154,14 @@ def on_approval_decision(
     if d.decision == "deny":
         inv.approval_status = ApprovalStatus.DENIED
         set_key_status(state, inv, KeyStatus.DENIED)
-        out.emit(ev.ApprovalDenied, approver=approver.user, reason=d.reason, session_digest=digest)
+        out.emit(
+            ev.ApprovalDenied,
+            approver=approver.user,
+            reason=d.reason,
+            session_digest=digest,
+            agent=approver.agent,
+            delegation=approver.delegation,
+        )
         return None
     if inv.approvals_required > 1:
         # ADR 0030: each grant is an event bound to what the invocation asks to confirm.
@@ -168,6 +175,8 @@ def on_approval_decision(
             dry_run_hash=inv.dry_run_hash,
             policy_version=inv.policy_version,
             session_digest=digest,
+            agent=approver.agent,
+            delegation=approver.delegation,
         )
         if len(inv.grants) < inv.approvals_required:
             return None  # still pending: no artifact before the quorum
@@ -194,6 +203,8 @@ def on_approval_decision(
         expires_at=expires_at,
         session_digest=digest,
         approvers=tuple(inv.grants),
+        agent=approver.agent,
+        delegation=approver.delegation,
     )
     return claims
 

@@ -23,6 +23,10 @@ from callgate.domain.scope import OPERATOR_ROLE  # only an issuer marked ``opera
 
 ClaimPath = tuple[str, ...]
 
+# The agent (the client acting for the user): the first of these claims the token carries.
+# ``azp`` (OpenID Connect) wins over ``client_id`` (RFC 9068).
+AGENT_CLAIMS: Final = ("azp", "client_id")
+
 
 class _Missing:
     """A claim the token does not carry (``read``)."""
@@ -56,7 +60,8 @@ class ClaimsMapping:
     permissions) mapped to callgate roles; a value it does not list grants nothing.
     Without it the values are the roles. ``roles_required``: an absent roles claim is
     refused (the default shape) rather than read as no roles (providers omit an empty
-    ``groups`` or ``roles``).
+    ``groups`` or ``roles``). ``agent``: the claims naming the agent, the first present
+    one read (top-level names).
     """
 
     subject: ClaimPath = ("sub",)
@@ -65,11 +70,14 @@ class ClaimsMapping:
     tenant_constant: str | None = None
     role_map: Mapping[str, tuple[str, ...]] | None = None
     roles_required: bool = True
+    agent: tuple[str, ...] = AGENT_CLAIMS
 
     def __post_init__(self) -> None:
         for path in (self.subject, self.tenant, self.roles):
             if not path or not all(path):
                 raise ValueError("a claim path is one or more non-empty names")
+        if not self.agent or not all(self.agent):
+            raise ValueError("the agent claims are one or more non-empty names")
         if self.role_map is not None:
             object.__setattr__(self, "role_map", MappingProxyType(dict(self.role_map)))
 
@@ -112,6 +120,7 @@ class Preset:
     subject: ClaimPath
     tenant: ClaimPath | None  # None: the issuer must name a tenant or a tenant claim
     roles: ClaimPath
+    agent: tuple[str, ...] = AGENT_CLAIMS
 
 
 PRESETS: Final[Mapping[str, Preset]] = MappingProxyType(
@@ -120,8 +129,9 @@ PRESETS: Final[Mapping[str, Preset]] = MappingProxyType(
         # per application), ``tid`` the directory, ``roles`` the app roles assigned.
         "entra": Preset(("oid",), ("tid",), ("roles",)),
         # Okta: ``sub`` is the login; groups from a ``groups`` claim on the authorization
-        # server; one Okta org serves one tenant, so the tenant is configured.
-        "okta": Preset(("sub",), None, ("groups",)),
+        # server; one Okta org serves one tenant, so the tenant is configured. Its access
+        # tokens name the client in ``cid`` (no ``azp``, no ``client_id``).
+        "okta": Preset(("sub",), None, ("groups",), ("cid", *AGENT_CLAIMS)),
         # Auth0: the organization (``org_id``) is the tenant; ``permissions`` are the
         # API's RBAC permissions ("Add Permissions in the Access Token").
         "auth0": Preset(("sub",), ("org_id",), ("permissions",)),

@@ -226,6 +226,11 @@ class ApprovalGranted(Event):
     session_digest: str | None = None  # ``token_digest`` of the approver's session token
     # Everyone whose grant made up the quorum, in order (ADR 0030); empty: ``approver`` alone.
     approvers: tuple[str, ...] = ()
+    # The approver's agent and delegation chain, beside the approver (issue 38.4): the
+    # approver's ``Principal.agent`` and ``Principal.delegation``; empty in records
+    # written before.
+    agent: str = ""
+    delegation: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -240,6 +245,11 @@ class ApprovalGrantRecorded(Event):
     dry_run_hash: str
     policy_version: str
     session_digest: str | None = None
+    # The approver's agent and delegation chain, beside the approver (issue 38.4): the
+    # approver's ``Principal.agent`` and ``Principal.delegation``; empty in records
+    # written before.
+    agent: str = ""
+    delegation: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -247,6 +257,11 @@ class ApprovalDenied(Event):
     approver: str
     reason: str
     session_digest: str | None = None  # ``token_digest`` of the approver's session token
+    # The approver's agent and delegation chain, beside the approver (issue 38.4): the
+    # approver's ``Principal.agent`` and ``Principal.delegation``; empty in records
+    # written before.
+    agent: str = ""
+    delegation: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

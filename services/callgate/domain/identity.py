@@ -345,7 +345,7 @@ class SessionVerifier:
         sid = claims.get("sid", "")
         if not isinstance(sid, str):
             raise _unauthenticated("claim 'sid' must be a string")
-        agent_claim, agent = _agent(claims)
+        agent_claim, agent = _agent(claims, mapping.agent)
         delegation = _delegation(claims)
         for text in (user, tenant, sid, agent, *values, *delegation):
             if not _valid_text(text):
@@ -385,15 +385,12 @@ class SessionVerifier:
         )
 
 
-AGENT_CLAIMS = ("azp", "client_id")  # the agent: the first of these the token carries
-
-
-def _agent(claims: Mapping[str, Any]) -> tuple[str, str]:
+def _agent(claims: Mapping[str, Any], names: tuple[str, ...]) -> tuple[str, str]:
     """The claim naming the agent (the client acting for the user) and its value, or
-    ``("", "")`` when the token names none. ``azp`` (OpenID Connect) wins over
-    ``client_id`` (RFC 9068): a present claim that is not a string is refused, never
+    ``("", "")`` when the token names none: the first of ``names`` present (the issuer's
+    ``ClaimsMapping.agent``). A present claim that is not a string is refused, never
     skipped for the next one."""
-    for name in AGENT_CLAIMS:
+    for name in names:
         if name in claims:
             value = claims[name]
             if not isinstance(value, str):
