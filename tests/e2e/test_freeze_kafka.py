@@ -3,7 +3,8 @@ part 4; ADR 0054, 0064), through the command line.
 
 The freeze event lands on one partition of ``events``; the decider workers of both
 instances read it from there (their global input), so a call on every partition, whichever
-instance decides it, is refused ``frozen`` once that worker has read the event, and an unfreeze restores them all the same way. One prober per partition proposes
+instance decides it, is refused ``frozen`` once that worker has read the event, and an
+unfreeze restores them all the same way. One prober per partition proposes
 ``tickets.create`` without pause, each under fresh idempotency keys chosen to land on its
 partition.
 

@@ -30,11 +30,10 @@ def test_a_sigint_during_the_hold_waits_for_the_handlers_installed_in_it() -> No
 
 def test_without_handlers_a_held_sigint_is_python_s_interrupt_when_the_hold_ends() -> None:
     reached_end_of_block = False
-    with pytest.raises(KeyboardInterrupt):
-        with held():
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.05)
-            reached_end_of_block = True
+    with pytest.raises(KeyboardInterrupt), held():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+        reached_end_of_block = True
     assert reached_end_of_block
 
 
