@@ -81,7 +81,7 @@ fuzz-http: $(STAMP)
 ## Test tiers (ADR 0024): pytest markers decide which target runs a test. `make test` is what
 ## a developer runs before a commit: unit, integration and end-to-end tests that need no
 ## Kafka, no browser and no fuzzing; two xdist workers.
-PYTEST := PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q -p no:cacheprovider
+PYTEST := PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q -p no:cacheprovider --durations=10
 XDIST  ?= -n 2
 test: $(STAMP) $(CONFORMANCE_DEPS)
 	$(PYTEST) $(XDIST) -m "not kafka and not browser and not fuzz and not stop and not keycloak"
