@@ -30,8 +30,19 @@ print("stopped", stop.wait(5.0), flush=True)
 def run(install: str) -> subprocess.CompletedProcess[str]:
     code = textwrap.dedent(HOLD_THEN_INSTALL).format(install=install)
     return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        preexec_fn=default_sigint,
     )
+
+
+def default_sigint() -> None:
+    """SIGINT as a terminal gives it: a runner started in the background (CI) ignores it,
+    the ignored disposition survives exec, and Python then installs no interrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_a_sigint_during_the_hold_waits_for_the_handlers_installed_in_it() -> None:
