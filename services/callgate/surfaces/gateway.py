@@ -557,15 +557,33 @@ class Gateway:
             raise Rejection(Code.OPERATOR_REQUIRED, f"{command} needs the {OPERATOR_ROLE} role")
         return reader
 
-    def usage(self, session: str, limit: str | None = None) -> list[dict[str, Any]]:
+    def usage(
+        self,
+        session: str,
+        limit: str | None = None,
+        *,
+        actor: str | None = None,
+        tool: str | None = None,
+    ) -> list[dict[str, Any]]:
         """Each limit's usage per scope (ADR 0079) of the session's tenant (every tenant for
-        an operator), ``used`` counted now, ``limit`` only that one; busiest first."""
+        an operator), ``used`` counted now, ``limit`` only that one; busiest first.
+
+        ``actor`` and ``tool``: only the scopes a call of ``tool`` by ``actor`` would count
+        in (the limits of the profile that cover ``tool``, their scopes of that actor or
+        of no actor, of that tool or of no tool), what an approver weighs beside it."""
         from callgate.domain.usage import used_now
 
         reader, now = self._reader(session), self.app.clock()
+        covering = None if tool is None else {u.name for u in self.app.profile.limits_of(tool)}
         rows: list[dict[str, Any]] = []
         for key, v in self.backend.view_items("usage"):
             if not may_read(reader, v["scope"]["tenant"]) or limit not in (None, v["limit"]):
+                continue
+            if covering is not None and (
+                v["limit"] not in covering or v["scope"]["tool"] not in (None, tool)
+            ):
+                continue
+            if actor is not None and v["scope"]["actor"] not in (None, actor):
                 continue
             scope = {k: x for k, x in v["scope"].items() if x is not None}
             rows.append(
