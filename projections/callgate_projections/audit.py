@@ -55,6 +55,7 @@ from callgate.domain.redaction import NO_REDACTION, Redactor
 from callgate_projections import (
     EVENTS_TOPIC,
     LOG_EVENTS,
+    USAGE_EVENTS,
     Projection,
     ViewRecord,
     load_json_object,
@@ -303,7 +304,7 @@ class AuditProjection(Projection[AuditState]):
         DryRunRequested,
         ExecutionStarted,
         ReconciliationRequested,
-    }
+    } - USAGE_EVENTS
 
     def __init__(self, redactor: Redactor = NO_REDACTION) -> None:
         self.redactor = redactor

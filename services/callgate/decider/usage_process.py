@@ -48,6 +48,8 @@ class Usage:
     reacts_to: frozenset[type[ev.Event]] = frozenset(
         {ev.UsageReserveRequested, ev.UsageCommitted, ev.UsageReleased, ev.UsageLimitChanged}
     )
+    # The invocation that asks waits for the answer (``callgate.domain.process.answered_by``).
+    answers: frozenset[type[ev.Event]] = frozenset({ev.UsageReserveRequested})
 
     def initial_state(self) -> UsageState:
         return UsageState()
