@@ -298,13 +298,17 @@ class AuditProjection(Projection[AuditState]):
     name = "audit-projection"
     views = frozenset({VIEW, HEAD_VIEW})
     # No audit fact: ``_gather`` has no case for these and ``outcome_for`` gives None.
-    reacts_to = LOG_EVENTS - {
-        ApprovalDecisionRejected,
-        DryRunRecorded,
-        DryRunRequested,
-        ExecutionStarted,
-        ReconciliationRequested,
-    } - USAGE_EVENTS
+    reacts_to = (
+        LOG_EVENTS
+        - {
+            ApprovalDecisionRejected,
+            DryRunRecorded,
+            DryRunRequested,
+            ExecutionStarted,
+            ReconciliationRequested,
+        }
+        - USAGE_EVENTS
+    )
 
     def __init__(self, redactor: Redactor = NO_REDACTION) -> None:
         self.redactor = redactor
