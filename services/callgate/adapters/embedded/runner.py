@@ -687,7 +687,8 @@ class EmbeddedRunner:
         the progress made (timers fired and log rows consumed).
 
         Processes run in order inside the transaction, each seeing what the ones before it
-        appended, exactly as if each had committed on its own: the outputs are the same. A
+        appended (and, going back, what the asking one appended for one that answers:
+        ``_steps``), exactly as if each had committed on its own: the outputs are the same. A
         key's ``follow_up`` gets what its timers and its inputs emitted in the round at once.
         """
         try:
@@ -698,12 +699,8 @@ class EmbeddedRunner:
                     self._prune_requests()
                     return 0
                 progress = 0
-                batches: list[_Batch] = []
+                batches = [self._batch(process) for process in self.processes]
                 with self.store.transaction() as tx:
-                    for process in self.processes:
-                        batch = self._batch(process)  # timers first, then inputs
-                        progress += self._fire(tx, batch, now)
-                        batches.append(batch)
                     progress += self._steps(tx, batches, now)
                     for process in self.processes:
                         self._positions[process.name] = tx.position(process.name)
@@ -717,16 +714,20 @@ class EmbeddedRunner:
         return progress
 
     def _steps(self, tx: StoreTx, batches: Sequence[_Batch], now: int) -> int:
-        """One batch of inputs per process, in order, in the round's transaction. When a
-        process appends what one before it answers (the invocations asking a limit's usage,
-        ADR 0079: ``callgate.domain.process.answered_by``), the round goes back to that one at
-        once, and the processes between it and the asking one step again; then on in order,
-        so the processes after (the projections) run once a round. Up to ``PASSES_BACK``
-        times; what is left waits for the next round. The outputs are those of the rounds
-        this saves (the same inputs in the same order per process), without their commits."""
-        progress, back, at = 0, 0, 0
+        """Each process's due timers and one batch of its inputs, in order, in the round's
+        transaction. When a process appends what one before it answers (the invocations
+        asking a limit's usage, ADR 0079: ``callgate.domain.process.answered_by``), the round
+        goes back to that one at once and on in order from there, so the asking process
+        takes the answer before the processes after it (the projections) run. At most
+        ``PASSES_BACK`` times; what is left waits for the next round. The outputs are those
+        of the rounds this saves (the same inputs in the same order per process), without
+        their commits."""
+        progress, back, at, reached = 0, 0, 0, -1
         while at < len(batches):
             batch = batches[at]
+            if at > reached:  # the first time this round: its timers first, then its inputs
+                progress += self._fire(tx, batch, now)
+                reached = at
             progress += self._step(tx, batch, now)
             asked = batch.appended
             earlier = next(
