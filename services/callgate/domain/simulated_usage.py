@@ -5,9 +5,9 @@ limit covers reserves its amount in that limit's scope when it is decided, exact
 usage process would (``domain.usage.Book``: one implementation of the accounting), and
 gives it back as the recorded history ended it: committed when the call ran (executed or
 ``outcome_uncertain``), released when it did not. A call the candidate's limits refuse
-did not run under the candidate, so it counts nothing and later calls find the budget it
-would have used. What ran is what counts: a call the recorded history refused counts for
-its own decision only (whether it would have run is not known).
+would not have run, so it counts nothing and the calls after it find that budget unused.
+What ran is what counts: a call the recorded history refused counts for its own decision
+only (whether it would have run is not known).
 
 How the recorded history ended each call (``recorded_ends``) needs the history after its
 decision, so the whole history is read first; the replay then folds it in order.

@@ -10,6 +10,8 @@ is published and no provider is asked: facts the provider gave are taken as reco
 A decision is reduced to its *gate*, what happens to the call next:
 
 - ``tool_forbidden``, ``unknown_tool``, ``invalid_arguments``, ``identity_spoof``: refused;
+- ``limit_exceeded``: refused by the candidate's usage limits, replayed in log order
+  (``callgate.domain.simulated_usage``);
 - ``approval_required``: the call waits for a confirmation (owner or approver);
 - ``executed``: the call goes on to run.
 
