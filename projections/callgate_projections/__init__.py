@@ -34,6 +34,7 @@ from callgate.domain.process import ViewRecord
 __all__ = [
     "EVENTS_TOPIC",
     "LOG_EVENTS",
+    "USAGE_EVENTS",
     "Projection",
     "ViewRecord",
     "fold_log",
@@ -49,6 +50,11 @@ S = TypeVar("S")
 EVENTS_TOPIC = "events"
 # The event classes written to it.
 LOG_EVENTS: frozenset[type[Event]] = frozenset(c for c in EVENT_TYPES if c.TOPIC == EVENTS_TOPIC)
+# The usage limits' own events (ADR 0079): what became of a call is told by the call's own
+# events, so the views of calls (status, audit) take none of them.
+USAGE_EVENTS: frozenset[type[Event]] = frozenset(
+    c for c in LOG_EVENTS if c.__name__.startswith("Usage")
+)
 
 
 def parse_json_field(text: str, field: str) -> Any:

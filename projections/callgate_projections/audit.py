@@ -55,6 +55,7 @@ from callgate.domain.redaction import NO_REDACTION, Redactor
 from callgate_projections import (
     EVENTS_TOPIC,
     LOG_EVENTS,
+    USAGE_EVENTS,
     Projection,
     ViewRecord,
     load_json_object,
@@ -323,13 +324,17 @@ class AuditProjection(Projection[AuditState]):
     name = "audit-projection"
     views = frozenset({VIEW, HEAD_VIEW})
     # No audit fact: ``_gather`` has no case for these and ``outcome_for`` gives None.
-    reacts_to = LOG_EVENTS - {
-        ApprovalDecisionRejected,
-        DryRunRecorded,
-        DryRunRequested,
-        ExecutionStarted,
-        ReconciliationRequested,
-    }
+    reacts_to = (
+        LOG_EVENTS
+        - {
+            ApprovalDecisionRejected,
+            DryRunRecorded,
+            DryRunRequested,
+            ExecutionStarted,
+            ReconciliationRequested,
+        }
+        - USAGE_EVENTS
+    )
 
     def __init__(self, redactor: Redactor = NO_REDACTION) -> None:
         self.redactor = redactor

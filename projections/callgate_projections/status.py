@@ -52,6 +52,7 @@ from callgate.domain.redaction import NO_REDACTION, Redactor
 from callgate_projections import (
     EVENTS_TOPIC,
     LOG_EVENTS,
+    USAGE_EVENTS,
     Projection,
     ViewRecord,
     load_json_object,
@@ -357,7 +358,7 @@ class StatusProjection(Projection[StatusState]):
     name = "status-projection"
     views = frozenset({VIEW})
     # No status change: ``_evolve`` has no case for these and ``outcome_for`` gives None.
-    reacts_to = LOG_EVENTS - {ApprovalDecisionRejected, ExecutionStarted}
+    reacts_to = LOG_EVENTS - {ApprovalDecisionRejected, ExecutionStarted} - USAGE_EVENTS
 
     def __init__(self, redactor: Redactor = NO_REDACTION) -> None:
         self.redactor = redactor

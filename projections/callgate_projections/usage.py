@@ -26,7 +26,7 @@ from callgate.domain.events import (
     UsageReleased,
     UsageReserveRequested,
 )
-from callgate.domain.usage import Book
+from callgate.domain.usage import Book, changed
 from callgate_projections import Projection, ViewRecord, parse_json_field
 
 VIEW = "usage"
@@ -85,13 +85,10 @@ def project(state: UsageViewState, event: Event) -> tuple[UsageViewState, tuple[
                 return state, ()
             new = _with(state, book, updated_at=event.occurred_at)
         case UsageLimitChanged():
-            reset = event.action == "reset"
-            if reset:
-                book.buckets = []
+            raised = changed(book, state.raised, event.action, event.raise_by)
             change = (event.action, event.raise_by, event.author, event.reason, event.occurred_at)
             new = _with(
-                state, book, limit=event.limit, scope_json=event.scope_json,
-                raised=0 if reset else state.raised + event.raise_by,
+                state, book, limit=event.limit, scope_json=event.scope_json, raised=raised,
                 changes=(*state.changes, change)[-MAX_CHANGES:], updated_at=event.occurred_at,
             )  # fmt: skip
         case _:

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.e2e.helpers import DEFAULT_PROFILE
 from tests.e2e.test_policy_simulate import FORBID_OVER_500_EUR, candidate_profile
@@ -51,6 +52,7 @@ def test_simulation_reads_the_history_from_the_broker(dep: Deployment, tmp_path:
     }
     cli_propose(dep, sessions["acme"], "tickets.read", {"ticket_id": "T-1"})
     expected = set()
+    alices: list[str] = []
     for n, (tenant, amount, currency) in enumerate(REFUNDS):
         user = "alice" if tenant == "acme" else "gina"
         args = {"order_id": f"ORD-{n}", "amount_cents": amount, "currency": currency,
@@ -58,6 +60,8 @@ def test_simulation_reads_the_history_from_the_broker(dep: Deployment, tmp_path:
         answer = cli_propose(dep, sessions[tenant], "refunds.issue", args, key=f"sim-{n}")
         if tenant == "acme" and currency == "EUR" and amount > 50_000:
             expected.add(answer["invocation_id"])
+        if user == "alice":
+            alices.append(answer["invocation_id"])
     candidate = candidate_profile(tmp_path, FORBID_OVER_500_EUR)
 
     report = cg(dep, "policy", "simulate", str(candidate), "--session", cli_ops(dep))
@@ -67,3 +71,20 @@ def test_simulation_reads_the_history_from_the_broker(dep: Deployment, tmp_path:
     assert report["changed"] == len(expected) == 2
     assert {e["invocation_id"] for e in report["examples"]} == expected
     assert report["by_tool"] == {"refunds.issue": 2}
+
+    # A candidate's limit, replayed in order over what the broker holds (ADR 0079): alice's
+    # first two refunds wait for their owner and hold the two a day allowed; the third and
+    # the fourth would have been refused; gina's is forbidden by the policy, counting nothing.
+    limited = candidate_profile(tmp_path / "limited", "")
+    raw = yaml.safe_load(limited.read_text())
+    raw["limits"] = [{"name": "two-refunds", "tools": ["refunds.issue"], "max": 2,
+                      "window": "24h", "per": ["actor"]}]  # fmt: skip
+    limited.write_text(yaml.safe_dump(raw, sort_keys=False))
+
+    report = cg(dep, "policy", "simulate", str(limited), "--session", cli_ops(dep))
+
+    refused = report["limit_refusals"]
+    assert [r["invocation_id"] for r in refused] == alices[2:]
+    assert {(r["actor"], r["limit"], r["used"], r["max"]) for r in refused} == {
+        ("alice", "two-refunds", 2, 2)
+    }

@@ -93,6 +93,12 @@ def test_http_429_retry_after_usage_metrics_and_operator_changes(server: HttpSer
         rows = c.get("/v1/usage").json()
         metrics = c.get("/metrics").text
     assert sorted(r["scope"]["tenant"] for r in rows) == ["acme", "globex"]
+    with server.client(ops) as c:  # what a call of a tool by an actor counts in (the console)
+        gina_tickets = c.get("/v1/usage", params={"actor": "gina", "tool": "tickets.create"})
+        other_tool = c.get("/v1/usage", params={"actor": "gina", "tool": "refunds.issue"})
+        exact = c.get("/v1/usage", params={"actor": "Gina", "tool": "tickets.create"})
+    assert [r["scope"] for r in gina_tickets.json()] == [{"tenant": "globex", "actor": "gina"}]
+    assert other_tool.json() == [] and exact.json() == []
     assert 'callgate_limit_scopes_at_limit{limit="tickets-per-actor"} 1.0' in metrics
     assert 'callgate_limit_usage_ratio{limit="tickets-per-actor"} 1.0' in metrics
 

@@ -405,3 +405,64 @@ def test_signing_out_while_the_pending_list_loads_ends_that_sign_in_quietly(
     expect(page.locator("#alert")).to_be_hidden()
     no_page_errors(page)
     page.close()
+
+
+def test_the_actors_usage_is_shown_beside_a_pending_refund(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """ADR 0079: beside alice's pending refund, the approver sees the usage of the limits
+    that refund counts in: alice's, not bob's, not a limit of another tool; held and
+    committed, against each limit, with its window; and what the call adds to the limit
+    that asked for the approval (``over: approve``)."""
+    from tests.limits_support import REFUND_LIMIT, TICKET_LIMIT, limited_profile, refund
+
+    review = {**REFUND_LIMIT, "name": "refunds-review", "max": 60_000, "over": "approve"}
+    profile = limited_profile(tmp_path / "profile", REFUND_LIMIT, review, TICKET_LIMIT)
+    serve = HttpServe(tmp_path / "state", tmp_path / "serve.log", profile=profile, dev=True)
+    try:
+        serve.wait_ready()
+        alice, bob = serve.token("alice", "acme", "support"), serve.token("bob", "acme", "support")
+        with serve.client(alice) as a, serve.client(bob) as b:
+            for i in range(5):  # 49,995 of alice's budgets committed
+                ran = a.post("/v1/proposals", json={"tool": "refunds.issue", "args": refund(i)})
+                assert ran.json()["outcome"] == "executed", ran.text
+            ran = b.post("/v1/proposals", json={"tool": "refunds.issue", "args": refund(9)})
+            assert ran.json()["outcome"] == "executed", ran.text
+            ticket = {"title": "t", "requester_id": "alice"}
+            ran = a.post("/v1/proposals", json={"tool": "tickets.create", "args": ticket})
+            assert ran.json()["outcome"] == "executed", ran.text
+        answer = agent_proposes(serve, alice, "refunds.issue", REFUND_BIG)  # holds 25,000
+        inv = answer["invocation_id"]
+
+        page = new_page(browser)
+        sign_in_as(page, serve, "fran")
+        item(page, inv).click()
+        card = page.get_by_role("table", name="Usage of the actor's limits")
+        expect(card).to_be_visible()
+        rows = card.locator("tbody tr")
+        expect(rows).to_have_count(2)  # bob's scopes and the ticket limit are not shown
+        per_actor = rows.filter(has_text="refunds-per-actor")
+        expect(per_actor).to_contain_text("actor alice")
+        expect(per_actor).to_contain_text("74,995 of 100,000")
+        expect(per_actor).to_contain_text("(25,000 held)")
+        expect(per_actor).to_contain_text("24h")
+        expect(per_actor.locator("meter")).to_have_attribute("value", "74995")
+        reviewed = rows.filter(has_text="refunds-review")
+        expect(reviewed).to_contain_text("74,995 of 60,000")
+        expect(reviewed).to_contain_text("This call: +25,000, over the limit")
+        expect(card).not_to_contain_text("bob")
+        screenshot(page, tmp_path, "console-usage-desktop.png")
+
+        page.get_by_role("button", name="Deny", exact=True).click()
+        expect(page.locator("#detail-result")).to_contain_text("Denied")
+        expect(card).to_be_hidden()  # the call left the list: no card beside nothing
+        with serve.client(alice) as a:
+            mine = a.get("/v1/usage", params={"actor": "alice", "tool": "refunds.issue"}).json()
+        assert sorted((r["limit"], r["used"], r["held"]) for r in mine) == [
+            ("refunds-per-actor", 49_995, 0),
+            ("refunds-review", 49_995, 0),
+        ]  # the denial released the hold
+        no_page_errors(page)
+        page.close()
+    finally:
+        assert serve.stop() == 0, serve.log.read_text()

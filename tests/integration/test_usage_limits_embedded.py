@@ -347,3 +347,23 @@ def test_usage_survives_a_restart(tmp_path: Path) -> None:
         assert outcomes == {"executed": 20, "limit_exceeded": 10}
     finally:
         again.gate.close()
+
+
+def test_a_covered_call_is_decided_in_the_round_that_takes_it(limited: Limited) -> None:
+    """The round that takes the proposals asks the usage and takes its answers before it
+    commits (``EmbeddedRunner._steps``): one round decides 60 ticket creations under a
+    limit of 50, as many rounds as calls no limit covers take."""
+    alice = limited.session("alice")
+    ids = set(limited.tickets(alice, 60))
+    runner = limited.gate.backend.runner  # type: ignore[attr-defined]
+    assert runner.try_acquire()
+    try:
+        runner.run_once()
+    finally:
+        runner.release()
+    decided = {e.invocation_id for e in limited.events(ev.PolicyDecided)}
+    running = {e.invocation_id for e in limited.events(ev.ExecutionRequested)}
+    refused = [e for e in limited.events(ev.ProposalRejected) if e.invocation_id in ids]
+    assert decided == ids
+    assert len(running & ids) == 50
+    assert len(refused) == 10 and {e.code for e in refused} == {"limit_exceeded"}

@@ -22,9 +22,9 @@ from callgate.decider.emitter import Emitter
 from callgate.decider.state import ApprovalStatus, DeciderState, Invocation, Phase
 from callgate.domain import events as ev
 from callgate.domain.canonical import canonical_json, derive_id
-from callgate.domain.codes import Code, Rejection
+from callgate.domain.codes import Code
 from callgate.domain.principal import Principal
-from callgate.domain.usage import UsageLimit, retry_after_s
+from callgate.domain.usage import UsageLimit, cedar_usage, exceeded
 
 # A reservation's states in ``Invocation.usage``.
 ASKED, RESERVED, REFUSED, COMMITTED, RELEASED = (
@@ -58,7 +58,7 @@ def ask(
                 "amount": amount,
                 "max": limit.max,
                 "window_ms": limit.window_ms,
-                "window": limit.window or "in_flight",
+                "window": limit.window_name,
                 "over": limit.over,
                 "state": ASKED,
                 "used": 0,
@@ -114,9 +114,7 @@ def context(inv: Invocation | None) -> dict[str, dict[str, Any]]:
     """``context.usage`` for the policy: per limit, what was used before this call."""
     if inv is None:
         return {}
-    return {
-        u["limit"]: {"used": u["used"], "limit": u["max"], "window": u["window"]} for u in inv.usage
-    }
+    return {u["limit"]: cedar_usage(u["used"], u["max"], u["window"]) for u in inv.usage}
 
 
 def check(inv: Invocation, approved_by_approver: bool) -> bool:
@@ -128,28 +126,6 @@ def check(inv: Invocation, approved_by_approver: bool) -> bool:
             raise exceeded(u)
     over = any(u["state"] == RESERVED and u["over_limit"] for u in inv.usage)
     return over and not approved_by_approver
-
-
-def exceeded(u: dict[str, Any]) -> Rejection:
-    retry = retry_after_s(u["retry_after_ms"])
-    if u["retry_after_ms"] == 0:
-        retry = 1  # only calls in flight stand in the way: they settle soon
-    window = u["window"]
-    when = "never (more than the limit on its own)" if retry is None else f"in {retry} s"
-    return Rejection(
-        Code.LIMIT_EXCEEDED,
-        f"limit {u['limit']} exceeded: {u['used']} of {u['max']} used"
-        + ("" if window == "in_flight" else f" in {window}")
-        + f", this call needs {u['amount']}; retry {when}",
-        {
-            "limit": u["limit"],
-            "window": window,
-            "used": u["used"],
-            "max": u["max"],
-            "amount": u["amount"],
-            "retry_after_s": retry,
-        },
-    )
 
 
 def usage_shown(inv: Invocation) -> str:
@@ -229,4 +205,4 @@ def touched(event: ev.Event, outputs: Iterable[object]) -> list[str]:
     return ids
 
 
-__all__ = ["answered", "ask", "check", "context", "exceeded", "settle", "touched", "usage_shown"]
+__all__ = ["answered", "ask", "check", "context", "settle", "touched", "usage_shown"]

@@ -22,7 +22,7 @@ from typing import Any
 from callgate.domain import events as ev
 from callgate.domain.canonical import derive_id, state_json
 from callgate.domain.process import Output
-from callgate.domain.usage import Book
+from callgate.domain.usage import Book, changed
 
 PRODUCER = "usage"
 
@@ -48,6 +48,8 @@ class Usage:
     reacts_to: frozenset[type[ev.Event]] = frozenset(
         {ev.UsageReserveRequested, ev.UsageCommitted, ev.UsageReleased, ev.UsageLimitChanged}
     )
+    # The invocation that asks waits for the answer (``callgate.domain.process.answered_by``).
+    answers: frozenset[type[ev.Event]] = frozenset({ev.UsageReserveRequested})
 
     def initial_state(self) -> UsageState:
         return UsageState()
@@ -102,11 +104,7 @@ class Usage:
         elif isinstance(event, ev.UsageReleased):
             book.release(event.reservation_id)
         elif isinstance(event, ev.UsageLimitChanged):
-            if event.action == "reset":  # what ran is forgotten; calls in flight still hold
-                book.buckets = []
-                state.raised = 0
-            else:
-                state.raised += event.raise_by
+            state.raised = changed(book, state.raised, event.action, event.raise_by)
         return state, ()
 
     def _reserve(self, state: UsageState, e: ev.UsageReserveRequested) -> ev.Event:

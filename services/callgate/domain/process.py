@@ -122,6 +122,13 @@ def reacts_to(process: Process[Any]) -> frozenset[type[Event]] | None:
     return cast("frozenset[type[Event]] | None", getattr(process, "reacts_to", None))
 
 
+def answered_by(process: Process[Any]) -> frozenset[type[Event]]:
+    """The event types ``process`` answers: a process that appends one waits for the
+    answer (the usage of a limit, ADR 0079). A process may declare them as an ``answers``
+    attribute (none by default); the embedded runner takes the answer in the same round."""
+    return cast("frozenset[type[Event]]", getattr(process, "answers", frozenset()))
+
+
 @runtime_checkable
 class ReadsControl(Protocol):
     """A process that folds control events beside its own inputs (ADR 0064): the runner

@@ -10,6 +10,8 @@ is published and no provider is asked: facts the provider gave are taken as reco
 A decision is reduced to its *gate*, what happens to the call next:
 
 - ``tool_forbidden``, ``unknown_tool``, ``invalid_arguments``, ``identity_spoof``: refused;
+- ``limit_exceeded``: refused by the candidate's usage limits, replayed in log order
+  (``callgate.domain.simulated_usage``);
 - ``approval_required``: the call waits for a confirmation (owner or approver);
 - ``executed``: the call goes on to run.
 
@@ -52,6 +54,15 @@ def recorded_gate(decided: PolicyDecided) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class Checked:
+    """A recorded call's inputs as the candidate checked them, for its policy."""
+
+    spec: ToolSpec
+    principal: Principal
+    args: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class Change:
     """One recorded decision the candidate decides otherwise."""
 
@@ -68,9 +79,34 @@ class Change:
         return f"{self.recorded} → {self.candidate}"
 
 
+@dataclass(frozen=True, slots=True)
+class LimitRefusal:
+    """A recorded call the candidate's limits would have refused, and the usage then:
+    ``details`` as ``limit_exceeded`` names them (limit, window, used, max, amount,
+    retry_after_s)."""
+
+    invocation_id: str
+    tool: str
+    tenant: str
+    actor: str
+    occurred_at: int
+    details: Mapping[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "invocation_id": self.invocation_id,
+            "tool": self.tool,
+            "tenant": self.tenant,
+            "actor": self.actor,
+            "occurred_at": self.occurred_at,
+            **self.details,
+        }
+
+
 @dataclass(slots=True)
 class SimulationReport:
-    """What changes under the candidate: counts, per tool and transition, and examples."""
+    """What changes under the candidate: counts, per tool and transition, and examples;
+    every call its limits would have refused, in log order."""
 
     candidate_version: str
     decided: int = 0  # recorded decisions decided again
@@ -78,6 +114,7 @@ class SimulationReport:
     by_transition: Counter[str] = field(default_factory=Counter)
     by_tool: Counter[str] = field(default_factory=Counter)
     examples: dict[str, list[Change]] = field(default_factory=dict)
+    limit_refusals: list[LimitRefusal] = field(default_factory=list)
 
     def add(self, change: Change) -> None:
         self.changed += 1
@@ -96,6 +133,7 @@ class SimulationReport:
         for transition, changes in other.examples.items():
             kept = self.examples.setdefault(transition, [])
             kept.extend(changes[: EXAMPLES_PER_TRANSITION - len(kept)])
+        self.limit_refusals.extend(other.limit_refusals)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -116,6 +154,7 @@ class SimulationReport:
                 for transition in sorted(self.examples)
                 for c in self.examples[transition]
             ],
+            "limit_refusals": [r.to_json() for r in self.limit_refusals],
         }
 
 
@@ -152,6 +191,12 @@ class Simulator:
 
     def gate(self, decided: PolicyDecided) -> tuple[str, str]:
         """The candidate's gate for the recorded inputs, and why."""
+        checked = self.checked(decided)
+        return checked if isinstance(checked, tuple) else self.decide(decided, checked)
+
+    def checked(self, decided: PolicyDecided) -> Checked | tuple[str, str]:
+        """The candidate's checks before its policy (catalog, schema, identity): what the
+        policy decides on, or the refusal's gate and why."""
         spec = self.profile.tool(decided.tool)
         if spec is None:
             return Code.UNKNOWN_TOOL.value, f"no tool named {decided.tool!r} in the candidate"
@@ -172,12 +217,22 @@ class Simulator:
                 )
             except Rejection as refused:
                 return refused.code.value, refused.message
+        return Checked(spec, principal, args)
+
+    def decide(
+        self,
+        decided: PolicyDecided,
+        checked: Checked,
+        usage: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> tuple[str, str]:
+        """The candidate policy's gate on checked inputs (``usage``: ``context.usage``)."""
+        spec, args = checked.spec, checked.args
         target = target_of(spec, args)
         facts = _facts(decided.resource_json)
         if facts is None and spec.target_arg is not None and target:
             owner = self.profile.owner_of(target)
             facts = ResourceFacts("profile", owner, {}) if owner is not None else None
-        decision = self.engine.decide(principal, spec, target, args, facts)
+        decision = self.engine.decide(checked.principal, spec, target, args, facts, usage=usage)
         why = ", ".join(decision.determining_policies or decision.errors) or "no permit matched"
         if not decision.allowed:
             return TOOL_FORBIDDEN, why
@@ -219,11 +274,17 @@ class Simulator:
         return decided_count, found
 
     def report(
-        self, decided: int, found: Iterable[Change], outcome_of: Callable[[str], str | None]
+        self,
+        decided: int,
+        found: Iterable[Change],
+        outcome_of: Callable[[str], str | None],
+        limit_refusals: Iterable[LimitRefusal] = (),
     ) -> SimulationReport:
         """The report of ``differing``'s result; ``outcome_of``: an invocation's final
         outcome as recorded (asked of changes only), which replaces the recorded gate."""
-        report = SimulationReport(self.profile.digest, decided=decided)
+        report = SimulationReport(
+            self.profile.digest, decided=decided, limit_refusals=list(limit_refusals)
+        )
         for change in found:
             outcome = outcome_of(change.invocation_id)
             report.add(dataclasses.replace(change, recorded=outcome or change.recorded))

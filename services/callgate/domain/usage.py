@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from callgate.domain.canonical import canonical_json, sha256_hex
+from callgate.domain.codes import Code, Rejection
 
 SCOPES = ("tenant", "actor", "agent", "tool")
 _WINDOW = re.compile(r"^([1-9][0-9]{0,5})(s|m|h|d)$")
@@ -89,6 +90,11 @@ class UsageLimit(BaseModel):
     @property
     def window_ms(self) -> int:
         return 0 if self.window is None else window_ms(self.window)
+
+    @property
+    def window_name(self) -> str:
+        """How answers, Cedar and views name the window (``in_flight``: none)."""
+        return self.window or "in_flight"
 
     def covers(self, tool: str) -> bool:
         """Exact names or globs, case-sensitive like every identifier."""
@@ -250,6 +256,45 @@ class Verdict:
     retry_after_ms: int
 
 
+def changed(book: Book, raised: int, action: str, raise_by: int) -> int:
+    """An operator's ``limits reset`` or ``raise`` applied to one scope's ``book``; what is
+    raised after it. A reset forgets what ran (calls in flight still hold) and any raise."""
+    if action == "reset":
+        book.buckets = []
+        return 0
+    return raised + raise_by
+
+
+def cedar_usage(used: int, limit_max: int, window: str) -> dict[str, Any]:
+    """One limit's entry of ``context.usage``: what was used before the call."""
+    return {"used": used, "limit": limit_max, "window": window}
+
+
+def exceeded(u: Mapping[str, Any]) -> Rejection:
+    """``limit_exceeded`` for the reservation ``u`` that a limit refused (``limit``,
+    ``window``, ``used``, ``max``, ``amount``, ``retry_after_ms``): the message and the
+    details say when the call fits."""
+    retry = retry_after_s(u["retry_after_ms"])
+    if u["retry_after_ms"] == 0:
+        retry = 1  # only calls in flight stand in the way: they settle soon
+    window = u["window"]
+    when = "never (more than the limit on its own)" if retry is None else f"in {retry} s"
+    return Rejection(
+        Code.LIMIT_EXCEEDED,
+        f"limit {u['limit']} exceeded: {u['used']} of {u['max']} used"
+        + ("" if window == "in_flight" else f" in {window}")
+        + f", this call needs {u['amount']}; retry {when}",
+        {
+            "limit": u["limit"],
+            "window": window,
+            "used": u["used"],
+            "max": u["max"],
+            "amount": u["amount"],
+            "retry_after_s": retry,
+        },
+    )
+
+
 def retry_after_s(retry_after_ms: int) -> int | None:
     """Whole seconds for ``Retry-After``, rounded up; None when it never fits."""
     if retry_after_ms < 0:
@@ -275,7 +320,10 @@ __all__ = [
     "UsageLimit",
     "Verdict",
     "bucket_ms",
+    "cedar_usage",
+    "changed",
     "covering",
+    "exceeded",
     "parse_limits",
     "retry_after_s",
     "schema_problem",

@@ -5,6 +5,9 @@ slices are decided in forked children (the candidate's policy engine is built be
 fork, so each child starts with it) while this process decides the first. Children send
 back only their changes, which are few; the recorded outcomes of changes are looked up
 here, on the one backend connection, never from a child.
+
+A candidate with usage limits is decided in one process, in order: what a call finds
+used depends on every call before it (``callgate.domain.simulated_usage``).
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ import os
 import pickle
 from collections.abc import Callable, Sequence
 
-from callgate.domain.events import PolicyDecided
+from callgate.domain.events import Event, PolicyDecided
+from callgate.domain.simulated_usage import replay
 from callgate.domain.simulation import Change, SimulationReport, Simulator
 
 # Below this many decisions one process is quicker than starting others.
@@ -30,15 +34,20 @@ def usable_cores() -> int:
 
 def simulate(
     simulator: Simulator,
-    decisions: Sequence[PolicyDecided],
+    history: Sequence[Event],
     outcome_of: Callable[[str], str | None],
     *,
     tenant: str | None = None,
     since_ms: int | None = None,
     workers: int | None = None,
 ) -> SimulationReport:
-    """``simulator``'s report on ``decisions``, decided over ``workers`` processes (default:
-    one per usable core, one for a short history)."""
+    """``simulator``'s report on ``history`` (its ``PolicyDecided``; with limits, the
+    ``HISTORY_EVENTS`` in order), decided over ``workers`` processes (default: one per
+    usable core, one for a short history)."""
+    if simulator.profile.limits:
+        decided_n, found, refusals = replay(simulator, history, tenant=tenant, since_ms=since_ms)
+        return simulator.report(decided_n, found, outcome_of, refusals)
+    decisions = [e for e in history if isinstance(e, PolicyDecided)]
     n = workers or (usable_cores() if len(decisions) >= PARALLEL_FROM else 1)
     size = -(-len(decisions) // max(1, n))
     slices = [decisions[at : at + size] for at in range(0, len(decisions), size)] or [[]]

@@ -69,9 +69,11 @@ class Backend(Protocol):
         """The view as stored: key and canonical JSON value (replay compares bytes)."""
         ...
 
-    def read_events(self, only: type[ev.Event] | None = None) -> Iterator[ev.Event]:
+    def read_events(
+        self, only: type[ev.Event] | tuple[type[ev.Event], ...] | None = None
+    ) -> Iterator[ev.Event]:
         """The authoritative ``events`` log from the start, in log order per partition
-        (``only``: just the events of that class, the others skipped undecoded)."""
+        (``only``: just the events of that class or classes, the others skipped undecoded)."""
         ...
 
     def wait(self, predicate: Callable[[], bool], timeout_s: float) -> bool: ...
@@ -514,27 +516,33 @@ class Gateway:
         since_ms: int | None = None,
         workers: int | None = None,
     ) -> SimulationReport:
-        """Every recorded decision decided again under ``candidate``: what would change.
+        """Every recorded decision decided again under ``candidate``: what would change,
+        and the calls its limits would have refused.
 
         An operator's read of every tenant's history (``operator_required`` otherwise);
         nothing is published and no provider is called (``callgate.domain.simulation``).
+        A candidate with limits reads what ended each call too, and takes the calls in the
+        order of their times: the log orders them per partition only (Kafka), and a
+        limit's scope spans partitions.
         """
         reader = self._reader(session)
         if not reader.has_any_role((OPERATOR_ROLE,)):
             raise Rejection(
                 Code.OPERATOR_REQUIRED, f"policy simulate needs the {OPERATOR_ROLE} role"
             )
+        from callgate.domain.simulated_usage import HISTORY_EVENTS
         from callgate.ops.simulate import simulate
 
         live = self.app.profile
         simulator = Simulator(candidate, known={live.digest: live})
-        decisions = [
-            e for e in self.backend.read_events(only=ev.PolicyDecided)
-            if isinstance(e, ev.PolicyDecided)
-        ]  # fmt: skip
+        history = list(
+            self.backend.read_events(only=HISTORY_EVENTS if candidate.limits else ev.PolicyDecided)
+        )
+        if candidate.limits:
+            history.sort(key=lambda e: e.occurred_at)  # stable: the log's order at equal times
         return simulate(
             simulator,
-            decisions,
+            history,
             lambda invocation_id: (self._status(invocation_id) or {}).get("outcome"),
             tenant=tenant,
             since_ms=since_ms,
@@ -549,15 +557,33 @@ class Gateway:
             raise Rejection(Code.OPERATOR_REQUIRED, f"{command} needs the {OPERATOR_ROLE} role")
         return reader
 
-    def usage(self, session: str, limit: str | None = None) -> list[dict[str, Any]]:
+    def usage(
+        self,
+        session: str,
+        limit: str | None = None,
+        *,
+        actor: str | None = None,
+        tool: str | None = None,
+    ) -> list[dict[str, Any]]:
         """Each limit's usage per scope (ADR 0079) of the session's tenant (every tenant for
-        an operator), ``used`` counted now, ``limit`` only that one; busiest first."""
+        an operator), ``used`` counted now, ``limit`` only that one; busiest first.
+
+        ``actor`` and ``tool``: only the scopes a call of ``tool`` by ``actor`` would count
+        in (the limits of the profile that cover ``tool``, their scopes of that actor or
+        of no actor, of that tool or of no tool), what an approver weighs beside it."""
         from callgate.domain.usage import used_now
 
         reader, now = self._reader(session), self.app.clock()
+        covering = None if tool is None else {u.name for u in self.app.profile.limits_of(tool)}
         rows: list[dict[str, Any]] = []
         for key, v in self.backend.view_items("usage"):
             if not may_read(reader, v["scope"]["tenant"]) or limit not in (None, v["limit"]):
+                continue
+            if covering is not None and (
+                v["limit"] not in covering or v["scope"]["tool"] not in (None, tool)
+            ):
+                continue
+            if actor is not None and v["scope"]["actor"] not in (None, actor):
                 continue
             scope = {k: x for k, x in v["scope"].items() if x is not None}
             rows.append(

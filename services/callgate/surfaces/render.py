@@ -235,10 +235,24 @@ class Renderer:
 
     def simulation(self, report: dict[str, Any]) -> None:
         def human(c: Console) -> None:
+            refusals = report.get("limit_refusals") or []
             c.print(
                 f"{report['decided']} recorded decisions decided again under "
                 f"{report['candidate_version'][:12]}: {report['changed']} would change"
+                + (f", {len(refusals)} refused by its limits" if refusals else "")
             )
+            if refusals:
+                t = _table("calls its limits would have refused")
+                for column in ("invocation", "tool", "actor", "limit", "used before"):
+                    t.add_column(column, justify="right" if column == "used before" else "left")
+                for r in refusals:
+                    window = "" if r["window"] == "in_flight" else f" in {r['window']}"
+                    t.add_row(
+                        escape(r["invocation_id"]), escape(r["tool"]),
+                        escape(f"{r['tenant']}/{r['actor']}"), escape(r["limit"]),
+                        f"{r['used']} of {r['max']}{window} (+{r['amount']})",
+                    )  # fmt: skip
+                c.print(t)
             if not report["changed"]:
                 return
             for title, column, counts in (

@@ -63,9 +63,12 @@ class EmbeddedBackend:
     def view_items_raw(self, view: str) -> list[tuple[str, str]]:
         return self.store.view_items(view)
 
-    def read_events(self, only: type[Event] | None = None) -> Iterator[Event]:
+    def read_events(
+        self, only: type[Event] | tuple[type[Event], ...] | None = None
+    ) -> Iterator[Event]:
         after = 0
-        kind = None if only is None else only.__name__
+        classes = (only,) if isinstance(only, type) else only
+        kind = None if classes is None else tuple(c.__name__ for c in classes)
         while rows := self.store.read_log("events", after_seq=after, limit=5000, event_type=kind):
             for row in rows:
                 try:

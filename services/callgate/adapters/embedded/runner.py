@@ -62,7 +62,7 @@ from callgate.adapters.engine import (
 from callgate.adapters.failures import Deterministic, answers, dead_letter
 from callgate.domain.codes import Code
 from callgate.domain.events import Event
-from callgate.domain.process import Output, Process, ViewRecord, reacts_to
+from callgate.domain.process import Output, Process, ViewRecord, answered_by, reacts_to
 from callgate_projections import keeps_states_immutable
 
 if TYPE_CHECKING:
@@ -73,6 +73,9 @@ LOCK_FILE = "runner.lock"
 # it takes, so under a backlog bigger rounds are cheaper; an idle runner takes what is there.
 BATCH_SIZE = 2_000
 PRUNE_REQUESTS_EVERY_S = 60.0
+# How often a round goes back to a process that answers before it commits (``_steps``):
+# the hop to the usage process and back takes one; a call asked in that pass, one more.
+PASSES_BACK = 2
 # Bound on the decoded-row cache if some process lags far behind the others.
 _DECODED_ROWS = 20_000
 
@@ -102,6 +105,7 @@ class _Batch:
     """
 
     __slots__ = (
+        "appended",
         "committed",
         "immutable",
         "observed",
@@ -133,6 +137,7 @@ class _Batch:
         self.rows: list[NewRow] = []
         self.views: list[ViewRecord] = []
         self.committed: dict[str, list[Event]] = {}
+        self.appended: set[tuple[str, str | None]] = set()  # (topic, event type) written
 
     def load(self, tx: StoreTx, keys: Sequence[str], cache: StateCache[str]) -> None:
         """The states of ``keys``: from the cache of committed states, else from the store."""
@@ -209,6 +214,7 @@ class _Batch:
                 known = ((row[3], tracing.of(row[3])) for row in self.rows if row[3])
                 traces = {inv: tp for inv, tp in known if inv is not None and tp is not None}
             tx.insert(self.rows, traces)
+            self.appended.update((row[0], row[2]) for row in self.rows)
             self.rows = []
         if self.views:
             tx.put_views((v.view, v.key, v.value_json) for v in self.views)
@@ -262,6 +268,10 @@ class EmbeddedRunner:
         self._initial_blobs = {p.name: p.dump_state(p.initial_state()) for p in processes}
         self._immutable = {p.name: keeps_states_immutable(p) for p in processes}
         self._reacts_to = {p.name: reacts_to(p) for p in processes}
+        # What each process answers, (topic, event type) (``_steps``).
+        self._answers = {
+            p.name: frozenset((t.TOPIC, t.__name__) for t in answered_by(p)) for p in processes
+        }
         self._states: dict[str, StateCache[str]] = {
             p.name: StateCache(state_cache_keys) for p in processes
         }
@@ -677,7 +687,8 @@ class EmbeddedRunner:
         the progress made (timers fired and log rows consumed).
 
         Processes run in order inside the transaction, each seeing what the ones before it
-        appended, exactly as if each had committed on its own: the outputs are the same. A
+        appended (and, going back, what the asking one appended for one that answers:
+        ``_steps``), exactly as if each had committed on its own: the outputs are the same. A
         key's ``follow_up`` gets what its timers and its inputs emitted in the round at once.
         """
         try:
@@ -688,12 +699,10 @@ class EmbeddedRunner:
                     self._prune_requests()
                     return 0
                 progress = 0
-                batches: list[_Batch] = []
+                batches = [self._batch(process) for process in self.processes]
                 with self.store.transaction() as tx:
+                    progress += self._steps(tx, batches, now)
                     for process in self.processes:
-                        batch = self._batch(process)  # timers first, then inputs
-                        progress += self._fire(tx, batch, now) + self._step(tx, batch, now)
-                        batches.append(batch)
                         self._positions[process.name] = tx.position(process.name)
                 self._committed(batches)
                 self._follow_up(batches, now)
@@ -702,6 +711,34 @@ class EmbeddedRunner:
         except BaseException:
             self._failed = True  # the next holder must recover (see ``try_acquire``)
             raise
+        return progress
+
+    def _steps(self, tx: StoreTx, batches: Sequence[_Batch], now: int) -> int:
+        """Each process's due timers and one batch of its inputs, in order, in the round's
+        transaction. When a process appends what one before it answers (the invocations
+        asking a limit's usage, ADR 0079: ``callgate.domain.process.answered_by``), the round
+        goes back to that one at once and on in order from there, so the asking process
+        takes the answer before the processes after it (the projections) run. At most
+        ``PASSES_BACK`` times; what is left waits for the next round. The outputs are those
+        of the rounds this saves (the same inputs in the same order per process), without
+        their commits."""
+        progress, back, at, reached = 0, 0, 0, -1
+        while at < len(batches):
+            batch = batches[at]
+            if at > reached:  # the first time this round: its timers first, then its inputs
+                progress += self._fire(tx, batch, now)
+                reached = at
+            progress += self._step(tx, batch, now)
+            asked = batch.appended
+            earlier = next(
+                (i for i, b in enumerate(batches[:at]) if self._answers[b.process.name] & asked),
+                None,
+            )
+            asked.clear()
+            if earlier is not None and back < PASSES_BACK:
+                back, at = back + 1, earlier
+            else:
+                at += 1
         return progress
 
     def _prune_requests(self) -> None:

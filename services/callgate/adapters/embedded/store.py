@@ -382,15 +382,18 @@ class EmbeddedStore:
         topic: str | None = None,
         after_seq: int = 0,
         limit: int = 10_000,
-        event_type: str | None = None,
+        event_type: str | tuple[str, ...] | None = None,
     ) -> list[LogRow]:
-        """Rows after ``after_seq`` in log order (of ``topic``, of ``event_type`` as filed)."""
+        """Rows after ``after_seq`` in log order (of ``topic``, of ``event_type`` as filed:
+        one name or several)."""
         where = "seq > ?"
         args: list[object] = [after_seq, limit]
         if topic is not None:
             where, args = "topic = ? AND seq > ?", [topic, after_seq, limit]
         if event_type is not None:
-            where, args = f"{where} AND event_type = ?", [*args[:-1], event_type, limit]
+            kinds = (event_type,) if isinstance(event_type, str) else event_type
+            marks = ", ".join("?" * len(kinds))
+            where, args = f"{where} AND event_type IN ({marks})", [*args[:-1], *kinds, limit]
         rows = self._conn().execute(
             f"SELECT {_ROW_COLUMNS} FROM log WHERE {where} ORDER BY seq LIMIT ?", args
         )

@@ -301,18 +301,21 @@ class KafkaBackend:
                 time.sleep(0.05)
         return True
 
-    def read_events(self, only: type[Event] | None = None) -> Iterator[Event]:
+    def read_events(
+        self, only: type[Event] | tuple[type[Event], ...] | None = None
+    ) -> Iterator[Event]:
         """The ``events`` topic from offset 0 to its end, partition by partition.
 
         Read as the projections read it (``read_committed``), so a replay folds exactly
         what the live projections folded. ``only``: the events of that class, the others
-        skipped by their header, undecoded.
+        skipped by their header, undecoded (a tuple: of those classes).
         """
+        classes = (only,) if isinstance(only, type) else only
         events = self.topics.physical("events")
         for record in read_partitions_to_end(self.bootstrap, events, timeout_s=120):
             if record.value is None:
                 continue
-            if only is not None and self.codec.event_class_of(record.value) is not only:
+            if classes is not None and self.codec.event_class_of(record.value) not in classes:
                 continue
             try:
                 event = self.codec.decode(record.value)

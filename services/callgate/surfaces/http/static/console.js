@@ -240,6 +240,7 @@ function renderDetail() {
   show(detail, true);
   if (!item) {
     show($("decide-form"), false);
+    show($("usage-card"), false);
     const done = state.decided.get(state.selected);
     if (!done) {
       result.className = "result";
@@ -314,13 +315,73 @@ function tick() {
 }
 
 function select(id) {
-  if (state.selected !== id) watch(id);
+  if (state.selected !== id) {
+    watch(id);
+    show($("usage-card"), false);
+  }
   state.selected = id;
   show($("detail-result"), false);
   $("reason").value = "";
   renderList();
   $("timeline-id").value = id;
   loadTimeline(id);
+  loadUsage();
+}
+
+// --- the actor's usage beside the approval (ADR 0079) ---------------------------------------
+
+// A window as profiles write it (24h rather than 1d; days from two on).
+function windowText(ms) {
+  if (!ms) return "in flight";
+  const units = [["d", 86_400_000], ["h", 3_600_000], ["m", 60_000], ["s", 1000]];
+  for (const [unit, size] of units) {
+    if (ms % size === 0 && (unit !== "d" || ms >= 2 * size)) return `${ms / size}${unit}`;
+  }
+  return `${ms} ms`;
+}
+
+function count(n) {
+  return Number(n).toLocaleString("en-US");
+}
+
+// The limits a call of this tool by this actor counts in (GET /v1/usage picks them), used
+// now against each limit; for an approval a limit asked for (over: approve), what this call
+// adds and whether it goes over.
+async function loadUsage() {
+  const item = state.items.find((i) => i.invocation_id === state.selected);
+  if (!item) return;
+  let rows = [];
+  try {
+    const query = new URLSearchParams({ actor: item.actor, tool: item.tool });
+    rows = await api(`/v1/usage?${query}`);
+  } catch {
+    rows = []; // the card stays hidden; the approval does not depend on it
+  }
+  if (state.selected !== item.invocation_id) return; // another item was opened meanwhile
+  rows = rows.filter((r) => r.scope.tenant === item.tenant);
+  const asked = item.usage || {};
+  $("usage-rows").replaceChildren(...rows.map((r) => {
+    const scope = Object.entries(r.scope)
+      .filter(([k]) => k !== "tenant")
+      .map(([k, v]) => `${k} ${v}`)
+      .join(", ") || `tenant ${r.scope.tenant}`;
+    const full = r.used >= r.max;
+    const used = el("td", { class: `used${full ? " full" : ""}` },
+      el("meter", { min: "0", max: String(r.max), value: String(Math.min(r.used, r.max)), "aria-hidden": "true" }),
+      el("span", { class: "figures", text: `${count(r.used)} of ${count(r.max)}` }),
+      r.held ? el("span", { class: "held", text: ` (${count(r.held)} held)` }) : "");
+    const mine = asked[r.limit];
+    if (mine) {
+      used.append(el("span", { class: `this-call${mine.over ? " over" : ""}`,
+        text: `This call: +${count(mine.amount)}${mine.over ? ", over the limit" : ""}` }));
+    }
+    return el("tr", {},
+      el("th", { scope: "row", text: r.limit }),
+      el("td", { text: scope }),
+      used,
+      el("td", { text: windowText(r.window_ms) }));
+  }));
+  show($("usage-card"), rows.length > 0);
 }
 
 // --- deciding ----------------------------------------------------------------------------
@@ -457,6 +518,7 @@ function handleEvent(block) {
   if (event === "pending") {
     state.items = JSON.parse(data.join("\n"));
     renderList();
+    loadUsage(); // the actor's other calls may have used more meanwhile
   } else if (event === "expired") {
     signOut("Your session has expired. Sign in again.");
   }
