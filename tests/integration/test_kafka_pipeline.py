@@ -364,6 +364,12 @@ def test_audit_chain_detects_a_changed_or_dropped_record(gate: Gateway) -> None:
     done = gate.propose(alice, "refunds.issue", {**REFUND, "order_id": "ORD-9"}, key,
                         approval["approval_id"])  # fmt: skip
     assert done["outcome"] == "executed", done
+    # The answer follows the events; the status view is a projection that may lag them.
+    wait_for(
+        lambda: "partition_key" in (gate.status(done["invocation_id"], operator(gate)) or {}),
+        30,
+        "the executed call's status",
+    )
     chain_key = str((gate.status(done["invocation_id"], operator(gate)) or {})["partition_key"])
     wait_for(
         lambda: bool(gate.audit(done["invocation_id"], session=operator(gate))),
