@@ -973,7 +973,7 @@ def _run(
             gate, fleet, work, outbox, progress, n, kills, kill_rng, out, started + limit, outages
         )
         settled = _settle(gate, work, fleet, out, started + limit)
-        verified, replayed = _consistent(gate, started + limit)
+        verified, replayed = _consistent(gate, fleet, started + limit)
         effects = gate.effects()
         evidence = Evidence(
             calls=work.calls,
@@ -1217,11 +1217,16 @@ def _settle(
     return {i: gate.backend.view("status", i) or statuses.get(i, {}) for i in ids}
 
 
-def _consistent(gate: Gateway, deadline: float) -> tuple[VerifyResult, dict[str, Any]]:
+def _consistent(
+    gate: Gateway, fleet: Fleet, deadline: float
+) -> tuple[VerifyResult, dict[str, Any]]:
     """Audit verification and replay, retried while the projections may still be catching
-    up (a lagging view converges; a wrong one stays wrong until the deadline)."""
+    up (a lagging view converges; a wrong one stays wrong until the deadline). Dead
+    workers are started again meanwhile, as ``serve`` would: a projection that died after
+    its last input still has a timer's late event to fold (an approval's expiry)."""
     give_up = min(deadline, time.monotonic() + 90)
     while True:
+        fleet.check()
         gate.backend.wait(lambda: False, 1.0)
         verified = gate.verify_audit()
         replayed = replay(gate)
