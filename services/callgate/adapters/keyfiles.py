@@ -206,10 +206,15 @@ def generate_key_pair(out_dir: Path, kind: str, alg: str, kid: str) -> Generated
     if private_path.exists() or public_path.exists() or kid in existing:
         raise FileExistsError(f"a key with kid {kid!r} already exists in {out_dir}")
     key = generate_private_key(alg)
-    write_atomically(private_path, private_pem(key), 0o600)
-    write_atomically(public_path, public_pem(key.public_key()), 0o644)
     keys = {**existing, kid: key.public_key()}
-    write_atomically(document, (json.dumps(jwks(keys), indent=2) + "\n").encode(), 0o644)
+    try:
+        write_atomically(private_path, private_pem(key), 0o600)
+        write_atomically(public_path, public_pem(key.public_key()), 0o644)
+        write_atomically(document, (json.dumps(jwks(keys), indent=2) + "\n").encode(), 0o644)
+    except BaseException:  # e.g. a full disk: all three files, or none (ADR 0084)
+        private_path.unlink(missing_ok=True)
+        public_path.unlink(missing_ok=True)
+        raise
     return GeneratedKey(kind, kid, alg, private_path, public_path, document, tuple(keys))
 
 
