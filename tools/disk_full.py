@@ -54,6 +54,7 @@ from typing import Any
 
 from callgate.adapters.embedded.gateway import EmbeddedBackend
 from callgate.bootstrap import App, Settings, bootstrap
+from callgate.domain import events as ev
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.scope import OPERATOR_ROLE
 from callgate.surfaces.render import Renderer
@@ -349,6 +350,9 @@ def _campaign(
         "serve logged each refusal and recovery": len(refused_lines) >= len(faults)
         and len(recovered) >= len(faults),
         **verdict.figures,
+        "executions reconciled after a refused follow-up": sum(
+            1 for e in evidence.events if isinstance(e, ev.ExecutionReconciled)
+        ),
         "files left half written": len(file_problems),
         "store integrity ok": all(v == "ok" for v in integrity.values()),
         "audit chain ok": audit_ok,

@@ -80,6 +80,27 @@ def test_the_command_line_past_its_file_size_limit_answers_storage_unavailable(
     assert cg(state, "audit", "verify")["ok"] is True
 
 
+def test_serve_started_past_its_limit_stops_with_storage_unavailable(tmp_path: Path) -> None:
+    """It cannot mark the store in use: it says so with the code and stops; with room
+    again, the state directory serves calls."""
+    state = tmp_path / "state"
+    token = session(state, "alice", "acme", "support")
+    assert cg(state, "propose", "--session", token, *READ)["outcome"] == "executed"
+    started = subprocess.run(
+        [*callgate_argv(), "--json", "--state-dir", str(state), "serve"],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        preexec_fn=no_file_may_grow,
+        timeout=60,
+    )
+    assert started.returncode == EXIT_FAILED, started
+    assert "Traceback" not in started.stderr, started.stderr
+    assert json.loads(started.stdout)["error"]["code"] == "storage_unavailable", started
+    again = cg(state, "propose", "--session", token, *READ)
+    assert again["outcome"] == "executed"
+
+
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str, list[str]]]:
     """``callgate serve --http`` on a state directory of its own; its stderr lines (a

@@ -8,7 +8,6 @@ can fail with before or around a decision (they never appear in an event).
 from __future__ import annotations
 
 import errno
-import os
 import sqlite3
 from enum import StrEnum
 from typing import Any
@@ -213,5 +212,5 @@ def storage_failure(exc: BaseException) -> str | None:
             return f"{exc.sqlite_errorname}: {exc}"
         return None
     if isinstance(exc, OSError) and exc.errno in _STORAGE_ERRNOS:
-        return f"{errno.errorcode[exc.errno]}: {exc.strerror or os.strerror(exc.errno)}"
+        return f"{errno.errorcode[exc.errno]}: {exc.strerror or 'refused'}"
     return None
