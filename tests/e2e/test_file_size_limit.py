@@ -41,7 +41,8 @@ READ = ("--tool", "tickets.read", "--args", '{"ticket_id": "T-1"}')
 
 def no_file_may_grow() -> None:
     """In the child, before it runs: any write that grows a file fails (EFBIG)."""
-    resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY))
+    _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, hard))
 
 
 def test_the_command_line_past_its_file_size_limit_answers_storage_unavailable(
@@ -157,7 +158,7 @@ def test_a_running_server_past_its_file_size_limit_refuses_and_resumes_by_itself
         httpx.post(f"{url}/v1/proposals", json=body, headers=headers, timeout=60).json()["outcome"]
         == "executed"
     )
-    _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)  # the server's, inherited
     resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (0, hard))
     try:
         refused = httpx.post(f"{url}/v1/proposals", json=body, headers=headers, timeout=60)
@@ -168,7 +169,7 @@ def test_a_running_server_past_its_file_size_limit_refuses_and_resumes_by_itself
         answer = run(state, "--timeout", "3", *args, rc=None).value
         assert answer["outcome"] == "pending_decision", answer
     finally:
-        resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (hard, hard))
+        resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (soft, hard))
     deadline = time.monotonic() + 30
     status: dict[str, object] = {}
     while status.get("outcome") != "executed":

@@ -52,7 +52,8 @@ def under_file_size_limit(tmp_path: Path, code: str) -> str:
     limit = 64 * 1024
 
     def limited() -> None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+        _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
 
     paths = [REPO / "services", REPO / "projections", REPO]
     env = {"PYTHONPATH": ":".join(str(p) for p in paths), "PYTHONDONTWRITEBYTECODE": "1"}
