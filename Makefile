@@ -9,7 +9,7 @@ UV     := $(TOOLS)/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast test-authzen test-kafka test-stop test-browser test-fuzz test-keycloak test-all kafka-fetch keycloak-fetch lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress chaos-instances kafka kafka-stop kafka-clean fuzz fuzz-atheris up down clean oidc-provider conformance
+.PHONY: install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast test-authzen test-kafka test-stop test-disk test-browser test-fuzz test-keycloak test-all kafka-fetch keycloak-fetch lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress chaos-instances disk-full kafka kafka-stop kafka-clean fuzz fuzz-atheris up down clean oidc-provider conformance
 
 $(UV): requirements/uv.txt
 	$(PYTHON) -m venv $(TOOLS)
@@ -84,7 +84,7 @@ fuzz-http: $(STAMP)
 PYTEST := PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q -p no:cacheprovider --durations=10
 XDIST  ?= -n 2
 test: $(STAMP) $(CONFORMANCE_DEPS)
-	$(PYTEST) $(XDIST) -m "not kafka and not browser and not fuzz and not stop and not keycloak"
+	$(PYTEST) $(XDIST) -m "not kafka and not browser and not fuzz and not stop and not keycloak and not disk"
 
 ## The AuthZEN interop decision set against `callgate serve --http` (ADR 0083); also in `make test`.
 test-authzen: $(STAMP)
@@ -101,6 +101,12 @@ test-kafka: $(STAMP)
 test-stop: $(STAMP)
 	CALLGATE_REQUIRE_APACHE_KAFKA=1 $(PYTEST) $(XDIST) -m stop
 
+## A full disk under a running serve (ADR 0084): the short form of `make disk-full`, 300
+## proposals and the disk full once, on a tmpfs in a mount namespace of its own (root, or
+## unprivileged user namespaces; skipped with the reason elsewhere). About 30 s.
+test-disk: $(STAMP)
+	$(PYTEST) -m disk tests/integration/test_disk_full.py
+
 ## The approval console driven by Chromium (Playwright; Debian's /usr/bin/chromium).
 test-browser: $(STAMP)
 	$(PYTEST) -m browser
@@ -116,7 +122,7 @@ test-keycloak: $(STAMP)
 	CALLGATE_REQUIRE_KEYCLOAK=1 $(PYTEST) -m keycloak
 
 ## Every tier, one after the other.
-test-all: test test-kafka test-stop test-browser test-fuzz test-keycloak
+test-all: test test-kafka test-stop test-disk test-browser test-fuzz test-keycloak
 
 ## Fetches the Apache Kafka broker's jars (Maven) into the cache once.
 kafka-fetch: $(STAMP)
@@ -178,6 +184,12 @@ chaos-stress: $(STAMP)
 ## Two instances, whole instances SIGKILLed (ADR 0015), and the broker twice.
 chaos-instances: $(STAMP)
 	$(TOOL) chaos --instances 2 --proposals 2000 --kills 10 --broker-kills 2
+
+## The full-disk campaign (ADR 0084): 2,000 proposals on the embedded backend, the disk under
+## serve's state directory full three times for 10 s (a tmpfs of its own, filled by a
+## ballast file); prints the verdict and what each fault cost.
+disk-full: $(STAMP)
+	$(TOOL) disk-full --proposals 2000 --faults 3 --hold 10
 
 ## The long fuzzing campaign (bounded: 9 minutes embedded, 1 minute on Apache Kafka);
 ## prints inputs tried, stalls, unauthorized effects, overwrites and the codes seen.

@@ -1,4 +1,5 @@
-"""``python -m tools bench|chaos ...`` (run by ``make bench`` and ``make chaos``)."""
+"""``python -m tools bench|chaos|disk-full ...`` (run by ``make bench``, ``make chaos`` and
+``make disk-full``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ PARSER = functools.partial(
     build_parser,
     modules=("tools.commands",),
     prog="python -m tools",
-    description="callgate's developer tools: benchmarks and the chaos run.",
+    description="callgate's developer tools: benchmarks, the chaos run and the full-disk campaign.",
 )
 
 if __name__ == "__main__":

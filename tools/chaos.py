@@ -1235,9 +1235,20 @@ def _consistent(
         time.sleep(2.0)
 
 
-def _render(out: Renderer, report: dict[str, Any], ok: bool) -> None:
+def _render(
+    out: Renderer,
+    report: dict[str, Any],
+    ok: bool,
+    name: str = "chaos",
+    zero: Iterable[str] = (),
+    true: Iterable[str] = (),
+) -> None:
+    """The figures as a table with a check per figure (``zero``, ``true``: more that must
+    be 0 or true), then the violations; with ``--json`` the report as one value."""
     figures: dict[str, Any] = report["figures"]
+    must_be_true = {"audit chain ok", "replay equal", *true}
     must_be_zero = {
+        *zero,
         "lost",
         "conflicting outcomes",
         "unexpected outcomes",
@@ -1249,28 +1260,28 @@ def _render(out: Renderer, report: dict[str, Any], ok: bool) -> None:
     }
 
     def human(c: Any) -> None:
-        t = Table(title=f"callgate chaos (seed {report['seed']})")
+        t = Table(title=f"callgate {name} (seed {report['seed']})")
         t.add_column("figure")
         t.add_column("value", justify="right")
         t.add_column("check")
-        for name, value in figures.items():
+        for figure, value in figures.items():
             check = ""
-            if name in must_be_zero:
+            if figure in must_be_zero:
                 check = "[green]ok[/]" if value == 0 else "[red]FAIL[/]"
-            elif name in ("audit chain ok", "replay equal"):
+            elif figure in must_be_true:
                 check = "[green]ok[/]" if value else "[red]FAIL[/]"
             shown = (
                 ", ".join(f"{k} {v}" for k, v in value.items())
                 if isinstance(value, dict)
                 else value
             )
-            t.add_row(name, str(shown), check)
+            t.add_row(figure, str(shown), check)
         c.print(t)
         for line in report["violations"][:30]:
             c.print(f"[red]violation:[/] {line}")
         more = len(report["violations"]) - 30
         if more > 0:
             c.print(f"[red]… and {more} more[/]")
-        c.print("[green]chaos: all checks hold[/]" if ok else "[red]chaos: checks FAILED[/]")
+        c.print(f"[green]{name}: all checks hold[/]" if ok else f"[red]{name}: checks FAILED[/]")
 
     out.value({**report, "ok": ok}, human)

@@ -1,5 +1,5 @@
-"""The sub-commands of ``python -m tools``: ``bench`` and ``chaos``, with callgate's global
-options (``--json``, ``--state-dir``, ``--bootstrap-servers``...)."""
+"""The sub-commands of ``python -m tools``: ``bench``, ``chaos`` and ``disk-full``, with
+callgate's global options (``--json``, ``--state-dir``, ``--bootstrap-servers``...)."""
 
 from __future__ import annotations
 
@@ -83,6 +83,30 @@ def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type
         help="how long the broker stays down at each broker kill (default: 5)",
     )
 
+    df = add_command(
+        sub,
+        common,
+        "disk-full",
+        "the embedded backend on a disk that fills up under load (a tmpfs of its own)",
+        disk_full,
+    )
+    df.add_argument("--proposals", type=int, default=1000, help="default: 1000")
+    df.add_argument("--faults", type=int, default=1, help="times the disk fills (default: 1)")
+    df.add_argument(
+        "--hold", type=float, default=5.0, metavar="SECONDS", help="how long the disk stays full"
+    )
+    df.add_argument(
+        "--fill-at",
+        type=float,
+        default=0.3,
+        metavar="SHARE",
+        help="the first fill once this share of the flows is done (default: 0.3); the "
+        "others follow evenly up to 0.85",
+    )
+    df.add_argument("--size", type=int, default=256, metavar="MIB", help="the tmpfs (default 256)")
+    df.add_argument("--seed", type=int, default=7, help="default: 7")
+    df.add_argument("--keep", action="store_true", help="keep serve's log when all checks hold")
+
 
 def bench(ctx: Context) -> int:
     from tools.bench import run_bench
@@ -111,4 +135,21 @@ def chaos(ctx: Context) -> int:
         instances=ns.instances,
         broker_kills=ns.broker_kills,
         broker_down_s=ns.broker_down,
+    )
+
+
+def disk_full(ctx: Context) -> int:
+    from tools.disk_full import run_disk_full
+
+    ns = ctx.ns
+    return run_disk_full(
+        ctx.app.settings,
+        ctx.out,
+        proposals=ns.proposals,
+        faults=ns.faults,
+        hold_s=ns.hold,
+        fill_at=ns.fill_at,
+        size_mb=ns.size,
+        seed=ns.seed,
+        keep=ns.keep,
     )

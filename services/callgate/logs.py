@@ -6,9 +6,10 @@ gets that logger, and ``configure`` decides whether its records are shown: only 
 ``-v``. ``--log-format json`` makes every line one JSON object (``time``, ``level``,
 ``logger``, ``message``), for log collectors.
 
-Serve's lines (``serve_line``, ``SettledLog``): when it starts (the text form always
-contains ``callgate serve``), each attempt to reach a broker that does not answer, one line
-per settled decision (time, invocation, tool, outcome), and when it stops; with
+Serve's lines (``serve_line``, ``SettledLog``, ``StorageLog``): when it starts (the text
+form always contains ``callgate serve``), each attempt to reach a broker that does not
+answer, when the disk refuses its writes and when it takes them again, one line per settled
+decision (time, invocation, tool, outcome), and when it stops; with
 ``--log-format json`` each is a JSON object with ``time``, ``event``, ``message`` and the
 line's fields. On Kafka the status projection's worker prints the decision lines (it sees
 them settle); they share serve's stderr.
@@ -83,8 +84,11 @@ def serve_line(log_format: LogFormat, event: str, message: str, **fields: Any) -
         line = json.dumps({"time": now, "event": event, "message": message, **fields})
     else:
         line = f"{now} {message}"
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except OSError:  # stderr on a full disk: the line is lost, never the server (ADR 0084)
+        pass
 
 
 class _ViewRecord(Protocol):
@@ -137,3 +141,40 @@ class SettledLog:
                 outcome=outcome,
                 at=iso_utc(int(value.get("updated_at") or 0) / 1000),
             )
+
+
+class StorageLog:
+    """Serve's lines while the disk under the embedded store refuses writes (ADR 0084): the
+    first refusal, one line every ``every_s`` while they go on, and the recovery."""
+
+    def __init__(self, log_format: LogFormat, every_s: float = 30.0) -> None:
+        self.log_format = log_format
+        self.every_s = every_s
+        self._next = 0.0
+
+    def refused(self, reason: str, attempt: int, retry_in_s: float) -> None:
+        now = time.monotonic()
+        if attempt > 1 and now < self._next:
+            return
+        self._next = now + self.every_s
+        serve_line(
+            self.log_format,
+            "storage_unavailable",
+            f"callgate serve: storage_unavailable: the disk refused a write ({reason}); "
+            f"attempt {attempt}, next in {retry_in_s:g}s; work resumes once it has space",
+            code="storage_unavailable",
+            reason=reason,
+            attempt=attempt,
+            retry_in_s=retry_in_s,
+        )
+
+    def resumed(self, attempts: int, seconds: float) -> None:
+        self._next = 0.0
+        serve_line(
+            self.log_format,
+            "storage_recovered",
+            f"callgate serve: the disk takes writes again after {seconds:.1f}s "
+            f"({attempts} refused attempts); work resumes",
+            attempts=attempts,
+            refused_s=round(seconds, 3),
+        )

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from callgate.adapters.atomic_file import write_atomically
 from callgate_projections.audit import GENESIS
 from callgate_projections.export import (
     Resume,
@@ -76,13 +77,8 @@ class PositionStore:
     def save(self, name: str, resume: Resume) -> None:
         path = self.path(name)
         self.folder.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(".tmp")
         doc = {"name": name, "position": dict(sorted(resume.position.items())), "link": resume.link}
-        with temporary.open("w", encoding="utf-8") as f:
-            json.dump(doc, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
+        write_atomically(path, json.dumps(doc).encode(), 0o644)
 
 
 def _cut_partial_line(path: Path) -> None:

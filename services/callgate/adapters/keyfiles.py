@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
+from callgate.adapters.atomic_file import write_atomically
 from callgate.domain.keys import (
     ALGORITHMS,
     APPROVAL_KEY_FILE,
@@ -205,26 +206,16 @@ def generate_key_pair(out_dir: Path, kind: str, alg: str, kid: str) -> Generated
     if private_path.exists() or public_path.exists() or kid in existing:
         raise FileExistsError(f"a key with kid {kid!r} already exists in {out_dir}")
     key = generate_private_key(alg)
-    _write(private_path, private_pem(key), 0o600)
-    _write(public_path, public_pem(key.public_key()), 0o644)
     keys = {**existing, kid: key.public_key()}
-    _write(document, (json.dumps(jwks(keys), indent=2) + "\n").encode(), 0o644)
-    return GeneratedKey(kind, kid, alg, private_path, public_path, document, tuple(keys))
-
-
-def _write(path: Path, data: bytes, mode: int) -> None:
-    """Atomically (temporary file, fsync, rename) with ``mode``."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
+        write_atomically(private_path, private_pem(key), 0o600)
+        write_atomically(public_path, public_pem(key.public_key()), 0o644)
+        write_atomically(document, (json.dumps(jwks(keys), indent=2) + "\n").encode(), 0o644)
+    except BaseException:  # e.g. a full disk: all three files, or none (ADR 0084)
+        private_path.unlink(missing_ok=True)
+        public_path.unlink(missing_ok=True)
         raise
+    return GeneratedKey(kind, kid, alg, private_path, public_path, document, tuple(keys))
 
 
 def load_or_create_keyring(directory: Path, kid_prefix: str = "dev") -> KeyRing:

@@ -15,7 +15,6 @@ import heapq
 import itertools
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -30,8 +29,9 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 from standardwebhooks.webhooks import Webhook
 
+from callgate.adapters.atomic_file import write_atomically
 from callgate.config import NotifySettings, SlackSettings, SlackUser, WebhookSettings
-from callgate.domain.codes import Code, Rejection
+from callgate.domain.codes import Code, Rejection, storage_failure
 from callgate.domain.identity import SessionIssuer
 from callgate.domain.notices import (
     DECIDED,
@@ -309,9 +309,8 @@ class Notifier:
         if told == self._saved:
             return
         self._position.parent.mkdir(parents=True, exist_ok=True)
-        scratch = self._position.with_name(self._position.name + ".tmp")
-        scratch.write_text(json.dumps({"told": told}, ensure_ascii=False), encoding="utf-8")
-        os.replace(scratch, self._position)
+        document = json.dumps({"told": told}, ensure_ascii=False).encode()
+        write_atomically(self._position, document, 0o644)
         self._saved = told
 
     def _tell(self, notice: Notice) -> None:
@@ -341,8 +340,12 @@ class Notifier:
         while not self._stop.is_set():
             try:
                 self.poll()
-            except Exception:
-                log.warning("reading the pending view failed; retrying", exc_info=True)
+            except Exception as exc:
+                reason = storage_failure(exc)
+                if reason is not None:  # the position stays as stored (ADR 0084)
+                    log.warning("storing the notifier's position failed (%s); retrying", reason)
+                else:
+                    log.warning("reading the pending view failed; retrying", exc_info=True)
                 self._stop.wait(1.0)
             self._stop.wait(self._interval_s)
 

@@ -7,6 +7,7 @@ can fail with before or around a decision (they never appear in an event).
 
 from __future__ import annotations
 
+import errno
 import sqlite3
 from enum import StrEnum
 from typing import Any
@@ -55,6 +56,9 @@ class Code(StrEnum):
     BUSY = "busy"
     # no Kafka broker answered at the bootstrap servers within the timeout.
     BROKER_UNAVAILABLE = "broker_unavailable"
+    # the state directory's disk refused a write (full, a file-size limit, an I/O error:
+    # ADR 0084): nothing of the request was recorded; retry once the disk has space.
+    STORAGE_UNAVAILABLE = "storage_unavailable"
     # the command line or a setting was used wrongly (exit 2); nothing was published.
     USAGE = "usage"
     # an unexpected failure inside callgate; the message names no internals over HTTP.
@@ -152,6 +156,7 @@ COMMAND_ERRORS: frozenset[Code] = frozenset(
         Code.TIMEOUT,
         Code.BUSY,
         Code.BROKER_UNAVAILABLE,
+        Code.STORAGE_UNAVAILABLE,
         Code.DEVELOPMENT_MODE_REQUIRED,
         Code.CSRF_FAILED,
         Code.USAGE,
@@ -189,3 +194,23 @@ INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (
     sqlite3.OperationalError,
     MemoryError,
 )
+
+
+# What a disk that cannot take a write looks like (ADR 0084). SQLite answers SQLITE_FULL
+# for ENOSPC and an SQLITE_IOERR for the other write errors: EFBIG past the kernel's
+# file-size limit (RLIMIT_FSIZE), EDQUOT past a quota, EIO from the device.
+_STORAGE_SQLITE = frozenset({sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR})
+_STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO, errno.EROFS})
+
+
+def storage_failure(exc: BaseException) -> str | None:
+    """Why the disk refused a write, when ``exc`` is such a refusal (``storage_unavailable``:
+    running again once it has space succeeds); ``None`` for anything else."""
+    if isinstance(exc, sqlite3.Error):
+        code = getattr(exc, "sqlite_errorcode", None)
+        if code is not None and code & 0xFF in _STORAGE_SQLITE:
+            return f"{exc.sqlite_errorname}: {exc}"
+        return None
+    if isinstance(exc, OSError) and exc.errno in _STORAGE_ERRNOS:
+        return f"{errno.errorcode[exc.errno]}: {exc.strerror or 'refused'}"
+    return None

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from callgate import logs, stopping
-from callgate.domain.codes import Code, Rejection
+from callgate.domain.codes import Code, Rejection, storage_failure
 from callgate.gc_settings import apply_gc_settings
 from callgate.surfaces.commands import MODULES
 from callgate.surfaces.commands.context import (
@@ -245,6 +245,9 @@ def classify(e: Exception) -> tuple[Code, str, int]:
         return e.code, e.message, EXIT_FAILED
     if isinstance(e, TimeoutError):
         return Code.TIMEOUT, str(e) or "timed out", EXIT_FAILED
+    reason = storage_failure(e)
+    if reason is not None:  # ADR 0084: the state directory's disk, not a bug
+        return Code.STORAGE_UNAVAILABLE, f"the disk refused a write: {reason}", EXIT_FAILED
     return Code.INTERNAL_ERROR, f"{type(e).__name__}: {e}", EXIT_FAILED
 
 

@@ -14,10 +14,11 @@ from functools import cached_property
 from typing import Any
 
 from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
-from callgate.adapters.embedded.runner import EmbeddedRunner
+from callgate.adapters.embedded.runner import EmbeddedRunner, retry_delay
 from callgate.adapters.embedded.store import EmbeddedStore
 from callgate.adapters.following import follow_view
 from callgate.adapters.wiring import Wiring
+from callgate.domain.codes import Code, Rejection, storage_failure
 from callgate.domain.events import Event
 
 
@@ -32,9 +33,21 @@ class EmbeddedBackend:
         return self.app.embedded_runner(self.store, self.codec)
 
     def publish(self, events: Sequence[Event]) -> None:
-        """Append ``events``; traced, with the current span's context (the proposal's)."""
+        """Append ``events``; traced, with the current span's context (the proposal's).
+        ``storage_unavailable`` when the disk refuses the write: nothing was appended (the
+        transaction is atomic), so the caller may send the same request again (ADR 0084)."""
         tracing = self.app.tracing
-        self.store.append(events, None if tracing is None else tracing.current())
+        try:
+            self.store.append(events, None if tracing is None else tracing.current())
+        except Exception as exc:
+            reason = storage_failure(exc)
+            if reason is None:
+                raise
+            raise Rejection(
+                Code.STORAGE_UNAVAILABLE,
+                f"the state directory's disk refused the write ({reason}); nothing was "
+                "recorded: send it again once the disk has space",
+            ) from None
 
     def view(self, view: str, key: str) -> dict[str, Any] | None:
         raw = self.store.view(view, key)
@@ -80,16 +93,28 @@ class EmbeddedBackend:
             after = rows[-1].seq
 
     def wait(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
+        """Run the processes here until ``predicate`` holds, or wait for the server that
+        runs them. A round the disk refuses is tried again after a growing pause, as
+        ``serve`` does (ADR 0084): what was appended is recorded and stays undecided
+        (``pending_decision`` at the timeout) until the disk takes writes again."""
         deadline = time.monotonic() + timeout_s
+        refused = 0
         while not predicate():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
-            if self.runner.try_acquire():
-                try:
-                    return self.runner.run_until(predicate, remaining)
-                finally:
-                    self.runner.release()
+            try:
+                if self.runner.try_acquire():
+                    try:
+                        return self.runner.run_until(predicate, remaining)
+                    finally:
+                        self.runner.release()
+            except Exception as exc:
+                if storage_failure(exc) is None:
+                    raise
+                refused += 1
+                time.sleep(min(retry_delay(refused), max(0.0, deadline - time.monotonic())))
+                continue
             time.sleep(0.02)  # a server holds the lock and is doing the work
         return True
 

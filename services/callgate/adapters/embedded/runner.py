@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from callgate.adapters.avro_codec import MalformedEvent
 from callgate.adapters.embedded.store import (
@@ -60,7 +60,7 @@ from callgate.adapters.engine import (
     restore,
 )
 from callgate.adapters.failures import Deterministic, answers, dead_letter
-from callgate.domain.codes import Code
+from callgate.domain.codes import Code, storage_failure
 from callgate.domain.events import Event
 from callgate.domain.process import Output, Process, ViewRecord, answered_by, reacts_to
 from callgate_projections import keeps_states_immutable
@@ -78,6 +78,24 @@ PRUNE_REQUESTS_EVERY_S = 60.0
 PASSES_BACK = 2
 # Bound on the decoded-row cache if some process lags far behind the others.
 _DECODED_ROWS = 20_000
+# A round the disk refused is tried again after 0.05 s, 0.1 s, 0.2 s, ... at most
+# RETRY_MAX_S apart (ADR 0084): the first try after space returns comes within a second.
+RETRY_FIRST_S = 0.05
+RETRY_MAX_S = 1.0
+
+
+def retry_delay(attempt: int) -> float:
+    """The pause after the ``attempt``-th refused round in a row (1, 2, ...)."""
+    return min(RETRY_MAX_S, RETRY_FIRST_S * 2.0 ** min(attempt - 1, 32))
+
+
+class StorageObserver(Protocol):
+    """Hears when the disk refuses ``serve``'s rounds, and when it takes them again."""
+
+    def refused(self, reason: str, attempt: int, retry_in_s: float) -> None: ...
+
+    def resumed(self, attempts: int, seconds: float) -> None: ...
+
 
 # (key, blob, next_due): a state row to write.
 _Change = tuple[str, bytes, int | None]
@@ -344,11 +362,15 @@ class EmbeddedRunner:
         except BlockingIOError:
             os.close(fd)
             return False
-        self._lock_fd = fd
         self._forget()  # another runner may have held the lock since we last did
-        with self.store.transaction() as tx:
-            self._needs_recovery = tx.meta("dirty") != "0"
-            tx.set_meta("dirty", "1")
+        try:
+            with self.store.transaction() as tx:
+                self._needs_recovery = tx.meta("dirty") != "0"
+                tx.set_meta("dirty", "1")
+        except BaseException:
+            os.close(fd)  # a disk that refuses the write (ADR 0084): the lock is not held
+            raise
+        self._lock_fd = fd
         self._failed = False
         return True
 
@@ -364,13 +386,15 @@ class EmbeddedRunner:
     def release(self) -> None:
         """Give up the lock; marks the store clean unless this runner failed while holding it."""
         if self._lock_fd is not None:
-            if not self._failed:
-                with self.store.transaction() as tx:
-                    tx.set_meta("dirty", "0")
-            os.close(self._lock_fd)  # closing the descriptor drops the flock
-            self._lock_fd = None
-            self._recovered = False
-            self._forget()
+            try:
+                if not self._failed:
+                    with self.store.transaction() as tx:
+                        tx.set_meta("dirty", "0")
+            finally:  # a refused write leaves the store marked dirty: the next holder recovers
+                os.close(self._lock_fd)  # closing the descriptor drops the flock
+                self._lock_fd = None
+                self._recovered = False
+                self._forget()
 
     def _ready(self) -> None:
         if self._lock_fd is None:
@@ -575,7 +599,16 @@ class EmbeddedRunner:
         commits loses no input: the executor's ``recover`` finds the started-but-unfinished
         work on restart (C12).
         """
-        pending = [b for b in batches if b.committed]
+        try:
+            self._follow_up_rounds([b for b in batches if b.committed], now)
+        except BaseException:
+            # Work started by the commit may be unfinished (a provider called, its outcome
+            # not written): before new input, ``recover`` finds it, as after a restart.
+            self._recovered = False
+            self._needs_recovery = True
+            raise
+
+    def _follow_up_rounds(self, pending: list[_Batch], now: int) -> None:
         while pending:
             nexts: list[tuple[_Batch, list[_Change]]] = []
             for batch in pending:
@@ -773,8 +806,38 @@ class EmbeddedRunner:
                 time.sleep(poll_s)
         return True
 
-    def serve(self, stop: threading.Event, idle_sleep_s: float = 0.02) -> None:
-        """Run rounds until ``stop`` is set, sleeping briefly when there is nothing to do."""
+    def serve(
+        self,
+        stop: threading.Event,
+        idle_sleep_s: float = 0.02,
+        storage: StorageObserver | None = None,
+    ) -> None:
+        """Run rounds until ``stop`` is set, sleeping briefly when there is nothing to do.
+
+        A round the disk refuses (``storage_failure``: full, past a file-size limit, an I/O
+        error) rolled back whole; it is tried again after a pause that grows to
+        ``RETRY_MAX_S``, each time after one small write that must succeed first, so a
+        full disk neither ends serve nor keeps a core busy, and work resumes by itself
+        once the disk takes writes again (ADR 0084). ``storage`` hears of both."""
+        refused, since = 0, 0.0
         while not stop.is_set():
-            if not self.run_once():
+            try:
+                if refused:
+                    self.store.probe_write()
+                progress = self.run_once()
+            except Exception as exc:
+                reason = storage_failure(exc)
+                if reason is None:
+                    raise
+                refused += 1
+                since = since or time.monotonic()
+                delay = retry_delay(refused)
+                if storage is not None:
+                    storage.refused(reason, refused, delay)
+                stop.wait(delay)
+                continue
+            if refused and storage is not None:
+                storage.resumed(refused, time.monotonic() - since)
+            refused, since = 0, 0.0
+            if not progress:
                 stop.wait(idle_sleep_s)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -347,6 +348,12 @@ class EmbeddedStore:
         traces = None if traceparent is None else {ev.invocation_id: traceparent for ev in events}
         with self.transaction() as tx:
             tx.insert(rows, traces)
+
+    def probe_write(self) -> None:
+        """One small write transaction; raises as a bigger one would while the disk refuses
+        writes (the runner's cheap test before it tries a refused round again, ADR 0084)."""
+        with self.transaction() as tx:
+            tx.set_meta("probed_at_ns", str(time.time_ns()))
 
     def append_raw(self, topic: str, partition_key: str, payload: bytes) -> None:
         """Append bytes as they came (tests use it to publish poison input)."""

@@ -97,7 +97,7 @@ def serve(ctx: Context) -> int:
     from callgate.adapters.avro_codec import AvroCodec
     from callgate.adapters.embedded.store import EmbeddedStore
     from callgate.domain.codes import Code, Rejection
-    from callgate.logs import SettledLog, serve_line
+    from callgate.logs import SettledLog, StorageLog, serve_line
 
     codec = AvroCodec.default()
     store = EmbeddedStore(app.settings.state_dir, codec)
@@ -109,7 +109,7 @@ def serve(ctx: Context) -> int:
         raise Rejection(Code.BUSY, f"another callgate serve holds {lock}")
     ctx.out.serving(app.settings.state_dir.resolve(), pid=os.getpid(), dev=app.settings.dev)
     try:
-        runner.serve(stop)
+        runner.serve(stop, storage=StorageLog(ctx.ns.log_format))
     finally:
         runner.release()
         store.close()

@@ -20,7 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from callgate.domain.codes import Code, Rejection
+from callgate.domain.codes import Code, Rejection, storage_failure
 
 log = logging.getLogger("callgate.http")
 
@@ -65,11 +65,13 @@ STATUS: Mapping[Code, int] = MappingProxyType(
         Code.OUTCOME_UNCERTAIN: 502,
         Code.INTERNAL_ERROR: 500,
         Code.TIMEOUT: 504,
-        # Command errors of the command line; a server meets only broker_unavailable (its
-        # Kafka brokers stopped answering), but every code has its status.
+        # Command errors of the command line; a server meets broker_unavailable (its Kafka
+        # brokers stopped answering) and storage_unavailable (the disk under its state
+        # directory refused a write, ADR 0084), but every code has its status.
         Code.USAGE: 400,
         Code.BUSY: 503,
         Code.BROKER_UNAVAILABLE: 503,
+        Code.STORAGE_UNAVAILABLE: 503,
         # Policy versions (ADR 0050): command line only so far.
         Code.POLICY_VERSION_INVALID: 422,
         Code.POLICY_VERSION_UNKNOWN: 404,
@@ -163,6 +165,10 @@ def _timeout(request: Request, exc: Exception) -> JSONResponse:
 
 
 def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    reason = storage_failure(exc)
+    if reason is not None:  # the disk refused a write: retry later (ADR 0084)
+        log.warning("%s %s: the disk refused a write: %s", request.method, request.url.path, reason)
+        return error_response(Code.STORAGE_UNAVAILABLE, "the server's disk refused a write")
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return error_response(Code.INTERNAL_ERROR, "internal error (logged on the server)")
 

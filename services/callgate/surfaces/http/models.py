@@ -190,5 +190,6 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {s: {"model": ErrorBody, "description": "a coded error"} for s in statuses}
 
 
-# Every /v1 route can answer these (session, body limit, rate limit, failures).
-COMMON = (401, 413, 422, 429, 500)
+# Every /v1 route can answer these (session, body limit, rate limit, failures, and 503 when
+# the broker or the disk under the state directory is unavailable).
+COMMON = (401, 413, 422, 429, 500, 503)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from callgate.bootstrap import App
 from callgate.domain.codes import Code
-from callgate.logs import SettledLog, serve_line
+from callgate.logs import SettledLog, StorageLog, serve_line
 from callgate.surfaces.gateway import Backend, Gateway, final_answer
 from callgate.surfaces.http.context import HttpOptions, ServerContext, ServiceStats
 from callgate.surfaces.http.feed import PendingFeed
@@ -131,7 +131,7 @@ def _serve_embedded(
 
     def work() -> None:
         try:
-            runner.serve(stop)
+            runner.serve(stop, storage=StorageLog(out.log_format))
         except Exception as exc:  # fail closed: stop serving rather than answer stale views
             failure.append(f"{type(exc).__name__}: {exc}")
             log.exception("the embedded runner stopped")
