@@ -15,9 +15,12 @@ start-up code was, and one was lost there once in about 200 stops (serve then ra
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import os
 import signal
+import sys
 import threading
+import time
 from collections.abc import Iterable, Iterator
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -51,3 +54,24 @@ def stop_on_signals(stop: threading.Event, signals: Iterable[int] = STOP_SIGNALS
     threading.Thread(target=relay, name="callgate-stop-signals", daemon=True).start()
     for sig in signals:
         signal.signal(sig, on_signal)
+
+
+# How long the interpreter's own exit (its threads, ``atexit``) may take once a command
+# that ran until stopped has finished and said so.
+EXIT_GRACE_S = 3.0
+
+
+def exit_within(code: int, grace_s: float = EXIT_GRACE_S) -> None:
+    """Bound the exit of a process whose command ran until stopped: past ``grace_s`` the
+    stacks of every thread go to stderr (what held the exit) and the process ends with
+    ``code``; a stop must end the process whatever holds it. A C-level timer two seconds
+    later ends it (status 1) should the interpreter no longer run threads by then."""
+
+    def end() -> None:
+        time.sleep(grace_s)  # a daemon thread: gone if the exit finishes first
+        sys.stderr.write(f"callgate: exiting took over {grace_s:g} s after stopping:\n")
+        faulthandler.dump_traceback(all_threads=True)
+        os._exit(code)
+
+    threading.Thread(target=end, name="callgate-exit", daemon=True).start()
+    faulthandler.dump_traceback_later(grace_s + 2.0, exit=True)

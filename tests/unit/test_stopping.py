@@ -65,3 +65,18 @@ def test_the_hold_restores_the_signal_mask_it_found() -> None:
     with held():
         assert {signal.SIGTERM, signal.SIGINT} <= signal.pthread_sigmask(signal.SIG_BLOCK, [])
     assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before
+
+
+def test_an_exit_held_by_a_thread_ends_within_its_grace_with_the_stacks_said() -> None:
+    code = textwrap.dedent("""
+        import threading
+        from callgate.stopping import exit_within
+        threading.Thread(target=threading.Event().wait, name="holds-the-exit").start()
+        exit_within(0, grace_s=0.5)
+    """)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "exiting took over 0.5 s after stopping" in done.stderr
+    assert "in wait" in done.stderr  # the holding thread's stack, where it waits

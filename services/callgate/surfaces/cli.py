@@ -218,8 +218,17 @@ def main(
     except KeyboardInterrupt:
         return 130
     logs.configure(ns.verbose, ns.log_format)
+    code = run(ctx)
+    if argv is None and getattr(ns, "until_stopped", _never)(ns):
+        stopping.exit_within(code)  # the program itself, not a caller of main() in-process
+    return code
+
+
+def run(ctx: Context) -> int:
+    """The command's handler; its exit code, or the code of its failure (never a
+    traceback); the command's parts closed either way."""
     try:
-        code: int = ns.handler(ctx)
+        code: int = ctx.ns.handler(ctx)
         return code
     except KeyboardInterrupt:
         return 130
