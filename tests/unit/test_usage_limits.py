@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from tests.unit.test_catalog import write_profile
 
@@ -267,6 +267,8 @@ def test_a_forced_reservation_goes_over_and_says_so() -> None:
         max_size=40,
     )
 )  # fmt: skip
+# A commit seen twice, the second past the window: a no-op in both, pruning included.
+@example(steps=[("ask", 0, 1, 0), ("commit", 0, 1, 0), ("commit", 0, 1, 3_660_000)])
 def test_the_usage_view_folds_what_the_process_holds(
     steps: list[tuple[str, int, int, int]],
 ) -> None:

@@ -99,8 +99,10 @@ class Usage:
         if isinstance(event, ev.UsageReserveRequested):
             return state, [self._reserve(state, event)]
         if isinstance(event, ev.UsageCommitted):
-            book.commit(event.reservation_id, event.occurred_at, event.window_ms)
-            book.prune(event.occurred_at, event.window_ms)
+            # A reservation committed already (a commit seen twice) changes nothing, as
+            # in the usage view: not even the pruning.
+            if book.commit(event.reservation_id, event.occurred_at, event.window_ms):
+                book.prune(event.occurred_at, event.window_ms)
         elif isinstance(event, ev.UsageReleased):
             book.release(event.reservation_id)
         elif isinstance(event, ev.UsageLimitChanged):
