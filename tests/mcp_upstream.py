@@ -9,7 +9,8 @@ Definitions: ``FILE.descriptions.json`` changes tool descriptions while it runs.
 Faults: ``FILE.faults.json`` holds a list of ``[tool, fault]`` pairs; the first call of
 ``tool`` takes the first matching one and removes it. ``timeout_after_apply`` applies the
 effect, then sleeps longer than any test profile's ``timeout_s`` (the C12 case). ``fail``
-answers with a tool error and applies nothing.
+answers with a tool error and applies nothing; ``jsonrpc_error`` with a JSON-RPC error
+(``JSONRPC_FAULT_CODE``, with data), applying nothing.
 
 The server deliberately does not deduplicate by token: "exactly one effect" must be
 callgate's doing.
@@ -39,6 +40,7 @@ META_KEY = "callgate/idempotency_key"
 META_INVOCATION = "callgate/invocation_id"
 META_TENANT = "callgate/tenant"
 JSONRPC_FAULT_CODE = -32042  # an application-defined JSON-RPC error code
+JSONRPC_FAULT_DATA = {"reason": "quota", "retry_after_s": 30, "limits": ["daily", "ü"]}
 SLOW_S = 8.0  # longer than any test profile's timeout_s
 
 
@@ -153,7 +155,7 @@ def build(ledger: Ledger) -> MCPServer:
         if fault == "fail":
             raise ValueError(f"{tool} failed (injected)")
         if fault == "jsonrpc_error":  # a protocol error: the upstream refuses, nothing applied
-            raise MCPError(code=JSONRPC_FAULT_CODE, message=f"{tool} refused (injected)")
+            raise MCPError(JSONRPC_FAULT_CODE, f"{tool} refused (injected)", JSONRPC_FAULT_DATA)
         meta = _meta(ctx)
         record = {
             "tool": tool,

@@ -45,6 +45,7 @@ from callgate.domain.events import (
     DryRunRecorded,
     DryRunRequested,
     Event,
+    ExecutionFailed,
     ExecutionStarted,
     PolicyDecided,
     ProposalRejected,
@@ -118,6 +119,8 @@ _LATER_PRINCIPAL_DEFAULTS: Mapping[str, Any] = MappingProxyType({"agent": None, 
 _LATER_REQUEST_DEFAULTS: Mapping[str, Any] = MappingProxyType(
     {"approver_agent": None, "approver_delegation": []}
 )
+# Likewise of the record itself (views v4): the code of the upstream's JSON-RPC error.
+_LATER_RECORD_DEFAULTS: Mapping[str, Any] = MappingProxyType({"upstream_code": None})
 
 
 def _without_defaults(part: object, defaults: Mapping[str, Any]) -> object:
@@ -128,9 +131,13 @@ def _without_defaults(part: object, defaults: Mapping[str, Any]) -> object:
 
 
 def _hashed(record: Mapping[str, Any]) -> dict[str, Any]:
-    """The record as its hash covers it: without ``hash``, and without a principal's or
-    an approval request's later fields at their default."""
-    body = {k: v for k, v in record.items() if k != "hash"}
+    """The record as its hash covers it: without ``hash``, and without its own, a
+    principal's or an approval request's later fields at their default."""
+    body = {
+        k: v
+        for k, v in record.items()
+        if k != "hash" and not (k in _LATER_RECORD_DEFAULTS and v == _LATER_RECORD_DEFAULTS[k])
+    }
     authorized = body.get("authorized_by")
     if isinstance(authorized, Mapping):
         principal = _without_defaults(authorized.get("principal"), _LATER_PRINCIPAL_DEFAULTS)
@@ -208,6 +215,8 @@ def _gather(old: Mapping[str, Any], event: Event, redactor: Redactor) -> dict[st
             facts["approval_request"] = _request(facts, state="expired")
         case ReplayServed():
             facts["replay_of"] = event.original_invocation_id
+        case ExecutionFailed() if event.upstream_code is not None:
+            facts["upstream_code"] = event.upstream_code
     outcome = outcome_for(event)
     if outcome is not None:
         facts["outcome"] = outcome.value
@@ -235,6 +244,7 @@ def _content(invocation_id: str, partition_key: str, facts: Mapping[str, Any]) -
         "outcome": facts.get("outcome"),
         "replay_of": facts.get("replay_of"),
         "quorum": facts.get("quorum"),
+        "upstream_code": facts.get("upstream_code"),
     }
 
 
@@ -311,6 +321,8 @@ def _append(
 
 def _has_later_defaults(record: Mapping[str, Any]) -> bool:
     principal, request = record["authorized_by"]["principal"], record["approval_request"]
+    if any(record.get(k) == d for k, d in _LATER_RECORD_DEFAULTS.items()):
+        return True
     return any(
         part is not None and any(part.get(k) == d for k, d in defaults.items())
         for part, defaults in (

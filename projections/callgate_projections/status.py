@@ -188,6 +188,15 @@ def _approval(value: Mapping[str, Any], **changes: Any) -> dict[str, Any]:
     return {**base, **changes}
 
 
+def upstream_error(event: ExecutionFailed) -> dict[str, Any]:
+    """The upstream's JSON-RPC error an execution failed with, as JSON-RPC writes one:
+    ``code``, ``message`` and ``data`` when it sent data (and callgate kept it)."""
+    error: dict[str, Any] = {"code": event.upstream_code, "message": event.upstream_message}
+    if event.upstream_data_json:
+        error["data"] = parse_json_field(event.upstream_data_json, "upstream_data_json")
+    return error
+
+
 def _error(code: Code, message: str, details: Any = None) -> dict[str, Any]:
     return {"code": code.value, "message": message, "details": {} if details is None else details}
 
@@ -246,6 +255,9 @@ def _evolve(old: Mapping[str, Any], event: Event) -> dict[str, Any]:
             _known(value, tenant=event.tenant, tool=event.tool, target=event.target)
         case DryRunRecorded():
             value["dry_run"] = parse_json_field(event.snapshot_json, "snapshot_json")
+        case ExecutionFailed() if event.upstream_code is not None:
+            details = {"upstream_error": upstream_error(event)}
+            error = _error(failure_code(event.code), event.message, details)
         case ExecutionFailed() | DryRunFailed():
             code = failure_code(event.code)
             error = _error(code, event.message)

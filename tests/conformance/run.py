@@ -60,6 +60,7 @@ TOOLS: dict[str, dict[str, Any]] = {
     "test_tool_with_progress": {},
     "test_error_handling": {},
     "test_sampling": {"prompt": {"type": "string"}},
+    "test_missing_capability": {},
     "test_elicitation": {"message": {"type": "string"}},
     "test_elicitation_sep1034_defaults": {},
     "test_elicitation_sep1330_enums": {},

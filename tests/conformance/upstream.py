@@ -17,15 +17,20 @@ from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.prompts.base import Message, UserMessage
+from mcp.shared.exceptions import MCPError
 from mcp.types import (
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
     AudioContent,
+    ClientCapabilities,
     Completion,
     EmbeddedResource,
     EmptyResult,
     ImageContent,
     InputRequiredResult,
+    MissingRequiredClientCapabilityErrorData,
     PromptReference,
     ResourceTemplateReference,
+    SamplingCapability,
     SamplingMessage,
     SetLevelRequestParams,
     SubscribeRequestParams,
@@ -137,6 +142,20 @@ def build() -> MCPServer:
         content = result.content
         text = content.text if isinstance(content, TextContent) else str(content)
         return f"LLM response: {text}"
+
+    @server.tool()
+    async def test_missing_capability(ctx: Context) -> str:
+        """Needs the client's sampling: without it, the JSON-RPC error -32021 (SEP-2575)."""
+        caps = ctx.session.client_capabilities
+        if caps is None or caps.sampling is None:
+            needed = ClientCapabilities(sampling=SamplingCapability())
+            data = MissingRequiredClientCapabilityErrorData(required_capabilities=needed)
+            raise MCPError(
+                MISSING_REQUIRED_CLIENT_CAPABILITY,
+                "This tool needs the client's sampling capability",
+                data.model_dump(by_alias=True, mode="json", exclude_none=True),
+            )
+        return await test_sampling("Say hello.", ctx)
 
     @server.tool()
     async def test_elicitation(message: str, ctx: Context) -> str:

@@ -31,7 +31,7 @@ from tools.ports import free_port
 from callgate.bootstrap import Settings, bootstrap
 from tests.e2e.helpers import CALLGATE, cg, cli_env
 from tests.mcp_support import effects, inject, upstream_command, write_profile
-from tests.mcp_upstream import JSONRPC_FAULT_CODE
+from tests.mcp_upstream import JSONRPC_FAULT_CODE, JSONRPC_FAULT_DATA
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 CONSOLE = "http://console.example/cg"
@@ -358,17 +358,33 @@ async def test_upstream_failure_is_execution_failed(gate: Gate) -> None:
     assert effects(gate.ledger) == []
 
 
-@pytest.mark.parametrize("gate", ["stdio"], indirect=True)
-async def test_upstream_jsonrpc_error_keeps_its_code_and_nothing_ran(gate: Gate) -> None:
-    """An upstream JSON-RPC error reaches the agent with its code and message, verbatim,
-    as ``execution_failed`` (the contract's "nothing was applied"), and no effect exists."""
+async def test_an_upstream_jsonrpc_error_reaches_the_agent_as_that_error(gate: Gate) -> None:
+    """An upstream's JSON-RPC error is the agent's JSON-RPC error (code, message, data),
+    not a tool result; nothing ran, and the status and the audit keep the code."""
+    from callgate.domain.scope import OPERATOR_ROLE
+
     inject(gate.ledger, "write_note", "jsonrpc_error")
     async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
-        r = await c.call_tool("notes.quick_write", {"note_id": "N-6", "text": "t"})
-    assert outcome(r) == "execution_failed", r
-    message = body(r)["error"]["message"]
-    assert f"upstream JSON-RPC error {JSONRPC_FAULT_CODE}: write_note refused (injected)" in message
-    assert effects(gate.ledger) == []
+        with pytest.raises(mcp.MCPError) as refused:
+            await c.call_tool("notes.quick_write", {"note_id": "N-6", "text": "t"})
+        assert refused.value.code == JSONRPC_FAULT_CODE
+        assert refused.value.message == "write_note refused (injected)"
+        assert refused.value.data == JSONRPC_FAULT_DATA
+        again = await c.call_tool("notes.quick_write", {"note_id": "N-6", "text": "t"})
+        assert not again.is_error, again  # the fault was one call's; the session goes on
+    assert [e["note_id"] for e in effects(gate.ledger)] == ["N-6"]
+    operator = gate.token("olga", [OPERATOR_ROLE], tenant="ops")
+    records = cg(gate.state_dir, "audit", "--session", operator, profile=gate.profile)
+    [failed] = [r for r in records if r["outcome"] == "execution_failed"]
+    assert failed["upstream_code"] == JSONRPC_FAULT_CODE
+    status = cg(gate.state_dir, "status", failed["invocation_id"], "--session", operator,
+                profile=gate.profile)  # fmt: skip
+    assert status["error"]["details"]["upstream_error"] == {
+        "code": JSONRPC_FAULT_CODE,
+        "message": "write_note refused (injected)",
+        "data": JSONRPC_FAULT_DATA,
+    }
+    assert cg(gate.state_dir, "audit", "verify", profile=gate.profile)["ok"] is True
 
 
 async def test_upstream_over_streamable_http(tmp_path: Path) -> None:

@@ -4,8 +4,9 @@ suite's Apache Kafka broker) runs the deciders, and its executor child calls the
 server (``tests/mcp_upstream.py``) it starts from the profile.
 
 One deployment and one MCP session run the scenarios in order (a Kafka deployment takes
-seconds to join its groups): policy-filtered ``tools/list``, a read, V1, V2 and an upstream
-that times out after applying its effect.
+seconds to join its groups): policy-filtered ``tools/list``, a read, V1, V2, an upstream's
+JSON-RPC error (the agent's, as it is) and an upstream that times out after applying its
+effect.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tests.e2e.helpers import CALLGATE, cli_env
 from tests.harness import without_continuation
 from tests.kafka_support import Deployment, KafkaServe, unique_prefix
 from tests.mcp_support import effects, inject, write_profile
+from tests.mcp_upstream import JSONRPC_FAULT_CODE, JSONRPC_FAULT_DATA
 
 pytestmark = [pytest.mark.kafka, pytest.mark.e2e, pytest.mark.anyio]
 
@@ -109,6 +111,16 @@ async def test_mcp_surface_on_kafka(deployment: tuple[Deployment, Path]) -> None
             assert _outcome(done) == "executed", done
             again = await c.call_tool("notes.write", v2, meta=_meta("kv2"))
             assert _outcome(again) == "replayed", again
+
+            inject(ledger, "write_note", "jsonrpc_error")  # refused upstream: nothing ran
+            refused_note = {"note_id": "N-9", "text": "refused", "author": "alice"}
+            with pytest.raises(mcp.MCPError) as refused:
+                await c.call_tool("notes.quick_write", refused_note, meta=_meta("kerr"))
+            assert (refused.value.code, refused.value.message, refused.value.data) == (
+                JSONRPC_FAULT_CODE,
+                "write_note refused (injected)",
+                JSONRPC_FAULT_DATA,
+            )
 
             inject(ledger, "write_note", "timeout_after_apply")
             slow = {"note_id": "N-3", "text": "slow", "author": "alice"}

@@ -215,10 +215,13 @@ async def test_the_round_is_sealed_and_bound_and_unfit_answers_are_refused(relay
 async def test_an_agent_without_the_capability_is_not_asked_and_nothing_runs(
     relay: Relay,
 ) -> None:
+    """The upstream's elicitation is refused as the agent's client would refuse it, and the
+    upstream's JSON-RPC error that follows is the agent's, as it is (ADR 0085)."""
     async with relay.client(relay.token(), mode="legacy") as c:  # declares no elicitation
-        result = await c.call_tool("notes.sign", {"note_id": "N-7"})
-    assert result.is_error
-    assert (result.structured_content or {})["outcome"] == "execution_failed"
+        with pytest.raises(mcp.MCPError) as refused:
+            await c.call_tool("notes.sign", {"note_id": "N-7"})
+    assert refused.value.code == types.INVALID_REQUEST
+    assert refused.value.message == "Elicitation not supported"
     assert relay.signed() == []
 
 

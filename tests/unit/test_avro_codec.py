@@ -52,6 +52,8 @@ def _values(tp: Any) -> st.SearchStrategy[Any]:
         return st.none() | TEXT
     if tp == (bool | None):
         return st.none() | st.booleans()
+    if tp == (int | None):
+        return st.none() | LONG
     if tp == tuple[str, ...]:
         return st.lists(TEXT, max_size=4).map(tuple)
     raise AssertionError(f"no strategy for field type {tp!r}: extend the test and the schemas")
@@ -79,6 +81,7 @@ def sample(cls: type[E]) -> E:
         bytes: b"\x00\xc3\x01raw",
         str | None: "maybe",
         bool | None: False,
+        int | None: -32021,
         tuple[str, ...]: ("a", "b"),
     }
     hints = typing.get_type_hints(cls)

@@ -23,7 +23,14 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from tools.ports import free_port
 
-from callgate.providers.base import Provider, ProviderError, ProviderTimeout
+from callgate.providers.base import (
+    UPSTREAM_DATA_CHARS,
+    UPSTREAM_MESSAGE_CHARS,
+    Provider,
+    ProviderError,
+    ProviderTimeout,
+    UpstreamRefused,
+)
 from callgate.providers.http import HttpProvider
 from callgate.providers.ledger import EffectLedger
 from callgate.providers.registry import ProviderRegistry
@@ -638,3 +645,30 @@ def test_registry_get_for_tool_and_replace(ledger: EffectLedger) -> None:
     assert "deploys" in replaced
     with pytest.raises(ValueError):
         ProviderRegistry([remote, remote])
+
+
+# --- an upstream's JSON-RPC error: what of it is kept (ADR 0085) ---------------------------
+
+BIG = "x" * UPSTREAM_DATA_CHARS
+
+
+@pytest.mark.parametrize(
+    ("message", "data", "kept_message", "kept_data"),
+    [
+        ("refused", {"b": [1, "ü"], "a": None}, "refused", '{"a":null,"b":[1,"ü"]}'),
+        ("refused", None, "refused", ""),
+        ("m" * 5_000, "small", "m" * UPSTREAM_MESSAGE_CHARS, '"small"'),
+        ("refused", BIG, "refused", ""),  # its JSON is two quotes longer than the bound
+        ("refused", BIG[:-2], "refused", f'"{BIG[:-2]}"'),
+        ("refused", {1: "not a JSON key"}, "refused", ""),
+        ("refused", float("nan"), "refused", ""),
+    ],
+    ids=["data", "none", "long message", "data too long", "data at the bound", "keys", "nan"],
+)
+def test_an_upstream_error_keeps_its_message_and_data_bounded(
+    message: str, data: object, kept_message: str, kept_data: str
+) -> None:
+    refused = UpstreamRefused("notes write_note", -32021, message, data)
+    assert (refused.code, refused.message, refused.data_json) == (-32021, kept_message, kept_data)
+    assert isinstance(refused, ProviderError)  # nothing ran: a definite failure
+    assert str(refused).startswith("notes write_note: upstream JSON-RPC error -32021: ")

@@ -74,6 +74,7 @@ def expected_avro_type(field_name: str, tp: Any) -> Any:
         bool: "boolean",
         bytes: "bytes",
         str | None: ["null", "string"],
+        int | None: ["null", "long"],
         bool | None: ["null", "boolean"],
         tuple[str, ...]: {"type": "array", "items": "string"},
     }

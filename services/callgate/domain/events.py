@@ -371,6 +371,12 @@ class ExecutionFailed(Event):
     # The outcome when it is not ``execution_failed``: ``token_exchange_failed`` when the
     # upstream's token could not be obtained (nothing was sent). Empty: execution_failed.
     code: str = ""
+    # The upstream's JSON-RPC error, when it answered with one (released v10): its code,
+    # message and data (canonical JSON, empty when it sent none or too much), which the
+    # agent is answered with. None and empty in other failures and in records before.
+    upstream_code: int | None = None
+    upstream_message: str = ""
+    upstream_data_json: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

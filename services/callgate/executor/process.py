@@ -45,6 +45,7 @@ from callgate.providers.base import (
     ProviderError,
     ProviderTimeout,
     ResourceDescription,
+    UpstreamRefused,
 )
 from callgate.providers.registry import ProviderRegistry
 from callgate.providers.upstream_tokens import Acting, TokenExchangeFailed, acting_for
@@ -363,6 +364,17 @@ class Executor:
                 execution_token=token,
                 message=str(err),
                 code=Code.TOKEN_EXCHANGE_FAILED.value,
+            )
+        except UpstreamRefused as err:  # its JSON-RPC error kept for the agent
+            return _follow(
+                started,
+                now_ms,
+                ev.ExecutionFailed,
+                execution_token=token,
+                message=str(err),
+                upstream_code=err.code,
+                upstream_message=err.message,
+                upstream_data_json=err.data_json,
             )
         except ProviderError as err:
             return _follow(

@@ -10,7 +10,8 @@ The two exceptions split failures by what is known about the effect (an exceptio
 other kind counts as ``ProviderTimeout`` for ``execute``, as ``ProviderError`` otherwise):
 
 - ``ProviderError``: definite failure, nothing was applied; the executor may report
-  ``execution_failed``.
+  ``execution_failed``. ``UpstreamRefused`` is one the upstream answered as a JSON-RPC
+  error, whose code, message and data the outcome keeps so that the agent gets them.
 - ``ProviderTimeout``: the outcome is unknown, the effect may or may not exist; the
   executor must report ``outcome_uncertain`` and reconcile with ``lookup`` (C12).
 """
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 # The failure kinds a runner retries, defined with the vocabulary (``domain.codes``).
+from callgate.domain.canonical import canonical_json
 from callgate.domain.codes import INFRASTRUCTURE_ERRORS as INFRASTRUCTURE_ERRORS
 
 
@@ -31,6 +33,37 @@ class ProviderTimeout(Exception):
 
 class ProviderError(Exception):
     """Definite failure: no effect was applied."""
+
+
+# What of an upstream's JSON-RPC error is kept: its message cut to this many characters,
+# its data only while its canonical JSON fits in this many (a cut JSON is no JSON).
+UPSTREAM_MESSAGE_CHARS = 1_000
+UPSTREAM_DATA_CHARS = 4_096
+
+
+class UpstreamRefused(ProviderError):
+    """The upstream answered with a JSON-RPC error: it refused, nothing ran (ADR 0075).
+
+    ``code``, ``message`` and ``data_json`` (canonical JSON, empty for none) are the
+    upstream's own, bounded, so that the agent can be answered with the same error.
+    """
+
+    def __init__(self, where: str, code: int, message: str, data: object = None) -> None:
+        super().__init__(f"{where}: upstream JSON-RPC error {code}: {message}")
+        self.code = code
+        self.message = message[:UPSTREAM_MESSAGE_CHARS]
+        self.data_json = _bounded_json(data)
+
+
+def _bounded_json(data: object) -> str:
+    """``data`` as canonical JSON when it is JSON and small enough, else empty."""
+    if data is None:
+        return ""
+    try:
+        text = canonical_json(data)
+    except (TypeError, ValueError):
+        return ""
+    return text if len(text) <= UPSTREAM_DATA_CHARS else ""
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,8 @@ Failures split by what is known about the effect, failing closed: a read timeout
 lost connection during ``execute`` is ``ProviderTimeout`` (the upstream may have applied
 it); an error response, or a result with ``isError``, is ``ProviderError`` (the upstream
 answered that it failed); a connection that cannot be opened is ``ProviderError`` because
-nothing was sent.
+nothing was sent. An error response is ``UpstreamRefused``, keeping the upstream's code,
+message and data for the agent.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from callgate.providers.base import (
     Lookup,
     ProviderError,
     ProviderTimeout,
+    UpstreamRefused,
 )
 from callgate.providers.channels import CHANNELS, Bound, Unanswered
 from callgate.providers.upstream_tokens import UpstreamTokenConfig, UpstreamTokens
@@ -508,7 +510,7 @@ class McpProvider:
         except Unanswered as exc:  # the upstream waited for the agent: nothing was applied
             raise ProviderError(f"{where}: {exc}") from exc
         except mcp.MCPError as exc:
-            raise ProviderError(upstream_error(where, exc.code, exc.message)) from exc
+            raise refused(where, exc) from exc
         except Exception as exc:
             self.upstream.drop()
             raise ProviderError(f"{where}: {exc!r}") from exc
@@ -576,7 +578,7 @@ class McpProvider:
                     raise ProviderTimeout(f"{where}: {exc.message}, outcome unknown") from exc
                 raise ProviderError(f"{where}: {exc.message}") from exc
             # A JSON-RPC error is the upstream refusing the request: nothing ran (ADR 0075).
-            raise ProviderError(upstream_error(where, exc.code, exc.message)) from exc
+            raise refused(where, exc) from exc
         except Exception as exc:  # transport broke mid-call, or an unreadable result
             self.upstream.drop()
             if effectful:
@@ -588,9 +590,16 @@ class McpProvider:
         return body
 
 
-def upstream_error(where: str, code: int, message: str) -> str:
-    """The failure message of an upstream JSON-RPC error: its code and message, verbatim."""
-    return f"{where}: upstream JSON-RPC error {code}: {message}"
+# The codes an event can keep (Avro ``long``); JSON-RPC sets no bound of its own.
+_CODES = range(-(2**63), 2**63)
+
+
+def refused(where: str, exc: mcp.MCPError) -> ProviderError:
+    """The failure of an upstream's JSON-RPC error: its code, message and data kept
+    (``UpstreamRefused``), unless the code is too large to record."""
+    if exc.code not in _CODES:
+        return ProviderError(f"{where}: upstream JSON-RPC error {exc.code}: {exc.message}")
+    return UpstreamRefused(where, exc.code, exc.message, exc.data)
 
 
 def tool_result_json(result: mcp.types.CallToolResult) -> dict[str, Any]:

@@ -18,7 +18,8 @@ The same translation as ``tools/call``, not a second decision path:
 - ``logging/setLevel`` is accepted and remembered for the session (what it may be sent).
 
 Refusals are JSON-RPC errors ``-32602`` whose message starts with the vocabulary code and
-whose ``data`` carries ``code`` (and ``uri`` or ``invocation_id`` when known).
+whose ``data`` carries ``code`` (and ``uri`` or ``invocation_id`` when known). An upstream's
+own JSON-RPC error is passed on as it is (``passed_on``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from callgate.domain.codes import Code, Rejection
 from callgate.domain.principal import Principal
 from callgate.surfaces.mcp.bridge import GatewayBridge
 from callgate.surfaces.mcp.channel import Asked, level_of, propose_relayed
+from callgate.surfaces.mcp.passed_on import passed_on
 from callgate.surfaces.mcp.rounds import Round
 
 MAX_URI = 2048
@@ -366,6 +368,8 @@ class Relay:
         outcome = str(answer.get("outcome"))
         if outcome in SUCCESS and isinstance(answer.get("result"), dict):
             return answer
+        if (upstream := passed_on(answer)) is not None:
+            raise upstream
         err = answer.get("error") or {"code": outcome, "message": outcome}
         data = {"invocation_id": answer.get("invocation_id"), "outcome": outcome}
         raise refusal(str(err["code"]), str(err["message"]), **data)

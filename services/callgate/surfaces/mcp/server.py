@@ -11,7 +11,8 @@ A translation, not a second decision path (STYLE "Surfaces"):
   ``callgate/approval_id`` and ``callgate/idempotency_key`` come from the request's
   ``_meta``. ``executed`` and ``replayed`` return the upstream's result; every other
   outcome is a tool error result (``isError``) whose structured content carries the
-  ``outcome``, the ``error`` code and message and the ``invocation_id``.
+  ``outcome``, the ``error`` code and message and the ``invocation_id``. A call the
+  upstream refused with a JSON-RPC error answers with that error (``passed_on``).
 - ``approval_required`` also carries the dry-run and where to approve; when the client
   supports URL-mode elicitation and a console URL is configured, the server asks the user
   to open it. The approval happens there, with the approver's own session.
@@ -37,6 +38,7 @@ from callgate.domain.principal import Principal
 from callgate.surfaces.gateway import final_answer, is_final
 from callgate.surfaces.mcp.bridge import GatewayBridge
 from callgate.surfaces.mcp.channel import Asked, level_of, progress_token_of, propose_relayed
+from callgate.surfaces.mcp.passed_on import passed_on
 from callgate.surfaces.mcp.relay import Relay
 from callgate.surfaces.mcp.rounds import Round, boundary, paused, round_s, speaks_rounds
 
@@ -247,13 +249,16 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
     async def answered(
         ctx: ServerRequestContext[Any, Any], answer: Mapping[str, Any]
     ) -> types.CallToolResult:
-        """The tool result of an answer: the upstream's result, or a coded tool error."""
+        """The tool result of an answer: the upstream's result, or a coded tool error; the
+        upstream's own JSON-RPC error raised as it is."""
         outcome = str(answer["outcome"])
         if answer.get("invocation_id") is None:  # refused before anything was published
             return _error_result(outcome, str(answer["error"]["message"]), None)
         invocation_id = str(answer["invocation_id"])
         if outcome in SUCCESS:
             return _success(answer)
+        if (upstream := passed_on(answer)) is not None:
+            raise upstream
         if outcome == Code.PENDING_DECISION.value:
             err = answer["error"]
             return _error_result(str(err["code"]), str(err["message"]), answer)
