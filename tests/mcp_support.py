@@ -22,16 +22,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
-from tools.ports import free_port
+from tools.ports import free_port, wait_port
 
 REPO = Path(__file__).resolve().parents[1]
 UPSTREAM = REPO / "tests" / "mcp_upstream.py"
@@ -258,16 +256,7 @@ def http_upstream(ledger: Path, log: Path) -> Iterator[str]:
             stderr=subprocess.STDOUT,
         )
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                with (
-                    contextlib.suppress(OSError),
-                    socket.create_connection(("127.0.0.1", port), 0.2),
-                ):
-                    break
-                assert proc.poll() is None, log.read_text()
-                assert time.monotonic() < deadline, "the upstream did not listen"
-                time.sleep(0.1)
+            wait_port(port, proc, log, 30)
             yield f"http://127.0.0.1:{port}/mcp"
         finally:
             proc.terminate()

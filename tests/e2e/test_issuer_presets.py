@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -28,7 +27,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.rsa import generate_private_key
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-from tools.ports import free_port
+from tools.ports import free_port, wait_port
 
 from callgate.bootstrap import Settings
 from callgate.surfaces.sdk import connect
@@ -143,16 +142,7 @@ def mcp_http(
             env=cli_env(dev=False),
         )
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                with (
-                    contextlib.suppress(OSError),
-                    socket.create_connection(("127.0.0.1", port), 0.2),
-                ):
-                    break
-                assert proc.poll() is None, log_path.read_text()
-                assert time.monotonic() < deadline, "callgate mcp --http did not listen"
-                time.sleep(0.1)
+            wait_port(port, proc, log_path, 30)
             yield state, f"http://127.0.0.1:{port}/mcp"
         finally:
             proc.terminate()

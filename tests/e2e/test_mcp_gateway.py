@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -26,7 +25,7 @@ import mcp_types as types
 import pytest
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-from tools.ports import free_port
+from tools.ports import free_port, wait_port
 
 from callgate.bootstrap import Settings, bootstrap
 from tests.e2e.helpers import CALLGATE, cg, cli_env
@@ -122,13 +121,7 @@ def gate(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Gate]:
     )
     g.url = f"http://127.0.0.1:{port}/mcp"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-                break
-            assert proc.poll() is None, (tmp_path / "mcp-http.log").read_text()
-            assert time.monotonic() < deadline, "callgate mcp --http did not listen"
-            time.sleep(0.1)
+        wait_port(port, proc, tmp_path / "mcp-http.log", 30)
         yield g
     finally:
         proc.terminate()
@@ -397,12 +390,7 @@ async def test_upstream_over_streamable_http(tmp_path: Path) -> None:
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-                break
-            assert upstream.poll() is None and time.monotonic() < deadline, "upstream not up"
-            time.sleep(0.1)
+        wait_port(port, upstream, None, 30)
         url = f"http://127.0.0.1:{port}/mcp"
         g = Gate(
             tmp_path / "state", write_profile(tmp_path / "p", ledger, url=url), ledger, "stdio"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -23,14 +22,13 @@ import pytest
 import yaml
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-from tools.ports import free_port
+from tools.ports import free_port, wait_port
 
 from callgate.bootstrap import Settings, bootstrap
 from callgate.domain import events as ev
 from callgate.domain.scope import OPERATOR_ROLE
 from tests.e2e.helpers import CALLGATE, cg, cli_env
 from tests.http_support import HttpServe
-from tests.kafka_support import wait_for
 from tests.limits_support import limited_profile
 from tests.mcp_support import write_profile
 
@@ -181,14 +179,7 @@ async def test_mcp_tool_error_says_when_to_retry(tmp_path: Path) -> None:
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                             env={**cli_env(), "CALLGATE_DEV": "1"})  # fmt: skip
     try:
-
-        def listening() -> bool:
-            assert proc.poll() is None, (tmp_path / "mcp.log").read_text()
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-                return True
-            return False
-
-        wait_for(listening, 30, "callgate mcp --http to listen")
+        wait_port(port, proc, tmp_path / "mcp.log", 30)
         async with mcp_client(f"http://127.0.0.1:{port}/mcp", token) as c:
             first = await c.call_tool("notes.read", {"note_id": "N-1"})
             assert not first.is_error, first
