@@ -9,11 +9,12 @@ makes them. ``short_ttl_profile`` writes a copy of the default profile whose
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -116,6 +117,18 @@ class HttpServe:
             code = self.proc.wait(timeout=10)
         self._stderr.close()
         return code
+
+
+@contextlib.contextmanager
+def running(serve: HttpServe) -> Iterator[HttpServe]:
+    """``serve`` once it answers; stopped after, and it must have stopped cleanly (exit 0)
+    and without a traceback in its log."""
+    try:
+        serve.wait_ready()
+        yield serve
+    finally:
+        assert serve.stop() == 0, serve.log.read_text()
+        assert "Traceback" not in serve.log.read_text()
 
 
 def bearer(token: str) -> dict[str, str]:

@@ -33,7 +33,7 @@ from callgate.bootstrap import Settings
 from callgate.surfaces.sdk import connect
 from tests.e2e.helpers import CALLGATE, cli_env
 from tests.e2e.test_real_issuer import propose
-from tests.http_support import HttpServe
+from tests.http_support import HttpServe, running
 from tests.jwks_server import KeyServer
 from tests.provider_shapes import (
     ENTRA_TID,
@@ -98,12 +98,8 @@ def test_the_sdk_accepts_each_providers_token(
 def http(providers: Providers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServe]:
     root = tmp_path_factory.mktemp("presets-http")
     serve = HttpServe(production_state(root / "state", providers), root / "serve.log")
-    try:
-        serve.wait_ready()
+    with running(serve):
         yield serve
-    finally:
-        assert serve.stop() == 0, serve.log.read_text()
-        assert "Traceback" not in serve.log.read_text()
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=PRESET_IDS)

@@ -28,7 +28,7 @@ from callgate.bootstrap import Settings, bootstrap
 from callgate.domain import events as ev
 from callgate.domain.scope import OPERATOR_ROLE
 from tests.e2e.helpers import CALLGATE, cg, cli_env
-from tests.http_support import HttpServe
+from tests.http_support import HttpServe, running
 from tests.limits_support import limited_profile
 from tests.mcp_support import write_profile
 
@@ -47,12 +47,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServe]:
         root / "state", root / "serve.log", profile=limited_profile(root / "p", TWO_TICKETS),
         dev=True,
     )  # fmt: skip
-    try:
-        serve.wait_ready()
+    with running(serve):
         yield serve
-    finally:
-        assert serve.stop() == 0, serve.log.read_text()
-        assert "Traceback" not in serve.log.read_text()
 
 
 def create(server: HttpServe, token: str, user: str, i: int) -> Any:

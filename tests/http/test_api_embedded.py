@@ -24,7 +24,14 @@ from callgate.surfaces.http.errors import STATUS
 from callgate.surfaces.http.guard import CSP
 from tests.e2e.helpers import cg, propose_argv
 from tests.http import approval_flow
-from tests.http_support import REFUND_BIG, HttpServe, bearer, short_ttl_profile, wait_until
+from tests.http_support import (
+    REFUND_BIG,
+    HttpServe,
+    bearer,
+    running,
+    short_ttl_profile,
+    wait_until,
+)
 
 DEPLOY = {"service": "checkout", "version": "2.4.1", "environment": "production"}
 
@@ -34,12 +41,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServe]:
     root = tmp_path_factory.mktemp("http-embedded")
     profile = short_ttl_profile(root / "profile", "deploys.trigger", seconds=3)
     serve = HttpServe(root / "state", root / "serve.log", profile=profile, dev=True)
-    try:
-        serve.wait_ready()
+    with running(serve):
         yield serve
-    finally:
-        assert serve.stop() == 0, serve.log.read_text()
-        assert "Traceback" not in serve.log.read_text()
 
 
 def post(c: httpx.Client, path: str, body: Any = None, **kw: Any) -> httpx.Response:
@@ -218,12 +221,8 @@ def test_deploy_to_production_needs_two_distinct_release_managers(tmp_path: Path
     """ADR 0030: pending after one grant, refused twice and to the respelled actor, executed
     after the second (the shipped profile: this module's server expires deploys early)."""
     serve = HttpServe(tmp_path / "state", tmp_path / "serve.log", dev=True)
-    try:
-        serve.wait_ready()
+    with running(serve):
         approval_flow.deploy_needs_two_distinct_release_managers(serve)
-    finally:
-        assert serve.stop() == 0, serve.log.read_text()
-        assert "Traceback" not in serve.log.read_text()
 
 
 def test_refusals_are_coded(server: HttpServe) -> None:

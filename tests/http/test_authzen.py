@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.http_support import HttpServe
+from tests.http_support import HttpServe, running
 
 HERE = Path(__file__).parent / "authzen"
 DECISIONS: list[dict[str, Any]] = json.loads((HERE / "decisions.json").read_text())["evaluation"]
@@ -40,12 +40,8 @@ RICK, _, _, BETH, _ = ROLES
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServe]:
     root = tmp_path_factory.mktemp("authzen")
     serve = HttpServe(root / "state", root / "serve.log", profile=HERE / "interop.yaml", dev=True)
-    try:
-        serve.wait_ready()
+    with running(serve):
         yield serve
-    finally:
-        assert serve.stop() == 0, serve.log.read_text()
-        assert "Traceback" not in serve.log.read_text()
 
 
 @pytest.fixture(scope="module")

@@ -250,40 +250,9 @@ def test_the_chain_is_bounded_in_depth(tmp_path: Path) -> None:
     assert f"nested deeper than {MAX_DELEGATION_DEPTH}" in info.value.message
 
 
-def test_an_audit_record_chained_before_agent_and_delegation_still_verifies() -> None:
-    """A record hashed without the fields, read back with the schema that has them (their
-    default filled in, as the Avro reader does), verifies; one that names an agent is
-    covered by its hash."""
-    old = {
-        "invocation_id": "i-1",
-        "partition_key": "pk",
-        "proposed_by": "model",
-        "authorized_by": {
-            "decision": "permit",
-            "principal": {"user": "alice", "tenant": "acme", "roles": ["support"]},
-            "policy_version": "pv",
-            "determining_policies": [],
-            "resource": None,
-            "approval": None,
-        },
-        "outcome": "executed",
-        "revision": 1,
-        "occurred_at": 1,
-        "seq": 1,
-        "prev_hash": GENESIS,
-    }
-    old["hash"] = record_hash(old)  # the body has no agent: what the old code hashed
-    read_back = json.loads(json.dumps(old))
-    read_back["authorized_by"]["principal"].update(agent=None, delegation=[])
-    assert verify_chain([read_back]).ok
-    forged = json.loads(json.dumps(read_back))
-    forged["authorized_by"]["principal"]["agent"] = "agent-cli"
-    assert not verify_chain([forged]).ok
-
-
-def test_an_audit_record_chained_before_the_approvers_agent_still_verifies() -> None:
-    """The same for the approval request's later fields: absent when the record was
-    chained, filled with their default when read back; a named agent is covered."""
+def chained_before(**fields: Any) -> dict[str, Any]:
+    """An audit record as chained before the agent and delegation fields, with ``fields``,
+    hashed without them (what the old code hashed)."""
     old: dict[str, Any] = {
         "invocation_id": "i-1",
         "partition_key": "pk",
@@ -296,14 +265,36 @@ def test_an_audit_record_chained_before_the_approvers_agent_still_verifies() -> 
             "resource": None,
             "approval": None,
         },
-        "approval_request": {"state": "granted", "approver": "bob", "approval_jti": "j-1"},
-        "outcome": "approval_required",
-        "revision": 2,
+        **fields,
         "occurred_at": 1,
         "seq": 1,
         "prev_hash": GENESIS,
     }
     old["hash"] = record_hash(old)
+    return old
+
+
+def test_an_audit_record_chained_before_agent_and_delegation_still_verifies() -> None:
+    """A record hashed without the fields, read back with the schema that has them (their
+    default filled in, as the Avro reader does), verifies; one that names an agent is
+    covered by its hash."""
+    old = chained_before(outcome="executed", revision=1)  # what the old code hashed
+    read_back = json.loads(json.dumps(old))
+    read_back["authorized_by"]["principal"].update(agent=None, delegation=[])
+    assert verify_chain([read_back]).ok
+    forged = json.loads(json.dumps(read_back))
+    forged["authorized_by"]["principal"]["agent"] = "agent-cli"
+    assert not verify_chain([forged]).ok
+
+
+def test_an_audit_record_chained_before_the_approvers_agent_still_verifies() -> None:
+    """The same for the approval request's later fields: absent when the record was
+    chained, filled with their default when read back; a named agent is covered."""
+    old = chained_before(
+        approval_request={"state": "granted", "approver": "bob", "approval_jti": "j-1"},
+        outcome="approval_required",
+        revision=2,
+    )
     read_back = json.loads(json.dumps(old))
     read_back["authorized_by"]["principal"].update(agent=None, delegation=[])
     read_back["approval_request"].update(approver_agent=None, approver_delegation=[])

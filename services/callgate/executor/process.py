@@ -356,29 +356,14 @@ class Executor:
                 execution_token=token,
                 reason=str(err) or "timeout",
             )
-        except TokenExchangeFailed as err:  # refused before anything was sent upstream
+        except ProviderError as err:  # nothing was applied
             return _follow(
                 started,
                 now_ms,
                 ev.ExecutionFailed,
                 execution_token=token,
                 message=str(err),
-                code=Code.TOKEN_EXCHANGE_FAILED.value,
-            )
-        except UpstreamRefused as err:  # its JSON-RPC error kept for the agent
-            return _follow(
-                started,
-                now_ms,
-                ev.ExecutionFailed,
-                execution_token=token,
-                message=str(err),
-                upstream_code=err.code,
-                upstream_message=err.message,
-                upstream_data_json=err.data_json,
-            )
-        except ProviderError as err:
-            return _follow(
-                started, now_ms, ev.ExecutionFailed, execution_token=token, message=str(err)
+                **_failure_fields(err),
             )
         except INFRASTRUCTURE_ERRORS:
             raise
@@ -493,6 +478,21 @@ def _unusable(err: Exception) -> str:
 def _args(args_json: str) -> Mapping[str, Any]:
     value: dict[str, Any] = json.loads(args_json)
     return value
+
+
+def _failure_fields(err: ProviderError) -> dict[str, Any]:
+    """What an ``ExecutionFailed`` keeps of ``err`` beside its message: the code of a token
+    exchange refused before anything was sent upstream (ADR 0081), or the upstream's own
+    JSON-RPC error, kept for the agent (ADR 0085)."""
+    if isinstance(err, TokenExchangeFailed):
+        return {"code": Code.TOKEN_EXCHANGE_FAILED.value}
+    if isinstance(err, UpstreamRefused):
+        return {
+            "upstream_code": err.code,
+            "upstream_message": err.message,
+            "upstream_data_json": err.data_json,
+        }
+    return {}
 
 
 def _follow(cause: ev.Event, now_ms: int, cls: type[ev.Event], **fields: Any) -> ev.Event:
