@@ -66,8 +66,8 @@ def test_quick_bench_reports_every_section_and_no_failure(tmp_path: Path) -> Non
     assert report["machine"]["quick"] is True
     assert report["machine"]["cores"] and report["machine"]["python"]
     measures = [row["measure"] for row in report["rows"]]
-    failed = [row for row in report["rows"] if "FAILED" in row["measure"]]
-    assert not failed, failed
+    failed = [f"{r['measure']} {r['value']}" for r in report["rows"] if "FAILED" in r["measure"]]
+    assert not failed, "\n".join(failed)
     missing = [s for s, start in SECTIONS.items() if not any(m.startswith(start) for m in measures)]
     assert not missing, (missing, measures)
     assert measures[0].startswith("agent (embedded)"), measures[:3]  # the agent's path first
