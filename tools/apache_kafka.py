@@ -226,17 +226,26 @@ def sasl_accounts(users: Mapping[str, str]) -> dict[str, str]:
 
 
 def broker_properties(
-    port: int, controller_port: int, log_dir: Path, sasl_port: int = 0
+    port: int,
+    controller_port: int,
+    log_dir: Path,
+    sasl_port: int = 0,
+    node_id: int = 1,
+    voters: str = "",
+    replicas: int = 1,
 ) -> dict[str, str]:
     """The test broker's ``server.properties`` (module docstring); with a ``SASL_PLAINTEXT``
-    listener on ``sasl_port`` when given (its accounts: ``sasl_listener``)."""
+    listener on ``sasl_port`` when given (its accounts: ``sasl_listener``). A node of a
+    cluster (``tools.kafka_cluster``) gives its ``node_id``, the cluster's controller
+    ``voters`` and the ``replicas`` of the internal topics (``min.insync.replicas`` 2)."""
     listeners = f"PLAINTEXT://127.0.0.1:{port}"
     if sasl_port:
         listeners += f",SASL_PLAINTEXT://127.0.0.1:{sasl_port}"
+    rf, isr = str(replicas), str(min(2, replicas))
     return {
         "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "node.id": str(node_id),
+        "controller.quorum.voters": voters or f"{node_id}@127.0.0.1:{controller_port}",
         "listeners": f"{listeners},CONTROLLER://127.0.0.1:{controller_port}",
         "advertised.listeners": listeners,
         "controller.listener.names": "CONTROLLER",
@@ -247,13 +256,14 @@ def broker_properties(
         "log.dirs": str(log_dir),
         "num.partitions": "1",
         "auto.create.topics.enable": "false",
-        "offsets.topic.replication.factor": "1",
+        "offsets.topic.replication.factor": rf,
         "offsets.topic.num.partitions": "6",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.replication.factor": rf,
+        "transaction.state.log.min.isr": isr,
         "transaction.state.log.num.partitions": "6",
-        "share.coordinator.state.topic.replication.factor": "1",
-        "share.coordinator.state.topic.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": rf,
+        "share.coordinator.state.topic.min.isr": isr,
+        "default.replication.factor": rf,
         "group.initial.rebalance.delay.ms": "0",
         "group.min.session.timeout.ms": "1000",
         "group.consumer.min.session.timeout.ms": "1000",
@@ -263,6 +273,30 @@ def broker_properties(
         "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
         "log.retention.check.interval.ms": "60000",
     }
+
+
+def warm_up(client: Mapping[str, Any], timeout_s: float) -> None:
+    """Create the offsets and transaction-state topics now and wait until their
+    coordinators answer, so that the first group or transaction of a test does not meet
+    ``NOT_COORDINATOR`` / ``COORDINATOR_LOAD_IN_PROGRESS``. ``client``: the settings that
+    reach the broker or cluster."""
+    deadline = time.monotonic() + timeout_s
+    probe = f"callgate.warm-up.{uuid.uuid4().hex[:8]}"
+    consumer = Consumer({**client, "group.id": probe})
+    try:
+        while True:
+            try:
+                consumer.committed([TopicPartition(probe, 0)], timeout=5)
+                break
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+    finally:
+        consumer.close()
+    # librdkafka's lines ("coordinator load in progress") go to callgate's logger
+    producer = Producer({**client, "transactional.id": probe})
+    producer.init_transactions(max(1.0, deadline - time.monotonic()))
 
 
 class ApacheKafka:
@@ -409,26 +443,7 @@ class ApacheKafka:
         return False
 
     def _warm_up(self) -> None:
-        """Create the offsets and transaction-state topics now and wait until their
-        coordinators answer, so that the first group or transaction of a test does not meet
-        ``NOT_COORDINATOR`` / ``COORDINATOR_LOAD_IN_PROGRESS``."""
-        deadline = time.monotonic() + self._start_timeout_s
-        probe = f"callgate.warm-up.{uuid.uuid4().hex[:8]}"
-        consumer = Consumer(self._client(**{"group.id": probe}))
-        try:
-            while True:
-                try:
-                    consumer.committed([TopicPartition(probe, 0)], timeout=5)
-                    break
-                except KafkaException:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.2)
-        finally:
-            consumer.close()
-        # librdkafka's lines ("coordinator load in progress") go to callgate's logger
-        producer = Producer(self._client(**{"transactional.id": probe}))
-        producer.init_transactions(max(1.0, deadline - time.monotonic()))
+        warm_up(self._client(), self._start_timeout_s)
 
     def _terminate(self, grace_s: float = 20.0) -> None:
         proc, self._proc = self._proc, None

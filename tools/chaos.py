@@ -79,6 +79,7 @@ from callgate.surfaces.sdk import Gateway
 from callgate_projections.audit import VerifyResult
 from callgate_projections.status import outcome_for, subject_of
 from tools.apache_kafka import ApacheKafka, KafkaUnavailable
+from tools.kafka_cluster import KafkaCluster
 
 # Every simulated provider times out after applying 5% of effects and before applying 3%
 # (C12: reconciliation finds the effect, or finds nothing and the retry runs it); latency
@@ -872,14 +873,19 @@ def run_chaos(
     keep_state: bool = False,
     broker_kills: int = 0,
     broker_down_s: float = 5.0,
+    cluster: int = 1,
 ) -> int:
     """Run the chaos scenario (module docstring); 0 when every check holds, else 1."""
-    if proposals < 1 or kills < 0 or instances < 1 or broker_kills < 0 or broker_down_s < 0:
+    bad = min(proposals, instances, cluster) < 1 or min(kills, broker_kills, broker_down_s) < 0
+    if bad:
         out.error(
             Code.USAGE,
-            "--proposals and --instances must be at least 1, --kills, --broker-kills and "
-            "--broker-down at least 0",
+            "--proposals, --instances and --cluster must be at least 1, --kills, "
+            "--broker-kills and --broker-down at least 0",
         )
+        return 2
+    if cluster > 1 and settings.bootstrap_servers:
+        out.error(Code.USAGE, "--cluster starts the run's own cluster: no --bootstrap-servers")
         return 2
     if broker_kills and settings.bootstrap_servers:
         out.error(Code.USAGE, "--broker-kills kills the run's own broker: no --bootstrap-servers")
@@ -887,10 +893,10 @@ def run_chaos(
     limit = time_limit_s or max(180.0, 0.45 * proposals)  # 15 minutes for 2,000
     limit += broker_kills * (broker_down_s + BROKER_RECOVERY_LIMIT_S)
     started = time.monotonic()
-    own: ApacheKafka | None = None
+    own: ApacheKafka | KafkaCluster | None = None
     if not settings.bootstrap_servers:
         try:
-            own = ApacheKafka().start()
+            own = KafkaCluster(cluster).start() if cluster > 1 else ApacheKafka().start()
         except KafkaUnavailable as exc:
             out.error(Code.BROKER_UNAVAILABLE, f"chaos: no {broker} broker: {exc}")
             return 1
@@ -912,6 +918,7 @@ def run_chaos(
         report = _run(
             bootstrap(run), out, proposals, kills, seed, started, limit, broker, instances, outages
         )
+        report["figures"]["brokers"] = cluster
         report["state_dir"] = str(state)
         ok = not report["violations"]
         _render(out, report, ok)
@@ -1141,7 +1148,9 @@ class Outages:
     """The broker kills of a run: SIGKILL the run's own broker at random points of the
     flows, keep it down, start it again on its data, and time the recovery."""
 
-    def __init__(self, broker: ApacheKafka | None, kills: int, down_s: float) -> None:
+    def __init__(
+        self, broker: ApacheKafka | KafkaCluster | None, kills: int, down_s: float
+    ) -> None:
         self.broker = broker
         self.kills = kills if broker is not None else 0
         self.down_s = down_s
@@ -1160,10 +1169,11 @@ class Outages:
         one done (none in flight: nothing to time)."""
         assert self.broker is not None
         self._at.pop(0)
-        self.broker.kill()
+        node = self.broker.kill()
+        which = "broker" if node is None else f"node {node} (the busiest leader)"
         p.broker_kills += 1
         if not out.json_mode:
-            out.err.print(f"[dim]chaos: broker SIGKILLed, down for {self.down_s:g}s[/]")
+            out.err.print(f"[dim]chaos: {which} SIGKILLed, down for {self.down_s:g}s[/]")
         down_until = time.monotonic() + self.down_s
         while time.monotonic() < down_until:
             fleet.check()  # workers that end themselves meanwhile are restarted

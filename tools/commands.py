@@ -76,6 +76,15 @@ def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type
         "the other kills (default: 0)",
     )
     ch.add_argument(
+        "--cluster",
+        type=int,
+        default=1,
+        metavar="NODES",
+        help="run on a cluster of that many Apache Kafka nodes (topics with 3 replicas, "
+        "min.insync.replicas 2); a broker kill takes the node that leads the most partitions "
+        "(default: 1, a single broker)",
+    )
+    ch.add_argument(
         "--broker-down",
         type=float,
         default=5.0,
@@ -135,6 +144,7 @@ def chaos(ctx: Context) -> int:
         instances=ns.instances,
         broker_kills=ns.broker_kills,
         broker_down_s=ns.broker_down,
+        cluster=ns.cluster,
     )
 
 

@@ -66,6 +66,10 @@ class Settings(BaseModel):
     profile: Path | None = None
     topic_prefix: str = "callgate"
     partitions: int = Field(default=6, ge=1)
+    # Replicas of each topic callgate creates; None: three, or every broker of a smaller
+    # cluster. Exactly-once across a broker crash needs another in-sync replica to lead
+    # (docs/explanation/reliability.md, "Broker kills").
+    replication_factor: int | None = Field(default=None, ge=1)
     faults: dict[str, Any] = Field(default_factory=dict)
     # How long a command waits for an answer (a settled call, a broker): ``--timeout``.
     timeout_s: float = Field(default=30.0, gt=0)

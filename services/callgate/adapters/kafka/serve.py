@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from confluent_kafka import KafkaException
 
 from callgate.adapters.kafka.client import broker_unavailable, make_admin, probe
-from callgate.adapters.kafka.topics import Topics, ensure_topics
+from callgate.adapters.kafka.topics import Topics, ensure_topics, replication_for
 from callgate.adapters.kafka.worker import LOG_FORMAT_ENV, VERBOSE_ENV, consumer_overrides
 from callgate.adapters.wiring import Wiring
 from callgate.domain.codes import Code, Rejection
@@ -72,7 +72,8 @@ def create_topics(app: Wiring, existing: set[str] | None = None) -> list[str]:
         refuse_earlier_layout(topics, existing)
     admin = make_admin(settings.brokers)
     specs = topics.specs(app.processes(), views_of(app))
-    return ensure_topics(admin, specs, timeout_s=settings.timeout_s)
+    replicas = settings.replication_factor or replication_for(admin, settings.timeout_s)
+    return ensure_topics(admin, specs, replicas, timeout_s=settings.timeout_s)
 
 
 def create_topics_when_reachable(

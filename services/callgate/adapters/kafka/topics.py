@@ -162,6 +162,16 @@ def topic_table_markdown(specs: Iterable[TopicSpec]) -> str:
     return "\n".join(rows) + "\n"
 
 
+DEFAULT_REPLICAS = 3
+
+
+def replication_for(admin: AdminClient, timeout_s: float = 30.0) -> int:
+    """The replication factor of new topics when none is set: three, or every broker of a
+    smaller cluster (a single development broker gets one)."""
+    brokers = len(admin.list_topics(timeout=timeout_s).brokers)
+    return max(1, min(DEFAULT_REPLICAS, brokers))
+
+
 class TopicMismatch(RuntimeError):
     """An existing topic has another partition count: co-partitioning would break."""
 
