@@ -9,7 +9,7 @@ UV     := $(TOOLS)/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast test-authzen test-kafka test-stop test-disk test-browser test-fuzz test-keycloak test-all kafka-fetch keycloak-fetch lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress chaos-instances disk-full kafka kafka-stop kafka-clean fuzz fuzz-atheris up down clean oidc-provider conformance
+.PHONY: install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast test-authzen test-kafka test-stop test-disk test-browser test-fuzz test-keycloak test-all kafka-fetch keycloak-fetch lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress chaos-instances chaos-cluster disk-full kafka kafka-stop kafka-clean fuzz fuzz-atheris up down clean oidc-provider conformance
 
 $(UV): requirements/uv.txt
 	$(PYTHON) -m venv $(TOOLS)
@@ -184,6 +184,11 @@ chaos-stress: $(STAMP)
 ## Two instances, whole instances SIGKILLed (ADR 0015), and the broker twice.
 chaos-instances: $(STAMP)
 	$(TOOL) chaos --instances 2 --proposals 2000 --kills 10 --broker-kills 2
+
+## Three Apache Kafka nodes, two instances: the busiest leader, the active controller and a
+## node for a minute SIGKILLed in turn while the flows go on (the cluster tier's full form).
+chaos-cluster: $(STAMP)
+	$(TOOL) chaos --cluster 3 --instances 2 --proposals 2000 --kills 6 --broker-kills 3
 
 ## The full-disk campaign (ADR 0084): 2,000 proposals on the embedded backend, the disk under
 ## serve's state directory full three times for 10 s (a tmpfs of its own, filled by a

@@ -891,7 +891,9 @@ def run_chaos(
         out.error(Code.USAGE, "--broker-kills kills the run's own broker: no --bootstrap-servers")
         return 2
     limit = time_limit_s or max(180.0, 0.45 * proposals)  # 15 minutes for 2,000
-    limit += broker_kills * (broker_down_s + BROKER_RECOVERY_LIMIT_S)
+    faults = CLUSTER_FAULTS if cluster > 1 else ((("the broker", None),))
+    downs = [faults[i % len(faults)][1] or broker_down_s for i in range(broker_kills)]
+    limit += sum(downs) + broker_kills * BROKER_RECOVERY_LIMIT_S
     started = time.monotonic()
     own: ApacheKafka | KafkaCluster | None = None
     if not settings.bootstrap_servers:
@@ -1038,6 +1040,8 @@ def _run(
         "takeover s (each)": ", ".join(f"{t:.1f}" for t in fleet.takeovers),
         "broker kills": progress.broker_kills,
         "broker down s (each)": outages.down_s,
+        "broker kills took": "; ".join(outages.what),
+        "cluster: kill to next flow done s (each)": ", ".join(f"{t:.1f}" for t in outages.costs),
         "broker recovery s (max)": round(max(progress.recoveries, default=0.0), 1),
         "broker recovery s (each)": ", ".join(f"{t:.1f}" for t in progress.recoveries),
         "worker stalls": sum(sum(s.stalls.values()) for s in fleet.sups),
@@ -1144,9 +1148,19 @@ def _drive(
         _kill(fleet, p, rng, out, fleet.check)
 
 
+# The faults of a cluster run, in turn: which node a broker kill takes and how long it stays
+# down (None: ``--broker-down``).
+CLUSTER_FAULTS: tuple[tuple[str, float | None], ...] = (
+    ("the busiest leader", None),
+    ("the active controller", None),
+    ("the busiest leader, for a minute", 60.0),
+)
+
+
 class Outages:
     """The broker kills of a run: SIGKILL the run's own broker at random points of the
-    flows, keep it down, start it again on its data, and time the recovery."""
+    flows, keep it down, start it again on its data, and time the recovery. On a cluster
+    the kills take its nodes in the turn of ``CLUSTER_FAULTS`` while the flows go on."""
 
     def __init__(
         self, broker: ApacheKafka | KafkaCluster | None, kills: int, down_s: float
@@ -1154,6 +1168,8 @@ class Outages:
         self.broker = broker
         self.kills = kills if broker is not None else 0
         self.down_s = down_s
+        self.what: list[str] = []  # each kill: what it took
+        self.costs: list[float] = []  # cluster: each kill to the next flow done
         self._at: list[float] = []
 
     def plan(self, rng: random.Random, flows: int) -> None:
@@ -1169,15 +1185,29 @@ class Outages:
         one done (none in flight: nothing to time)."""
         assert self.broker is not None
         self._at.pop(0)
-        node = self.broker.kill()
-        which = "broker" if node is None else f"node {node} (the busiest leader)"
+        down_s, killed = self.down_s, time.monotonic()
+        if isinstance(self.broker, KafkaCluster):
+            what, held = CLUSTER_FAULTS[p.broker_kills % len(CLUSTER_FAULTS)]
+            down_s = held or down_s
+            target = self.broker.controller() if "controller" in what else None
+            which = f"node {self.broker.kill(target)} ({what})"
+        else:
+            self.broker.kill()
+            which = "the broker"
+        self.what.append(which)
         p.broker_kills += 1
         if not out.json_mode:
-            out.err.print(f"[dim]chaos: {which} SIGKILLed, down for {self.down_s:g}s[/]")
-        down_until = time.monotonic() + self.down_s
+            out.err.print(f"[dim]chaos: {which} SIGKILLed, down for {down_s:g}s[/]")
+        done, cost = p.done, None
+        down_until = killed + down_s
         while time.monotonic() < down_until:
-            fleet.check()  # workers that end themselves meanwhile are restarted
-            time.sleep(0.2)
+            if isinstance(self.broker, KafkaCluster) and not p.timed_out:
+                step()  # the cluster serves on without the node
+                if cost is None and busy and p.done > done:
+                    cost = time.monotonic() - killed
+            else:
+                fleet.check()  # workers that end themselves meanwhile are restarted
+                time.sleep(0.2)
         self.broker.start()
         back, done = time.monotonic(), p.done
         while busy and p.done == done and not p.timed_out:
@@ -1186,6 +1216,8 @@ class Outages:
                 return
             step()
         p.recoveries.append(time.monotonic() - back)
+        if isinstance(self.broker, KafkaCluster):
+            self.costs.append(cost if cost is not None else time.monotonic() - killed)
 
 
 def _seen_twice(events: Sequence[ev.Event]) -> dict[str, int]:

@@ -45,9 +45,7 @@ from tools.ports import free_port
 RAFT_LOG = """logger.raft.name = org.apache.kafka.raft.QuorumState
 logger.raft.level = INFO
 """
-_LEADER = re.compile(
-    r"Completed transition to Leader\w*\(localReplicaKey=ReplicaKey\(id=(\d+).*?epoch=(\d+)"
-)
+_LEADER = re.compile(r"\[RaftManager id=(\d+)\] Completed transition to Leader\(.*?\bepoch=(\d+)")
 
 
 @dataclass

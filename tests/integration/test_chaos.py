@@ -89,10 +89,13 @@ def test_a_broker_killed_and_started_again_loses_nothing(tmp_path: Path) -> None
     report = json.loads(run.stdout)
     figures = report["figures"]
     print(f"\nchaos with a broker kill: {json.dumps(figures)}")
-    # Open (docs/explanation/reliability.md, "Broker kills"): across a broker crash a usage
-    # reservation can be handled again and a limit overrun by a call. Reported, not hidden;
-    # every other check must hold.
-    known = [v for v in report["violations"] if v.startswith("limit exceeded")]
+    # Apache Kafka's (ADR 0087): a single broker's crash can drop transaction markers, so a
+    # usage reservation is handled again and a limit overrun by a call. Reported, not
+    # hidden; every other check must hold, and on a cluster all of them do (below).
+    # Its fingerprint is an event on the log twice; only then are its consequences known.
+    consequences = ("limit exceeded", "effect not reported executed")
+    seen_twice = bool(figures["events seen twice, by type"])
+    known = [v for v in report["violations"] if seen_twice and v.startswith(consequences)]
     others = [v for v in report["violations"] if v not in known]
     assert others == [], others[:20]
     assert run.returncode == (1 if known else 0), run.stderr[-2000:]
@@ -102,7 +105,31 @@ def test_a_broker_killed_and_started_again_loses_nothing(tmp_path: Path) -> None
     assert figures["broker kills"] == 1
     assert float(figures["broker recovery s (max)"]) < 30
     if known:
-        pytest.xfail(f"known open defect: {known}")
+        pytest.xfail(f"Apache Kafka drops transaction markers on one broker (ADR 0087): {known}")
+
+
+@pytest.mark.kafka
+def test_a_cluster_loses_its_busiest_leader_and_its_controller_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    """Three Apache Kafka nodes, topics with three replicas; two callgate instances. The
+    node that leads the most partitions is SIGKILLed, then the active controller (each down
+    5 s, started again on its data), beside a worker kill: every check holds, nothing is on
+    the log twice (another replica leads while a node is down, so no transaction's markers
+    are lost, unlike on a single broker: docs/explanation/reliability.md, "Broker kills"),
+    and the flows go on during each outage. ``make chaos-cluster`` adds a node down for a
+    minute."""
+    args = ("--proposals", "200", "--kills", "1", "--seed", "3", "--instances", "2")
+    args += ("--cluster", "3", "--broker-kills", "2")
+    run = run_with_own_broker(tmp_path, "chaos", *args, *resubmitting(tmp_path), timeout=420)
+    figures = holds(run)
+    print(f"\nchaos on a three-node cluster: {json.dumps(figures)}")
+    assert figures["brokers"] == 3 and figures["broker kills"] == 2
+    took = figures["broker kills took"]
+    assert "(the busiest leader)" in took and "(the active controller)" in took, took
+    costs = [float(t) for t in figures["cluster: kill to next flow done s (each)"].split(", ")]
+    assert len(costs) == 2 and all(t < 30 for t in costs), costs
+    assert float(figures["broker recovery s (max)"]) < 30
 
 
 @pytest.mark.kafka
