@@ -893,7 +893,8 @@ def run_chaos(
     limit = time_limit_s or max(180.0, 0.45 * proposals)  # 15 minutes for 2,000
     faults = CLUSTER_FAULTS if cluster > 1 else ((("the broker", None),))
     downs = [faults[i % len(faults)][1] or broker_down_s for i in range(broker_kills)]
-    limit += sum(downs) + broker_kills * BROKER_RECOVERY_LIMIT_S
+    # On a cluster the flows go on through each outage, and its failover is one more wait.
+    limit += sum(downs) + broker_kills * BROKER_RECOVERY_LIMIT_S * (2 if cluster > 1 else 1)
     started = time.monotonic()
     own: ApacheKafka | KafkaCluster | None = None
     if not settings.bootstrap_servers:
