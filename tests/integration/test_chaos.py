@@ -130,7 +130,7 @@ def test_a_cluster_loses_its_busiest_leader_and_its_controller_and_nothing_else(
     costs = [float(t) for t in figures["cluster: kill to next flow done s (each)"].split(", ")]
     # What each fault cost is printed; the bound is liveness (a loaded 2-core machine runs
     # three JVMs and two instances here), not a speed target.
-    assert len(costs) == 2 and all(t < 60 for t in costs), costs
+    assert len(costs) == 2 and all(t < 90 for t in costs), costs
     assert float(figures["broker recovery s (max)"]) < 30
 
 
