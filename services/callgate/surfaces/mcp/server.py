@@ -41,6 +41,9 @@ from callgate.surfaces.mcp.channel import Asked, level_of, progress_token_of, pr
 from callgate.surfaces.mcp.passed_on import passed_on
 from callgate.surfaces.mcp.relay import Relay
 from callgate.surfaces.mcp.rounds import Round, boundary, paused, round_s, speaks_rounds
+from callgate.surfaces.mcp.tasks import TASK_AFTER_S, CreateTaskResult, declares_tasks, waits
+from callgate.surfaces.mcp.tasks import created as task_created
+from callgate.surfaces.mcp.tasks import install as install_tasks
 
 META_APPROVAL_ID = "callgate/approval_id"
 META_IDEMPOTENCY_KEY = "callgate/idempotency_key"
@@ -119,8 +122,9 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult | types.InputRequiredResult:
+    ) -> types.CallToolResult | types.InputRequiredResult | CreateTaskResult:
         meta: Mapping[str, Any] = params.meta or {}
+        tasks = declares_tasks(ctx)  # a call that waits answers a task (ADR 0086)
         if params.request_state is not None:  # verified and unsealed by the boundary
             return await resume_round(ctx, Round.load(params.request_state), params)
         try:
@@ -168,7 +172,8 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
                 answer, asking = await propose_relayed(
                     ctx, meta, level, None if same_call is None else same_call[:2],
                     lambda channel: bridge.propose(
-                        session, params.name, args, key, approval_id, options.timeout_s,
+                        session, params.name, args, key, approval_id,
+                        min(options.timeout_s, TASK_AFTER_S) if tasks else options.timeout_s,
                         traceparent=_traceparent(meta),
                         trace_attributes={
                             "mcp.method.name": "tools/call",
@@ -182,7 +187,24 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
             if asking is not None:  # the upstream asks the client first (ADR 0075)
                 return asked.pause(asking, since_ms, {META_INVOCATION_ID: asking.invocation_id})
         assert answer is not None
+        if tasks and waits(answer):
+            remember(same_call, answer)
+            invocation_id = str(answer["invocation_id"])
+            message = (
+                f"waiting for a human's approval at {approve_at(invocation_id)}"
+                if answer["outcome"] == Code.APPROVAL_REQUIRED.value
+                else f"{answer['outcome']}: the call is in progress"
+            )
+            return task_created(answer, app.clock(), message)
         return await settle(ctx, params, answer, same_call, since_ms)
+
+    def remember(same_call: tuple[str, str, str, str] | None, answer: Mapping[str, Any]) -> None:
+        """A call awaiting approval, so the same call again resumes it (ADR 0029)."""
+        if answer.get("outcome") != Code.APPROVAL_REQUIRED.value or same_call is None:
+            return
+        held[same_call] = str(answer["invocation_id"])
+        while len(held) > HELD_CALLS:  # the oldest first (dicts keep insertion order)
+            del held[next(iter(held))]
 
     async def settle(
         ctx: ServerRequestContext[Any, Any],
@@ -196,9 +218,7 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
         session = session_of(ctx)
         rounds = options.hold_s > 0 and speaks_rounds(ctx)
         if answer.get("outcome") == Code.APPROVAL_REQUIRED.value and same_call is not None:
-            held[same_call] = str(answer["invocation_id"])
-            while len(held) > HELD_CALLS:  # the oldest first (dicts keep insertion order)
-                del held[next(iter(held))]
+            remember(same_call, answer)
             hold_s = round_s(options.hold_s) if rounds else options.hold_s
             answer = await _hold(ctx, bridge, session, answer, hold_s, params)
             if rounds and not answer.get("final"):  # ADR 0065: the client retries
@@ -289,6 +309,7 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
         warnings.simplefilter("ignore", MCPDeprecationWarning)
         server = _server(input_schema, list_tools, call_tool, relay)
     server.middleware.append(boundary(app.request_state_key, options.hold_s, principal_of))
+    install_tasks(server, bridge, principal_of, session_of, answered, approve_at, options.timeout_s)
     return server
 
 
