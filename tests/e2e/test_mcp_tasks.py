@@ -26,6 +26,7 @@ from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
+from tools.ports import free_port, wait_port
 
 from callgate.surfaces.mcp.tasks import (
     TASKS,
@@ -38,7 +39,6 @@ from callgate.surfaces.mcp.tasks import (
 from tests.e2e.helpers import CALLGATE, EXIT_FAILED, cg, cli_env, run
 from tests.e2e.test_mcp_gateway import ALICE_ROLES, CONSOLE, Gate, approve_when_pending
 from tests.mcp_support import effects, write_profile
-from tools.ports import free_port, wait_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 ARGS = {"text": "held as a task", "author": "alice"}
