@@ -64,6 +64,11 @@ TOOLS: dict[str, dict[str, Any]] = {
     "test_elicitation": {"message": {"type": "string"}},
     "test_elicitation_sep1034_defaults": {},
     "test_elicitation_sep1330_enums": {},
+    # the tasks-* scenarios' (SEP-2663; callgate answers them with tasks, ADR 0086)
+    "greet": {"name": {"type": "string"}},
+    "slow_compute": {"seconds": {"type": "number"}, "label": {"type": "string"}},
+    "failing_job": {},
+    "protocol_error_job": {},
     **{
         f"test_input_required_result_{name}": {}
         for name in (
@@ -96,6 +101,15 @@ QUICK: dict[str, tuple[str, ...]] = {
         "input-required-result-tampered-state", "input-required-result-non-tool-request",
     ),
 }  # fmt: skip
+
+# The Tasks extension's scenarios (SEP-2663), run through callgate alone: callgate serves
+# the tasks (ADR 0086) whatever its upstream does, and this upstream serves none.
+TASKS: tuple[str, ...] = (
+    "tasks-capability-negotiation", "tasks-lifecycle", "tasks-wire-fields",
+    "tasks-request-state-removal", "tasks-dispatch-and-envelope", "tasks-status-notifications",
+    "tasks-request-headers", "tasks-required-task-error", "tasks-mrtr-input",
+    "tasks-mrtr-composition",
+)  # fmt: skip
 
 # Its resources (catalog entries of resources/read, by URI glob) and prompts.
 RESOURCES: dict[str, list[str]] = {
@@ -314,10 +328,17 @@ def run_suite(url: str, revision: str, out: Path) -> dict[str, bool]:
     return results
 
 
+def scenario_cmd(url: str, revision: str, scenario: str) -> list[str]:
+    """The suite's command for one scenario. An extension's (``tasks-*``) is not on the
+    spec timeline: the suite runs it at its own wire (2026-07-28) without a version."""
+    cmd = ["npx", "-y", "-p", NODE, "--", "conformance", "server", "--url", url]
+    cmd += ["--scenario", scenario]
+    return cmd if scenario in TASKS else [*cmd, "--spec-version", revision]
+
+
 def run_one(url: str, revision: str, scenario: str, out: Path) -> bool:
     """One scenario again, alone: passed (the suite's exit status)."""
-    cmd = ["npx", "-y", "-p", NODE, "--", "conformance", "server", "--url", url]
-    cmd += ["--scenario", scenario, "--spec-version", revision]
+    cmd = scenario_cmd(url, revision, scenario)
     done = subprocess.run(cmd, cwd=HERE, capture_output=True, text=True, timeout=300)
     out.write_text(done.stdout + done.stderr)
     return done.returncode == 0
@@ -386,8 +407,7 @@ def main() -> int:
                     return quick(f"http://127.0.0.1:{proxy_port}/mcp", revisions, work)
                 if ns.scenario:
                     url = f"http://127.0.0.1:{proxy_port}/mcp"
-                    cmd = ["npx", "-y", "-p", NODE, "--", "conformance", "server", "--url", url]
-                    cmd += ["--scenario", ns.scenario, "--spec-version", revisions[0]]
+                    cmd = scenario_cmd(url, revisions[0], ns.scenario)
                     return subprocess.run(cmd, cwd=HERE, check=False).returncode
                 for rev in revisions:
                     url = f"http://127.0.0.1:{proxy_port}/mcp"

@@ -19,6 +19,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.prompts.base import Message, UserMessage
 from mcp.shared.exceptions import MCPError
 from mcp.types import (
+    INTERNAL_ERROR,
     MISSING_REQUIRED_CLIENT_CAPABILITY,
     AudioContent,
     ClientCapabilities,
@@ -49,6 +50,9 @@ WAV = base64.b64encode(
     b"RIFF$\x00\x00\x00WAVEfmt \x10\x00\x00\x00\x01\x00\x01\x00\x44\xac\x00\x00"
     b"\x88X\x01\x00\x02\x00\x10\x00data\x00\x00\x00\x00"
 ).decode()
+
+
+SLOW_CAP_S = 3.0
 
 
 class Defaults(BaseModel):
@@ -358,6 +362,33 @@ def build() -> MCPServer:
         """A prompt that needs context first."""
         asked = ask(ctx, {"user_context": elicit("What context?", "context")})
         return asked or [UserMessage("Prompt with the given context.")]
+
+    # The tasks-* scenarios' tools (SEP-2663): plain tools here. callgate in front of this
+    # upstream answers a declaring client's call that has not settled quickly with a task
+    # (ADR 0086); alone, this upstream serves no tasks.
+    @server.tool()
+    def greet(name: str = "World") -> str:
+        """Sync-only."""
+        return f"Hello, {name}!"
+
+    @server.tool()
+    async def slow_compute(seconds: float = 0, label: str = "") -> str:
+        """Sleeps, then answers: at most SLOW_CAP_S, for the upstream's calls are never
+        cancelled mid-way and a long one would hold the conformance run."""
+        await asyncio.sleep(max(0.0, min(seconds, SLOW_CAP_S)))
+        return f"computed {label} after {seconds}s"
+
+    @server.tool()
+    async def failing_job() -> str:
+        """A tool execution error after ~1 s."""
+        await asyncio.sleep(1.0)
+        raise ValueError("failing_job failed, as it always does")
+
+    @server.tool()
+    async def protocol_error_job() -> str:
+        """A protocol-level (JSON-RPC) error after ~1 s."""
+        await asyncio.sleep(1.0)
+        raise MCPError(INTERNAL_ERROR, "protocol_error_job: an internal failure")
 
     low = server._lowlevel_server  # logging and subscriptions: MCPServer leaves them out
 

@@ -19,6 +19,7 @@ never runs); a call already running cannot be withdrawn (``not_pending``). There
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -36,8 +37,10 @@ from callgate.surfaces.mcp.rounds import MRTR_SINCE
 
 TASKS = "io.modelcontextprotocol/tasks"
 # A call of a tasks client not final within this long answers a task (it waits or runs long).
-TASK_AFTER_S = 1.0
+TASK_AFTER_S = 0.5
 POLL_INTERVAL_MS = 1000
+# How long ``tasks/get`` lets a call go on before it answers (the task's own progress).
+SETTLE_S = 0.2
 # How long a task stays readable: the status view keeps an invocation far longer.
 TTL_MS = 24 * 3600 * 1000
 WITHDRAWN = "withdrawn by the actor (MCP tasks/cancel)"
@@ -171,6 +174,10 @@ def install(
         session, task_id = session_of(ctx), params.task_id
 
         def look(g: Gateway) -> tuple[dict[str, Any], dict[str, Any]] | None:
+            # A short wait first: with no ``callgate serve``, waiting is what runs the
+            # deciders and the executor here (the embedded backend), as for ``status``.
+            with contextlib.suppress(Rejection):  # another tenant's: answered below
+                g.wait(task_id, session, SETTLE_S)
             status = g.status_or_undecided(task_id, session)
             if status is None or status.get("actor") not in (None, principal.user):
                 return None  # a task is its actor's: others get what an unknown id gets
