@@ -6,6 +6,10 @@
    upstream tool as a low-impact read any ``agent`` may call (a policy that allows
    everything), and runs the same sets through it.
 
+3. runs the Tasks extension's scenarios (``tasks-*``, SEP-2663) through callgate alone:
+   callgate serves the tasks (ADR 0086) whatever its upstream does, and the upstream
+   serves none; ``TASKS_LOST`` lists the ones that fail, with their reasons in the docs.
+
 The suite's client cannot send a header, and ``callgate mcp --http`` wants each request's
 session as ``Authorization: Bearer``: a small forwarding proxy adds it, as an MCP host's
 configuration does (everything else, ``Host`` and ``Origin`` included, passes unchanged).
@@ -69,6 +73,7 @@ TOOLS: dict[str, dict[str, Any]] = {
     "slow_compute": {"seconds": {"type": "number"}, "label": {"type": "string"}},
     "failing_job": {},
     "protocol_error_job": {},
+    "test_tool_with_task": {},
     **{
         f"test_input_required_result_{name}": {}
         for name in (
@@ -110,6 +115,13 @@ TASKS: tuple[str, ...] = (
     "tasks-request-headers", "tasks-required-task-error", "tasks-mrtr-input",
     "tasks-mrtr-composition",
 )  # fmt: skip
+
+# Tools the tasks-* scenarios register with task support ``required``.
+REQUIRE_TASKS = ("failing_job", "test_tool_with_task")
+# Tasks scenarios that fail through callgate, each with its reason in
+# docs/how-to/integrations.md ("Conformance"); a new failure fails, and so does a listed
+# one that now passes.
+TASKS_LOST: frozenset[str] = frozenset({"tasks-mrtr-input"})
 
 # Its resources (catalog entries of resources/read, by URI glob) and prompts.
 RESOURCES: dict[str, list[str]] = {
@@ -170,6 +182,8 @@ def write_profile(folder: Path, upstream_url: str) -> Path:
         }
         for name, props in TOOLS.items()
     }
+    for name in REQUIRE_TASKS:  # answered only as tasks (ADR 0086)
+        tools[name]["task_support"] = "required"
     uri_schema: dict[str, Any] = {
         "type": "object",
         "required": ["uri"],
@@ -392,6 +406,7 @@ def main() -> int:
         gateway = [str(CALLGATE), "--state-dir", str(state), "--profile", str(profile)]
         gateway += ["mcp", "--http", f"127.0.0.1:{cg_port}"]
         alone: dict[str, dict[str, bool]] = {}
+        tasks: dict[str, bool] = {}
         through: dict[str, dict[str, bool]] = {}
         with process(upstream, up_port, work / "upstream.log", env):
             for rev in revisions if not (ns.scenario or ns.quick) else ():
@@ -409,6 +424,11 @@ def main() -> int:
                     url = f"http://127.0.0.1:{proxy_port}/mcp"
                     cmd = scenario_cmd(url, revisions[0], ns.scenario)
                     return subprocess.run(cmd, cwd=HERE, check=False).returncode
+                if "2026-07-28" in revisions:  # the extension's scenarios, at its wire
+                    url = f"http://127.0.0.1:{proxy_port}/mcp"
+                    tasks = {s: run_one(url, "2026-07-28", s, work / f"{s}.txt") for s in TASKS}
+                    settle(tasks, {s for s, ok in tasks.items() if not ok and s not in TASKS_LOST},
+                           url, "2026-07-28", work, "through callgate")  # fmt: skip
                 for rev in revisions:
                     url = f"http://127.0.0.1:{proxy_port}/mcp"
                     through[rev] = run_suite(url, rev, work / f"callgate-{rev}.txt")
@@ -418,6 +438,19 @@ def main() -> int:
                     }  # fmt: skip
                     settle(through[rev], unexpected, url, rev, work, "through callgate")
     status = 0
+    if tasks:
+        failed = sorted(s for s, ok in tasks.items() if not ok)
+        print(
+            f"MCP conformance tasks-* (io.modelcontextprotocol/tasks, 2026-07-28): through "
+            f"callgate {sum(tasks.values())}/{len(tasks)} scenarios pass"
+        )
+        if failed:
+            print(f"  fail through callgate: {', '.join(failed)}")
+        if set(failed) != TASKS_LOST:
+            status = 1
+            new = sorted(set(failed) - TASKS_LOST)
+            fixed = sorted(TASKS_LOST - set(failed))
+            print(f"  not the known exceptions: newly failing {new}, now passing {fixed}")
     for rev in revisions:
         a, t = alone[rev], through[rev]
         lost = sorted(s for s, ok in a.items() if ok and not t.get(s, False))

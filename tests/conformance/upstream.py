@@ -390,6 +390,18 @@ def build() -> MCPServer:
         await asyncio.sleep(1.0)
         raise MCPError(INTERNAL_ERROR, "protocol_error_job: an internal failure")
 
+    @server.tool()
+    async def test_tool_with_task(ctx: Context) -> InputRequiredResult | str:
+        """Asks for a name (input_required), then works a while with it."""
+        asked = ask(ctx, {"user_name": elicit("What is your name?", "name")})
+        if asked is not None:
+            return asked  # type: ignore[no-any-return]
+        answer: Any = (ctx.input_responses or {})["user_name"]
+        content = answer.get("content") if isinstance(answer, dict) else answer.content
+        name = (content or {}).get("name", "nobody")
+        await asyncio.sleep(1.5)
+        return f"Hello, {name}!"
+
     low = server._lowlevel_server  # logging and subscriptions: MCPServer leaves them out
 
     async def set_level(ctx: Any, params: SetLevelRequestParams) -> EmptyResult:

@@ -310,11 +310,14 @@ class Asked:
         state: Round,
         responses: Mapping[str, Any],
         meta: Mapping[str, Any],
+        within_s: float | None = None,
     ) -> dict[str, Any] | types.InputRequiredResult | None:
         """A retry with the client's answers: the call's answer, ``input_required`` again
         for its next round, or None when this server holds no such waiting call (the
         caller answers from the invocation's status). Answers that do not fit, or a call
-        of another principal, are refused with a code."""
+        of another principal, are refused with a code. With ``within_s`` (a tasks client,
+        ADR 0086), a call still running after that long answers as not settled: it goes
+        on, and its task tells what came of it."""
         asking = self._calls.get(state.invocation_id)
         if asking is None or asking.task is None:
             return None
@@ -322,7 +325,10 @@ class Asked:
             raise _refused(f"no waiting call {state.invocation_id}", Code.NOT_FOUND)
         asking.answer(responses)
         asking.agent.ctx, asking.agent.meta = ctx, meta
-        answer = await asking.next()
+        try:
+            answer = await asyncio.wait_for(asyncio.shield(asking.next()), within_s)
+        except TimeoutError:
+            return {"invocation_id": state.invocation_id, "outcome": "allowed", "settled": False}
         if answer is None:
             return self.pause(asking, state.since_ms, _meta_of(state.invocation_id))
         self._calls.pop(state.invocation_id, None)

@@ -41,7 +41,13 @@ from callgate.surfaces.mcp.channel import Asked, level_of, progress_token_of, pr
 from callgate.surfaces.mcp.passed_on import passed_on
 from callgate.surfaces.mcp.relay import Relay
 from callgate.surfaces.mcp.rounds import Round, boundary, paused, round_s, speaks_rounds
-from callgate.surfaces.mcp.tasks import TASK_AFTER_S, CreateTaskResult, declares_tasks, waits
+from callgate.surfaces.mcp.tasks import (
+    TASK_AFTER_S,
+    CreateTaskResult,
+    declares_tasks,
+    missing_tasks,
+    waits,
+)
 from callgate.surfaces.mcp.tasks import created as task_created
 from callgate.surfaces.mcp.tasks import install as install_tasks
 
@@ -124,7 +130,7 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult | CreateTaskResult:
         meta: Mapping[str, Any] = params.meta or {}
-        tasks = declares_tasks(ctx)  # a call that waits answers a task (ADR 0086)
+        tasks = declares_tasks(ctx)  # a call that waits answers a task (settle, ADR 0086)
         if params.request_state is not None:  # verified and unsealed by the boundary
             return await resume_round(ctx, Round.load(params.request_state), params)
         try:
@@ -133,6 +139,8 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
         except ValueError as exc:
             return _error_result(Code.INVALID_ARGUMENTS.value, str(exc) or "unreadable", None)
         spec = app.profile.tool(params.name)
+        if spec is not None and spec.task_support == "required" and not tasks:
+            raise missing_tasks()  # ADR 0086: answered only as a task; nothing proposed
         if spec is not None and spec.upstream_method != "tools/call":  # ADR 0044
             return _error_result(
                 Code.UNKNOWN_TOOL.value, f"{params.name} is a {spec.upstream_method} entry", None
@@ -187,15 +195,6 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
             if asking is not None:  # the upstream asks the client first (ADR 0075)
                 return asked.pause(asking, since_ms, {META_INVOCATION_ID: asking.invocation_id})
         assert answer is not None
-        if tasks and waits(answer):
-            remember(same_call, answer)
-            invocation_id = str(answer["invocation_id"])
-            message = (
-                f"waiting for a human's approval at {approve_at(invocation_id)}"
-                if answer["outcome"] == Code.APPROVAL_REQUIRED.value
-                else f"{answer['outcome']}: the call is in progress"
-            )
-            return task_created(answer, app.clock(), message)
         return await settle(ctx, params, answer, same_call, since_ms)
 
     def remember(same_call: tuple[str, str, str, str] | None, answer: Mapping[str, Any]) -> None:
@@ -212,9 +211,19 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
         answer: dict[str, Any],
         same_call: tuple[str, str, str, str] | None,
         since_ms: int,
-    ) -> types.CallToolResult | types.InputRequiredResult:
-        """A call's answer to the client: held while its approval is pending (ADR 0029),
-        paused with ``input_required`` on 2026-07-28 (ADR 0065), else its result."""
+    ) -> types.CallToolResult | types.InputRequiredResult | CreateTaskResult:
+        """A call's answer to the client: a task when it waits and the client declared
+        Tasks (ADR 0086); held while its approval is pending (ADR 0029), paused with
+        ``input_required`` on 2026-07-28 (ADR 0065), else its result."""
+        if declares_tasks(ctx) and waits(answer):
+            remember(same_call, answer)
+            invocation_id = str(answer["invocation_id"])
+            message = (
+                f"waiting for a human's approval at {approve_at(invocation_id)}"
+                if answer["outcome"] == Code.APPROVAL_REQUIRED.value
+                else f"{answer['outcome']}: the call is in progress"
+            )
+            return task_created(answer, app.clock(), message)
         session = session_of(ctx)
         rounds = options.hold_s > 0 and speaks_rounds(ctx)
         if answer.get("outcome") == Code.APPROVAL_REQUIRED.value and same_call is not None:
@@ -229,7 +238,7 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
 
     async def resume_round(
         ctx: ServerRequestContext[Any, Any], state: Round, params: types.CallToolRequestParams
-    ) -> types.CallToolResult | types.InputRequiredResult:
+    ) -> types.CallToolResult | types.InputRequiredResult | CreateTaskResult:
         """A 2026-07-28 retry: with the client's answers to the upstream's requests, the
         call goes on (ADR 0075); else wait one round for the invocation's final outcome;
         pending still, ``input_required`` again until the hold is spent (ADR 0065)."""
@@ -238,8 +247,9 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
             principal = principal_of(ctx)
             who = (principal.tenant, principal.user)
             resumed = await asked.resume(  # a coded JSON-RPC error for answers that do not fit
-                ctx, who, state, params.input_responses or {}, params.meta or {}
-            )
+                ctx, who, state, params.input_responses or {}, params.meta or {},
+                TASK_AFTER_S if declares_tasks(ctx) else None,
+            )  # fmt: skip
             if isinstance(resumed, types.InputRequiredResult):
                 return resumed
             if resumed is None:  # no longer waiting here: what came of it

@@ -27,6 +27,7 @@ from typing import Any, Literal
 import mcp.types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
 from pydantic import Field
 
 from callgate.domain.codes import Code, Rejection
@@ -138,7 +139,8 @@ def _unknown(task_id: str) -> MCPError:
     )
 
 
-def _missing() -> MCPError:
+def missing_tasks() -> MCPError:
+    """``-32021``: the request needs the extension declared (SEP-2575, SEP-2663)."""
     data = types.MissingRequiredClientCapabilityErrorData(
         required_capabilities=types.ClientCapabilities(extensions={TASKS: {}})
     )
@@ -147,6 +149,19 @@ def _missing() -> MCPError:
         f"declare the {TASKS} extension to use tasks",
         data.model_dump(by_alias=True, exclude_none=True),
     )
+
+
+def _check_name_header(ctx: ServerRequestContext[Any, Any], task_id: str) -> None:
+    """SEP-2663 extends SEP-2243's ``Mcp-Name`` to ``tasks/*``: over HTTP it must carry
+    the ``taskId`` (the SDK checks it for the core methods only); else ``-32020``."""
+    headers = getattr(ctx.request, "headers", None)
+    if headers is None:
+        return  # stdio: no headers to compare
+    if decode_header_value(headers.get(MCP_NAME_HEADER)) != task_id:
+        raise MCPError(
+            types.HEADER_MISMATCH,
+            f"{MCP_NAME_HEADER} header does not match the request body's 'taskId' parameter",
+        )
 
 
 Answered = Callable[[ServerRequestContext[Any, Any], Mapping[str, Any]], Awaitable[Any]]
@@ -169,7 +184,8 @@ def install(
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """The task's status and final answer, read with the caller's own session."""
         if not declares_tasks(ctx):
-            raise _missing()
+            raise missing_tasks()
+        _check_name_header(ctx, params.task_id)
         principal = principal_of(ctx)  # a session that does not verify: coded refusal
         session, task_id = session_of(ctx), params.task_id
 
