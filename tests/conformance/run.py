@@ -74,6 +74,8 @@ TOOLS: dict[str, dict[str, Any]] = {
     "failing_job": {},
     "protocol_error_job": {},
     "test_tool_with_task": {},
+    "confirm_delete": {"filename": {"type": "string"}},
+    "multi_input": {},
     **{
         f"test_input_required_result_{name}": {}
         for name in (
@@ -121,7 +123,7 @@ REQUIRE_TASKS = ("failing_job", "test_tool_with_task")
 # Tasks scenarios that fail through callgate, each with its reason in
 # docs/how-to/integrations.md ("Conformance"); a new failure fails, and so does a listed
 # one that now passes.
-TASKS_LOST: frozenset[str] = frozenset({"tasks-mrtr-input"})
+TASKS_LOST: frozenset[str] = frozenset()
 
 # Its resources (catalog entries of resources/read, by URI glob) and prompts.
 RESOURCES: dict[str, list[str]] = {

@@ -390,6 +390,24 @@ def build() -> MCPServer:
         await asyncio.sleep(1.0)
         raise MCPError(INTERNAL_ERROR, "protocol_error_job: an internal failure")
 
+    # The task that asks: it works a while first, so callgate has made it a task
+    # (ADR 0086) by the time it asks; it then asks the client through tasks/get.
+    @server.tool()
+    async def confirm_delete(ctx: Context, filename: str = "") -> InputRequiredResult | str:
+        """Works 1 s, asks to confirm (one elicitation), then answers."""
+        if not ctx.input_responses:
+            await asyncio.sleep(1.0)
+        asked = ask(ctx, {"confirm": elicit(f"Delete {filename}?", "confirm")})
+        return asked or f"Deleted {filename}."
+
+    @server.tool()
+    async def multi_input(ctx: Context) -> InputRequiredResult | str:
+        """Works 1 s, then asks two things at once."""
+        if not ctx.input_responses:
+            await asyncio.sleep(1.0)
+        requests = {"first": elicit("First?", "name"), "second": elicit("Second?", "name")}
+        return ask(ctx, requests) or "Both inputs received."
+
     @server.tool()
     async def test_tool_with_task(ctx: Context) -> InputRequiredResult | str:
         """Asks for a name (input_required), then works a while with it."""

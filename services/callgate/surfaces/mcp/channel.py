@@ -294,14 +294,27 @@ class Asked:
     ) -> types.InputRequiredResult:
         """The round as ``input_required``, sealed (by the SDK's boundary) in a state that
         names the invocation."""
-        invocation_id = str(asking.invocation_id)
-        self._calls[invocation_id] = asking
-        while len(self._calls) > self.limit:
-            del self._calls[next(iter(self._calls))]
+        invocation_id = self.hold(asking)
         state = Round(invocation_id, since_ms, asks=True)
         return types.InputRequiredResult.model_validate(
             {"inputRequests": asking.requests(), "requestState": state.dump(), "_meta": dict(meta)}
         )
+
+    def hold(self, asking: Asking) -> str:
+        """Keep the waiting call, by its invocation id, for the client's answers."""
+        invocation_id = str(asking.invocation_id)
+        self._calls[invocation_id] = asking
+        while len(self._calls) > self.limit:
+            del self._calls[next(iter(self._calls))]
+        return invocation_id
+
+    def waiting(self, invocation_id: str, principal: tuple[str, str]) -> Asking | None:
+        """The principal's call whose upstream waits for answers now (MCP Tasks, ADR
+        0086: a task's ``input_required``), else None."""
+        asking = self._calls.get(invocation_id)
+        if asking is None or asking.principal != principal or asking.task is None:
+            return None
+        return None if asking.task.done() or not asking.requests() else asking
 
     async def resume(
         self,

@@ -192,6 +192,12 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
                 )  # fmt: skip
             except Rejection as r:  # the SDK's entry limits: refused before anything is published
                 return _error_result(r.code.value, r.message, None)
+            if asking is not None and tasks and app.clock() - since_ms >= TASK_AFTER_S * 1000:
+                # ADR 0086: a call that ran a while before its upstream asks is a task that
+                # asks; one that asks at once is a round first (SEP-2663's composition)
+                asked.hold(asking)
+                answer = {"invocation_id": asking.invocation_id, "outcome": "allowed"}
+                return task_created(answer, app.clock(), "the upstream asks the client")
             if asking is not None:  # the upstream asks the client first (ADR 0075)
                 return asked.pause(asking, since_ms, {META_INVOCATION_ID: asking.invocation_id})
         assert answer is not None
@@ -319,7 +325,9 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
         warnings.simplefilter("ignore", MCPDeprecationWarning)
         server = _server(input_schema, list_tools, call_tool, relay)
     server.middleware.append(boundary(app.request_state_key, options.hold_s, principal_of))
-    install_tasks(server, bridge, principal_of, session_of, answered, approve_at, options.timeout_s)
+    install_tasks(
+        server, bridge, asked, principal_of, session_of, answered, approve_at, options.timeout_s
+    )
     return server
 
 

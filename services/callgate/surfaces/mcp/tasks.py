@@ -34,6 +34,7 @@ from callgate.domain.codes import Code, Rejection
 from callgate.domain.principal import Principal
 from callgate.surfaces.gateway import Gateway, final_answer
 from callgate.surfaces.mcp.bridge import GatewayBridge
+from callgate.surfaces.mcp.channel import Asked
 from callgate.surfaces.mcp.rounds import MRTR_SINCE
 
 TASKS = "io.modelcontextprotocol/tasks"
@@ -80,6 +81,8 @@ class DetailedTask(Task):
     result_type: Literal["complete"] = "complete"
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
+    # ``input_required``: what the upstream asks the client, answered with ``tasks/update``
+    input_requests: dict[str, Any] | None = None
 
 
 class GetTaskRequest(types.Request[TaskRequestParams, Literal["tasks/get"]]):
@@ -170,6 +173,7 @@ Answered = Callable[[ServerRequestContext[Any, Any], Mapping[str, Any]], Awaitab
 def install(
     server: Server[Any],
     bridge: GatewayBridge,
+    asked: Asked,
     principal_of: Callable[[ServerRequestContext[Any, Any]], Principal],
     session_of: Callable[[ServerRequestContext[Any, Any]], str],
     answered: Answered,
@@ -220,6 +224,14 @@ def install(
             "ttl_ms": TTL_MS,
         }
         if not answer.get("final"):
+            principal = principal_of(ctx)
+            asking = asked.waiting(params.task_id, (principal.tenant, principal.user))
+            if asking is not None:  # the upstream waits for the client (ADR 0075)
+                return DetailedTask(
+                    **task, status="input_required", input_requests=asking.requests(),
+                    status_message="the upstream asks the client: answer with tasks/update",
+                    poll_interval_ms=POLL_INTERVAL_MS,
+                )  # fmt: skip
             pending = (status.get("approval") or {}).get("state") in (None, "pending")
             message = (
                 f"waiting for a human's approval at {approve_at(params.task_id)}"
@@ -245,8 +257,20 @@ def install(
     async def update(
         ctx: ServerRequestContext[Any, Any], params: TaskRequestParams
     ) -> types.EmptyResult:
-        """callgate's tasks ask the client nothing (the approval is out of band): an ack."""
+        """The client's answers to what the upstream asks (``input_required``), some or
+        all of them; an ack. The approval itself is out of band: nothing to answer."""
         await read(ctx, params)
+        if params.input_responses:
+            principal = principal_of(ctx)
+            asking = asked.waiting(params.task_id, (principal.tenant, principal.user))
+            if asking is None:
+                raise MCPError(
+                    types.INVALID_PARAMS,
+                    f"{Code.NOT_PENDING.value}: task {params.task_id} asks nothing now",
+                    {"code": Code.NOT_PENDING.value},
+                )
+            asking.agent.ctx, asking.agent.meta = ctx, params.meta or {}
+            asking.answer(params.input_responses)  # a coded error for answers that do not fit
         return types.EmptyResult(result_type="complete")
 
     async def cancel(
