@@ -53,6 +53,9 @@ WAV = base64.b64encode(
 
 
 SLOW_CAP_S = 3.0
+# How long the tools the tasks-* scenarios expect to be tasks work before they answer or
+# ask: past callgate's 1 s threshold (ADR 0086), with room for a loaded machine.
+WORK_S = 2.0
 
 
 class Defaults(BaseModel):
@@ -373,38 +376,39 @@ def build() -> MCPServer:
 
     @server.tool()
     async def slow_compute(seconds: float = 0, label: str = "") -> str:
-        """Sleeps, then answers: at most SLOW_CAP_S, for the upstream's calls are never
+        """Sleeps twice ``seconds``, then answers: a call of 1 s would race callgate's 1 s
+        threshold for a task; at most SLOW_CAP_S, for the upstream's calls are never
         cancelled mid-way and a long one would hold the conformance run."""
-        await asyncio.sleep(max(0.0, min(seconds, SLOW_CAP_S)))
+        await asyncio.sleep(max(0.0, min(2 * seconds, SLOW_CAP_S)))
         return f"computed {label} after {seconds}s"
 
     @server.tool()
     async def failing_job() -> str:
-        """A tool execution error after ~1 s."""
-        await asyncio.sleep(1.0)
+        """A tool execution error after WORK_S."""
+        await asyncio.sleep(WORK_S)
         raise ValueError("failing_job failed, as it always does")
 
     @server.tool()
     async def protocol_error_job() -> str:
-        """A protocol-level (JSON-RPC) error after ~1 s."""
-        await asyncio.sleep(1.0)
+        """A protocol-level (JSON-RPC) error after WORK_S."""
+        await asyncio.sleep(WORK_S)
         raise MCPError(INTERNAL_ERROR, "protocol_error_job: an internal failure")
 
     # The task that asks: it works a while first, so callgate has made it a task
     # (ADR 0086) by the time it asks; it then asks the client through tasks/get.
     @server.tool()
     async def confirm_delete(ctx: Context, filename: str = "") -> InputRequiredResult | str:
-        """Works 1 s, asks to confirm (one elicitation), then answers."""
+        """Works WORK_S, asks to confirm (one elicitation), then answers."""
         if not ctx.input_responses:
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(WORK_S)
         asked = ask(ctx, {"confirm": elicit(f"Delete {filename}?", "confirm")})
         return asked or f"Deleted {filename}."
 
     @server.tool()
     async def multi_input(ctx: Context) -> InputRequiredResult | str:
-        """Works 1 s, then asks two things at once."""
+        """Works WORK_S, then asks two things at once."""
         if not ctx.input_responses:
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(WORK_S)
         requests = {"first": elicit("First?", "name"), "second": elicit("Second?", "name")}
         return ask(ctx, requests) or "Both inputs received."
 
@@ -417,7 +421,7 @@ def build() -> MCPServer:
         answer: Any = (ctx.input_responses or {})["user_name"]
         content = answer.get("content") if isinstance(answer, dict) else answer.content
         name = (content or {}).get("name", "nobody")
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(WORK_S)
         return f"Hello, {name}!"
 
     low = server._lowlevel_server  # logging and subscriptions: MCPServer leaves them out

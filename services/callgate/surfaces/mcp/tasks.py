@@ -14,7 +14,8 @@ caller's own session: a task of another tenant, or of another user, is unknown
 pending approval with ``Gateway.withdraw`` (the decider records it as denied, so the call
 never runs); a call already running cannot be withdrawn (``not_pending``). There is no
 ``tasks/result`` or ``tasks/list`` (removed by SEP-2663): the result is inlined on
-``tasks/get``.
+``tasks/get``. A task whose upstream asks the client something (ADR 0075) is
+``input_required`` with the requests not answered yet; ``tasks/update`` carries answers.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from callgate.surfaces.mcp.rounds import MRTR_SINCE
 
 TASKS = "io.modelcontextprotocol/tasks"
 # A call of a tasks client not final within this long answers a task (it waits or runs long).
-TASK_AFTER_S = 0.5
+TASK_AFTER_S = 1.0
 POLL_INTERVAL_MS = 1000
 # How long ``tasks/get`` lets a call go on before it answers (the task's own progress).
 SETTLE_S = 0.2
@@ -260,17 +261,15 @@ def install(
         """The client's answers to what the upstream asks (``input_required``), some or
         all of them; an ack. The approval itself is out of band: nothing to answer."""
         await read(ctx, params)
-        if params.input_responses:
-            principal = principal_of(ctx)
-            asking = asked.waiting(params.task_id, (principal.tenant, principal.user))
-            if asking is None:
-                raise MCPError(
-                    types.INVALID_PARAMS,
-                    f"{Code.NOT_PENDING.value}: task {params.task_id} asks nothing now",
-                    {"code": Code.NOT_PENDING.value},
-                )
+        principal = principal_of(ctx)
+        asking = asked.waiting(params.task_id, (principal.tenant, principal.user))
+        if asking is not None and params.input_responses:
+            # Answers to requests the task does not wait for are ignored (SEP-2322: what
+            # a server does not recognize); one that does not fit its request is refused.
+            waiting = asking.requests()
+            answers = {k: v for k, v in params.input_responses.items() if k in waiting}
             asking.agent.ctx, asking.agent.meta = ctx, params.meta or {}
-            asking.answer(params.input_responses)  # a coded error for answers that do not fit
+            asking.answer(answers)  # a coded error (nothing answered) for one that does not fit
         return types.EmptyResult(result_type="complete")
 
     async def cancel(
