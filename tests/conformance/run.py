@@ -443,8 +443,8 @@ def main() -> int:
     if tasks:
         failed = sorted(s for s, ok in tasks.items() if not ok)
         print(
-            f"MCP conformance tasks-* (io.modelcontextprotocol/tasks, 2026-07-28): through "
-            f"callgate {sum(tasks.values())}/{len(tasks)} scenarios pass"
+            f"MCP conformance tasks-* (2026-07-28, extension): through callgate "
+            f"{sum(tasks.values())}/{len(tasks)} scenarios pass"
         )
         if failed:
             print(f"  fail through callgate: {', '.join(failed)}")
