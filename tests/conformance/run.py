@@ -184,7 +184,7 @@ def write_profile(folder: Path, upstream_url: str) -> Path:
         }
         for name, props in TOOLS.items()
     }
-    for name in REQUIRE_TASKS:  # answered only as tasks (ADR 0086)
+    for name in REQUIRE_TASKS:  # for agents that declared Tasks only (ADR 0086)
         tools[name]["task_support"] = "required"
     uri_schema: dict[str, Any] = {
         "type": "object",

@@ -22,6 +22,7 @@ import anyio
 import mcp
 import mcp.types as types
 import pytest
+import yaml
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -52,7 +53,14 @@ def anyio_backend() -> str:
 @pytest.fixture
 def g(tmp_path: Path) -> Iterator[Gate]:
     ledger = tmp_path / "notes.jsonl"
-    gate = Gate(tmp_path / "state", write_profile(tmp_path / "profile", ledger), ledger, "http")
+    profile = write_profile(tmp_path / "profile", ledger)
+    doc = yaml.safe_load(profile.read_text())  # a tool for agents that declared Tasks only
+    doc["tools"]["notes.task_write"] = {
+        **doc["tools"]["notes.quick_write"],
+        "task_support": "required",
+    }
+    profile.write_text(yaml.safe_dump(doc, sort_keys=False))
+    gate = Gate(tmp_path / "state", profile, ledger, "http")
     gate.state_dir.mkdir()
     port = free_port()
     logged = tmp_path / "mcp-http.log"
@@ -234,3 +242,24 @@ async def test_a_call_that_does_not_wait_is_answered_at_once(g: Gate) -> None:
         )
     assert isinstance(result, types.CallToolResult) and not result.is_error, result
     assert len(effects(g.ledger, "write_note")) == 1
+    assert len(cg(g.state_dir, "audit", "--session", alice, profile=g.profile)) == 1
+
+
+async def test_a_tool_for_tasks_agents_refuses_the_others_before_anything_runs(g: Gate) -> None:
+    """``task_support: required``: ``-32021`` naming the extension, nothing proposed; a
+    declaring agent's call that does not wait is answered at once."""
+    args = {"note_id": "N-required", **ARGS}
+    async with agent(g, g.token("alice", ALICE_ROLES), tasks=False) as c:
+        with pytest.raises(MCPError) as refused:
+            await c.session.call_tool("notes.task_write", args)
+    assert refused.value.error.code == types.MISSING_REQUIRED_CLIENT_CAPABILITY
+    data = types.MissingRequiredClientCapabilityErrorData.model_validate(refused.value.error.data)
+    assert data.required_capabilities.extensions == {TASKS: {}}
+    assert effects(g.ledger) == []
+    alice = g.token("alice", ALICE_ROLES)
+    assert cg(g.state_dir, "audit", "--session", alice, profile=g.profile) == []  # none proposed
+    async with agent(g, alice) as c:
+        result = await c.session.call_tool("notes.task_write", args, allow_claimed=True)
+    assert isinstance(result, types.CallToolResult) and not result.is_error, result
+    assert len(effects(g.ledger, "write_note")) == 1
+    assert len(cg(g.state_dir, "audit", "--session", alice, profile=g.profile)) == 1

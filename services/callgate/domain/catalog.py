@@ -129,9 +129,9 @@ class ToolSpec(_Frozen):
     # entry covers is not served (fail closed).
     upstream_method: UpstreamMethod = "tools/call"
     uris: tuple[Glob, ...] = ()
-    # ADR 0086: ``required``: ``callgate mcp`` answers this tool's calls only as MCP Tasks,
-    # and refuses an agent that did not declare the extension (``-32021``) before
-    # anything is proposed; ``optional``: a task when the call waits, else as before.
+    # ADR 0086: ``required``: ``callgate mcp`` serves the tool only to agents that declared
+    # MCP Tasks, refusing others (``-32021``) before anything is proposed; either way a
+    # declaring agent's call is a task when it waits.
     task_support: Literal["optional", "required"] = "optional"
     # ADR 0066: the digest of the upstream tool's definition this entry was reviewed
     # against; another definition served is refused (``tool_definition_changed``).

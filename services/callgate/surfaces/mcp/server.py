@@ -140,7 +140,7 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
             return _error_result(Code.INVALID_ARGUMENTS.value, str(exc) or "unreadable", None)
         spec = app.profile.tool(params.name)
         if spec is not None and spec.task_support == "required" and not tasks:
-            raise missing_tasks()  # ADR 0086: answered only as a task; nothing proposed
+            raise missing_tasks()  # ADR 0086: for tasks agents only; nothing proposed
         if spec is not None and spec.upstream_method != "tools/call":  # ADR 0044
             return _error_result(
                 Code.UNKNOWN_TOOL.value, f"{params.name} is a {spec.upstream_method} entry", None
