@@ -341,7 +341,8 @@ class Asked:
         try:
             answer = await asyncio.wait_for(asyncio.shield(asking.next()), within_s)
         except TimeoutError:
-            return {"invocation_id": state.invocation_id, "outcome": "allowed", "settled": False}
+            running = Code.ALLOWED.value  # permitted and in progress, not settled
+            return {"invocation_id": state.invocation_id, "outcome": running, "settled": False}
         if answer is None:
             return self.pause(asking, state.since_ms, _meta_of(state.invocation_id))
         self._calls.pop(state.invocation_id, None)

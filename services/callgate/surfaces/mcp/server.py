@@ -196,7 +196,7 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
                 # ADR 0086: a call that ran a while before its upstream asks is a task that
                 # asks; one that asks at once is a round first (SEP-2663's composition)
                 asked.hold(asking)
-                answer = {"invocation_id": asking.invocation_id, "outcome": "allowed"}
+                answer = {"invocation_id": asking.invocation_id, "outcome": Code.ALLOWED.value}
                 return task_created(answer, app.clock(), "the upstream asks the client")
             if asking is not None:  # the upstream asks the client first (ADR 0075)
                 return asked.pause(asking, since_ms, {META_INVOCATION_ID: asking.invocation_id})
