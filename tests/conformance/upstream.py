@@ -19,6 +19,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.prompts.base import Message, UserMessage
 from mcp.shared.exceptions import MCPError
 from mcp.types import (
+    INTERNAL_ERROR,
     MISSING_REQUIRED_CLIENT_CAPABILITY,
     AudioContent,
     ClientCapabilities,
@@ -49,6 +50,12 @@ WAV = base64.b64encode(
     b"RIFF$\x00\x00\x00WAVEfmt \x10\x00\x00\x00\x01\x00\x01\x00\x44\xac\x00\x00"
     b"\x88X\x01\x00\x02\x00\x10\x00data\x00\x00\x00\x00"
 ).decode()
+
+
+SLOW_CAP_S = 3.0
+# How long the tools the tasks-* scenarios expect to be tasks work before they answer or
+# ask: past callgate's 1 s threshold (ADR 0086), with room for a loaded machine.
+WORK_S = 2.0
 
 
 class Defaults(BaseModel):
@@ -358,6 +365,64 @@ def build() -> MCPServer:
         """A prompt that needs context first."""
         asked = ask(ctx, {"user_context": elicit("What context?", "context")})
         return asked or [UserMessage("Prompt with the given context.")]
+
+    # The tasks-* scenarios' tools (SEP-2663): plain tools here. callgate in front of this
+    # upstream answers a declaring client's call that has not settled quickly with a task
+    # (ADR 0086); alone, this upstream serves no tasks.
+    @server.tool()
+    def greet(name: str = "World") -> str:
+        """Sync-only."""
+        return f"Hello, {name}!"
+
+    @server.tool()
+    async def slow_compute(seconds: float = 0, label: str = "") -> str:
+        """Sleeps twice ``seconds``, then answers: a call of 1 s would race callgate's 1 s
+        threshold for a task; at most SLOW_CAP_S, for the upstream's calls are never
+        cancelled mid-way and a long one would hold the conformance run."""
+        await asyncio.sleep(max(0.0, min(2 * seconds, SLOW_CAP_S)))
+        return f"computed {label} after {seconds}s"
+
+    @server.tool()
+    async def failing_job() -> str:
+        """A tool execution error after WORK_S."""
+        await asyncio.sleep(WORK_S)
+        raise ValueError("failing_job failed, as it always does")
+
+    @server.tool()
+    async def protocol_error_job() -> str:
+        """A protocol-level (JSON-RPC) error after WORK_S."""
+        await asyncio.sleep(WORK_S)
+        raise MCPError(INTERNAL_ERROR, "protocol_error_job: an internal failure")
+
+    # The task that asks: it works a while first, so callgate has made it a task
+    # (ADR 0086) by the time it asks; it then asks the client through tasks/get.
+    @server.tool()
+    async def confirm_delete(ctx: Context, filename: str = "") -> InputRequiredResult | str:
+        """Works WORK_S, asks to confirm (one elicitation), then answers."""
+        if not ctx.input_responses:
+            await asyncio.sleep(WORK_S)
+        asked = ask(ctx, {"confirm": elicit(f"Delete {filename}?", "confirm")})
+        return asked or f"Deleted {filename}."
+
+    @server.tool()
+    async def multi_input(ctx: Context) -> InputRequiredResult | str:
+        """Works WORK_S, then asks two things at once."""
+        if not ctx.input_responses:
+            await asyncio.sleep(WORK_S)
+        requests = {"first": elicit("First?", "name"), "second": elicit("Second?", "name")}
+        return ask(ctx, requests) or "Both inputs received."
+
+    @server.tool()
+    async def test_tool_with_task(ctx: Context) -> InputRequiredResult | str:
+        """Asks for a name (input_required), then works a while with it."""
+        asked = ask(ctx, {"user_name": elicit("What is your name?", "name")})
+        if asked is not None:
+            return asked  # type: ignore[no-any-return]
+        answer: Any = (ctx.input_responses or {})["user_name"]
+        content = answer.get("content") if isinstance(answer, dict) else answer.content
+        name = (content or {}).get("name", "nobody")
+        await asyncio.sleep(WORK_S)
+        return f"Hello, {name}!"
 
     low = server._lowlevel_server  # logging and subscriptions: MCPServer leaves them out
 

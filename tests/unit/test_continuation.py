@@ -116,3 +116,23 @@ def test_continuation_off_waits_for_the_resubmission(tmp_path: Path) -> None:
     done = g.propose(alice, "refunds.issue", REFUND, approval_id=approval)
     assert g.outcome(done) == "executed"
     assert len(g.effects()) == 1
+
+
+def test_the_actor_withdraws_their_pending_call_and_no_one_else_can(g: Gate) -> None:
+    """ADR 0086 (MCP ``tasks/cancel``): the actor's withdrawal is recorded as their own
+    denial, so the call never runs and a later grant is ``not_pending``; anyone else's
+    withdrawal is ``approver_forbidden``, an approver's included."""
+    alice = g.session("alice", roles=("support",))
+    carol = g.session("carol", roles=("support",))
+    bob = g.session("bob", roles=("finance-approver",))
+    inv = g.propose(alice, "refunds.issue", REFUND)
+    for stranger in (carol, bob):
+        g.decide(stranger, inv, ev.WITHDRAW, "not mine")
+        assert g.events_of(inv, ev.ApprovalDecisionRejected)[-1].code == "approver_forbidden"
+    g.decide(alice, inv, ev.WITHDRAW, "withdrawn")
+    (denied,) = g.events_of(inv, ev.ApprovalDenied)
+    assert denied.approver == "alice" and denied.reason == "withdrawn"
+    g.decide(bob, inv)
+    assert g.events_of(inv, ev.ApprovalDecisionRejected)[-1].code == "not_pending"
+    assert g.events_of(inv, ev.ExecutionRequested) == []
+    assert g.effects() == []

@@ -131,15 +131,23 @@ def on_approval_decision(
             )
         if inv.approval_expires_at <= out.now_ms:
             raise Rejection(Code.APPROVAL_EXPIRED, "the pending approval has expired")
-        check_approver(
-            inv.confirmation,
-            approver,
-            inv.actor,
-            inv.tenant,
-            tuple(inv.approver_roles),
-            inv.allow_self_approval,
-        )
-        if d.decision not in ("grant", "deny"):
+        if d.decision == ev.WITHDRAW:
+            # ADR 0086: the actor withdraws their own pending call (MCP ``tasks/cancel``).
+            # Only ever less runs, so no approver role is asked; anyone else is refused.
+            if approver.tenant != inv.tenant or approver.user != inv.actor:
+                raise Rejection(
+                    Code.APPROVER_FORBIDDEN, "only the actor may withdraw their own call"
+                )
+        else:
+            check_approver(
+                inv.confirmation,
+                approver,
+                inv.actor,
+                inv.tenant,
+                tuple(inv.approver_roles),
+                inv.allow_self_approval,
+            )
+        if d.decision not in ("grant", "deny", ev.WITHDRAW):
             raise Rejection(Code.MALFORMED_EVENT, f"unknown decision {d.decision!r}")
         if d.decision == "grant":
             already_granted(inv, approver.user)  # ADR 0030: distinct approvers
@@ -151,7 +159,7 @@ def on_approval_decision(
             session_digest=digest,
         )
         return None
-    if d.decision == "deny":
+    if d.decision in ("deny", ev.WITHDRAW):  # a withdrawal is the actor's own denial
         inv.approval_status = ApprovalStatus.DENIED
         set_key_status(state, inv, KeyStatus.DENIED)
         out.emit(

@@ -129,6 +129,10 @@ class ToolSpec(_Frozen):
     # entry covers is not served (fail closed).
     upstream_method: UpstreamMethod = "tools/call"
     uris: tuple[Glob, ...] = ()
+    # ADR 0086: ``required``: ``callgate mcp`` serves the tool only to agents that declared
+    # MCP Tasks, refusing others (``-32021``) before anything is proposed; either way a
+    # declaring agent's call is a task when it waits.
+    task_support: Literal["optional", "required"] = "optional"
     # ADR 0066: the digest of the upstream tool's definition this entry was reviewed
     # against; another definition served is refused (``tool_definition_changed``).
     pin: PinDigest | None = None
@@ -341,6 +345,8 @@ def _catalog_entry(spec: ToolSpec) -> dict[str, Any]:
         del entry["sensitive"]
     if entry["upstream_method"] == "tools/call" and not entry["uris"]:
         del entry["upstream_method"], entry["uris"]
+    if entry["task_support"] == "optional":  # the default keeps the digest of before
+        del entry["task_support"]
     return entry
 
 

@@ -64,13 +64,18 @@ class ToolCallProposed(Event):
     evaluate_only: bool = False
 
 
+# ``ApprovalDecisionSubmitted.decision`` of the actor withdrawing their own pending call
+# (MCP ``tasks/cancel``, ADR 0086): recorded as ``ApprovalDenied`` with the actor as approver.
+WITHDRAW = "withdraw"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ApprovalDecisionSubmitted(Event):
     """A human decided on a pending approval; identity comes from ``session_token``."""
 
     TOPIC: ClassVar[str] = "requests"
     session_token: str
-    decision: str  # "grant" | "deny"
+    decision: str  # "grant" | "deny" | WITHDRAW (the actor's own, ADR 0086)
     reason: str = ""
 
 

@@ -405,6 +405,13 @@ class Gateway:
     ) -> dict[str, Any]:
         return self._decide(invocation_id, session, "deny", reason, timeout_s)
 
+    def withdraw(
+        self, invocation_id: str, session: str, reason: str = "", timeout_s: float = 30.0
+    ) -> dict[str, Any]:
+        """The actor withdraws their own pending call (MCP ``tasks/cancel``, ADR 0086): the
+        decider records it as denied, so it never runs; ``not_pending`` once decided."""
+        return self._decide(invocation_id, session, ev.WITHDRAW, reason, timeout_s)
+
     def _decide(
         self, invocation_id: str, session: str, decision: str, reason: str, timeout_s: float
     ) -> dict[str, Any]:

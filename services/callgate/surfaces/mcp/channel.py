@@ -294,14 +294,27 @@ class Asked:
     ) -> types.InputRequiredResult:
         """The round as ``input_required``, sealed (by the SDK's boundary) in a state that
         names the invocation."""
-        invocation_id = str(asking.invocation_id)
-        self._calls[invocation_id] = asking
-        while len(self._calls) > self.limit:
-            del self._calls[next(iter(self._calls))]
+        invocation_id = self.hold(asking)
         state = Round(invocation_id, since_ms, asks=True)
         return types.InputRequiredResult.model_validate(
             {"inputRequests": asking.requests(), "requestState": state.dump(), "_meta": dict(meta)}
         )
+
+    def hold(self, asking: Asking) -> str:
+        """Keep the waiting call, by its invocation id, for the client's answers."""
+        invocation_id = str(asking.invocation_id)
+        self._calls[invocation_id] = asking
+        while len(self._calls) > self.limit:
+            del self._calls[next(iter(self._calls))]
+        return invocation_id
+
+    def waiting(self, invocation_id: str, principal: tuple[str, str]) -> Asking | None:
+        """The principal's call whose upstream waits for answers now (MCP Tasks, ADR
+        0086: a task's ``input_required``), else None."""
+        asking = self._calls.get(invocation_id)
+        if asking is None or asking.principal != principal or asking.task is None:
+            return None
+        return None if asking.task.done() or not asking.requests() else asking
 
     async def resume(
         self,
@@ -310,11 +323,14 @@ class Asked:
         state: Round,
         responses: Mapping[str, Any],
         meta: Mapping[str, Any],
+        within_s: float | None = None,
     ) -> dict[str, Any] | types.InputRequiredResult | None:
         """A retry with the client's answers: the call's answer, ``input_required`` again
         for its next round, or None when this server holds no such waiting call (the
         caller answers from the invocation's status). Answers that do not fit, or a call
-        of another principal, are refused with a code."""
+        of another principal, are refused with a code. With ``within_s`` (a tasks client,
+        ADR 0086), a call still running after that long answers as not settled: it goes
+        on, and its task tells what came of it."""
         asking = self._calls.get(state.invocation_id)
         if asking is None or asking.task is None:
             return None
@@ -322,7 +338,11 @@ class Asked:
             raise _refused(f"no waiting call {state.invocation_id}", Code.NOT_FOUND)
         asking.answer(responses)
         asking.agent.ctx, asking.agent.meta = ctx, meta
-        answer = await asking.next()
+        try:
+            answer = await asyncio.wait_for(asyncio.shield(asking.next()), within_s)
+        except TimeoutError:
+            running = Code.ALLOWED.value  # permitted and in progress, not settled
+            return {"invocation_id": state.invocation_id, "outcome": running, "settled": False}
         if answer is None:
             return self.pause(asking, state.since_ms, _meta_of(state.invocation_id))
         self._calls.pop(state.invocation_id, None)

@@ -41,6 +41,15 @@ from callgate.surfaces.mcp.channel import Asked, level_of, progress_token_of, pr
 from callgate.surfaces.mcp.passed_on import passed_on
 from callgate.surfaces.mcp.relay import Relay
 from callgate.surfaces.mcp.rounds import Round, boundary, paused, round_s, speaks_rounds
+from callgate.surfaces.mcp.tasks import (
+    TASK_AFTER_S,
+    CreateTaskResult,
+    declares_tasks,
+    missing_tasks,
+    waits,
+)
+from callgate.surfaces.mcp.tasks import created as task_created
+from callgate.surfaces.mcp.tasks import install as install_tasks
 
 META_APPROVAL_ID = "callgate/approval_id"
 META_IDEMPOTENCY_KEY = "callgate/idempotency_key"
@@ -119,8 +128,9 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult | types.InputRequiredResult:
+    ) -> types.CallToolResult | types.InputRequiredResult | CreateTaskResult:
         meta: Mapping[str, Any] = params.meta or {}
+        tasks = declares_tasks(ctx)  # a call that waits answers a task (settle, ADR 0086)
         if params.request_state is not None:  # verified and unsealed by the boundary
             return await resume_round(ctx, Round.load(params.request_state), params)
         try:
@@ -129,6 +139,8 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
         except ValueError as exc:
             return _error_result(Code.INVALID_ARGUMENTS.value, str(exc) or "unreadable", None)
         spec = app.profile.tool(params.name)
+        if spec is not None and spec.task_support == "required" and not tasks:
+            raise missing_tasks()  # ADR 0086: for tasks agents only; nothing proposed
         if spec is not None and spec.upstream_method != "tools/call":  # ADR 0044
             return _error_result(
                 Code.UNKNOWN_TOOL.value, f"{params.name} is a {spec.upstream_method} entry", None
@@ -168,7 +180,8 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
                 answer, asking = await propose_relayed(
                     ctx, meta, level, None if same_call is None else same_call[:2],
                     lambda channel: bridge.propose(
-                        session, params.name, args, key, approval_id, options.timeout_s,
+                        session, params.name, args, key, approval_id,
+                        min(options.timeout_s, TASK_AFTER_S) if tasks else options.timeout_s,
                         traceparent=_traceparent(meta),
                         trace_attributes={
                             "mcp.method.name": "tools/call",
@@ -179,10 +192,24 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
                 )  # fmt: skip
             except Rejection as r:  # the SDK's entry limits: refused before anything is published
                 return _error_result(r.code.value, r.message, None)
+            if asking is not None and tasks and app.clock() - since_ms >= TASK_AFTER_S * 1000:
+                # ADR 0086: a call that ran a while before its upstream asks is a task that
+                # asks; one that asks at once is a round first (SEP-2663's composition)
+                asked.hold(asking)
+                answer = {"invocation_id": asking.invocation_id, "outcome": Code.ALLOWED.value}
+                return task_created(answer, app.clock(), "the upstream asks the client")
             if asking is not None:  # the upstream asks the client first (ADR 0075)
                 return asked.pause(asking, since_ms, {META_INVOCATION_ID: asking.invocation_id})
         assert answer is not None
         return await settle(ctx, params, answer, same_call, since_ms)
+
+    def remember(same_call: tuple[str, str, str, str] | None, answer: Mapping[str, Any]) -> None:
+        """A call awaiting approval, so the same call again resumes it (ADR 0029)."""
+        if answer.get("outcome") != Code.APPROVAL_REQUIRED.value or same_call is None:
+            return
+        held[same_call] = str(answer["invocation_id"])
+        while len(held) > HELD_CALLS:  # the oldest first (dicts keep insertion order)
+            del held[next(iter(held))]
 
     async def settle(
         ctx: ServerRequestContext[Any, Any],
@@ -190,15 +217,23 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
         answer: dict[str, Any],
         same_call: tuple[str, str, str, str] | None,
         since_ms: int,
-    ) -> types.CallToolResult | types.InputRequiredResult:
-        """A call's answer to the client: held while its approval is pending (ADR 0029),
-        paused with ``input_required`` on 2026-07-28 (ADR 0065), else its result."""
+    ) -> types.CallToolResult | types.InputRequiredResult | CreateTaskResult:
+        """A call's answer to the client: a task when it waits and the client declared
+        Tasks (ADR 0086); held while its approval is pending (ADR 0029), paused with
+        ``input_required`` on 2026-07-28 (ADR 0065), else its result."""
+        if declares_tasks(ctx) and waits(answer):
+            remember(same_call, answer)
+            invocation_id = str(answer["invocation_id"])
+            message = (
+                f"waiting for a human's approval at {approve_at(invocation_id)}"
+                if answer["outcome"] == Code.APPROVAL_REQUIRED.value
+                else f"{answer['outcome']}: the call is in progress"
+            )
+            return task_created(answer, app.clock(), message)
         session = session_of(ctx)
         rounds = options.hold_s > 0 and speaks_rounds(ctx)
         if answer.get("outcome") == Code.APPROVAL_REQUIRED.value and same_call is not None:
-            held[same_call] = str(answer["invocation_id"])
-            while len(held) > HELD_CALLS:  # the oldest first (dicts keep insertion order)
-                del held[next(iter(held))]
+            remember(same_call, answer)
             hold_s = round_s(options.hold_s) if rounds else options.hold_s
             answer = await _hold(ctx, bridge, session, answer, hold_s, params)
             if rounds and not answer.get("final"):  # ADR 0065: the client retries
@@ -209,7 +244,7 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
 
     async def resume_round(
         ctx: ServerRequestContext[Any, Any], state: Round, params: types.CallToolRequestParams
-    ) -> types.CallToolResult | types.InputRequiredResult:
+    ) -> types.CallToolResult | types.InputRequiredResult | CreateTaskResult:
         """A 2026-07-28 retry: with the client's answers to the upstream's requests, the
         call goes on (ADR 0075); else wait one round for the invocation's final outcome;
         pending still, ``input_required`` again until the hold is spent (ADR 0065)."""
@@ -218,8 +253,9 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
             principal = principal_of(ctx)
             who = (principal.tenant, principal.user)
             resumed = await asked.resume(  # a coded JSON-RPC error for answers that do not fit
-                ctx, who, state, params.input_responses or {}, params.meta or {}
-            )
+                ctx, who, state, params.input_responses or {}, params.meta or {},
+                TASK_AFTER_S if declares_tasks(ctx) else None,
+            )  # fmt: skip
             if isinstance(resumed, types.InputRequiredResult):
                 return resumed
             if resumed is None:  # no longer waiting here: what came of it
@@ -289,6 +325,9 @@ def build_server(bridge: GatewayBridge, options: McpOptions) -> Server[Any]:
         warnings.simplefilter("ignore", MCPDeprecationWarning)
         server = _server(input_schema, list_tools, call_tool, relay)
     server.middleware.append(boundary(app.request_state_key, options.hold_s, principal_of))
+    install_tasks(
+        server, bridge, asked, principal_of, session_of, answered, approve_at, options.timeout_s
+    )
     return server
 
 
