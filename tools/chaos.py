@@ -1138,7 +1138,7 @@ def _drive(
             p.kill_due = None
             _kill(fleet, p, rng, out, step)
         if outages.due(p.done):
-            outages.kill_and_restart(fleet, p, out, step, bool(active))
+            outages.kill_and_restart(fleet, p, out, step, lambda: bool(active))
     outbox.flush(everything=True)
     while p.kills < kills and time.monotonic() < deadline:  # kill points not reached
         time.sleep(max(0.0, p.last_kill + MIN_KILL_GAP_S - time.monotonic()))
@@ -1180,10 +1180,16 @@ class Outages:
         return bool(self._at) and done >= self._at[0]
 
     def kill_and_restart(
-        self, fleet: Fleet, p: _Progress, out: Renderer, step: Callable[[], None], busy: bool
+        self,
+        fleet: Fleet,
+        p: _Progress,
+        out: Renderer,
+        step: Callable[[], None],
+        busy: Callable[[], bool],
     ) -> None:
-        """One outage; ``busy``: flows are in flight, so the recovery is timed by the next
-        one done (none in flight: nothing to time)."""
+        """One outage; ``busy()``: flows are in flight, so the fault's cost and the
+        recovery are timed by the next one done (none in flight: nothing to time; on a
+        cluster the flows go on during the outage and may all be done by its end)."""
         assert self.broker is not None
         self._at.pop(0)
         down_s, killed = self.down_s, time.monotonic()
@@ -1201,24 +1207,27 @@ class Outages:
             out.err.print(f"[dim]chaos: {which} SIGKILLed, down for {down_s:g}s[/]")
         done, cost = p.done, None
         down_until = killed + down_s
+        cluster = isinstance(self.broker, KafkaCluster)
         while time.monotonic() < down_until:
-            if isinstance(self.broker, KafkaCluster) and not p.timed_out:
+            if cluster and not p.timed_out:
                 step()  # the cluster serves on without the node
-                if cost is None and busy and p.done > done:
+                if cost is None and p.done > done:
                     cost = time.monotonic() - killed
+                    self.costs.append(cost)
             else:
                 fleet.check()  # workers that end themselves meanwhile are restarted
                 time.sleep(0.2)
         self.broker.start()
         back, done = time.monotonic(), p.done
-        while busy and p.done == done and not p.timed_out:
+        while busy() and p.done == done and not p.timed_out:
             if time.monotonic() - back > BROKER_RECOVERY_LIMIT_S:
                 p.unrecovered += 1
                 return
             step()
-        p.recoveries.append(time.monotonic() - back)
-        if isinstance(self.broker, KafkaCluster):
-            self.costs.append(cost if cost is not None else time.monotonic() - killed)
+        if busy() or p.done > done:
+            p.recoveries.append(time.monotonic() - back)
+        if cluster and cost is None and p.done > done:
+            self.costs.append(time.monotonic() - killed)
 
 
 def _seen_twice(events: Sequence[ev.Event]) -> dict[str, int]:
