@@ -58,7 +58,6 @@ class _Node:
     controller_port: int
     root: Path
     proc: subprocess.Popen[bytes] | None = None
-    kills: int = 0
 
     @property
     def log(self) -> Path:
@@ -81,14 +80,6 @@ class KafkaCluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{n.port}" for n in self._nodes)
-
-    @property
-    def pids(self) -> list[int]:
-        return [n.proc.pid for n in self._nodes if n.proc is not None]
-
-    @property
-    def logs(self) -> list[Path]:
-        return [n.log for n in self._nodes]
 
     def start(self) -> KafkaCluster:
         """Start every node (the first call), or the nodes ``kill`` took down."""
@@ -143,7 +134,6 @@ class KafkaCluster:
             target.proc.kill()
             target.proc.wait(timeout=10)
         target.proc = None
-        target.kills += 1
         self.killed.append(target.node_id)
         return target.node_id
 
