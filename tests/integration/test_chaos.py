@@ -119,8 +119,8 @@ def test_a_cluster_loses_its_busiest_leader_and_its_controller_and_nothing_else(
     are lost, unlike on a single broker: docs/explanation/reliability.md, "Broker kills"),
     and the flows go on during each outage. ``make chaos-cluster`` adds a node down for a
     minute."""
-    args = ("--proposals", "200", "--kills", "1", "--seed", "3", "--instances", "2")
-    args += ("--cluster", "3", "--broker-kills", "2")
+    args = ("--proposals", "200", "--kills", "1", "--seed", "3", "--instances", "2", "--cluster",
+            "3", "--broker-kills", "2")  # fmt: skip
     run = run_with_own_broker(tmp_path, "chaos", *args, *resubmitting(tmp_path), timeout=420)
     figures = holds(run)
     print(f"\nchaos on a three-node cluster: {json.dumps(figures)}")
