@@ -39,9 +39,9 @@ from a kept corpus (seeded by ``... seeds DIR`` where empty) and prints its figu
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-import os
 import sys
 import tempfile
 from collections.abc import Callable
@@ -52,6 +52,7 @@ import atheris
 import mcp.types as mcp_types
 import pydantic
 import pydantic_core
+import yaml
 from mcp.server.request_state import AESGCMRequestStateCodec, InvalidRequestState
 
 # Instrument callgate's own modules only: instrumenting the libraries under them (pydantic,
@@ -60,11 +61,16 @@ with atheris.instrument_imports(include=["callgate", "callgate_projections"]):
     from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
     from callgate.adapters.notify import SlackInteractions
     from callgate.adapters.profiles import load_profile
+    from callgate.config import ConfigError, SlackSettings, trusted_issuers
     from callgate.domain.approvals import ApprovalVerifier
     from callgate.domain.arguments import normalize_args
     from callgate.domain.canonical import canonical_json
-    from callgate.config import ConfigError, SlackSettings, trusted_issuers
-    from callgate.domain.catalog import ProfileError, default_profile_path, parse_profile
+    from callgate.domain.catalog import (
+        ProfileError,
+        StrictYamlLoader,
+        default_profile_path,
+        parse_profile,
+    )
     from callgate.domain.codes import Rejection
     from callgate.domain.identity import SessionIssuer, SessionVerifier
     from callgate.domain.keys import KeyRing
@@ -219,10 +225,8 @@ def json_reader(data: bytes) -> None:
         and (refused.code, refused.details) != (refused_text.code, refused_text.details)
     ):
         raise Finding(f"bytes and their text answered differently: {refused} / {refused_text}")
-    try:
+    with contextlib.suppress(ValueError):  # a configuration or key document
         parse_document(data)
-    except ValueError:
-        pass
     lax = _lax_reading(text)
     if refused is not None:
         return
@@ -260,12 +264,14 @@ def mcp(data: bytes) -> None:
         raise Finding(f"the SDK's reader refused what the strict reader passed: {exc}") from None
     if sdk_value != value or canonical_json(sdk_value) != canonical_json(value):
         raise Finding("the SDK's reader read another value than the strict reader")
-    for validate in (
-        lambda: mcp_types.jsonrpc_message_adapter.validate_json(text, by_name=False),  # stdio
-        lambda: mcp_types.jsonrpc_message_adapter.validate_python(value, by_name=False),
-    ):
+    adapter = mcp_types.jsonrpc_message_adapter
+    for stdio in (True, False):  # stdio reads the text; streamable HTTP the parsed value
         try:
-            message = validate()
+            message = (
+                adapter.validate_json(text, by_name=False)
+                if stdio
+                else adapter.validate_python(value, by_name=False)
+            )
         except pydantic.ValidationError:
             continue
         params = getattr(message, "params", None)
@@ -280,10 +286,8 @@ def mcp(data: bytes) -> None:
 
 def state(data: bytes) -> None:
     text = data.decode("utf-8", "surrogateescape")
-    try:
+    with contextlib.suppress(InvalidRequestState):
         STATE_CODEC.unseal(text)
-    except InvalidRequestState:
-        pass
     try:  # what an opened state holds (only callgate's own plaintext in service)
         loaded = Round.load(text)
     except ValueError:
@@ -352,9 +356,7 @@ def profile(data: bytes) -> None:
         parse_profile(text, Path("fuzz.yaml"), lambda _: POLICY_TEXT)
     except ProfileError:
         return
-    import yaml
-
-    if non_finite(yaml.load(text, Loader=yaml.SafeLoader)):
+    if non_finite(yaml.load(text, Loader=StrictYamlLoader)):  # the loader parse_profile uses
         raise Finding("a non-finite number passed the profile")
 
 
@@ -411,9 +413,14 @@ def seeds() -> dict[str, list[bytes]]:
             STATE_CODEC.seal(Round("inv-2", NOW_MS).dump().encode()).encode(),
         ],
         "form": [
-            b"payload=" + _quote(b'{"type": "block_actions", "user": {"id": "U1"}, "team": '
-            b'{"id": "T1"}, "actions": [{"action_id": "callgate_approve", "value": "inv-1"}]}')
-            + b"\n" + str(NOW_MS // 1000).encode() + b"\nv0=00",
+            b"payload="
+            + _quote(
+                b'{"type": "block_actions", "user": {"id": "U1"}, "team": '
+                b'{"id": "T1"}, "actions": [{"action_id": "callgate_approve", "value": "inv-1"}]}'
+            )
+            + b"\n"
+            + str(NOW_MS // 1000).encode()
+            + b"\nv0=00",
             b"code=abc&state=xyz&iss=https%3A%2F%2Fidp",
         ],
         "config": [
