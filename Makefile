@@ -9,7 +9,7 @@ UV     := $(TOOLS)/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast test-authzen test-kafka test-stop test-disk test-browser test-fuzz test-keycloak test-all kafka-fetch keycloak-fetch lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress chaos-instances disk-full kafka kafka-stop kafka-clean fuzz fuzz-atheris fuzz-campaign up down clean oidc-provider conformance
+.PHONY: install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast test-authzen test-kafka test-stop test-disk test-browser test-fuzz test-keycloak test-all kafka-fetch keycloak-fetch lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress chaos-instances disk-full kafka kafka-stop kafka-clean fuzz fuzz-proposals fuzz-atheris fuzz-campaign up down clean oidc-provider conformance
 
 $(UV): requirements/uv.txt
 	$(PYTHON) -m venv $(TOOLS)
@@ -197,6 +197,13 @@ FUZZ_SECONDS ?= 540
 FUZZ_KAFKA_SECONDS ?= 60
 fuzz: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(PY) -m tests.fuzz.run --seconds $(FUZZ_SECONDS) --kafka-seconds $(FUZZ_KAFKA_SECONDS)
+
+## The same campaign to 10^5 proposals on the embedded backend (FUZZ_PROPOSALS), bounded by
+## FUZZ_PROPOSALS_SECONDS (15 minutes); prints the same figures and proposals per second.
+FUZZ_PROPOSALS ?= 100000
+FUZZ_PROPOSALS_SECONDS ?= 900
+fuzz-proposals: $(STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" nice -n 19 $(PY) -m tests.fuzz.run --proposals $(FUZZ_PROPOSALS) --seconds $(FUZZ_PROPOSALS_SECONDS)
 
 ## Coverage-guided fuzzing (atheris) of every decoder at an entry (docs/explanation/fuzzing.md):
 ## Avro records, tokens, arguments, the strict JSON reader, MCP JSON-RPC messages and
