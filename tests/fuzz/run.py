@@ -25,6 +25,7 @@ from tests.fuzz.drive import Campaign, Figures
 from tests.fuzz.strategies import Case, cases
 
 CHUNK = 50
+PROGRESS_S = 60.0
 
 
 def campaign(
@@ -42,9 +43,17 @@ def campaign(
     deadline = time.monotonic() + seconds
     fed = 0
 
+    started = time.monotonic()
+    next_report = started + PROGRESS_S
+
     def more() -> bool:
+        nonlocal next_report
+        now = time.monotonic()
+        if now >= next_report:  # the rate as the state grows
+            next_report += PROGRESS_S
+            print(f"  {now - started:.0f} s: {run.figures.proposals} proposals", flush=True)
         enough = max_proposals is not None and run.figures.proposals >= max_proposals
-        return time.monotonic() < deadline and fed < max_examples and not enough
+        return now < deadline and fed < max_examples and not enough
 
     @settings(
         max_examples=CHUNK,
