@@ -131,9 +131,9 @@ def test_a_missing_file_and_a_bad_variable_are_named(tmp_path: Path) -> None:
 def test_non_finite_numbers_are_refused_in_the_file_and_in_variables(
     tmp_path: Path, text: str, key: str
 ) -> None:
-    """Found by fuzzing (make fuzz-campaign, target config): TOML's ``inf`` and ``nan``
-    passed a float setting with only a lower bound; refused as the strict JSON reader
-    refuses them, naming the key."""
+    """Found by the fuzz target ``config`` (tests/fuzz/atheris_targets.py): TOML's ``inf``
+    and ``nan`` passed a float setting with only a lower bound; refused as the strict JSON
+    reader refuses them, naming the key."""
     conf = write(tmp_path / "callgate.toml", text)
     with pytest.raises(ConfigError, match=rf"key '{re.escape(key)}': .*finite"):
         Settings.from_env(config_file=conf, environ={})

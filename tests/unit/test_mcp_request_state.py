@@ -16,7 +16,7 @@ def test_a_round_dumps_and_loads_back_to_itself() -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        "[" * 5000,  # found by fuzzing (target state): a RecursionError before
+        "[" * 5000,  # found by the fuzz target state: a RecursionError before
         '{"invocation_id": "a", "since_ms": 1, "since_ms": 2}',
         '{"invocation_id": "a", "since_ms": true}',
         '{"invocation_id": "a", "since_ms": NaN}',
