@@ -211,10 +211,12 @@ fuzz-proposals: $(STAMP)
 ## target runs to FUZZ_RUNS inputs or FUZZ_TARGET_SECONDS, one after the other, from its
 ## corpus in .fuzz-corpus/<target> (kept between runs, seeded when empty); findings go to
 ## .fuzz-findings/. Prints inputs, coverage, corpus and findings per target; fails on a finding.
+## FUZZ_TARGETS="json mcp" runs only those.
 FUZZ_RUNS ?= 1000000
 FUZZ_TARGET_SECONDS ?= 600
+FUZZ_TARGETS ?=
 fuzz-campaign: $(STAMP)
-	nice -n 19 $(PY) -m tests.fuzz.campaign --runs $(FUZZ_RUNS) --seconds $(FUZZ_TARGET_SECONDS)
+	nice -n 19 $(PY) -m tests.fuzz.campaign --runs $(FUZZ_RUNS) --seconds $(FUZZ_TARGET_SECONDS) $(FUZZ_TARGETS)
 
 ## The short form: 60 s (ATHERIS_SECONDS) per target, the same kept corpus.
 ATHERIS_SECONDS ?= 60
