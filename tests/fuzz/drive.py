@@ -18,7 +18,8 @@ and keeps the figures the issue asks for:
   ``Admin``, full width, look-alikes, any text) read each tenant's ticket, delete a user and
   approve a deploy: a **grant across principals** is any of these allowed where the exact
   tenant or role does not allow it (identifiers compare exactly, docs/contract.md);
-- the codes seen, and how many inputs the SDK refused before publishing.
+- the codes seen, the proposals made (SDK calls, raw records and sentinels) and how many
+  inputs the SDK refused before publishing.
 """
 
 from __future__ import annotations
