@@ -199,7 +199,8 @@ fuzz: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(PY) -m tests.fuzz.run --seconds $(FUZZ_SECONDS) --kafka-seconds $(FUZZ_KAFKA_SECONDS)
 
 ## The same campaign to 10^5 proposals on the embedded backend (FUZZ_PROPOSALS), bounded by
-## FUZZ_PROPOSALS_SECONDS (25 minutes: 10^5 took 15-25 minutes on a shared 2-core machine);
+## FUZZ_PROPOSALS_SECONDS (25 minutes: 10^5 took 13.6 minutes on a shared 2-core machine,
+## and did not fit in 15 under load);
 ## prints the same figures, the proposals made each minute and proposals per second.
 FUZZ_PROPOSALS ?= 100000
 FUZZ_PROPOSALS_SECONDS ?= 1500
