@@ -50,7 +50,9 @@ class ConfigError(ValueError):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # No NaN or infinity (TOML has ``nan`` and ``inf``; a variable may say ``inf``): refused
+    # as the strict JSON reader refuses them (docs/contract.md, "Parse strictly").
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 # A claim: one name, taken whole (dots and all), or a list of names walking nested objects.

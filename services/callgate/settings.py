@@ -53,7 +53,10 @@ class Settings(BaseModel):
     they pass.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=False)
+    # No NaN or infinity, in the file or a variable (as in every section: config._Section).
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", validate_default=False, allow_inf_nan=False
+    )
 
     # The default is found, not assumed to be the current directory (``callgate.state_dir``).
     state_dir: Path = Field(default_factory=default_state_dir)

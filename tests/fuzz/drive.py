@@ -18,7 +18,8 @@ and keeps the figures the issue asks for:
   ``Admin``, full width, look-alikes, any text) read each tenant's ticket, delete a user and
   approve a deploy: a **grant across principals** is any of these allowed where the exact
   tenant or role does not allow it (identifiers compare exactly, docs/contract.md);
-- the codes seen, and how many inputs the SDK refused before publishing.
+- the codes seen, the proposals made (SDK calls, raw records and sentinels) and how many
+  inputs the SDK refused before publishing.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ GRANTED = frozenset(
 @dataclass
 class Figures:
     inputs: int = 0
+    proposals: int = 0  # every call proposed at an entry (SDK or raw record), sentinels too
     stalls: int = 0
     unauthorized_effects: int = 0
     collisions_tried: int = 0
@@ -68,6 +70,7 @@ class Figures:
         codes = ", ".join(f"{c} {n}" for c, n in sorted(self.codes.items()))
         return (
             f"inputs tried: {self.inputs}\n"
+            f"proposals made: {self.proposals}\n"
             f"stalls: {self.stalls}\n"
             f"unauthorized effects: {self.unauthorized_effects}\n"
             f"cross-tenant collisions tried: {self.collisions_tried}, overwrites: "
@@ -110,6 +113,11 @@ class Campaign:
         # (id, its status's identity, the token it was bound to)
         self.genuine_invocations: list[tuple[str, dict[str, Any], str]] = []
         self._n = 0
+
+    def _propose(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        self.figures.proposals += 1
+        answer: dict[str, Any] = self.gate.propose(*args, **kwargs)
+        return answer
 
     # -- tokens -------------------------------------------------------------------------
 
@@ -186,7 +194,7 @@ class Campaign:
         )
         for tool, args, owner, callers in calls:
             self.figures.spelled_tried += 1
-            answer = self.gate.propose(token, tool, args, timeout_s=self.settle_s)
+            answer = self._propose(token, tool, args, timeout_s=self.settle_s)
             outcome = str(answer.get("outcome"))
             self._code(outcome, f"spelled {answer}")
             granted = outcome in GRANTED
@@ -205,7 +213,7 @@ class Campaign:
         exactly acme holding exactly release-manager."""
         rita = self.issue("rita", "acme", ("release", "release-manager"))
         deploy = {"service": "billing", "version": "1", "environment": "production"}
-        first = self.gate.propose(rita, "deploys.trigger", deploy, timeout_s=self.settle_s)
+        first = self._propose(rita, "deploys.trigger", deploy, timeout_s=self.settle_s)
         if first.get("outcome") != Code.APPROVAL_REQUIRED.value:
             self._stall(f"rita's deploy did not stop for approval: {first}")
             return
@@ -230,9 +238,7 @@ class Campaign:
             )
 
     def _through_sdk(self, case: Case, token: str) -> None:
-        answer = self.gate.propose(
-            token, case.tool, case.args_json, case.key, timeout_s=self.settle_s
-        )
+        answer = self._propose(token, case.tool, case.args_json, case.key, timeout_s=self.settle_s)
         if answer["invocation_id"] is None:
             self.figures.refused_at_entry += 1
             self._code(str(answer["outcome"]), "sdk refusal")
@@ -259,6 +265,7 @@ class Campaign:
             idempotency_key=case.key,
         )
         victim = self._victim_before(inv)
+        self.figures.proposals += 1
         try:
             self.gate.backend.publish([p])
         except (MalformedEvent, Rejection):
@@ -356,7 +363,7 @@ class Campaign:
             ticket = "T-1" if user == "alice" else "GT-1"
             for key in (None, *SHARED_KEYS):
                 probe = f"{key}-probe-{uuid.uuid4().hex}" if key else None
-                answer = self.gate.propose(
+                answer = self._propose(
                     token, "tickets.read", {"ticket_id": ticket}, probe, timeout_s=self.settle_s
                 )
                 self.legit.add(str(answer["invocation_id"]))

@@ -1,8 +1,9 @@
 """``make fuzz``: a long, bounded campaign of hostile cases, with the figures printed.
 
-    python -m tests.fuzz.run --seconds 600 [--kafka-seconds 60] [--seed 1]
+    python -m tests.fuzz.run --seconds 600 [--kafka-seconds 60] [--proposals N]
 
-The embedded backend takes the time budget; with ``--kafka-seconds`` a smaller campaign
+The embedded backend takes the time budget (and stops earlier at ``--proposals``
+proposals made, ``make fuzz-proposals``); with ``--kafka-seconds`` a smaller campaign
 runs on a ``callgate serve`` over an Apache Kafka broker started for it. Exits 1 when any check
 failed (a stall, an unauthorized effect, an overwrite, a code outside the vocabulary).
 """
@@ -24,15 +25,35 @@ from tests.fuzz.drive import Campaign, Figures
 from tests.fuzz.strategies import Case, cases
 
 CHUNK = 50
+PROGRESS_S = 60.0
 
 
-def campaign(gate: Gateway, seconds: float, settle_s: float, max_examples: int) -> Figures:
-    """Feed generated cases to ``gate`` until ``seconds`` pass (or ``max_examples``), in
+def campaign(
+    gate: Gateway,
+    seconds: float,
+    settle_s: float,
+    max_examples: int,
+    max_proposals: int | None = None,
+) -> Figures:
+    """Feed generated cases to ``gate`` until ``seconds`` pass (or ``max_examples`` cases,
+    or ``max_proposals`` proposals made), in
     chunks of ``CHUNK`` examples (each with a fresh random seed), so that the time budget
     ends the campaign without generating cases that would not run."""
     run = Campaign(gate, settle_s)
     deadline = time.monotonic() + seconds
     fed = 0
+
+    started = time.monotonic()
+    next_report = started + PROGRESS_S
+
+    def more() -> bool:
+        nonlocal next_report
+        now = time.monotonic()
+        if now >= next_report:  # the rate as the state grows
+            next_report += PROGRESS_S
+            print(f"  {now - started:.0f} s: {run.figures.proposals} proposals", flush=True)
+        enough = max_proposals is not None and run.figures.proposals >= max_proposals
+        return now < deadline and fed < max_examples and not enough
 
     @settings(
         max_examples=CHUNK,
@@ -44,22 +65,24 @@ def campaign(gate: Gateway, seconds: float, settle_s: float, max_examples: int) 
     @given(case=cases())
     def one(case: Case) -> None:
         nonlocal fed
-        if time.monotonic() < deadline and fed < max_examples:
+        if more():
             fed += 1
             run.feed(case)
 
-    while time.monotonic() < deadline and fed < max_examples:
+    while more():
         one()
     run.watchdog()
     run.check_effects()
     return run.figures
 
 
-def embedded(seconds: float, max_examples: int = 1_000_000) -> Figures:
+def embedded(
+    seconds: float, max_examples: int = 1_000_000, max_proposals: int | None = None
+) -> Figures:
     with tempfile.TemporaryDirectory(prefix="callgate-fuzz-") as tmp:
         gate = connect(Settings(state_dir=Path(tmp) / "state", dev=True))
         try:
-            return campaign(gate, seconds, settle_s=10.0, max_examples=max_examples)
+            return campaign(gate, seconds, 10.0, max_examples, max_proposals)
         finally:
             gate.close()
 
@@ -87,15 +110,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=540.0)
     parser.add_argument("--kafka-seconds", type=float, default=0.0)
+    parser.add_argument("--proposals", type=int, default=None, help="stop at this many")
     ns = parser.parse_args(argv)
-    runs: list[tuple[str, Callable[[], Figures]]] = [("embedded", lambda: embedded(ns.seconds))]
+    runs: list[tuple[str, Callable[[], Figures]]] = [
+        ("embedded", lambda: embedded(ns.seconds, max_proposals=ns.proposals))
+    ]
     if ns.kafka_seconds > 0:
         runs.append(("kafka (Apache Kafka)", lambda: on_kafka(ns.kafka_seconds)))
     ok = True
     for name, run in runs:
         started = time.monotonic()
         figures = run()
-        print(f"== fuzz campaign on {name}: {time.monotonic() - started:.0f} s")
+        elapsed = time.monotonic() - started
+        rate = figures.proposals / elapsed if elapsed > 0 else 0.0
+        print(f"== fuzz campaign on {name}: {elapsed:.0f} s, {rate:.1f} proposals/s")
         print(figures.report())
         for problem in figures.problems[:20]:
             print(f"  problem: {problem}")

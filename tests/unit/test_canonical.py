@@ -12,6 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from callgate.adapters.profiles import load_profile
+from callgate.domain.arguments import normalize_args
 from callgate.domain.canonical import (
     args_hash,
     canonical_json,
@@ -22,6 +24,8 @@ from callgate.domain.canonical import (
     sha256_hex,
     state_json,
 )
+from callgate.domain.catalog import EntryLimits, default_profile_path
+from callgate.domain.limits import parse_json
 
 scalars = (
     st.none()
@@ -64,6 +68,33 @@ def test_c11_canonical_text_is_compact_json_that_round_trips(value: Any) -> None
 def test_c11_canonical_form_details() -> None:
     assert canonical_json({"b": [1.0, 2.5, -0.0], "a": "é"}) == '{"a":"é","b":[1,2.5,0]}'
     assert canonical_json((True, None)) == "[true,null]"
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (5.3e55, "5.3e+55"),
+        (1e20, "1e+20"),
+        (-(2.0**53), "-9007199254740992.0"),
+        (2.0**53 - 1, "9007199254740991"),
+        (-(2.0**53 - 1), "-9007199254740991"),
+    ],
+)
+def test_an_integral_float_past_the_exact_integers_stays_a_float_and_reads_back(
+    value: float, text: str
+) -> None:
+    """Found by fuzzing (make fuzz-campaign, target json): ``53e54`` passed the strict
+    reader, but its canonical text was the integer ``52999…128``, which the same reader
+    refuses (outside ±(2**53 - 1), I-JSON); so the same call made again could not find its
+    pending approval (``Gateway.resumable`` normalizes the canonical text). Integral floats
+    become integers only within the exact range; the canonical text reads back as itself."""
+    assert canonical_json(value) == text
+    assert parse_json(text) == value and canonical_json(parse_json(text)) == text
+    spec = load_profile(default_profile_path()).tool("records.update")
+    assert spec is not None
+    args = canonical_json({"record_id": "REC-1", "fields": {"n": value}})
+    normalized = normalize_args(spec, EntryLimits(), args)
+    assert canonical_json(normalized) == args
 
 
 def test_c11_keys_sort_by_utf16_code_units_as_in_rfc8785() -> None:

@@ -180,6 +180,24 @@ def test_c10_broken_profile_error_names_file_tool_and_field(
     assert says in message
 
 
+@pytest.mark.parametrize("key", [None, 1, True])
+def test_c10_a_schema_key_yaml_has_and_json_has_not_is_a_profile_error(
+    tmp_path: Path, key: Any
+) -> None:
+    """Found by fuzzing (make fuzz-campaign, target profile): ``~: {type: string}`` under
+    a schema's ``properties`` escaped ``parse_profile`` as the validator's ``ValueError``
+    (``Dict key must be str``), not a ``ProfileError`` naming the file, tool and field."""
+
+    def edit(data: dict[str, Any]) -> None:
+        data["tools"]["tickets.create"]["args_schema"]["properties"][key] = {"type": "string"}
+
+    path = write_profile(tmp_path, edit)
+    with pytest.raises(ProfileError) as err:
+        load_profile(path)
+    prefix = f"profile {path}: tool 'tickets.create': field 'args_schema': not JSON: "
+    assert str(err.value).startswith(prefix), str(err.value)
+
+
 def test_c10_invalid_yaml_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("tools: [unclosed\n")

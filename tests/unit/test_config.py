@@ -7,6 +7,7 @@ variables, discovery of the file, and errors that name the file and the key.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -118,6 +119,26 @@ def test_a_missing_file_and_a_bad_variable_are_named(tmp_path: Path) -> None:
         Settings.from_env(environ={"CALLGATE_SESSIONS__ISSUERS": '[{"audience": "x"}]'})
     with pytest.raises(ConfigError, match=r"^environment CALLGATE_FAULTS: not valid JSON: "):
         Settings.from_env(environ={"CALLGATE_FAULTS": "{latency_ms: 5}"})
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("timeout_s = inf\n", "timeout_s"),
+        ("[notify]\nretry_delays_s = [1.0, nan]\n", "notify.retry_delays_s[1]"),
+    ],
+)
+def test_non_finite_numbers_are_refused_in_the_file_and_in_variables(
+    tmp_path: Path, text: str, key: str
+) -> None:
+    """Found by the fuzz target ``config`` (tests/fuzz/atheris_targets.py): TOML's ``inf``
+    and ``nan`` passed a float setting with only a lower bound; refused as the strict JSON
+    reader refuses them, naming the key."""
+    conf = write(tmp_path / "callgate.toml", text)
+    with pytest.raises(ConfigError, match=rf"key '{re.escape(key)}': .*finite"):
+        Settings.from_env(config_file=conf, environ={})
+    with pytest.raises(ConfigError, match=r"^environment CALLGATE_TIMEOUT_S: .*finite"):
+        Settings.from_env(environ={"CALLGATE_TIMEOUT_S": "inf"})
 
 
 def test_variables_are_case_insensitive_nested_and_empty_ones_unset() -> None:

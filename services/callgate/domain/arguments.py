@@ -18,7 +18,7 @@ import jsonschema_rs
 
 from callgate.domain.catalog import EntryLimits, ToolSpec
 from callgate.domain.codes import Code, Rejection
-from callgate.domain.limits import parse_args
+from callgate.domain.limits import MAX_SAFE_INTEGER, parse_args
 
 if TYPE_CHECKING:  # imported when a refusal is explained: a tenth of a command's start-up
     from jsonschema import Draft202012Validator
@@ -46,7 +46,8 @@ def _check(schema_json: str) -> jsonschema_rs.Draft202012Validator:
 
 
 def _integral(value: Any) -> Any:
-    """Integral floats become ints (as canonical JSON writes them). Depth is bounded by
+    """Integral floats within the exact integers of a double become ints (as canonical
+    JSON writes them; larger ones stay floats, as it writes them too). Depth is bounded by
     ``parse_args`` already, so this walk cannot recurse without end."""
     if isinstance(value, dict):
         for key in value:
@@ -54,7 +55,7 @@ def _integral(value: Any) -> Any:
         return value
     if isinstance(value, list):
         return [_integral(v) for v in value]
-    if isinstance(value, float) and value.is_integer():
+    if isinstance(value, float) and value.is_integer() and abs(value) <= MAX_SAFE_INTEGER:
         return int(value)
     return value
 

@@ -4,8 +4,11 @@ Everything that is hashed or bound (normalized arguments, request fingerprints,
 approval bindings, partition keys, event ids) goes through ``canonical_json`` so
 that two encodings of the same value always give the same bytes. The encoding
 follows RFC 8785 (JCS) in spirit: object keys sorted by UTF-16 code units, no
-insignificant whitespace, UTF-8 output, integral floats written as integers,
-NaN and Infinity refused. Pure: no I/O, no clock, no randomness.
+insignificant whitespace, UTF-8 output, integral floats within the exact integers of a
+double (``±(2**53 - 1)``, I-JSON) written as integers, larger ones as floats (``5.3e+55``:
+the strict reader, ``callgate.domain.limits``, refuses integers past that range, so the
+canonical text of a value it passed must read back as the same value), NaN and Infinity
+refused. Pure: no I/O, no clock, no randomness.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ _SORTING_ENCODER = json.JSONEncoder(
 # Leaves the C encoder writes exactly as ``_prepare`` + ``_ENCODER`` would (no float here:
 # an integral float must become an int, so floats take the slow path).
 _PLAIN_LEAVES = frozenset({str, int, bool, type(None)})
+# The largest integer a double holds exactly (I-JSON, RFC 7493; limits.MAX_SAFE_INTEGER).
+_MAX_EXACT = 2**53 - 1
 
 
 def _sorted_dumps(value: Any) -> str:
@@ -62,7 +67,7 @@ def _prepare(value: object) -> Any:
     if isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"canonical JSON cannot encode {value!r}")
-        return int(value) if value.is_integer() else value
+        return int(value) if value.is_integer() and abs(value) <= _MAX_EXACT else value
     if isinstance(value, Mapping):
         for key in value:
             if not isinstance(key, str):

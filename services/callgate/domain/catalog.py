@@ -299,6 +299,10 @@ def _describe(err: ValidationError) -> str:
 def _tool_problems(spec: ToolSpec) -> list[tuple[str, str]]:
     """Cross-field checks that keep the catalog internally consistent (fail closed)."""
     problems: list[tuple[str, str]] = []
+    try:  # YAML has keys JSON has not (``~:``, ``1:``): a schema is JSON, or no schema
+        canonical_json(spec.args_schema)
+    except (TypeError, ValueError) as exc:
+        return [("args_schema", f"not JSON: {exc}")]
     try:  # against the 2020-12 meta-schema, by the validator that checks the calls
         jsonschema_rs.meta.validate(spec.args_schema)
     except jsonschema_rs.ValidationError as exc:

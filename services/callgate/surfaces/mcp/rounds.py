@@ -29,6 +29,7 @@ import mcp.types as types
 from mcp.server import ServerRequestContext
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 
+from callgate.domain.limits import parse_document
 from callgate.domain.principal import Principal
 
 # The first revision with multi round-trip requests (no server requests during a call).
@@ -83,11 +84,11 @@ class Round:
     def load(text: str) -> Round:
         """Only the boundary's own plaintext reaches here; a shape it never minted is a
         bug, refused as such rather than guessed at."""
-        data = json.loads(text)
+        data = parse_document(text)  # the strict reader: ValueError, never RecursionError
         if not (
             isinstance(data, dict)
             and isinstance(data.get("invocation_id"), str)
-            and isinstance(data.get("since_ms"), int)
+            and type(data.get("since_ms")) is int  # not a bool
             and isinstance(data.get("asks", False), bool)
         ):
             raise ValueError("a requestState callgate did not mint")
