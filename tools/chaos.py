@@ -56,7 +56,7 @@ from collections import Counter
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from confluent_kafka import ConsumerGroupState
@@ -891,8 +891,8 @@ def run_chaos(
         out.error(Code.USAGE, "--broker-kills kills the run's own broker: no --bootstrap-servers")
         return 2
     limit = time_limit_s or max(180.0, 0.45 * proposals)  # 15 minutes for 2,000
-    faults = CLUSTER_FAULTS if cluster > 1 else ((("the broker", None),))
-    downs = [faults[i % len(faults)][1] or broker_down_s for i in range(broker_kills)]
+    held = [f.down_s for f in CLUSTER_FAULTS] if cluster > 1 else [None]
+    downs = [held[i % len(held)] or broker_down_s for i in range(broker_kills)]
     # On a cluster the flows go on through each outage, and its failover is one more wait.
     limit += sum(downs) + broker_kills * BROKER_RECOVERY_LIMIT_S * (2 if cluster > 1 else 1)
     started = time.monotonic()
@@ -1149,12 +1149,22 @@ def _drive(
         _kill(fleet, p, rng, out, fleet.check)
 
 
-# The faults of a cluster run, in turn: which node a broker kill takes and how long it stays
-# down (None: ``--broker-down``).
-CLUSTER_FAULTS: tuple[tuple[str, float | None], ...] = (
-    ("the busiest leader", None),
-    ("the active controller", None),
-    ("the busiest leader, for a minute", 60.0),
+@dataclasses.dataclass(frozen=True)
+class ClusterFault:
+    """One broker kill of a cluster run: the node it takes (the one leading the most
+    partitions, or the active controller) and how long it stays down (None:
+    ``--broker-down``)."""
+
+    label: str
+    node: Literal["busiest", "controller"]
+    down_s: float | None = None
+
+
+# The faults of a cluster run, in turn.
+CLUSTER_FAULTS = (
+    ClusterFault("the busiest leader", "busiest"),
+    ClusterFault("the active controller", "controller"),
+    ClusterFault("the busiest leader, for a minute", "busiest", 60.0),
 )
 
 
@@ -1194,10 +1204,10 @@ class Outages:
         self._at.pop(0)
         down_s, killed = self.down_s, time.monotonic()
         if isinstance(self.broker, KafkaCluster):
-            what, held = CLUSTER_FAULTS[p.broker_kills % len(CLUSTER_FAULTS)]
-            down_s = held or down_s
-            target = self.broker.controller() if "controller" in what else None
-            which = f"node {self.broker.kill(target)} ({what})"
+            fault = CLUSTER_FAULTS[p.broker_kills % len(CLUSTER_FAULTS)]
+            down_s = fault.down_s or down_s
+            target = self.broker.controller() if fault.node == "controller" else None
+            which = f"node {self.broker.kill(target)} ({fault.label})"
         else:
             self.broker.kill()
             which = "the broker"
