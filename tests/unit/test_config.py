@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from callgate.adapters.kafka.topics import replication_for
 from callgate.adapters.keyfiles import generate_key_pair
 from callgate.bootstrap import Settings, bootstrap
 from callgate.config import REDACTED, ConfigError, redacted
@@ -86,6 +87,10 @@ def test_the_file_is_found_by_variable_or_in_the_state_dir(tmp_path: Path) -> No
     ("text", "message"),
     [
         ("partitions = 0\n", "key 'partitions': Input should be greater than or equal to 1"),
+        (
+            "replication_factor = 0\n",
+            "key 'replication_factor': Input should be greater than or equal to 1",
+        ),
         ("colour = 'blue'\n", "key 'colour': unknown key"),
         ('backend = "mq"\n', "key 'backend': Input should be 'embedded' or 'kafka'"),
         (
@@ -227,3 +232,26 @@ def test_kafka_client_refuses_what_callgate_sets_itself(tmp_path: Path, key: str
         Settings.from_env(config_file=conf, environ={})
     assert f"configuration {conf}: key 'kafka_client'" in str(err.value)
     assert f"{key}: not a connection property" in str(err.value)
+
+
+def test_replication_factor_is_three_or_every_broker_of_a_smaller_cluster(tmp_path: Path) -> None:
+    # ADR 0087: exactly-once across a broker crash needs another in-sync replica to lead.
+    assert Settings().replication_factor is None  # found from the cluster at serve
+    conf = write(tmp_path / "callgate.toml", "replication_factor = 2\n")
+    assert Settings.from_env(config_file=conf, environ={}).replication_factor == 2
+    env = {"CALLGATE_REPLICATION_FACTOR": "5"}
+    assert Settings.from_env(config_file=conf, environ=env).replication_factor == 5
+
+    class Brokers:  # the metadata an AdminClient answers: only its broker count is read
+        def __init__(self, count: int) -> None:
+            self.brokers = dict.fromkeys(range(count))
+
+    class Admin:
+        def __init__(self, count: int) -> None:
+            self.count = count
+
+        def list_topics(self, timeout: float) -> Brokers:
+            return Brokers(self.count)
+
+    found = {n: replication_for(Admin(n), 1.0) for n in (1, 2, 3, 5)}  # type: ignore[arg-type]
+    assert found == {1: 1, 2: 2, 3: 3, 5: 3}
