@@ -8,6 +8,7 @@ server running, it only appends requests and polls the views.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from functools import cached_property
@@ -27,6 +28,10 @@ class EmbeddedBackend:
         self.app = app
         self.codec = AvroCodec.default()
         self.store = EmbeddedStore(app.settings.state_dir, self.codec)
+        # One thread of this process runs the runner at a time; another one waits as it
+        # would for a server (the runner lock is the process's, not the thread's: a second
+        # thread running it would release it under the first).
+        self._running = threading.Lock()
 
     @cached_property
     def runner(self) -> EmbeddedRunner:
@@ -104,18 +109,22 @@ class EmbeddedBackend:
             if remaining <= 0:
                 return False
             try:
-                if self.runner.try_acquire():
+                if self._running.acquire(blocking=False):
                     try:
-                        return self.runner.run_until(predicate, remaining)
+                        if self.runner.try_acquire():
+                            try:
+                                return self.runner.run_until(predicate, remaining)
+                            finally:
+                                self.runner.release()
                     finally:
-                        self.runner.release()
+                        self._running.release()
             except Exception as exc:
                 if storage_failure(exc) is None:
                     raise
                 refused += 1
                 time.sleep(min(retry_delay(refused), max(0.0, deadline - time.monotonic())))
                 continue
-            time.sleep(0.02)  # a server holds the lock and is doing the work
+            time.sleep(0.02)  # a server, or another thread here, is doing the work
         return True
 
     def close(self) -> None:
