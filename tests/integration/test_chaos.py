@@ -109,6 +109,7 @@ def test_a_broker_killed_and_started_again_loses_nothing(tmp_path: Path) -> None
 
 
 @pytest.mark.kafka
+@pytest.mark.timeout(480)  # the run's own bound is 420 s; the suite's default is 300 s
 def test_a_cluster_loses_its_busiest_leader_and_its_controller_and_nothing_else(
     tmp_path: Path,
 ) -> None:

@@ -21,6 +21,8 @@ from typing import Any
 
 import orjson
 
+from callgate.domain.limits import MAX_SAFE_INTEGER
+
 _ENCODER = json.JSONEncoder(
     ensure_ascii=False, allow_nan=False, separators=(",", ":"), check_circular=False
 )
@@ -35,8 +37,6 @@ _SORTING_ENCODER = json.JSONEncoder(
 # Leaves the C encoder writes exactly as ``_prepare`` + ``_ENCODER`` would (no float here:
 # an integral float must become an int, so floats take the slow path).
 _PLAIN_LEAVES = frozenset({str, int, bool, type(None)})
-# The largest integer a double holds exactly (I-JSON, RFC 7493; limits.MAX_SAFE_INTEGER).
-_MAX_EXACT = 2**53 - 1
 
 
 def _sorted_dumps(value: Any) -> str:
@@ -67,7 +67,7 @@ def _prepare(value: object) -> Any:
     if isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"canonical JSON cannot encode {value!r}")
-        return int(value) if value.is_integer() and abs(value) <= _MAX_EXACT else value
+        return int(value) if value.is_integer() and abs(value) <= MAX_SAFE_INTEGER else value
     if isinstance(value, Mapping):
         for key in value:
             if not isinstance(key, str):
