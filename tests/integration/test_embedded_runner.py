@@ -27,7 +27,8 @@ from hypothesis import strategies as st
 from tests.toys import Counting, Expiring, Recovering, proposal
 
 from callgate.adapters.avro_codec import AvroCodec
-from callgate.adapters.embedded.runner import EmbeddedRunner, RunnerLockNotHeld
+from callgate.adapters.embedded.ownership import RunnerLockNotHeld
+from callgate.adapters.embedded.runner import EmbeddedRunner
 from callgate.adapters.embedded.store import EmbeddedStore
 from callgate.domain.events import (
     ApprovalGranted,

@@ -10,6 +10,7 @@ runs on a real broker (marked ``kafka``).
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -110,6 +111,102 @@ class Selective(Counting):
         return super().handle(state, event, now_ms)
 
 
+class Chaining(Following):
+    """``follow_up`` starts another round for the first half: three commits per input."""
+
+    name = "chaining"
+
+    def follow_up(
+        self, state: int, committed: Sequence[Event], now_ms: int
+    ) -> tuple[int, Sequence[Output]]:
+        again = [
+            DryRunFailed(
+                event_id=f"dr2-{e.event_id}",
+                invocation_id=e.invocation_id,
+                partition_key=e.partition_key,
+                message="second half",
+            )
+            for e in committed
+            if isinstance(e, DryRunFailed) and e.event_id.startswith("dr-")
+        ]
+        last = [e for e in committed if isinstance(e, DryRunFailed) and e not in again]
+        state, done = super().follow_up(
+            state, [e for e in last if e.event_id.startswith("dr2-")], now_ms
+        )
+        return state + len(again), [*again, *done]
+
+
+class Mutating(Counting):
+    """State changed in place (a dict); an input it refuses changes it before raising, so
+    the runner must undo the change, not only skip the outputs."""
+
+    name = "mutating"
+
+    def __init__(self, refuse: str) -> None:
+        super().__init__()
+        self.refuse = refuse
+
+    def initial_state(self) -> dict[str, int]:  # type: ignore[override]
+        return {"n": 0}
+
+    def handle(  # type: ignore[override]
+        self, state: dict[str, int], event: Event, now_ms: int
+    ) -> tuple[dict[str, int], Sequence[Output]]:
+        state["n"] += 1
+        if event.event_id == self.refuse:
+            state["n"] += 100
+            raise ValueError(f"cannot process {event.event_id}")
+        _, outputs = super().handle(state["n"] - 1, event, now_ms)
+        return state, outputs[:1]
+
+    def dump_state(self, state: dict[str, int]) -> bytes:  # type: ignore[override]
+        return json.dumps(state, sort_keys=True).encode()
+
+    def load_state(self, data: bytes) -> dict[str, int]:  # type: ignore[override]
+        loaded: dict[str, int] = json.loads(data)
+        return loaded
+
+
+class Timing(Counting):
+    """An input in ``arm`` sets its key's timer due at once; ``due`` emits one event and
+    clears it. State: (inputs counted, due time or 0)."""
+
+    name = "timing"
+
+    def __init__(self, arm: frozenset[str]) -> None:
+        super().__init__()
+        self.arm = arm
+
+    def initial_state(self) -> tuple[int, int]:  # type: ignore[override]
+        return (0, 0)
+
+    def handle(  # type: ignore[override]
+        self, state: tuple[int, int], event: Event, now_ms: int
+    ) -> tuple[tuple[int, int], Sequence[Output]]:
+        return (state[0] + 1, now_ms if event.event_id in self.arm else state[1]), []
+
+    def next_due(self, state: tuple[int, int]) -> int | None:  # type: ignore[override]
+        return state[1] or None
+
+    def due(  # type: ignore[override]
+        self, state: tuple[int, int], now_ms: int
+    ) -> tuple[tuple[int, int], Sequence[Output]]:
+        fired = DryRunFailed(
+            event_id=f"timer-{state[0]}-{now_ms}",
+            invocation_id="timer",
+            partition_key="timer",
+            message=f"fired after {state[0]}",
+        )
+        return (state[0], 0), [fired]
+
+    def dump_state(self, state: tuple[int, int]) -> bytes:  # type: ignore[override]
+        return json.dumps(state).encode()
+
+    def load_state(self, data: bytes) -> tuple[int, int]:  # type: ignore[override]
+        n, due = json.loads(data)
+        return (n, due)
+
+
 class Port(Protocol):
     """A runner under test: publish inputs, then read what it wrote once settled."""
 
@@ -123,6 +220,7 @@ class MemoryPort:
         runner = MemoryRunner([process], now_ms=NOW)
         runner.publish(*inputs)
         runner.run()
+        runner.advance(0)  # timers due now
         ids = {e.event_id for e in inputs}
         return [e for e in runner.log.events if e.event_id not in ids]
 
@@ -245,3 +343,30 @@ def test_a_type_the_process_does_not_react_to_is_consumed_unhandled(port: Port) 
     out = port.written(process, [proposal(1, "k-a"), proposal(2, "k-a")], expect=2)
     assert sorted(e.event_id for e in out) == ["out-in-1", "out-in-2"]
     assert set(process.handled) == {"in-1", "in-2"}
+
+
+def test_follow_up_chains_until_a_round_emits_nothing(port: Port) -> None:
+    out = by_id(port.written(Chaining(), [proposal(1, "k-a"), proposal(2, "k-b")], expect=6))
+    for i in (1, 2):
+        assert {f"dr-in-{i}", f"dr2-dr-in-{i}", f"rec-dr2-dr-in-{i}"} <= set(out)
+    assert len(out) == 6
+
+
+def test_a_state_changed_in_place_by_a_refused_input_is_undone_mid_batch(port: Port) -> None:
+    inputs = [proposal(1, "k-a"), proposal(2, "k-a"), proposal(3, "k-a"), proposal(4, "k-a")]
+    written = port.written(Mutating(refuse="in-3"), inputs, expect=4)
+    started = {
+        e.event_id: getattr(e, "attempt", None) for e in written if isinstance(e, ExecutionStarted)
+    }
+    # in-3 added 101 in place before raising: the next input counts on from in-2's state.
+    assert started == {"out-in-1": 1, "out-in-2": 2, "out-in-4": 3}
+    assert sum(isinstance(e, EventDeadLettered) for e in written) == 1
+
+
+def test_a_timer_set_by_handle_fires_due_once_per_key(port: Port) -> None:
+    inputs = [proposal(1, "k-a"), proposal(2, "k-b"), proposal(3, "k-a")]
+    # The last input of each key arms its timer: however the inputs are batched, each key's
+    # timer fires once, after all of its inputs.
+    written = port.written(Timing(arm=frozenset({"in-2", "in-3"})), inputs, expect=2)
+    fired = [e for e in written if isinstance(e, DryRunFailed)]
+    assert sorted(getattr(e, "message", "") for e in fired) == ["fired after 1", "fired after 2"]

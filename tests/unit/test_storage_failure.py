@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from callgate.adapters.embedded.runner import RETRY_MAX_S, retry_delay
+from callgate.adapters.embedded.full_disk import RETRY_MAX_S, retry_delay
 from callgate.domain.codes import Code, storage_failure
 from callgate.logs import StorageLog, serve_line
 from callgate.surfaces.cli import classify

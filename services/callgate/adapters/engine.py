@@ -6,12 +6,15 @@ What happens to one input is the same on Kafka, on the embedded store and in mem
    (``decode_input``; a client must not inject service events through ``requests``);
 2. **filter**: a type the process does not react to is consumed unhandled (``reacts``;
    ``handle`` would change nothing: ``process.reacts_to``);
-3. **handle**, classified (``react``): a transient failure propagates (the runner rolls
-   its transaction back and retries), a deterministic one is returned so the runner
-   undoes the key's state (``restore``) and **dead-letters** the input with the reason
-   (``failures.dead_letter``, ``failures.answers``);
-4. the committed states stay in a **state cache** of one size (``StateCache``);
-5. after the commit, ``follow_up`` runs for the keys that emitted events.
+3. **handle**, classified (``react``, ``handle_input``): a transient failure propagates
+   (the runner rolls its transaction back and retries), a deterministic one undoes the
+   key's state (``UnitOfWork.reset``) and **dead-letters** the input with the reason
+   (``dropped``, ``malformed``);
+4. **timers** (``fire_due``) and **recovery** (``recover_keys``) fold into the same unit of
+   work (``callgate.adapters.unit_of_work``), whose committed states go back to a
+   **state cache** of one size;
+5. after the commit, ``follow_up`` runs for the keys that emitted events, round after
+   round, each round committed, until one emits none (``follow_ups``).
 
 A runner is only its I/O and transaction boundary around these steps: Kafka transactions
 (``kafka.runner``), SQLite transactions (``embedded.runner``), a Python list (``memory``).
@@ -19,55 +22,29 @@ A runner is only its I/O and transaction boundary around these steps: Kafka tran
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from callgate.adapters.avro_codec import MalformedEvent
-from callgate.adapters.failures import Deterministic, Transient, classify
-from callgate.domain.events import Event
+from callgate.adapters.failures import (
+    Deterministic,
+    Transient,
+    answers,
+    classify,
+    dead_letter,
+)
+from callgate.adapters.unit_of_work import Read, UnitOfWork
+from callgate.domain.codes import Code
+from callgate.domain.events import Event, EventDeadLettered
 from callgate.domain.process import Output, Process
 
 if TYPE_CHECKING:
     from callgate.tracing import Tracing
 
 K = TypeVar("K", bound=Hashable)
-
-# Committed states each runner keeps per process, with their stored bytes (one size for
-# every runner: an evicted key costs one read from the store). A burst of proposals reaches
-# the decider's later events only after its requests, so the cache must hold a burst's keys:
-# with 4,096, a 10,000-proposal burst read most states back.
-STATE_CACHE_KEYS = 16_384
-
-
-class StateCache(Generic[K]):
-    """One process's committed state objects by key, with the bytes stored for each
-    (``None``: never stored). Bounded, least recently used first out. ``take`` hands the
-    object to a transaction (which may change it in place); ``keep`` puts the committed
-    states back after the commit."""
-
-    __slots__ = ("_entries", "limit")
-
-    def __init__(self, limit: int = STATE_CACHE_KEYS) -> None:
-        self.limit = limit
-        self._entries: OrderedDict[K, tuple[Any, bytes | None]] = OrderedDict()
-
-    def take(self, key: K) -> tuple[Any, bytes | None] | None:
-        return self._entries.pop(key, None)
-
-    def keep(self, committed: Iterable[tuple[K, Any, bytes | None]]) -> None:
-        entries = self._entries
-        for key, state, blob in committed:
-            entries[key] = (state, blob)
-            entries.move_to_end(key)
-        while len(entries) > self.limit:
-            entries.popitem(last=False)
-
-    def clear(self) -> None:
-        self._entries.clear()
-
-    def __len__(self) -> int:
-        return len(self._entries)
+R = TypeVar("R")
+# (topic, partition, offset): where an input was read (the embedded log: partition 0, seq).
+Source = tuple[str, int, int]
 
 
 def decode_input(decode: Callable[[bytes], Event], payload: bytes, topic: str) -> Event:
@@ -106,16 +83,6 @@ def react(
     return None
 
 
-def restore(process: Process[Any], blob: bytes | None, handled: Sequence[Event], now: int) -> Any:
-    """Undo a failed ``handle`` (it may have changed the state in place before raising):
-    the stored state, with the events the transaction handled before for the key applied
-    again. ``handle`` is deterministic: their outputs (already kept) are not emitted again."""
-    state = process.load_state(blob) if blob is not None else process.initial_state()
-    for event in handled:
-        state, _ = process.handle(state, event, now)
-    return state
-
-
 def follow_up_round(
     process: Process[Any],
     emitted: Mapping[K, Sequence[Event]],
@@ -137,3 +104,144 @@ def follow_up_round(
                 state, outputs = process.follow_up(state_of(key), committed, now)
                 note(outputs)
         keep(key, state, outputs)
+
+
+def handle_input(
+    unit: UnitOfWork[K, Any],
+    key: K,
+    event: Event,
+    now: int,
+    load: Callable[[], Any],
+    tracing: Tracing | None = None,
+    traceparent: Callable[[], str | None] = lambda: None,
+) -> Deterministic | None:
+    """``handle`` one input into ``unit`` (``react``); on a deterministic failure the key's
+    state is undone and the failure returned for the runner to drop the input. With
+    ``tracing``, the call is a span continuing the invocation's context (``traceparent``,
+    read only then)."""
+    if tracing is None:
+        failure = react(unit.process, load, event, now, lambda s, o: unit.keep(key, s, o))
+    else:
+        with tracing.handling(unit.process.name, event, traceparent()) as note:
+
+            def keep_noted(state: Any, outputs: Sequence[Output]) -> None:
+                unit.keep(key, state, outputs)
+                note(outputs)
+
+            failure = react(unit.process, load, event, now, keep_noted)
+    if failure is not None:
+        unit.reset(key, now)
+        return failure
+    unit.handled.setdefault(key, []).append(event)
+    return None
+
+
+def dropped(
+    event_id: str, source: Source, original: bytes, event: Event, failure: Deterministic,
+    producer: str, now: int,
+) -> list[Event]:  # fmt: skip
+    """What an input ``handle`` cannot process leaves: its dead letter with the reason and,
+    for a client request, the caller's coded outcome (``failures.answers``). ``event_id``
+    derives from where the input was read: a re-run after a crash names it the same."""
+    dead = dead_letter(
+        event_id, event.invocation_id, event.partition_key, producer, now, failure, source,
+        original,
+    )  # fmt: skip
+    return [dead, *answers(event, failure, producer, now)]
+
+
+def malformed(
+    event_id: str, source: Source, original: bytes, keys: tuple[str, str], producer: str,
+    reason: str, now: int,
+) -> EventDeadLettered:  # fmt: skip
+    """The dead letter of an input that does not decode, or is on the wrong topic (``keys``:
+    the invocation id and the partition key its record names, as far as it names them)."""
+    invocation_id, partition_key = keys
+    topic, partition, offset = source
+    return EventDeadLettered(
+        event_id=event_id,
+        invocation_id=invocation_id,
+        partition_key=partition_key,
+        occurred_at=now,
+        producer=producer,
+        code=Code.MALFORMED_EVENT.value,
+        reason=reason,
+        source_topic=topic,
+        source_partition=partition,
+        source_offset=offset,
+        original=original,
+    )
+
+
+def add_dropped(unit: UnitOfWork[Any, Any], events: Sequence[Event]) -> None:
+    """Add a dropped input's records: its dead letter, then each answer that encodes (an
+    answer under ids that cannot be encoded is left out: the dead letter records the input)."""
+    dead, *rest = events
+    unit.add([dead])
+    for answer in rest:
+        try:
+            unit.add([answer])
+        except MalformedEvent:
+            continue
+
+
+def fire_due(
+    unit: UnitOfWork[K, Any], keys: Iterable[K], read: Read[K], now: int, limit: int
+) -> set[K]:
+    """``due`` for the ``keys`` whose timer is due at ``now`` (at most ``limit`` of them),
+    into ``unit``; returns the keys whose ``due`` emitted outputs. A key whose state no
+    longer has the timer due (this unit moved it) is skipped: the commit indexes its new one."""
+    process, fired, tried = unit.process, set[K](), 0
+    for key in keys:  # ``keys`` may be lazy: never asked for one more past the limit
+        state = unit.get(key, read)
+        due = process.next_due(state)
+        if due is None or due > now:
+            continue
+        tried += 1
+        state, outputs = process.due(state, now)
+        unit.keep(key, state, outputs)
+        if outputs:
+            fired.add(key)
+        if tried >= limit:
+            break
+    return fired
+
+
+def recover_keys(unit: UnitOfWork[K, Any], stored: Iterable[tuple[K, bytes]], now: int) -> None:
+    """``recover`` each stored key into ``unit`` (on taking ownership, before new input:
+    the work a crash left started but unfinished, C12)."""
+    process = unit.process
+    for key, blob in stored:
+        state = process.load_state(blob)
+        unit.seed(key, state, blob)
+        state, outputs = process.recover(state, now)
+        unit.keep(key, state, outputs)
+
+
+def follow_ups(
+    units: Sequence[UnitOfWork[K, R]],
+    following: Callable[[UnitOfWork[K, R]], UnitOfWork[K, R]],
+    commit: Callable[[Sequence[UnitOfWork[K, R]]], None],
+    now: int,
+    tracing: Tracing | None = None,
+    owned: Callable[[K], bool] = lambda key: True,
+) -> None:
+    """``follow_up`` for what the committed ``units`` emitted, round after round: each
+    round's units (``following`` makes one per process) are committed together (``commit``),
+    then followed up in turn, until a round emits none. A crash between the commits loses
+    no input: the process's ``recover`` finds the started-but-unfinished work (C12)."""
+    pending = [u for u in units if u.emitted]
+    while pending:
+        nexts: list[UnitOfWork[K, R]] = []
+        for done in pending:
+            nxt = following(done)
+
+            def state_of(key: K, done: UnitOfWork[K, R] = done, nxt: UnitOfWork[K, R] = nxt) -> Any:
+                nxt.seed(key, done.states[key], done.stored[key])
+                return done.states[key]
+
+            emitted = {k: v for k, v in done.emitted.items() if owned(k)}
+            follow_up_round(done.process, emitted, state_of, nxt.keep, now, tracing)
+            nexts.append(nxt)
+        commit(nexts)
+        pending = [u for u in nexts if u.emitted]

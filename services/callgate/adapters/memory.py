@@ -14,8 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from callgate.adapters.engine import follow_up_round, react, reacts
-from callgate.adapters.failures import answers, dead_letter
+from callgate.adapters.engine import dropped, follow_up_round, react, reacts
 from callgate.domain.events import Event
 from callgate.domain.process import Output, Process, ViewRecord, reacts_to
 
@@ -197,18 +196,8 @@ class MemoryRunner:
         failure = react(proc, load, event, self.now_ms, lambda s, o: handled.append((s, o)))
         if failure is not None:  # the rule both durable runners apply (adapters/engine.py)
             seq = len(self.log.events)
-            source = (event.TOPIC, 0, seq)
-            dead = dead_letter(
-                f"dead-letter-{event.TOPIC}-{seq}",
-                event.invocation_id,
-                event.partition_key,
-                proc.name,
-                self.now_ms,
-                failure,
-                source,
-                b"",
-            )
-            self._route([dead, *answers(event, failure, proc.name, self.now_ms)])
+            dead_id, source = f"dead-letter-{event.TOPIC}-{seq}", (event.TOPIC, 0, seq)
+            self._route(dropped(dead_id, source, b"", event, failure, proc.name, self.now_ms))
             return
         [(state, outs)] = handled
         self._state[key] = state

@@ -15,7 +15,8 @@ from functools import cached_property
 from typing import Any
 
 from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
-from callgate.adapters.embedded.runner import EmbeddedRunner, retry_delay
+from callgate.adapters.embedded.full_disk import retry_delay
+from callgate.adapters.embedded.runner import EmbeddedRunner
 from callgate.adapters.embedded.store import EmbeddedStore
 from callgate.adapters.following import follow_view
 from callgate.adapters.wiring import Wiring

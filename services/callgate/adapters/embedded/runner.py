@@ -7,9 +7,7 @@ storage, as in the ``eventsourcing`` library: the input position is written in t
 transaction as everything the inputs caused, so a crash (even ``kill -9``) either loses the
 whole batch (and it is read again) or none of it.
 
-Only one runner may execute processes over one state directory at a time, because the
-executor calls providers and two runners would both reconcile one execution. The guard is an
-OS file lock on ``<state_dir>/runner.lock`` that the kernel drops when its holder dies.
+Only one runner may execute processes over one state directory at a time: ``ownership``.
 
 Throughput (ADR 0006, "Throughput"): a round (``run_once``) runs every process, in order,
 in one transaction, so a round costs one commit (one fsync) plus one for its ``follow_up``
@@ -30,18 +28,16 @@ position moves past them) without loading state or calling ``handle``.
 
 from __future__ import annotations
 
-import fcntl
-import os
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from callgate.adapters.avro_codec import MalformedEvent
+from callgate.adapters.embedded.decoded_rows import DecodedRows, Poison
+from callgate.adapters.embedded.full_disk import StorageObserver, serve_rounds
+from callgate.adapters.embedded.ownership import Ownership
 from callgate.adapters.embedded.store import (
     EmbeddedStore,
     EventCodec,
@@ -51,16 +47,16 @@ from callgate.adapters.embedded.store import (
     event_row,
 )
 from callgate.adapters.engine import (
-    STATE_CACHE_KEYS,
-    StateCache,
-    decode_input,
-    follow_up_round,
-    react,
+    add_dropped,
+    dropped,
+    fire_due,
+    follow_ups,
+    handle_input,
+    malformed,
     reacts,
-    restore,
+    recover_keys,
 )
-from callgate.adapters.failures import Deterministic, answers, dead_letter
-from callgate.domain.codes import Code, storage_failure
+from callgate.adapters.unit_of_work import STATE_CACHE_KEYS, Change, StateCache, UnitOfWork
 from callgate.domain.events import Event
 from callgate.domain.process import Output, Process, ViewRecord, answered_by, reacts_to
 from callgate_projections import keeps_states_immutable
@@ -68,7 +64,6 @@ from callgate_projections import keeps_states_immutable
 if TYPE_CHECKING:
     from callgate.tracing import Tracing
 
-LOCK_FILE = "runner.lock"
 # Input rows per process per round: a round costs one commit (an fsync) however many rows
 # it takes, so under a backlog bigger rounds are cheaper; an idle runner takes what is there.
 BATCH_SIZE = 2_000
@@ -76,179 +71,11 @@ PRUNE_REQUESTS_EVERY_S = 60.0
 # How often a round goes back to a process that answers before it commits (``_steps``):
 # the hop to the usage process and back takes one; a call asked in that pass, one more.
 PASSES_BACK = 2
-# Bound on the decoded-row cache if some process lags far behind the others.
-_DECODED_ROWS = 20_000
-# A round the disk refused is tried again after 0.05 s, 0.1 s, 0.2 s, ... at most
-# RETRY_MAX_S apart (ADR 0084): the first try after space returns comes within a second.
-RETRY_FIRST_S = 0.05
-RETRY_MAX_S = 1.0
-
-
-def retry_delay(attempt: int) -> float:
-    """The pause after the ``attempt``-th refused round in a row (1, 2, ...)."""
-    return min(RETRY_MAX_S, RETRY_FIRST_S * 2.0 ** min(attempt - 1, 32))
-
-
-class StorageObserver(Protocol):
-    """Hears when the disk refuses ``serve``'s rounds, and when it takes them again."""
-
-    def refused(self, reason: str, attempt: int, retry_in_s: float) -> None: ...
-
-    def resumed(self, attempts: int, seconds: float) -> None: ...
-
-
-# (key, blob, next_due): a state row to write.
-_Change = tuple[str, bytes, int | None]
-
-
-class RunnerLockNotHeld(RuntimeError):
-    """A runner tried to execute processes without holding the state directory's lock."""
-
-
-class _Poison:
-    """A row that does not decode (or is on the wrong topic), with the reason, cached."""
-
-    __slots__ = ("reason",)
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-
-class _Batch:
-    """What one transaction of one process produces: key states, log rows, view records.
-
-    States are held per key for the batch; on ``write`` only keys whose dumped state
-    differs from what is stored (or from the initial state, for new keys) are written, so
-    stateless projections cost no state writes.
-    """
-
-    __slots__ = (
-        "appended",
-        "committed",
-        "immutable",
-        "observed",
-        "origin",
-        "process",
-        "rows",
-        "states",
-        "stored",
-        "tracing",
-        "views",
-        "written_views",
-    )
-
-    def __init__(
-        self,
-        process: Process[Any],
-        immutable: bool,
-        observed: bool = False,
-        tracing: Tracing | None = None,
-    ) -> None:
-        self.process = process
-        self.tracing = tracing
-        self.immutable = immutable
-        self.observed = observed  # keep written view records for the runner's observer
-        self.written_views: list[ViewRecord] = []
-        self.states: dict[str, Any] = {}
-        self.origin: dict[str, Any] = {}  # the object each key started the batch with
-        self.stored: dict[str, bytes | None] = {}
-        self.rows: list[NewRow] = []
-        self.views: list[ViewRecord] = []
-        self.committed: dict[str, list[Event]] = {}
-        self.appended: set[tuple[str, str | None]] = set()  # (topic, event type) written
-
-    def load(self, tx: StoreTx, keys: Sequence[str], cache: StateCache[str]) -> None:
-        """The states of ``keys``: from the cache of committed states, else from the store."""
-        missing: list[str] = []
-        for key in dict.fromkeys(keys):
-            if key in self.stored:
-                continue
-            cached = cache.take(key)
-            if cached is None:
-                missing.append(key)
-            else:
-                self.seed(key, *cached)
-        if not missing:
-            return
-        process = self.process
-        found = tx.load_states(process.name, missing)
-        for key in missing:
-            blob = found.get(key)
-            state = process.load_state(blob) if blob is not None else process.initial_state()
-            self.seed(key, state, blob)
-
-    def reset(self, key: str, handled: Sequence[Event], now: int) -> None:
-        """Undo a failed ``handle`` (it may have changed the state in place before raising):
-        back to the stored state, then re-apply ``handled``, the events of the key this batch
-        handled before. ``handle`` is deterministic, so their outputs (already kept) are not
-        emitted again."""
-        self.states[key] = restore(self.process, self.stored[key], handled, now)
-
-    def seed(self, key: str, state: Any, blob: bytes | None) -> None:
-        self.states[key] = state
-        self.origin[key] = state
-        self.stored[key] = blob
-
-    def apply(self, key: str, state: Any, outputs: Sequence[Output], codec: EventCodec) -> None:
-        """Keep ``outputs`` and the new state. Every event is encoded before anything is
-        kept, so an output that cannot be encoded leaves the batch as it was (and the
-        caller's failure handling sees the error)."""
-        rows = [
-            event_row(out, codec.encode(out)) for out in outputs if not isinstance(out, ViewRecord)
-        ]
-        self.states[key] = state
-        self.rows += rows
-        for out in outputs:
-            if isinstance(out, ViewRecord):
-                self.views.append(out)
-            else:
-                self.committed.setdefault(key, []).append(out)
-
-    def changes(self, initial_blob: bytes) -> list[_Change]:
-        """``(key, blob, next_due)`` of states that differ from the stored (or initial) one.
-
-        An immutable-state process's key still holding the object it started with is
-        unchanged by construction: not dumped."""
-        process, origin, immutable = self.process, self.origin, self.immutable
-        changed: list[_Change] = []
-        for key, state in self.states.items():
-            if immutable and state is origin[key]:
-                continue
-            blob = process.dump_state(state)
-            stored = self.stored[key]
-            if blob != (initial_blob if stored is None else stored):
-                changed.append((key, blob, process.next_due(state)))
-        return changed
-
-    def write(self, tx: StoreTx, changes: Sequence[_Change]) -> None:
-        """Append the outputs, apply the view records in order, write ``changes``.
-
-        Afterwards the stored bytes match every key's state again, so one batch may go on
-        (timers, then the inputs of the same round) and be written once more."""
-        if self.rows:
-            tracing = self.tracing
-            traces = None
-            if tracing is not None:  # each traced invocation's rows carry its context on
-                known = ((row[3], tracing.of(row[3])) for row in self.rows if row[3])
-                traces = {inv: tp for inv, tp in known if inv is not None and tp is not None}
-            tx.insert(self.rows, traces)
-            self.appended.update((row[0], row[2]) for row in self.rows)
-            self.rows = []
-        if self.views:
-            tx.put_views((v.view, v.key, v.value_json) for v in self.views)
-            if self.observed:
-                self.written_views.extend(self.views)
-            self.views = []
-        if changes:
-            tx.put_states(self.process.name, changes)
-        for key, blob, _ in changes:
-            self.stored[key] = blob
-        self.origin.update(self.states)
-
-    @property
-    def emitted(self) -> bool:
-        """Whether outputs wait to be written."""
-        return bool(self.rows or self.views)
+# A unit of work's record: a log row, or a view record.
+_Record = NewRow | ViewRecord
+_Unit = UnitOfWork[str, _Record]
+# (topic, event type): what a unit appended to the log (``_steps``).
+_Appended = set[tuple[str, str | None]]
 
 
 class EmbeddedRunner:
@@ -279,7 +106,7 @@ class EmbeddedRunner:
         self._batch_size = batch_size
         self._on_views = on_views
         self._tracing = tracing  # spans around handle and follow_up (ADR 0036); None: off
-        self._lock_fd: int | None = None
+        self._ownership = Ownership(store)
         self._recovered = False
         self._needs_recovery = True
         self._failed = False
@@ -293,8 +120,7 @@ class EmbeddedRunner:
         self._states: dict[str, StateCache[str]] = {
             p.name: StateCache(state_cache_keys) for p in processes
         }
-        self._decoded: dict[int, Event | _Poison] = {}
-        self._decoded_order: deque[int] = deque()  # the keys of ``_decoded``, as inserted
+        self._decoded = DecodedRows(codec.decode)
         self._positions: dict[str, int] = {}
         self._requests_retention_ms = requests_retention_ms
         self._request_readers = [p.name for p in processes if "requests" in p.inputs]
@@ -309,7 +135,6 @@ class EmbeddedRunner:
         for cache in self._states.values():
             cache.clear()
         self._decoded.clear()
-        self._decoded_order.clear()
         self._positions.clear()
 
     @contextmanager
@@ -320,58 +145,22 @@ class EmbeddedRunner:
             self._forget()
             raise
 
-    def _keep(self, batch: _Batch) -> None:
-        """Remember a committed batch's states (call only after its commit)."""
-        stored = batch.stored
-        self._states[batch.process.name].keep((k, s, stored[k]) for k, s in batch.states.items())
-
-    def _prune_decoded(self) -> None:
-        """Drop decoded rows every process has consumed (or all, past the bound)."""
-        if len(self._decoded) > _DECODED_ROWS:
-            self._decoded.clear()
-            self._decoded_order.clear()
-            return
-        if len(self._positions) < len(self.processes):
-            return
-        low = min(self._positions.values())
-        decoded, order = self._decoded, self._decoded_order
-        # Rows are decoded in nearly ascending ``seq``: drop from the oldest while consumed
-        # (a straggler stays until the rows before it are gone, or the bound clears all).
-        while order and order[0] <= low:
-            del decoded[order.popleft()]
-
-    # --- exclusivity -----------------------------------------------------------------------
+    # --- exclusivity (``ownership``) --------------------------------------------------------
 
     @property
     def holds_lock(self) -> bool:
-        return self._lock_fd is not None
+        return self._ownership.held
 
     def try_acquire(self) -> bool:
-        """Take ``<state_dir>/runner.lock`` without waiting; False when another runner has it.
-
-        The store remembers whether the previous holder stopped cleanly (``dirty``); only
-        after an unclean stop (crash, kill -9, an error) does ``recover`` run on taking
-        ownership. A clean stop leaves no started-but-unfinished work: ``follow_up``
-        completes before control returns.
-        """
-        if self._lock_fd is not None:
+        """Take ``<state_dir>/runner.lock`` without waiting; False when another runner has
+        it. After an unclean stop of the previous holder, ``recover`` runs first."""
+        if self._ownership.held:
             return True
-        fd = os.open(self.store.state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return False
         self._forget()  # another runner may have held the lock since we last did
-        try:
-            with self.store.transaction() as tx:
-                self._needs_recovery = tx.meta("dirty") != "0"
-                tx.set_meta("dirty", "1")
-        except BaseException:
-            os.close(fd)  # a disk that refuses the write (ADR 0084): the lock is not held
-            raise
-        self._lock_fd = fd
-        self._failed = False
+        dirty = self._ownership.take()
+        if dirty is None:
+            return False
+        self._needs_recovery, self._failed = dirty, False
         return True
 
     def acquire(self, timeout: float) -> bool:
@@ -385,20 +174,15 @@ class EmbeddedRunner:
 
     def release(self) -> None:
         """Give up the lock; marks the store clean unless this runner failed while holding it."""
-        if self._lock_fd is not None:
+        if self._ownership.held:
             try:
-                if not self._failed:
-                    with self.store.transaction() as tx:
-                        tx.set_meta("dirty", "0")
-            finally:  # a refused write leaves the store marked dirty: the next holder recovers
-                os.close(self._lock_fd)  # closing the descriptor drops the flock
-                self._lock_fd = None
+                self._ownership.give_up(clean=not self._failed)
+            finally:
                 self._recovered = False
                 self._forget()
 
     def _ready(self) -> None:
-        if self._lock_fd is None:
-            raise RunnerLockNotHeld(f"{self.store.state_dir / LOCK_FILE} is not held")
+        self._ownership.check()
         if not self._recovered:
             if self._needs_recovery:
                 self.recover()
@@ -414,20 +198,45 @@ class EmbeddedRunner:
             if not self.store.has_input(process.name, process.inputs):
                 return 0  # idle: do not take SQLite's write lock from clients appending
             now = self._clock()
-            batch = self._batch(process)
+            unit = self._unit(process)
             with self.store.transaction() as tx:
-                consumed = self._step(tx, batch, now)
-            self._committed([batch])
-            self._follow_up([batch], now)
+                consumed = self._step(tx, unit, now, set())
+            self._committed([unit])
+            self._follow_up([unit], now)
         return consumed
 
-    def _batch(self, process: Process[Any]) -> _Batch:
-        return _Batch(
-            process, self._immutable[process.name], self._on_views is not None, self._tracing
+    def _unit(self, process: Process[Any]) -> _Unit:
+        codec = self._codec
+
+        def encode(out: Output) -> _Record:
+            return out if isinstance(out, ViewRecord) else event_row(out, codec.encode(out))
+
+        name = process.name
+        return UnitOfWork(
+            process, encode, self._states[name], self._immutable[name], self._on_views is not None
         )
 
-    def _step(self, tx: StoreTx, batch: _Batch, now: int) -> int:
-        """The next batch of ``batch.process``'s inputs, inside ``tx``; returns how many log
+    def _write(self, tx: StoreTx, unit: _Unit, appended: _Appended) -> None:
+        """Append the unit's rows, apply its view records in order, write its changed
+        states; adds what it appended to ``appended``."""
+        changes: list[Change[str]] = unit.changes(self._initial_blobs[unit.process.name])
+        rows = [r for r in unit.records if not isinstance(r, ViewRecord)]
+        if rows:
+            tracing, traces = self._tracing, None
+            if tracing is not None:  # each traced invocation's rows carry its context on
+                known = ((row[3], tracing.of(row[3])) for row in rows if row[3])
+                traces = {inv: tp for inv, tp in known if inv is not None and tp is not None}
+            tx.insert(rows, traces)
+            appended.update((row[0], row[2]) for row in rows)
+        if len(rows) < len(unit.records):
+            views = (r for r in unit.records if isinstance(r, ViewRecord))
+            tx.put_views((v.view, v.key, v.value_json) for v in views)
+        if changes:
+            tx.put_states(unit.process.name, changes)
+        unit.written(changes)
+
+    def _step(self, tx: StoreTx, unit: _Unit, now: int, appended: _Appended) -> int:
+        """The next batch of ``unit.process``'s inputs, inside ``tx``; returns how many log
         rows it consumed. The commit sequence (THE exactly-once mechanism), all in the
         caller's ``BEGIN IMMEDIATE`` transaction:
 
@@ -437,12 +246,11 @@ class EmbeddedRunner:
            decode, or whose event type does not belong on its topic, is dead-lettered
            (``malformed_event``, with reason and original bytes, once per row however many
            processes read it) and skipped: poison input never stops the stream;
-        3. load the states of the batch's keys, fold ``handle`` over the events in log order.
-           An exception out of ``handle`` (or out of encoding its outputs) is classified by
-           ``callgate.adapters.failures.classify``: a transient one rolls the round back (it
-           is retried); a deterministic one undoes that event's effect on the key's state,
+        3. load the states of the batch's keys, fold ``handle`` over the events in log order
+           (``engine.handle_input``): a transient failure rolls the round back (it is
+           retried); a deterministic one undoes that event's effect on the key's state,
            dead-letters the row with the reason and, for a client request, appends the
-           caller's coded outcome (``failures.answers``);
+           caller's coded outcome (``engine.dropped``);
         4. append output events to the log (topic = the event class's ``TOPIC``), upsert or
            delete view records, write changed states with their ``next_due``;
         5. set the position to the last consumed ``seq``; the caller COMMITs.
@@ -450,7 +258,7 @@ class EmbeddedRunner:
         Outputs, state and position become durable together or not at all. Afterwards,
         outside that transaction, ``follow_up`` runs for every key that emitted events.
         """
-        process = batch.process
+        process = unit.process
         position = tx.position(process.name)
         rows = tx.fetch_inputs(process.inputs, position, self._batch_size)
         if not rows:
@@ -458,181 +266,80 @@ class EmbeddedRunner:
         events: list[tuple[InputRow, Event]] = []
         wanted = self._reacts_to[process.name]
         for row in rows:
-            event = self._decode(tx, row, process, now, batch)
+            event = self._decode(tx, row, unit, now)
             # Consumed either way (the position moves past it); ``handle`` would change
             # nothing for a type the process does not react to (``process.reacts_to``).
             if event is not None and reacts(wanted, event):
                 events.append((row, event))
-        batch.load(tx, [ev.partition_key for _, ev in events], self._states[process.name])
-        states, codec, tracing = batch.states, self._codec, self._tracing
+        unit.load([e.partition_key for _, e in events], partial(tx.load_states, process.name))
+        tracing = self._tracing
         if tracing is not None and not tracing.follows(process.name):
             tracing = None
-        failed: set[int] = set()
-        for i, (row, event) in enumerate(events):
+        for row, event in events:
             key = event.partition_key
 
-            def keep(state: Any, outputs: Sequence[Output], key: str = key) -> None:
-                if outputs:
-                    batch.apply(key, state, outputs, codec)
-                else:
-                    states[key] = state
-
-            # A transient failure propagates: the transaction rolls back, the round is retried.
-            if tracing is None:
-                failure = react(process, partial(states.__getitem__, key), event, now, keep)
-            else:
-                traceparent = row[5]
-                if traceparent is None and tracing.of(event.invocation_id) is None:
+            def traceparent(row: InputRow = row, inv: str = event.invocation_id) -> str | None:
+                if row[5] is None and tracing is not None and tracing.of(inv) is None:
                     # an input without a context (an approver's decision) after a restart:
                     # the invocation's earlier rows carry it
-                    traceparent = tx.traceparent_of(event.invocation_id)
-                with tracing.handling(process.name, event, traceparent) as note:
+                    return tx.traceparent_of(inv)
+                return row[5]
 
-                    def keep_noted(
-                        state: Any, outputs: Sequence[Output], keep: Any = keep, note: Any = note
-                    ) -> None:
-                        keep(state, outputs)
-                        note(outputs)
-
-                    failure = react(
-                        process, partial(states.__getitem__, key), event, now, keep_noted
-                    )
-            if failure is not None:
-                failed.add(i)
-                earlier = [
-                    ev
-                    for j, (_, ev) in enumerate(events[:i])
-                    if ev.partition_key == key and j not in failed
-                ]
-                batch.reset(key, earlier, now)
-                if tx.claim_dead_letter(row[1], row[0]):
-                    self._drop(row, event, failure, process, now, batch)
-        batch.write(tx, batch.changes(self._initial_blobs[process.name]))
+            load = partial(unit.states.__getitem__, key)
+            failure = handle_input(unit, key, event, now, load, tracing, traceparent)
+            if failure is not None and tx.claim_dead_letter(row[1], row[0]):
+                seq, topic, _, _, payload, _ = row
+                add_dropped(unit, dropped(
+                    f"dead-letter-{topic}-{seq}", (topic, 0, seq), payload, event, failure,
+                    process.name, now,
+                ))  # fmt: skip
+        self._write(tx, unit, appended)
         tx.set_position(process.name, rows[-1][0])
         return len(rows)
 
-    def _decode(
-        self, tx: StoreTx, row: InputRow, process: Process[Any], now: int, batch: _Batch
-    ) -> Event | None:
-        seq, topic = row[0], row[1]
-        decoded = self._decoded.get(seq)
-        if decoded is None:
-            try:
-                decoded = decode_input(self._codec.decode, row[4], topic)
-            except MalformedEvent as exc:
-                decoded = _Poison(exc.reason)
-            self._decoded[seq] = decoded
-            self._decoded_order.append(seq)
-        if isinstance(decoded, _Poison):
+    def _decode(self, tx: StoreTx, row: InputRow, unit: _Unit, now: int) -> Event | None:
+        seq, topic, partition_key, invocation_id, payload, _ = row
+        decoded = self._decoded.get(seq, topic, payload)
+        if isinstance(decoded, Poison):
+            # Deterministic id: a rebuilt log (replay) names the same dead-letter the same way.
             if tx.claim_dead_letter(topic, seq):
-                self._dead_letter(row, decoded.reason, process, now, batch)
+                unit.add([malformed(
+                    f"dead-letter-{topic}-{seq}", (topic, 0, seq), payload,
+                    (invocation_id or "", partition_key), unit.process.name, decoded.reason, now,
+                )])  # fmt: skip
             return None
         return decoded
 
-    def _dead_letter(
-        self, row: InputRow, reason: str, process: Process[Any], now: int, batch: _Batch
-    ) -> None:
-        """A row that does not decode (or is on the wrong topic): ``malformed_event``."""
-        self._append_dead_letter(
-            row, Deterministic(Code.MALFORMED_EVENT, reason), process, now, batch, raw_reason=reason
-        )
-
-    def _drop(
-        self,
-        row: InputRow,
-        event: Event,
-        failure: Deterministic,
-        process: Process[Any],
-        now: int,
-        batch: _Batch,
-    ) -> None:
-        """An input ``handle`` cannot process (``callgate.adapters.failures``): dead-letter it
-        and give a client request its coded outcome, in the same transaction."""
-        self._append_dead_letter(row, failure, process, now, batch)
-        for answer in answers(event, failure, process.name, now):
-            try:
-                batch.rows.append(event_row(answer, self._codec.encode(answer)))
-            except MalformedEvent:
-                continue  # ids that cannot be encoded: the dead-letter above records the input
-
-    def _append_dead_letter(
-        self,
-        row: InputRow,
-        failure: Deterministic,
-        process: Process[Any],
-        now: int,
-        batch: _Batch,
-        raw_reason: str | None = None,
-    ) -> None:
-        seq, topic, partition_key, invocation_id, payload, _ = row
-        # Deterministic id: a rebuilt log (replay) names the same dead-letter the same way.
-        dead = dead_letter(
-            f"dead-letter-{topic}-{seq}",
-            invocation_id or "",
-            partition_key,
-            process.name,
-            now,
-            failure,
-            (topic, 0, seq),
-            payload,
-        )
-        if raw_reason is not None:
-            dead = replace(dead, reason=raw_reason)
-        batch.rows.append(event_row(dead, self._codec.encode(dead)))
-
-    def _committed(self, batches: Sequence[_Batch]) -> None:
-        """After the commit of ``batches``: their states are the committed ones."""
-        for batch in batches:
-            self._keep(batch)
+    def _committed(self, units: Sequence[_Unit]) -> None:
+        """After the commit of ``units``: their states are the committed ones."""
+        for unit in units:
+            unit.committed()
         if self._on_views is not None:
-            for batch in batches:
-                if batch.written_views:
-                    written, batch.written_views = batch.written_views, []
+            for unit in units:
+                if unit.views:
+                    written, unit.views = unit.views, []
                     self._on_views(written)
 
-    def _follow_up(self, batches: Sequence[_Batch], now: int) -> None:
-        """Give each key that emitted events its ``follow_up``, now that they are durable.
+    def _follow_up(self, units: Sequence[_Unit], now: int) -> None:
+        """Give each key that emitted events its ``follow_up``, now that they are durable
+        (``engine.follow_ups``): each round's outputs and states, of every process in
+        ``units`` in process order, commit in one further transaction."""
 
-        Each round's outputs and states (of every process in ``batches``, in process order)
-        are committed in one further transaction; if that round emitted events,
-        ``follow_up`` runs again for them, until a round emits none. A crash between the
-        commits loses no input: the executor's ``recover`` finds the started-but-unfinished
-        work on restart (C12).
-        """
+        def commit(nexts: Sequence[_Unit]) -> None:
+            if any(u.pending or u.changes(self._initial_blobs[u.process.name]) for u in nexts):
+                with self.store.transaction() as tx:
+                    for nxt in nexts:
+                        self._write(tx, nxt, set())
+            self._committed(nexts)
+
         try:
-            self._follow_up_rounds([b for b in batches if b.committed], now)
+            follow_ups(units, lambda done: self._unit(done.process), commit, now, self._tracing)
         except BaseException:
             # Work started by the commit may be unfinished (a provider called, its outcome
             # not written): before new input, ``recover`` finds it, as after a restart.
             self._recovered = False
             self._needs_recovery = True
             raise
-
-    def _follow_up_rounds(self, pending: list[_Batch], now: int) -> None:
-        while pending:
-            nexts: list[tuple[_Batch, list[_Change]]] = []
-            for batch in pending:
-                process = batch.process
-                nxt = _Batch(process, batch.immutable, batch.observed, self._tracing)
-
-                def state_of(key: str, batch: _Batch = batch, nxt: _Batch = nxt) -> Any:
-                    nxt.seed(key, batch.states[key], batch.stored[key])
-                    return batch.states[key]
-
-                def keep(
-                    key: str, state: Any, outputs: Sequence[Output], nxt: _Batch = nxt
-                ) -> None:
-                    nxt.apply(key, state, outputs, self._codec)
-
-                follow_up_round(process, batch.committed, state_of, keep, now, self._tracing)
-                nexts.append((nxt, nxt.changes(self._initial_blobs[process.name])))
-            work = [(nxt, changes) for nxt, changes in nexts if changes or nxt.emitted]
-            if work:
-                with self.store.transaction() as tx:
-                    for nxt, changes in work:
-                        nxt.write(tx, changes)
-            self._committed([nxt for nxt, _ in nexts])
-            pending = [nxt for nxt, _ in nexts if nxt.committed]
 
     def fire_timers(self, process: Process[Any], now_ms: int | None = None) -> int:
         """Run ``due`` for up to ``batch_size`` keys whose ``next_due <= now``, in one
@@ -642,31 +349,24 @@ class EmbeddedRunner:
             now = self._clock() if now_ms is None else now_ms
             if not self.store.has_due(process.name, now):
                 return 0
-            batch = self._batch(process)
+            unit = self._unit(process)
             with self.store.transaction() as tx:
-                fired = self._fire(tx, batch, now)
-            self._committed([batch])
-            self._follow_up([batch], now)
+                fired = self._fire(tx, unit, now, set())
+            self._committed([unit])
+            self._follow_up([unit], now)
         return fired
 
-    def _fire(self, tx: StoreTx, batch: _Batch, now: int) -> int:
+    def _fire(self, tx: StoreTx, unit: _Unit, now: int, appended: _Appended) -> int:
         """``due`` for up to ``batch_size`` due keys inside ``tx``, written; returns how many
-        keys fired or changed. ``batch`` must be new: its inputs come after (``run_once``)."""
-        process = batch.process
-        fired: set[str] = set()
-        cache = self._states[process.name]
-        for key, blob in tx.due_states(process.name, now, self._batch_size):
-            cached = cache.take(key)
-            old = cached[0] if cached is not None and cached[1] == blob else None
-            if old is None:
-                old = process.load_state(blob)
-            batch.seed(key, old, blob)
-            state, outputs = process.due(old, now)
-            batch.apply(key, state, outputs, self._codec)
-            if outputs:
-                fired.add(key)
-        changes = batch.changes(self._initial_blobs[process.name])
-        batch.write(tx, changes)
+        keys fired or changed. ``unit`` must be new: its inputs come after (``run_once``)."""
+        name = unit.process.name
+        due = tx.due_states(name, now, self._batch_size)
+        if not due:
+            return 0
+        found = dict(due)
+        fired = fire_due(unit, found, lambda keys: found, now, self._batch_size)
+        changes = unit.changes(self._initial_blobs[name])
+        self._write(tx, unit, appended)
         return len(fired.union(key for key, _, _ in changes))
 
     def recover(self) -> int:
@@ -676,8 +376,7 @@ class EmbeddedRunner:
         any new input, in pages of ``batch_size`` keys; outputs commit with the state, then
         get their ``follow_up``. Keys never stored are in the initial state: nothing to do.
         """
-        if self._lock_fd is None:
-            raise RunnerLockNotHeld(f"{self.store.state_dir / LOCK_FILE} is not held")
+        self._ownership.check()
         now = self._clock()
         emitted = 0
         with self._guard():
@@ -686,18 +385,14 @@ class EmbeddedRunner:
                     continue
                 after = ""
                 while True:
-                    batch = self._batch(process)
+                    unit = self._unit(process)
                     with self.store.transaction() as tx:
                         page = tx.states_after(process.name, after, self._batch_size)
-                        for key, blob in page:
-                            old = process.load_state(blob)
-                            batch.seed(key, old, blob)
-                            state, outputs = process.recover(old, now)
-                            batch.apply(key, state, outputs, self._codec)
-                        emitted += len(batch.rows)
-                        batch.write(tx, batch.changes(self._initial_blobs[process.name]))
-                    self._committed([batch])
-                    self._follow_up([batch], now)
+                        recover_keys(unit, page, now)
+                        emitted += sum(not isinstance(r, ViewRecord) for r in unit.records)
+                        self._write(tx, unit, set())
+                    self._committed([unit])
+                    self._follow_up([unit], now)
                     if len(page) < self._batch_size:
                         break
                     after = page[-1][0]
@@ -732,21 +427,22 @@ class EmbeddedRunner:
                     self._prune_requests()
                     return 0
                 progress = 0
-                batches = [self._batch(process) for process in self.processes]
+                units = [self._unit(process) for process in self.processes]
                 with self.store.transaction() as tx:
-                    progress += self._steps(tx, batches, now)
+                    progress += self._steps(tx, units, now)
                     for process in self.processes:
                         self._positions[process.name] = tx.position(process.name)
-                self._committed(batches)
-                self._follow_up(batches, now)
-                self._prune_decoded()
+                self._committed(units)
+                self._follow_up(units, now)
+                every = len(self._positions) == len(self.processes)
+                self._decoded.prune(self._positions.values() if every else ())
                 self._prune_requests()
         except BaseException:
             self._failed = True  # the next holder must recover (see ``try_acquire``)
             raise
         return progress
 
-    def _steps(self, tx: StoreTx, batches: Sequence[_Batch], now: int) -> int:
+    def _steps(self, tx: StoreTx, units: Sequence[_Unit], now: int) -> int:
         """Each process's due timers and one batch of its inputs, in order, in the round's
         transaction. When a process appends what one before it answers (the invocations
         asking a limit's usage, ADR 0079: ``callgate.domain.process.answered_by``), the round
@@ -756,18 +452,16 @@ class EmbeddedRunner:
         of the rounds this saves (the same inputs in the same order per process), without
         their commits."""
         progress, back, at, reached = 0, 0, 0, -1
-        while at < len(batches):
-            batch = batches[at]
+        while at < len(units):
+            unit, asked = units[at], set[tuple[str, str | None]]()
             if at > reached:  # the first time this round: its timers first, then its inputs
-                progress += self._fire(tx, batch, now)
+                progress += self._fire(tx, unit, now, asked)
                 reached = at
-            progress += self._step(tx, batch, now)
-            asked = batch.appended
+            progress += self._step(tx, unit, now, asked)
             earlier = next(
-                (i for i, b in enumerate(batches[:at]) if self._answers[b.process.name] & asked),
+                (i for i, u in enumerate(units[:at]) if self._answers[u.process.name] & asked),
                 None,
             )
-            asked.clear()
             if earlier is not None and back < PASSES_BACK:
                 back, at = back + 1, earlier
             else:
@@ -812,32 +506,6 @@ class EmbeddedRunner:
         idle_sleep_s: float = 0.02,
         storage: StorageObserver | None = None,
     ) -> None:
-        """Run rounds until ``stop`` is set, sleeping briefly when there is nothing to do.
-
-        A round the disk refuses (``storage_failure``: full, past a file-size limit, an I/O
-        error) rolled back whole; it is tried again after a pause that grows to
-        ``RETRY_MAX_S``, each time after one small write that must succeed first, so a
-        full disk neither ends serve nor keeps a core busy, and work resumes by itself
-        once the disk takes writes again (ADR 0084). ``storage`` hears of both."""
-        refused, since = 0, 0.0
-        while not stop.is_set():
-            try:
-                if refused:
-                    self.store.probe_write()
-                progress = self.run_once()
-            except Exception as exc:
-                reason = storage_failure(exc)
-                if reason is None:
-                    raise
-                refused += 1
-                since = since or time.monotonic()
-                delay = retry_delay(refused)
-                if storage is not None:
-                    storage.refused(reason, refused, delay)
-                stop.wait(delay)
-                continue
-            if refused and storage is not None:
-                storage.resumed(refused, time.monotonic() - since)
-            refused, since = 0, 0.0
-            if not progress:
-                stop.wait(idle_sleep_s)
+        """Run rounds until ``stop`` is set, sleeping briefly when there is nothing to do,
+        and waiting out a disk that refuses them (``full_disk``, ADR 0084)."""
+        serve_rounds(self.run_once, self.store.probe_write, stop, idle_sleep_s, storage)

@@ -66,7 +66,8 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -82,14 +83,16 @@ from confluent_kafka import (
 
 from callgate.adapters.avro_codec import MalformedEvent
 from callgate.adapters.engine import (
-    StateCache,
+    add_dropped,
     decode_input,
-    follow_up_round,
-    react,
+    dropped,
+    fire_due,
+    follow_ups,
+    handle_input,
+    malformed,
     reacts,
-    restore,
+    recover_keys,
 )
-from callgate.adapters.failures import Deterministic, answers, dead_letter
 from callgate.adapters.kafka.client import (
     EventCodec,
     committed_offsets,
@@ -111,9 +114,8 @@ from callgate.adapters.kafka.topics import (
     Topics,
 )
 from callgate.adapters.kafka.watchdog import CALL_TIMEOUT_S, Watchdog
+from callgate.adapters.unit_of_work import StateCache, UnitOfWork
 from callgate.adapters.view_codec import ViewCodec, ViewEncoder
-from callgate.domain.codes import Code
-from callgate.domain.events import Event, EventDeadLettered
 from callgate.domain.process import Output, Process, ViewRecord, reacts_to
 from callgate.tracing import TRACEPARENT
 from callgate_projections import keeps_states_immutable
@@ -168,34 +170,9 @@ class ProducerFenced(RuntimeError):
     """Another instance took over this runner's ``transactional.id``: stop, do not continue."""
 
 
-class _Txn:
-    """What one transaction carries: key states (with the blobs they started from), the
-    events each key emitted (for ``follow_up``) and the input positions it consumes."""
-
-    __slots__ = (
-        "dumped",
-        "emitted",
-        "handled",
-        "origin",
-        "positions",
-        "started",
-        "states",
-        "stored",
-        "token",
-        "views",
-    )
-
-    def __init__(self, token: str) -> None:
-        self.token = token
-        self.started = False
-        self.states: dict[Key, Any] = {}
-        self.stored: dict[Key, bytes | None] = {}
-        self.origin: dict[Key, Any] = {}  # the state object each key started the txn with
-        self.dumped: dict[Key, bytes] = {}  # each key's state as committed (set by _commit)
-        self.emitted: dict[Key, list[Event]] = {}
-        self.handled: dict[Key, list[Event]] = {}  # inputs handled per key (``_reset``)
-        self.positions: dict[tuple[str, int], int] = {}
-        self.views: list[ViewRecord] = []  # kept only for an ``on_views`` observer
+# A unit of work's record: (topic, key, value, headers beyond the transaction's token).
+_Record = tuple[str, bytes | None, bytes | None, list[tuple[str, bytes]]]
+_Unit = UnitOfWork[Key, _Record]
 
 
 class KafkaRunner:
@@ -294,6 +271,7 @@ class KafkaRunner:
         self._stalled_since = stalled_since  # time.time() of the first failure, if any
         self._token_prefix = f"{instance_id}.{uuid.uuid4().hex[:12]}"
         self._token_seq = 0
+        self._token: str | None = None  # the open transaction's (``_begin``); None: none open
         self._initial_blob = process.dump_state(process.initial_state())
         self._reacts_to = reacts_to(process)
         self._immutable = keeps_states_immutable(process)
@@ -377,12 +355,12 @@ class KafkaRunner:
             if self._needs_recover:
                 self._recover_all()
             now = self._clock()
-            txn = self._new_txn()
+            unit, positions = self._unit(), dict[tuple[str, int], int]()
             for msg in msgs:
-                self._handle_record(txn, msg, now)
-            self._fire_due(txn, now)
-            self._commit(txn)
-            self._follow_up(txn, now)
+                self._handle_record(unit, positions, msg, now)
+            self._fire_due(unit, now)
+            self._commit(unit, positions)
+            self._follow_up(unit, now)
             self._failures = 0
         except Exception as exc:
             self._after_failure(exc)
@@ -401,7 +379,9 @@ class KafkaRunner:
             msgs += self._consumer.consume(self._batch_size - 1, linger)
         return msgs
 
-    def _handle_record(self, txn: _Txn, msg: Message, now: int) -> None:
+    def _handle_record(
+        self, unit: _Unit, positions: dict[tuple[str, int], int], msg: Message, now: int
+    ) -> None:
         err = msg.error()
         if err is not None:
             if err.fatal():
@@ -412,7 +392,7 @@ class KafkaRunner:
         topic, partition, offset = position(msg)
         if partition not in self._stores or offset < self._committed.get((topic, partition), 0):
             return  # not ours (any more), or already committed: fetched before a rebalance
-        txn.positions[(topic, partition)] = offset + 1
+        positions[(topic, partition)] = offset + 1
         logical = self._inputs[topic]
         value = msg.value() or b""
         if self._reacts_to is not None:
@@ -423,151 +403,75 @@ class KafkaRunner:
                 # every topic has one: tests/unit/test_reacts_to.py); a type on the wrong
                 # topic, or an unknown header, is decoded and dead-lettered below.
                 return
+        # Deterministic id: a re-run after an abort or crash cannot mint a second one. Every
+        # process reading the topic dead-letters the record: readers dedupe by event_id.
+        source = (logical, partition, offset)
+        dead_id = f"dead-letter-{logical}-{partition}-{offset}"
         try:
             event = decode_input(self._codec.decode, value, logical)
             if msg.key() != event.partition_key.encode():
                 # Its state lives under partition_key: on another partition it would split.
                 raise MalformedEvent("record key is not the event's partition_key")
         except MalformedEvent as exc:
-            self._dead_letter(txn, msg, logical, exc.reason, now)
+            raw_key = msg.key()
+            keys = ("", (raw_key or b"").decode("utf-8", "replace"))
+            dead = malformed(dead_id, source, value, keys, self.process.name, exc.reason, now)
+            # keyed by the record's own key, whatever its bytes
+            dead_topic = self._topics.physical(dead.TOPIC)
+            unit.records.append((dead_topic, raw_key, self._codec.encode(dead), []))
+            self._send(unit)
             return
         if not reacts(self._reacts_to, event):
             return  # consumed and committed; ``handle`` would change nothing (reacts_to)
         key = (partition, event.partition_key)
-
-        def keep(state: Any, outputs: Sequence[Output]) -> None:
-            self._emit(txn, key, state, outputs)
-
-        # A transient failure propagates: abort, rewind, retry (``_after_failure``).
         tracing = self._tracing
-        if tracing is None or not tracing.follows(self.process.name):
-            failure = react(self.process, lambda: self._load(txn, key), event, now, keep)
-        else:
-            with tracing.handling(self.process.name, event, traceparent_of(msg)) as note:
-
-                def keep_noted(state: Any, outputs: Sequence[Output]) -> None:
-                    keep(state, outputs)
-                    note(outputs)
-
-                failure = react(self.process, lambda: self._load(txn, key), event, now, keep_noted)
+        if tracing is not None and not tracing.follows(self.process.name):
+            tracing = None
+        # A transient failure propagates: abort, rewind, retry (``_after_failure``).
+        load = partial(unit.get, key, self._read)
+        traceparent = partial(traceparent_of, msg)
+        failure = handle_input(unit, key, event, now, load, tracing, traceparent)
         if failure is not None:
-            self._reset(txn, key, now)
-            self._drop(txn, msg, logical, event, failure, now)
-            return
-        txn.handled.setdefault(key, []).append(event)
-
-    def _reset(self, txn: _Txn, key: Key, now: int) -> None:
-        """Undo a failed ``handle`` (it may have changed the state in place before raising):
-        back to the committed state, then re-apply the events of the key this transaction
-        handled before. ``handle`` is deterministic, so their outputs (already produced) are
-        not produced again."""
-        txn.states[key] = restore(self.process, txn.stored.get(key), txn.handled.get(key, []), now)
-
-    def _drop(
-        self, txn: _Txn, msg: Message, logical: str, event: Event, failure: Deterministic, now: int
-    ) -> None:
-        """An input ``handle`` cannot process (``callgate.adapters.failures``): dead-letter it
-        and give a client request its coded outcome, in the same transaction."""
-        _, partition, offset = position(msg)
-        dead = dead_letter(
-            f"dead-letter-{logical}-{partition}-{offset}",
-            event.invocation_id,
-            event.partition_key,
-            self.process.name,
-            now,
-            failure,
-            (logical, partition, offset),
-            msg.value() or b"",
-        )
-        self._produce(txn, self._topics.physical(dead.TOPIC), msg.key(), self._codec.encode(dead))
-        for answer in answers(event, failure, self.process.name, now):
-            try:
-                value = self._codec.encode(answer)
-            except MalformedEvent:
-                continue  # ids that cannot be encoded: the dead-letter above records the input
-            topic = self._topics.physical(answer.TOPIC)
-            self._produce(txn, topic, answer.partition_key.encode(), value)
-
-    def _dead_letter(self, txn: _Txn, msg: Message, logical: str, reason: str, now: int) -> None:
-        raw_key = msg.key()
-        # Deterministic id: a re-run after an abort or crash cannot mint a second one. Every
-        # process reading the topic dead-letters the record: readers dedupe by event_id.
-        dead = EventDeadLettered(
-            event_id=f"dead-letter-{logical}-{msg.partition()}-{msg.offset()}",
-            invocation_id="",
-            partition_key=(raw_key or b"").decode("utf-8", "replace"),
-            occurred_at=now,
-            producer=self.process.name,
-            code=Code.MALFORMED_EVENT.value,
-            reason=reason,
-            source_topic=logical,
-            source_partition=position(msg)[1],
-            source_offset=position(msg)[2],
-            original=msg.value() or b"",
-        )
-        self._produce(txn, self._topics.physical(dead.TOPIC), raw_key, self._codec.encode(dead))
+            name = self.process.name
+            add_dropped(unit, dropped(dead_id, source, value, event, failure, name, now))
+        self._send(unit)
 
     # --- state and outputs -----------------------------------------------------------------
 
-    def _new_txn(self) -> _Txn:
-        self._token_seq += 1
-        return _Txn(f"{self._token_prefix}.{self._token_seq}")
+    def _unit(self) -> _Unit:
+        return UnitOfWork(
+            self.process, self._record, self._cache, self._immutable, self._on_views is not None
+        )
 
-    def _load(self, txn: _Txn, key: Key) -> Any:
-        if key in txn.states:
-            return txn.states[key]
-        cached = self._cache.take(key)
-        if cached is not None:
-            txn.states[key], txn.stored[key] = cached
-            txn.origin[key] = cached[0]
-            return cached[0]
-        blob = self._stores[key[0]].get(key[1])
-        txn.stored[key] = blob
-        state = self.process.load_state(blob) if blob is not None else self.process.initial_state()
-        txn.states[key] = txn.origin[key] = state
-        return state
+    def _read(self, keys: Sequence[Key]) -> dict[Key, bytes | None]:
+        return {key: self._stores[key[0]].get(key[1]) for key in keys}
 
-    def _seed(self, txn: _Txn, key: Key, state: Any, blob: bytes | None = None) -> None:
-        """Start ``txn`` for ``key`` from a state that is already committed (``blob``: its
-        bytes, when the commit already dumped it)."""
-        self._cache.take(key)  # ``txn`` owns the object now
-        txn.states[key] = txn.origin[key] = state
-        txn.stored[key] = self.process.dump_state(state) if blob is None else blob
+    def _record(self, out: Output) -> _Record:
+        """The Kafka record of an output: an event to its topic keyed by ``partition_key``
+        (with the invocation's trace context, when traced), a view record to its view's
+        topic keyed by view key (Avro of the view's schema; None: a tombstone) with its
+        tenant, when known, in a header."""
+        if isinstance(out, ViewRecord):
+            value = None if out.value_json is None else self._views.encode(out.view, out.value_json)
+            tenant = [(HEADER_TENANT, out.tenant.encode())] if out.tenant else []
+            return self._topics.view(out.view), out.key.encode(), value, tenant
+        trace: list[tuple[str, bytes]] = []
+        if self._tracing is not None:  # the invocation's context travels on
+            traceparent = self._tracing.of(out.invocation_id)
+            if traceparent is not None:
+                trace = [(TRACEPARENT, traceparent.encode())]
+        encoded = self._codec.encode(out)
+        return self._topics.physical(out.TOPIC), out.partition_key.encode(), encoded, trace
 
-    def _emit(self, txn: _Txn, key: Key, state: Any, outputs: Sequence[Output]) -> None:
-        """Produce ``outputs`` and keep the new state. Every record is encoded before the
-        first is produced: an output that cannot be encoded raises with nothing of this
-        event in the transaction, so the failure can be classified and the event dropped."""
-        records: list[tuple[str, bytes, bytes | None, Event | None, list[tuple[str, bytes]]]]
-        records = []
-        for out in outputs:
-            if isinstance(out, ViewRecord):
-                value = None
-                if out.value_json is not None:
-                    value = self._views.encode(out.view, out.value_json)
-                tenant = [(HEADER_TENANT, out.tenant.encode())] if out.tenant else []
-                records.append((self._topics.view(out.view), out.key.encode(), value, None, tenant))
-                if self._on_views is not None:
-                    txn.views.append(out)
-            else:
-                topic = self._topics.physical(out.TOPIC)
-                encoded = self._codec.encode(out)
-                trace: list[tuple[str, bytes]] = []
-                if self._tracing is not None:  # the invocation's context travels on
-                    traceparent = self._tracing.of(out.invocation_id)
-                    if traceparent is not None:
-                        trace = [(TRACEPARENT, traceparent.encode())]
-                records.append((topic, out.partition_key.encode(), encoded, out, trace))
-        txn.states[key] = state
-        for topic, record_key, value, event, extra in records:
-            extended = [(HEADER_TXN, txn.token.encode()), *extra] if extra else None
-            self._produce(txn, topic, record_key, value, headers=extended)
-            if event is not None:
-                txn.emitted.setdefault(key, []).append(event)
+    def _send(self, unit: _Unit) -> None:
+        """Produce what the unit holds into the open transaction (begun by the first): the
+        producer sends it within a millisecond, while the next records are handled."""
+        for topic, key, value, extra in unit.records:
+            self._produce(topic, key, value, headers=extra)
+        unit.records = []
 
     def _produce(
         self,
-        txn: _Txn,
         topic: str,
         key: bytes | None,
         value: bytes | None,
@@ -575,10 +479,11 @@ class KafkaRunner:
         headers: list[tuple[str, bytes]] | None = None,
         on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
     ) -> None:
-        if not txn.started:
-            self._begin(txn)
+        if self._token is None:
+            self._begin()
+        token = self._token or ""
         kwargs: dict[str, Any] = {"key": key, "value": value, "partition": partition}
-        kwargs["headers"] = headers or [(HEADER_TXN, txn.token.encode())]
+        kwargs["headers"] = [(HEADER_TXN, token.encode()), *(headers or ())]
         if on_delivery is not None:
             kwargs["on_delivery"] = on_delivery
         while True:
@@ -588,7 +493,7 @@ class KafkaRunner:
             except BufferError:  # local queue full: let deliveries drain
                 self._producer.poll(0.1)
 
-    def _commit(self, txn: _Txn) -> None:
+    def _commit(self, unit: _Unit, positions: Mapping[tuple[str, int], int]) -> None:
         """Steps 4-7 of the commit sequence.
 
         A cycle that emitted nothing and changed no state (most cycles of the pending and
@@ -602,27 +507,17 @@ class KafkaRunner:
         handled against the state that is still the committed one, and handling it again
         after a rewind is again a no-op.
         """
-        process, immutable, origin = self.process, self._immutable, txn.origin
-        changes: dict[int, dict[str, bytes]] = {}
-        for (partition, key), state in txn.states.items():
-            stored = txn.stored.get((partition, key))
-            before = self._initial_blob if stored is None else stored
-            if immutable and state is origin.get((partition, key)):
-                txn.dumped[(partition, key)] = before  # unchanged by construction: not dumped
-                continue
-            blob = process.dump_state(state)
-            txn.dumped[(partition, key)] = blob
-            if blob != before:
-                changes.setdefault(partition, {})[key] = blob
-        if not (txn.started or changes):
-            if txn.positions and not self._deferred:
+        self._send(unit)
+        changes = unit.changes(self._initial_blob)
+        if not (self._token is not None or changes):
+            if positions and not self._deferred:
                 self._deferred_since = time.monotonic()
-            self._deferred.update(txn.positions)
-            self._keep(txn)  # unchanged: still the committed states
+            self._deferred.update(positions)
+            unit.committed()  # unchanged: still the committed states
             due = time.monotonic() - self._deferred_since >= NOOP_COMMIT_DELAY_S
             if not self._deferred or not due:
                 return
-        positions = {**self._deferred, **txn.positions}
+        positions = {**self._deferred, **positions}
         bounds: dict[int, int] = {}
         errors: list[KafkaError] = []
 
@@ -633,14 +528,14 @@ class KafkaRunner:
                 _, partition, offset = position(msg)
                 bounds[partition] = max(bounds.get(partition, 0), offset + 1)
 
-        for partition, blobs in changes.items():
-            prev = self._stores[partition].head.encode()
-            headers = [(HEADER_TXN, txn.token.encode()), (HEADER_PREV, prev)]
-            for key, blob in blobs.items():
-                self._produce(
-                    txn, self._changelog, key.encode(), blob, partition, headers, delivered
-                )
-        if txn.started:
+        blobs: dict[int, dict[str, bytes]] = {}
+        for (partition, key), blob, _ in changes:
+            blobs.setdefault(partition, {})[key] = blob
+        for partition, changed in blobs.items():
+            prev = [(HEADER_PREV, self._stores[partition].head.encode())]
+            for key, blob in changed.items():
+                self._produce(self._changelog, key.encode(), blob, partition, prev, delivered)
+        if self._token is not None:
             with self._bounded("flush"):
                 unsent = self._producer.flush(CALL_TIMEOUT_S)
             if unsent > 0:
@@ -650,13 +545,14 @@ class KafkaRunner:
         offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
         offsets += [TopicPartition(self._changelog, p, o) for p, o in bounds.items()]
         if offsets:
-            if not txn.started:
-                self._begin(txn)
+            if self._token is None:
+                self._begin()
             with self._bounded("send_offsets_to_transaction"):
                 self._producer.send_offsets_to_transaction(
                     offsets, self._consumer.consumer_group_metadata(), CALL_TIMEOUT_S
                 )
         self._commit_transaction()
+        token, self._token = self._token or "", None
         if self._stalled_since is not None:
             log.warning(
                 "%s: resumed: a transaction committed %.1f s after it stopped making progress",
@@ -665,31 +561,28 @@ class KafkaRunner:
             self._stalled_since = None
         self.transactions += 1
         self._committed_at = time.monotonic()
-        txn.started = False
-        if txn.views and self._on_views is not None:
-            written, txn.views = txn.views, []
+        if unit.views and self._on_views is not None:
+            written, unit.views = unit.views, []
             self._on_views(written)
         self._committed.update(positions)
         self._deferred.clear()
-        for partition, blobs in changes.items():
-            self._stores[partition].apply(dict(blobs), bounds[partition], txn.token)
-        for owned_key, state in txn.states.items():
-            self._set_due(owned_key, process.next_due(state))
-        self._keep(txn)
+        for partition, changed in blobs.items():
+            self._stores[partition].apply(changed, bounds[partition], token)
+        for owned_key, state in unit.states.items():
+            self._set_due(owned_key, self.process.next_due(state))
+        unit.written(changes)
+        unit.committed()
 
-    def _keep(self, txn: _Txn) -> None:
-        """Cache ``txn``'s states, which are the committed ones now (bounded, LRU)."""
-        dumped = txn.dumped
-        self._cache.keep((key, state, dumped[key]) for key, state in txn.states.items())
-
-    def _begin(self, txn: _Txn) -> None:
-        """Begin ``txn``, no sooner than ``transaction_gap_ms`` after the last commit (its
-        first request would meet CONCURRENT_TRANSACTIONS: ``TRANSACTION_GAP_MS``)."""
+    def _begin(self) -> None:
+        """Begin a transaction, no sooner than ``transaction_gap_ms`` after the last commit
+        (its first request would meet CONCURRENT_TRANSACTIONS: ``TRANSACTION_GAP_MS``); its
+        token names it in every record's header and in the stores it commits."""
         wait = self._committed_at + self._gap_s - time.monotonic()
         if wait > 0:
             time.sleep(wait)
         self._producer.begin_transaction()
-        txn.started = True
+        self._token_seq += 1
+        self._token = f"{self._token_prefix}.{self._token_seq}"
 
     def _commit_transaction(self) -> None:
         """Commit, asking again while the error is retriable (the outcome is not known
@@ -737,26 +630,12 @@ class KafkaRunner:
             return contextlib.nullcontext()
         return self._watchdog.bounded(step)
 
-    def _follow_up(self, txn: _Txn, now: int) -> None:
+    def _follow_up(self, unit: _Unit, now: int) -> None:
         """Step 8: ``follow_up`` for keys whose events are now durable, until none emit."""
-        while txn.emitted:
-            nxt = self._new_txn()
-            self._follow_up_round(txn, nxt, now)
-            self._commit(nxt)
-            txn = nxt
-
-    def _follow_up_round(self, done: _Txn, nxt: _Txn, now: int) -> None:
-        """``follow_up`` (``engine.follow_up_round``) for what ``done`` emitted, into ``nxt``."""
-
-        def state_of(key: Key) -> Any:
-            self._seed(nxt, key, done.states[key], done.dumped.get(key))
-            return done.states[key]
-
-        def keep(key: Key, state: Any, outputs: Sequence[Output]) -> None:
-            self._emit(nxt, key, state, outputs)
-
-        owned = {k: v for k, v in done.emitted.items() if k[0] in self._stores}
-        follow_up_round(self.process, owned, state_of, keep, now, self._tracing)
+        follow_ups(
+            [unit], lambda done: self._unit(), lambda nexts: self._commit(nexts[0], {}), now,
+            self._tracing, owned=lambda key: key[0] in self._stores,
+        )  # fmt: skip
 
     # --- timers ------------------------------------------------------------------------------
 
@@ -767,21 +646,21 @@ class KafkaRunner:
             self._due[key] = due
             heapq.heappush(self._due_heap, (due, key[0], key[1]))
 
-    def _fire_due(self, txn: _Txn, now: int) -> None:
-        fired = 0
-        while self._due_heap and self._due_heap[0][0] <= now and fired < self._batch_size:
-            due, partition, pkey = heapq.heappop(self._due_heap)
+    def _fire_due(self, unit: _Unit, now: int) -> None:
+        fire_due(unit, self._due_keys(now), self._read, now, self._batch_size)
+        self._send(unit)
+
+    def _due_keys(self, now: int) -> Iterator[Key]:
+        """Owned keys whose indexed timer is due, soonest first (entries a later index
+        superseded are skipped: lazy deletion)."""
+        heap = self._due_heap
+        while heap and heap[0][0] <= now:
+            due, partition, pkey = heapq.heappop(heap)
             key = (partition, pkey)
             if self._due.get(key) != due or partition not in self._stores:
-                continue  # superseded entry (lazy deletion)
+                continue
             del self._due[key]
-            state = self._load(txn, key)
-            current = self.process.next_due(state)  # this batch may have moved the timer
-            if current is None or current > now:
-                continue  # the commit re-indexes it
-            state, outputs = self.process.due(state, now)
-            self._emit(txn, key, state, outputs)
-            fired += 1
+            yield key
 
     # --- ownership, restore, recovery --------------------------------------------------------
 
@@ -866,15 +745,10 @@ class KafkaRunner:
         for partition in sorted(self._stores):
             items = self._stores[partition].items()
             while chunk := list(itertools.islice(items, self._batch_size)):
-                txn = self._new_txn()
-                for pkey, blob in chunk:
-                    key = (partition, pkey)
-                    state = self.process.load_state(blob)
-                    self._seed(txn, key, state, blob)
-                    state, outputs = self.process.recover(state, now)
-                    self._emit(txn, key, state, outputs)
-                self._commit(txn)
-                self._follow_up(txn, now)
+                unit = self._unit()
+                recover_keys(unit, (((partition, pkey), blob) for pkey, blob in chunk), now)
+                self._commit(unit, {})
+                self._follow_up(unit, now)
         self._needs_recover = False
 
     def _after_failure(self, exc: Exception) -> None:
@@ -888,6 +762,7 @@ class KafkaRunner:
         if self._stalled_since is None:
             self._stalled_since = time.time()
         self._deferred.clear()  # rewound to the committed positions: re-read, no-ops again
+        self._token = None  # aborted below
         log.warning("%s: transaction failed (%r), rewinding", self.process.name, exc)
         try:
             with self._bounded("abort_transaction"):

@@ -1,0 +1,73 @@
+"""Who may run processes over a state directory: one runner at a time.
+
+The executor calls providers, and two runners would both reconcile one execution. The
+guard is an OS file lock on ``<state_dir>/runner.lock`` that the kernel drops when its
+holder dies. The store remembers whether the previous holder stopped cleanly (``dirty``):
+only after an unclean stop (crash, kill -9, an error) must the next holder ``recover``.
+A clean stop leaves no started-but-unfinished work: ``follow_up`` completes before
+control returns.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+
+from callgate.adapters.embedded.store import EmbeddedStore
+
+LOCK_FILE = "runner.lock"
+
+
+class RunnerLockNotHeld(RuntimeError):
+    """A runner tried to execute processes without holding the state directory's lock."""
+
+
+class Ownership:
+    """The lock on one store's state directory, and whether its last holder left it clean."""
+
+    __slots__ = ("_fd", "store")
+
+    def __init__(self, store: EmbeddedStore) -> None:
+        self.store = store
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def take(self) -> bool | None:
+        """Take the lock without waiting: ``None`` when another runner has it, else whether
+        the previous holder stopped uncleanly (the new holder must recover first). Marks
+        the store dirty until ``give_up``."""
+        fd = os.open(self.store.state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        try:
+            with self.store.transaction() as tx:
+                dirty = tx.meta("dirty") != "0"
+                tx.set_meta("dirty", "1")
+        except BaseException:
+            os.close(fd)  # a disk that refuses the write (ADR 0084): the lock is not held
+            raise
+        self._fd = fd
+        return dirty
+
+    def give_up(self, clean: bool) -> None:
+        """Release the lock, marking the store clean when ``clean``; a refused write leaves
+        it marked dirty, and the next holder recovers."""
+        if self._fd is None:
+            return
+        try:
+            if clean:
+                with self.store.transaction() as tx:
+                    tx.set_meta("dirty", "0")
+        finally:
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None
+
+    def check(self) -> None:
+        if self._fd is None:
+            raise RunnerLockNotHeld(f"{self.store.state_dir / LOCK_FILE} is not held")
