@@ -81,18 +81,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from callgate.adapters import engine
 from callgate.adapters.avro_codec import MalformedEvent
-from callgate.adapters.engine import (
-    add_dropped,
-    decode_input,
-    dropped,
-    fire_due,
-    follow_ups,
-    handle_input,
-    malformed,
-    reacts,
-    recover_keys,
-)
 from callgate.adapters.kafka.client import (
     EventCodec,
     committed_offsets,
@@ -279,7 +269,7 @@ class KafkaRunner:
         # (processes may mutate the object) and only a commit puts it back, so an aborted
         # transaction never leaves uncommitted state here.
         # Committed state objects kept between transactions (saves a ``load_state`` per
-        # event of a recently touched key; ``engine.STATE_CACHE_KEYS``).
+        # event of a recently touched key; ``unit_of_work.STATE_CACHE_KEYS``).
         self._cache: StateCache[Key] = StateCache()
         # Input positions of no-op cycles not committed yet, and since when (``_commit``).
         self._deferred: dict[tuple[str, int], int] = {}
@@ -408,20 +398,22 @@ class KafkaRunner:
         source = (logical, partition, offset)
         dead_id = f"dead-letter-{logical}-{partition}-{offset}"
         try:
-            event = decode_input(self._codec.decode, value, logical)
+            event = engine.decode_input(self._codec.decode, value, logical)
             if msg.key() != event.partition_key.encode():
                 # Its state lives under partition_key: on another partition it would split.
                 raise MalformedEvent("record key is not the event's partition_key")
         except MalformedEvent as exc:
             raw_key = msg.key()
             keys = ("", (raw_key or b"").decode("utf-8", "replace"))
-            dead = malformed(dead_id, source, value, keys, self.process.name, exc.reason, now)
+            dead = engine.malformed(
+                dead_id, source, value, keys, self.process.name, exc.reason, now
+            )
             # keyed by the record's own key, whatever its bytes
             dead_topic = self._topics.physical(dead.TOPIC)
             unit.records.append((dead_topic, raw_key, self._codec.encode(dead), []))
             self._send(unit)
             return
-        if not reacts(self._reacts_to, event):
+        if not engine.reacts(self._reacts_to, event):
             return  # consumed and committed; ``handle`` would change nothing (reacts_to)
         key = (partition, event.partition_key)
         tracing = self._tracing
@@ -430,10 +422,12 @@ class KafkaRunner:
         # A transient failure propagates: abort, rewind, retry (``_after_failure``).
         load = partial(unit.get, key, self._read)
         traceparent = partial(traceparent_of, msg)
-        failure = handle_input(unit, key, event, now, load, tracing, traceparent)
+        failure = engine.handle_input(unit, key, event, now, load, tracing, traceparent)
         if failure is not None:
             name = self.process.name
-            add_dropped(unit, dropped(dead_id, source, value, event, failure, name, now))
+            engine.add_dropped(
+                unit, engine.dropped(dead_id, source, value, event, failure, name, now)
+            )
         self._send(unit)
 
     # --- state and outputs -----------------------------------------------------------------
@@ -632,7 +626,7 @@ class KafkaRunner:
 
     def _follow_up(self, unit: _Unit, now: int) -> None:
         """Step 8: ``follow_up`` for keys whose events are now durable, until none emit."""
-        follow_ups(
+        engine.follow_ups(
             [unit], lambda done: self._unit(), lambda nexts: self._commit(nexts[0], {}), now,
             self._tracing, owned=lambda key: key[0] in self._stores,
         )  # fmt: skip
@@ -647,7 +641,7 @@ class KafkaRunner:
             heapq.heappush(self._due_heap, (due, key[0], key[1]))
 
     def _fire_due(self, unit: _Unit, now: int) -> None:
-        fire_due(unit, self._due_keys(now), self._read, now, self._batch_size)
+        engine.fire_due(unit, self._due_keys(now), self._read, now, self._batch_size)
         self._send(unit)
 
     def _due_keys(self, now: int) -> Iterator[Key]:
@@ -746,7 +740,7 @@ class KafkaRunner:
             items = self._stores[partition].items()
             while chunk := list(itertools.islice(items, self._batch_size)):
                 unit = self._unit()
-                recover_keys(unit, (((partition, pkey), blob) for pkey, blob in chunk), now)
+                engine.recover_keys(unit, (((partition, pkey), blob) for pkey, blob in chunk), now)
                 self._commit(unit, {})
                 self._follow_up(unit, now)
         self._needs_recover = False
