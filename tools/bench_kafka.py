@@ -48,6 +48,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
+from callgate.adapters.kafka.checkpoint import TRANSACTION_GAP_MS, ProducerFenced
 from callgate.adapters.kafka.client import (
     FAST_GROUP_SETTINGS,
     client_config,
@@ -57,11 +58,7 @@ from callgate.adapters.kafka.client import (
     make_producer,
     read_partitions_to_end,
 )
-from callgate.adapters.kafka.runner import (
-    CONSUMER_LATENCY,
-    TRANSACTION_GAP_MS,
-    ProducerFenced,
-)
+from callgate.adapters.kafka.runner import CONSUMER_LATENCY
 from callgate.adapters.kafka.serve import Supervisor, create_topics, views_of
 from callgate.adapters.kafka.topics import Topics, ensure_topics
 from callgate.adapters.kafka.worker import batch_linger_ms, consumer_overrides

@@ -22,7 +22,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from callgate.adapters.kafka.runner import CONSUMER_LATENCY, PRODUCER_LATENCY
+from callgate.adapters.kafka.checkpoint import PRODUCER_LATENCY
+from callgate.adapters.kafka.runner import CONSUMER_LATENCY
 from tools.apache_kafka import ApacheKafka
 
 STEPS = ("produce + flush", "send offsets", "commit", "hand-off")

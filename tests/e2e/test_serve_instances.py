@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka import ConsumerGroupState
 from confluent_kafka.admin import AdminClient
 
-from callgate.adapters.kafka.runner import TRANSACTION_TIMEOUT_MS
+from callgate.adapters.kafka.checkpoint import TRANSACTION_TIMEOUT_MS
 from tests.kafka_support import (
     CODEC,
     PARTITIONS,

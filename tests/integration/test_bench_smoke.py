@@ -19,7 +19,7 @@ import pytest
 from tests.kafka_support import Broker, librdkafka_lines, run_with_own_broker, unique_prefix
 from tools.bench_txn import STEPS, time_transactions
 
-from callgate.adapters.kafka.runner import TRANSACTION_GAP_MS
+from callgate.adapters.kafka.checkpoint import TRANSACTION_GAP_MS
 
 RETRY_MS = 20  # librdkafka's fixed wait after CONCURRENT_TRANSACTIONS
 

@@ -51,6 +51,7 @@ from tests.kafka_support import Broker, committed_offsets
 from tests.toys import Counting, Expiring, Recovering, proposal
 
 from callgate.adapters.avro_codec import AvroCodec
+from callgate.adapters.kafka.checkpoint import ProducerFenced
 from callgate.adapters.kafka.client import (
     FAST_GROUP_SETTINGS,
     Record,
@@ -59,7 +60,7 @@ from callgate.adapters.kafka.client import (
     publish,
     read_partitions_to_end,
 )
-from callgate.adapters.kafka.runner import JOIN_OVERDUE_S, KafkaRunner, ProducerFenced
+from callgate.adapters.kafka.runner import JOIN_OVERDUE_S, KafkaRunner
 from callgate.adapters.kafka.state import (
     HEADER_PREV,
     HEADER_TXN,
@@ -322,14 +323,14 @@ def test_a_fatally_failed_abort_replaces_the_producer_and_loses_nothing(
     dep = Deployment.fresh(kafka_bootstrap, process)
     dep.publish([proposal(i, k) for i, k in enumerate(keys)])
     runner = dep.runner(process, tmp_path, wall_clock)
-    broken = _AbortFailsFatally(runner._producer)
-    runner._producer = broken  # type: ignore[assignment]
+    broken = _AbortFailsFatally(runner._checkpoint.producer)
+    runner._checkpoint.producer = broken  # type: ignore[assignment]
     run = running(runner)
     wait_for(lambda: dep.committed_inputs("counter") == len(keys), 60, "all inputs committed")
     run.stop()
 
     assert broken.failed and run.error is None, run.error
-    replaced: object = runner._producer
+    replaced: object = runner._checkpoint.producer
     assert replaced is not broken
     assert_counted_exactly_once(dep, "counter", keys)
 

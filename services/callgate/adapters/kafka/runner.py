@@ -59,20 +59,17 @@ results before processing new input.
 
 from __future__ import annotations
 
-import contextlib
-import heapq
 import itertools
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
     KafkaException,
@@ -83,27 +80,30 @@ from confluent_kafka import (
 
 from callgate.adapters import engine
 from callgate.adapters.avro_codec import MalformedEvent
+from callgate.adapters.kafka.checkpoint import (
+    PRODUCER_LATENCY,
+    TRANSACTION_TIMEOUT_MS,
+    Checkpoint,
+    raise_if_fatal,
+)
 from callgate.adapters.kafka.client import (
     EventCodec,
-    committed_offsets,
     make_consumer,
     make_producer,
     position,
     traceparent_of,
 )
 from callgate.adapters.kafka.connection import BrokerAddress
+from callgate.adapters.kafka.partitions import Key, OwnedPartitions
 from callgate.adapters.kafka.state import (
     HEADER_PREV,
-    HEADER_TXN,
     ChangelogReader,
-    PartitionStore,
-    restore_partition,
 )
 from callgate.adapters.kafka.topics import (
     HEADER_TENANT,
     Topics,
 )
-from callgate.adapters.kafka.watchdog import CALL_TIMEOUT_S, Watchdog
+from callgate.adapters.kafka.watchdog import Watchdog
 from callgate.adapters.unit_of_work import StateCache, UnitOfWork
 from callgate.adapters.view_codec import ViewCodec, ViewEncoder
 from callgate.domain.process import Output, Process, ViewRecord, reacts_to
@@ -115,7 +115,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Key = tuple[int, str]  # (partition, partition_key)
 # A cycle that emitted nothing and changed no state commits its input positions with the
 # next transaction, or at the first cycle this long after it (``_commit``).
 NOOP_COMMIT_DELAY_S = 0.5
@@ -131,35 +130,14 @@ GROUP_SETTINGS: dict[str, Any] = {"session.timeout.ms": 10_000, "heartbeat.inter
 # ``max.poll.interval.ms`` (5 min) for a member that does not rejoin (one stuck in a provider
 # call), and librdkafka raises no error meanwhile, so the runner says so.
 JOIN_OVERDUE_S = 60.0
-TRANSACTION_TIMEOUT_MS = 15_000
-_FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
-# Latency settings: a caller waits on every hop of the critical path (docs/benchmarks.md,
-# "Latency settings"). The producer sends what ``handle`` produces within a millisecond,
-# so the transaction's records are mostly on the broker when the commit sequence flushes
-# (flush itself never waits for linger); Nagle's algorithm is off on every socket, so a
-# small request never waits for the ack of the one before it. The consumer's fetch is
-# answered as soon as one byte is there (``fetch.min.bytes``), and an empty one returns
+# Latency settings (``checkpoint.PRODUCER_LATENCY`` for the producer): the consumer's fetch
+# is answered as soon as one byte is there (``fetch.min.bytes``), and an empty one returns
 # after ``fetch.wait.max.ms``; ``consumer_overrides`` win.
-PRODUCER_LATENCY: dict[str, Any] = {"linger.ms": 1, "socket.nagle.disable": True}
 CONSUMER_LATENCY: dict[str, Any] = {
     "fetch.min.bytes": 1,
     "fetch.wait.max.ms": 100,
     "socket.nagle.disable": True,
 }
-# A transaction's first request waits until this long after the previous commit returned
-# (docs/adr/0020-transaction-gap.md). Apache Kafka answers ``AddPartitionsToTxn`` (and
-# ``AddOffsetsToTxn``) with CONCURRENT_TRANSACTIONS while it still writes the previous
-# transaction's commit markers, about 1-2 ms on loopback, and librdkafka retries that after
-# a fixed 20 ms: a transaction begun right after a commit (the executor's follow-up after
-# ``ExecutionStarted``, any runner with records waiting) took 30 ms instead of 5-8. The
-# worker (``callgate serve``) passes it by default; ``KafkaRunner`` itself defaults to 0.
-TRANSACTION_GAP_MS = 3
-
-
-class ProducerFenced(RuntimeError):
-    """Another instance took over this runner's ``transactional.id``: stop, do not continue."""
-
-
 # A unit of work's record: (topic, key, value, headers beyond the transaction's token).
 _Record = tuple[str, bytes | None, bytes | None, list[tuple[str, bytes]]]
 _Unit = UnitOfWork[Key, _Record]
@@ -224,18 +202,17 @@ class KafkaRunner:
         self._batch_size = batch_size
         self._batch_timeout_s = batch_timeout_ms / 1000
         self._linger_s = batch_linger_ms / 1000
-        self._gap_s = transaction_gap_ms / 1000
-        self._committed_at = 0.0  # time.monotonic() when the last commit returned
         self._max_retries = max_retries
-        self._state_dir = Path(state_dir) / process.name
         self._inputs = {topics.physical(t): t for t in sorted(process.inputs)}
         self._changelog = topics.changelog(process.name)
-        self._new_producer: Callable[[], Producer] = lambda: make_producer(
-            bootstrap,
-            topics.transactional_id(process.name, instance_id),
-            **{**PRODUCER_LATENCY, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS},
-        )
-        self._producer = self._new_producer()
+
+        def new_producer() -> Producer:
+            return make_producer(
+                bootstrap,
+                topics.transactional_id(process.name, instance_id),
+                **{**PRODUCER_LATENCY, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS},
+            )
+
         # Dynamic membership (ADR 0015): a lost instance's partitions move to the others
         # once it misses ``session.timeout.ms``; a stopping one leaves the group at once.
         # ``client.id`` names the instance in the group's member list.
@@ -246,22 +223,21 @@ class KafkaRunner:
         # Never subscribed: the group's metadata with no member and no generation, which
         # the placeholder transaction of a new producer commits under (``_init_producer``).
         self._no_member = make_consumer(bootstrap, topics.group(process.name))
+        self._checkpoint = Checkpoint(
+            new_producer, self._consumer, self._no_member, next(iter(self._inputs)),
+            f"{instance_id}.{uuid.uuid4().hex[:12]}", transaction_gap_ms / 1000, watchdog,
+        )  # fmt: skip
         self._reader = ChangelogReader(bootstrap)
-        self._stores: dict[int, PartitionStore] = {}
-        self._committed: dict[tuple[str, int], int] = {}
-        self._due: dict[Key, int] = {}
-        self._due_heap: list[tuple[int, int, str]] = []
+        self._partitions = OwnedPartitions(
+            Path(state_dir) / process.name, self._changelog, list(self._inputs)
+        )
         self._pending_assignment: list[int] | None = None
         self._join_overdue_s = join_overdue_s
         self._joining_since: float | None = None  # time.monotonic(); None once assigned
         self._needs_recover = False
         self._rewind_pending = False
-        self._needs_init = False  # a replaced producer waits for its init_transactions
         self._failures = 0
         self._stalled_since = stalled_since  # time.time() of the first failure, if any
-        self._token_prefix = f"{instance_id}.{uuid.uuid4().hex[:12]}"
-        self._token_seq = 0
-        self._token: str | None = None  # the open transaction's (``_begin``); None: none open
         self._initial_blob = process.dump_state(process.initial_state())
         self._reacts_to = reacts_to(process)
         self._immutable = keeps_states_immutable(process)
@@ -275,7 +251,6 @@ class KafkaRunner:
         self._deferred: dict[tuple[str, int], int] = {}
         self._deferred_since = 0.0
         self._started = False
-        self.transactions = 0  # committed by this runner: the broker's work scales with it
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -283,7 +258,7 @@ class KafkaRunner:
         """Fence older incarnations (aborting their open transaction) and join the group."""
         if self._started:
             return
-        self._init_producer()
+        self._checkpoint.init()
         self._consumer.subscribe(
             list(self._inputs),
             on_assign=self._on_assign,
@@ -309,7 +284,7 @@ class KafkaRunner:
             self._consumer.close,
             self._no_member.close,
             self._reader.close,
-            lambda: self._producer.flush(10),
+            lambda: self._checkpoint.producer.flush(10),
         )
         for closing in closings:
             try:
@@ -319,7 +294,12 @@ class KafkaRunner:
 
     @property
     def owned_partitions(self) -> list[int]:
-        return sorted(self._stores)
+        return self._partitions.owned()
+
+    @property
+    def transactions(self) -> int:
+        """Committed by this runner: the broker's work scales with it."""
+        return self._checkpoint.transactions
 
     # --- the loop ------------------------------------------------------------------------------
 
@@ -328,12 +308,7 @@ class KafkaRunner:
         self.start()
         msgs: list[Message] = []
         try:
-            if self._needs_init:
-                # Made now, not at the failure: one made while the broker was away learned
-                # nothing of it yet (a fresh client per attempt until one initializes).
-                self._producer = self._new_producer()
-                self._init_producer()
-                self._needs_init = False
+            self._checkpoint.ready()
             if self._rewind_pending:
                 self._rewind()
             msgs = self._consume()
@@ -357,14 +332,14 @@ class KafkaRunner:
         return len(msgs)
 
     def _consume(self) -> list[Message]:
-        timeout = self._batch_timeout_s
-        if self._due_heap:
-            timeout = max(0.0, min(timeout, (self._due_heap[0][0] - self._clock()) / 1000))
+        timeout, due = self._batch_timeout_s, self._partitions.next_due()
+        if due is not None:
+            timeout = max(0.0, min(timeout, (due - self._clock()) / 1000))
         msgs: list[Message] = self._consumer.consume(1, timeout)
         if msgs and self._batch_size > 1:
             linger = self._linger_s
-            if linger and self._due_heap:  # a timer due sooner is not held back
-                linger = max(0.0, min(linger, (self._due_heap[0][0] - self._clock()) / 1000))
+            if linger and due is not None:  # a timer due sooner is not held back
+                linger = max(0.0, min(linger, (due - self._clock()) / 1000))
             # Returns when the batch is full or ``linger`` has passed.
             msgs += self._consumer.consume(self._batch_size - 1, linger)
         return msgs
@@ -380,7 +355,7 @@ class KafkaRunner:
                 log.warning("%s: consumer error %s", self.process.name, err)
             return
         topic, partition, offset = position(msg)
-        if partition not in self._stores or offset < self._committed.get((topic, partition), 0):
+        if self._partitions.handled(topic, partition, offset):
             return  # not ours (any more), or already committed: fetched before a rebalance
         positions[(topic, partition)] = offset + 1
         logical = self._inputs[topic]
@@ -420,7 +395,7 @@ class KafkaRunner:
         if tracing is not None and not tracing.follows(self.process.name):
             tracing = None
         # A transient failure propagates: abort, rewind, retry (``_after_failure``).
-        load = partial(unit.get, key, self._read)
+        load = partial(unit.get, key, self._partitions.read)
         traceparent = partial(traceparent_of, msg)
         failure = engine.handle_input(unit, key, event, now, load, tracing, traceparent)
         if failure is not None:
@@ -436,9 +411,6 @@ class KafkaRunner:
         return UnitOfWork(
             self.process, self._record, self._cache, self._immutable, self._on_views is not None
         )
-
-    def _read(self, keys: Sequence[Key]) -> dict[Key, bytes | None]:
-        return {key: self._stores[key[0]].get(key[1]) for key in keys}
 
     def _record(self, out: Output) -> _Record:
         """The Kafka record of an output: an event to its topic keyed by ``partition_key``
@@ -461,31 +433,8 @@ class KafkaRunner:
         """Produce what the unit holds into the open transaction (begun by the first): the
         producer sends it within a millisecond, while the next records are handled."""
         for topic, key, value, extra in unit.records:
-            self._produce(topic, key, value, headers=extra)
+            self._checkpoint.produce(topic, key, value, headers=extra)
         unit.records = []
-
-    def _produce(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes | None,
-        partition: int = -1,
-        headers: list[tuple[str, bytes]] | None = None,
-        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
-    ) -> None:
-        if self._token is None:
-            self._begin()
-        token = self._token or ""
-        kwargs: dict[str, Any] = {"key": key, "value": value, "partition": partition}
-        kwargs["headers"] = [(HEADER_TXN, token.encode()), *(headers or ())]
-        if on_delivery is not None:
-            kwargs["on_delivery"] = on_delivery
-        while True:
-            try:
-                self._producer.produce(topic, **kwargs)
-                return
-            except BufferError:  # local queue full: let deliveries drain
-                self._producer.poll(0.1)
 
     def _commit(self, unit: _Unit, positions: Mapping[tuple[str, int], int]) -> None:
         """Steps 4-7 of the commit sequence.
@@ -503,7 +452,8 @@ class KafkaRunner:
         """
         self._send(unit)
         changes = unit.changes(self._initial_blob)
-        if not (self._token is not None or changes):
+        checkpoint = self._checkpoint
+        if not (checkpoint.token is not None or changes):
             if positions and not self._deferred:
                 self._deferred_since = time.monotonic()
             self._deferred.update(positions)
@@ -525,136 +475,48 @@ class KafkaRunner:
         blobs: dict[int, dict[str, bytes]] = {}
         for (partition, key), blob, _ in changes:
             blobs.setdefault(partition, {})[key] = blob
+        stores = self._partitions.stores
         for partition, changed in blobs.items():
-            prev = [(HEADER_PREV, self._stores[partition].head.encode())]
+            prev = [(HEADER_PREV, stores[partition].head.encode())]
             for key, blob in changed.items():
-                self._produce(self._changelog, key.encode(), blob, partition, prev, delivered)
-        if self._token is not None:
-            with self._bounded("flush"):
-                unsent = self._producer.flush(CALL_TIMEOUT_S)
-            if unsent > 0:
-                raise TimeoutError(f"transaction records not acknowledged in {CALL_TIMEOUT_S}s")
+                checkpoint.produce(self._changelog, key.encode(), blob, partition, prev, delivered)
+        checkpoint.flush()
         if errors:
             raise KafkaException(errors[0])
         offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
         offsets += [TopicPartition(self._changelog, p, o) for p, o in bounds.items()]
-        if offsets:
-            if self._token is None:
-                self._begin()
-            with self._bounded("send_offsets_to_transaction"):
-                self._producer.send_offsets_to_transaction(
-                    offsets, self._consumer.consumer_group_metadata(), CALL_TIMEOUT_S
-                )
-        self._commit_transaction()
-        token, self._token = self._token or "", None
+        token = checkpoint.commit(offsets)
         if self._stalled_since is not None:
             log.warning(
                 "%s: resumed: a transaction committed %.1f s after it stopped making progress",
                 self.process.name, time.time() - self._stalled_since,
             )  # fmt: skip
             self._stalled_since = None
-        self.transactions += 1
-        self._committed_at = time.monotonic()
         if unit.views and self._on_views is not None:
             written, unit.views = unit.views, []
             self._on_views(written)
-        self._committed.update(positions)
+        self._partitions.committed.update(positions)
         self._deferred.clear()
         for partition, changed in blobs.items():
-            self._stores[partition].apply(changed, bounds[partition], token)
+            stores[partition].apply(changed, bounds[partition], token)
         for owned_key, state in unit.states.items():
-            self._set_due(owned_key, self.process.next_due(state))
+            self._partitions.set_due(owned_key, self.process.next_due(state))
         unit.written(changes)
         unit.committed()
-
-    def _begin(self) -> None:
-        """Begin a transaction, no sooner than ``transaction_gap_ms`` after the last commit
-        (its first request would meet CONCURRENT_TRANSACTIONS: ``TRANSACTION_GAP_MS``); its
-        token names it in every record's header and in the stores it commits."""
-        wait = self._committed_at + self._gap_s - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)
-        self._producer.begin_transaction()
-        self._token_seq += 1
-        self._token = f"{self._token_prefix}.{self._token_seq}"
-
-    def _commit_transaction(self) -> None:
-        """Commit, asking again while the error is retriable (the outcome is not known
-        yet: librdkafka continues the commit it began); anything else raises."""
-        for _ in range(5):
-            try:
-                with self._bounded("commit_transaction"):
-                    self._producer.commit_transaction(CALL_TIMEOUT_S)
-                return
-            except KafkaException as exc:
-                if not exc.args[0].retriable():
-                    raise
-        with self._bounded("commit_transaction"):
-            self._producer.commit_transaction(CALL_TIMEOUT_S)
-
-    def _init_producer(self) -> None:
-        """``init_transactions``, then a transaction that holds only offsets of this
-        process's group and is aborted at once.
-
-        ``init_transactions`` fences the earlier producers of this ``transactional.id`` and
-        has the coordinator abort their open transaction. After a broker restart the group
-        coordinator can still hold transactional offsets of this producer id as pending
-        with no transaction left to end them: a request of an earlier producer retried after
-        its transaction was aborted. Every ``read_committed`` reader of the group then waits
-        on them (KIP-447: the committed positions are unstable) until this producer id ends
-        a transaction that includes the group; the abort does that, applying none of them.
-        Its offsets are never applied either. It commits under the group with no member
-        (no generation): the group coordinator checks no membership then, and this
-        runner's own member may be one the coordinator has forgotten with the broker
-        restart, until its next poll joins again."""
-        with self._bounded("init_transactions"):
-            self._producer.init_transactions(CALL_TIMEOUT_S)
-        self._producer.begin_transaction()
-        placeholder = [TopicPartition(next(iter(self._inputs)), 0, 0)]
-        with self._bounded("send_offsets_to_transaction"):
-            self._producer.send_offsets_to_transaction(
-                placeholder, self._no_member.consumer_group_metadata(), CALL_TIMEOUT_S
-            )
-        with self._bounded("abort_transaction"):
-            self._producer.abort_transaction(CALL_TIMEOUT_S)
-
-    def _bounded(self, step: str) -> contextlib.AbstractContextManager[None]:
-        """The watchdog's bound around one blocking client call."""
-        if self._watchdog is None:
-            return contextlib.nullcontext()
-        return self._watchdog.bounded(step)
 
     def _follow_up(self, unit: _Unit, now: int) -> None:
         """Step 8: ``follow_up`` for keys whose events are now durable, until none emit."""
         engine.follow_ups(
             [unit], lambda done: self._unit(), lambda nexts: self._commit(nexts[0], {}), now,
-            self._tracing, owned=lambda key: key[0] in self._stores,
+            self._tracing, owned=lambda key: key[0] in self._partitions,
         )  # fmt: skip
 
     # --- timers ------------------------------------------------------------------------------
 
-    def _set_due(self, key: Key, due: int | None) -> None:
-        if due is None:
-            self._due.pop(key, None)
-        elif self._due.get(key) != due:
-            self._due[key] = due
-            heapq.heappush(self._due_heap, (due, key[0], key[1]))
-
     def _fire_due(self, unit: _Unit, now: int) -> None:
-        engine.fire_due(unit, self._due_keys(now), self._read, now, self._batch_size)
+        partitions = self._partitions
+        engine.fire_due(unit, partitions.due_keys(now), partitions.read, now, self._batch_size)
         self._send(unit)
-
-    def _due_keys(self, now: int) -> Iterator[Key]:
-        """Owned keys whose indexed timer is due, soonest first (entries a later index
-        superseded are skipped: lazy deletion)."""
-        heap = self._due_heap
-        while heap and heap[0][0] <= now:
-            due, partition, pkey = heapq.heappop(heap)
-            key = (partition, pkey)
-            if self._due.get(key) != due or partition not in self._stores:
-                continue
-            del self._due[key]
-            yield key
 
     # --- ownership, restore, recovery --------------------------------------------------------
 
@@ -685,50 +547,26 @@ class KafkaRunner:
         )  # fmt: skip
 
     def _close_stores(self) -> None:
-        for store in self._stores.values():
-            store.close()
-        self._stores.clear()
+        self._partitions.close()
         self._cache.clear()
         self._deferred.clear()
-        self._committed.clear()
-        self._due.clear()
-        self._due_heap.clear()
 
     def _take_ownership(self, partitions: list[int]) -> None:
         self._pending_assignment = None
         self._close_stores()
-        for partition in partitions:
-            path = self._state_dir / f"p{partition}"
-            self._stores[partition] = PartitionStore(path, self._changelog)
+        self._partitions.take(partitions)
         self._restore()
         self._needs_recover = self.process.recovers
 
     def _restore(self) -> None:
-        """Bring every owned store up to the committed changelog; rebuild the timer index;
-        record the committed input positions (the rewind target after an abort)."""
-        owned = sorted(self._stores)
+        """Bring the owned partitions up to what the broker committed (``partitions``)."""
         self._cache.clear()
-        with self._bounded("committed changelog bounds"):
-            bounds = self._reader.committed_bounds(
-                self._consumer, self._changelog, owned, CALL_TIMEOUT_S
-            )
-        self._due.clear()
-        self._due_heap.clear()
-        for partition in owned:
-            store = self._stores[partition]
-            restore_partition(store, self._reader, partition, bounds[partition])
-            for pkey, blob in store.items():
-                self._set_due(
-                    (partition, pkey), self.process.next_due(self.process.load_state(blob))
-                )
-        inputs = [TopicPartition(t, p) for t in self._inputs for p in owned]
-        committed: list[TopicPartition] = []
-        if inputs:
-            with self._bounded("committed input positions"):
-                committed = committed_offsets(self._consumer, inputs, CALL_TIMEOUT_S)
-        self._committed = {
-            (tp.topic, tp.partition): tp.offset for tp in committed if tp.offset >= 0
-        }
+        process = self.process
+
+        def next_due(blob: bytes) -> int | None:
+            return process.next_due(process.load_state(blob))
+
+        self._partitions.restore(self._reader, self._consumer, next_due, self._checkpoint.bounded)
 
     def _recover_all(self) -> None:
         """``recover`` every stored key, in transactions of ``batch_size`` keys.
@@ -736,8 +574,8 @@ class KafkaRunner:
         Keys are read lazily (a RocksDB iterator reads a consistent snapshot while the
         commits below write), so memory does not grow with the number of stored keys."""
         now = self._clock()
-        for partition in sorted(self._stores):
-            items = self._stores[partition].items()
+        for partition, store in sorted(self._partitions.stores.items()):
+            items = store.items()
             while chunk := list(itertools.islice(items, self._batch_size)):
                 unit = self._unit()
                 engine.recover_keys(unit, (((partition, pkey), blob) for pkey, blob in chunk), now)
@@ -746,68 +584,28 @@ class KafkaRunner:
         self._needs_recover = False
 
     def _after_failure(self, exc: Exception) -> None:
-        """Abort; the next ``poll_once`` rewinds to what the broker committed and retries.
+        """Abort; the next ``poll_once`` rewinds to what the broker committed and retries,
+        with a new producer of the same ``transactional.id`` (``Checkpoint.abort``).
 
         Raises ``ProducerFenced`` when fenced, the error itself when it is fatal or when
         ``max_retries`` consecutive attempts failed (a supervisor restarts the runner).
         """
-        _raise_if_fatal(exc)
+        raise_if_fatal(exc)
         self._failures += 1
         if self._stalled_since is None:
             self._stalled_since = time.time()
         self._deferred.clear()  # rewound to the committed positions: re-read, no-ops again
-        self._token = None  # aborted below
         log.warning("%s: transaction failed (%r), rewinding", self.process.name, exc)
-        try:
-            with self._bounded("abort_transaction"):
-                self._producer.abort_transaction(CALL_TIMEOUT_S)
-        except KafkaException as abort_exc:
-            err = _kafka_error(abort_exc)
-            if err is not None and err.code() in _FENCED_CODES:
-                raise ProducerFenced(str(err)) from abort_exc  # a fenced runner must exit
-        self._replace_producer()
+        self._checkpoint.abort()
         if self._failures > self._max_retries:
             raise exc
         time.sleep(min(5.0, 0.05 * 2**self._failures))
         self._rewind_pending = True
 
-    def _replace_producer(self) -> None:
-        """After a failed transaction, go on with a new producer of the same
-        ``transactional.id``; the next ``poll_once`` makes and initializes it, which fences
-        the old one and has the coordinator abort any transaction of it still open, so
-        nothing of that is committed and no offsets of it stay pending in the group (the
-        rewind's committed positions would wait on them, KIP-447). The old producer is not
-        trusted again: its abort may have timed out with the broker away, it may be unusable
-        (INVALID_TXN_STATE when an abort races the registration of a transaction just begun,
-        confluentinc/librdkafka#4849), and after a broker restart it may keep a group
-        coordinator that is gone, waiting on it forever (confluentinc/librdkafka#5511).
-        Never after fencing: the replacement would fence the instance that fenced this one."""
-        self._needs_init = True
-
     def _rewind(self) -> None:
         """Restore state to the committed changelog and seek inputs to committed positions."""
-        if self._stores:
+        if self._partitions.stores:
             self._restore()
-            for topic in self._inputs:
-                for partition in self._stores:
-                    offset = self._committed.get((topic, partition), OFFSET_BEGINNING)
-                    self._consumer.seek(TopicPartition(topic, partition, offset))
+            self._partitions.seek(self._consumer)
             self._needs_recover = self.process.recovers
         self._rewind_pending = False
-
-
-def _kafka_error(exc: BaseException) -> KafkaError | None:
-    if not isinstance(exc, KafkaException) or not exc.args:
-        return None
-    err = exc.args[0]
-    return err if isinstance(err, KafkaError) else None
-
-
-def _raise_if_fatal(exc: BaseException) -> None:
-    err = _kafka_error(exc)
-    if err is None:
-        return
-    if err.code() in _FENCED_CODES:
-        raise ProducerFenced(str(err)) from exc
-    if err.fatal():
-        raise exc

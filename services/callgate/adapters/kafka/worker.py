@@ -23,8 +23,8 @@ from pathlib import Path
 
 from callgate import logs
 from callgate.adapters.avro_codec import AvroCodec
+from callgate.adapters.kafka.checkpoint import TRANSACTION_GAP_MS, ProducerFenced
 from callgate.adapters.kafka.global_input import GlobalInput
-from callgate.adapters.kafka.runner import TRANSACTION_GAP_MS, ProducerFenced
 from callgate.adapters.kafka.topics import Topics
 from callgate.adapters.kafka.watchdog import Watchdog
 from callgate.adapters.wiring import Wiring
