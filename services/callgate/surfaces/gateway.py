@@ -333,6 +333,11 @@ class Gateway:
             access_request=access_request,
         )
 
+    def answer_status(self, invocation_id: str) -> dict[str, Any] | None:
+        """The status of an invocation this client proposed (as ``answer``, whose id only
+        the proposing session's holder knows)."""
+        return self._status(invocation_id)
+
     def status_for(self, invocation_id: str, reader: Principal) -> dict[str, Any] | None:
         """An invocation's status for a verified ``reader`` of its tenant (an AuthZEN PEP,
         ADR 0090); None when there is none or it is another tenant's."""
