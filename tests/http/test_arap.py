@@ -340,10 +340,11 @@ def test_not_requestable_and_unknown_tasks_are_the_profiles_problems(s: Setup) -
     }
     denied = evaluate(s, forbidden)
     assert denied["decision"] is False and "access_request" not in denied["context"]
-    body = {
-        **forbidden,
-        "denial": {"evaluation_id": denied["context"]["invocation_id"], "expires_at": "2030-01-01T00:00:00Z"},
-    }  # fmt: skip
+    denial = {
+        "evaluation_id": denied["context"]["invocation_id"],
+        "expires_at": "2030-01-01T00:00Z",
+    }
+    body = {**forbidden, "denial": denial}
     r = s.pep.post("/access/v1/requests", json=body)
     assert r.status_code == 400 and r.headers["content-type"] == "application/problem+json"
     assert r.json()["type"].endswith(":not_requestable") and r.json()["code"] == "tool_forbidden"
