@@ -111,6 +111,8 @@ def outcome_for(event: Event) -> Code | None:
             raise Rejection(Code.MALFORMED_EVENT, f"unknown policy decision {event.decision!r}")
         case ApprovalRequested():
             return Code.APPROVAL_REQUIRED
+        case ConfirmationAccepted(evaluate_only=True):
+            return Code.PERMITTED  # ADR 0090: a re-evaluation an approval confirmed
         case ExecutionRequested():
             return Code.ALLOWED  # in progress again, e.g. a retry after reconciliation (C12)
         case ReplayServed():

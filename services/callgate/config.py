@@ -246,7 +246,10 @@ class WebhookSettings(_Section):
 
     url: str = Field(pattern=r"^https?://", description="where notices are POSTed")
     secret: str = Field(min_length=1, description="the endpoint's whsec_… signing secret")
-    events: tuple[Literal["approval.pending", "approval.decided"], ...] = (
+    # ``access_request.decided``: ARAP callbacks a PEP asks for with this URL (ADR 0090).
+    events: tuple[
+        Literal["approval.pending", "approval.decided", "access_request.decided"], ...
+    ] = (
         "approval.pending",
         "approval.decided",
     )
@@ -268,6 +271,8 @@ class NotifySettings(_Section):
     # The notifier's stored position (the items it has told as pending), so that after a
     # restart it tells what was decided meanwhile; relative to the state directory.
     position_file: Path = Path("notify-position.json")
+    # The ARAP callbacks still to send (ADR 0090); relative to the state directory.
+    callbacks_file: Path = Path("arap-callbacks.json")
 
 
 class SlackUser(_Section):

@@ -77,6 +77,8 @@ def test_metadata_names_the_evaluation_endpoints(server: HttpServe) -> None:
         "policy_decision_point": server.url,
         "access_evaluation_endpoint": f"{server.url}/access/v1/evaluation",
         "access_evaluations_endpoint": f"{server.url}/access/v1/evaluations",
+        "access_request_endpoint": f"{server.url}/access/v1/requests",
+        "capabilities": ["urn:openid:authzen:capability:access-request"],
     }
 
 

@@ -96,14 +96,16 @@ def test_an_evaluation_reserves_no_usage(app: App, gate: Gateway) -> None:
     assert answer["outcome"] == "permitted"  # the policy's answer; the limit is C13's
 
 
-@pytest.mark.parametrize("field", ["idempotency_key", "approval_id"])
-def test_an_evaluation_with_a_key_or_an_approval_is_malformed(
+@pytest.mark.parametrize("field", ["idempotency_key", "access_request"])
+def test_an_evaluation_with_a_key_or_a_misnamed_access_request_is_malformed(
     app: App, gate: Gateway, field: str
 ) -> None:
+    """A key is never an evaluation's; an access request's id must say it is one (ADR
+    0090). An approval an evaluation presents is an ARAP re-evaluation's (below)."""
     alice = session(app)
     invocation_id = bound_id(alice, uuid.uuid4().hex)
-    extra: dict[str, Any] = {field: "k-1"}
-    key = partition_key("acme", "k-1", invocation_id) if field == "idempotency_key" else ""
+    extra: dict[str, Any] = {field: "k-1" if field == "idempotency_key" else True}
+    key = partition_key("acme", extra.get("idempotency_key"), invocation_id)
     proposal = ev.ToolCallProposed(
         event_id=str(uuid.uuid4()),
         invocation_id=invocation_id,
@@ -117,6 +119,20 @@ def test_an_evaluation_with_a_key_or_an_approval_is_malformed(
     status = gate.backend.follow(proposal, "status", invocation_id, lambda s: True, 10)
     assert status is not None and status["outcome"] == "malformed_event", status
     assert ev.ExecutionRequested not in events_of(gate, invocation_id)
+
+
+def test_an_approval_an_evaluation_presents_is_checked_only_where_one_is_needed(
+    app: App, gate: Gateway
+) -> None:
+    """ADR 0090: without a confirmation to give, a presented approval is ignored (the
+    policy permits); where one is needed, a made-up one is ``approval_missing``."""
+    alice = session(app)
+    made_up = "eyJhbGciOiJFZERTQSJ9.eyJqdGkiOiJhcHItMCJ9.c2ln"
+    [read] = gate.evaluate([(alice, "tickets.read", {"ticket_id": "T-1"})], 10, [made_up])
+    assert read["outcome"] == "permitted", read
+    refund = {"order_id": "ORD-1", "amount_cents": 25000, "currency": "EUR"}
+    [paid] = gate.evaluate([(alice, "refunds.issue", refund)], 10, [made_up])
+    assert paid["outcome"] == "approval_missing", paid
 
 
 def test_replay_rebuilds_the_views_of_evaluations_equal(tmp_path: Path, app: App) -> None:

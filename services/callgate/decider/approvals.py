@@ -60,7 +60,7 @@ def check_approval(
     Returns True when the call was settled here (a replay of the call it authorized).
     """
     presented = claims.binding
-    expected = _binding(inv, presented.dry_run_hash, p.partition_key, presented.invocation_id)
+    expected = binding_of(inv, presented.dry_run_hash, p.partition_key, presented.invocation_id)
     require_match(expected, presented)  # approval_mismatch naming the bindings
     if presented.partition_key != p.partition_key:
         # Signed to another idempotency key's partition: only the invocation it was
@@ -75,6 +75,14 @@ def check_approval(
     use = state.approvals.get(claims.jti)
     if use is None:
         raise Rejection(Code.APPROVAL_MISSING, f"approval {claims.jti} is not known here")
+    owner = state.invocations.get(presented.invocation_id)
+    if owner is not None and owner.access_request:
+        # ADR 0090: an access request's approval permits an evaluation, never a call here.
+        raise Rejection(
+            Code.APPROVAL_MISMATCH,
+            f"approval {claims.jti} was granted for an access request, not for a call",
+            {"bindings": "access_request"},
+        )
     if use.status == ApprovalStatus.EXPIRED:
         raise Rejection(Code.APPROVAL_EXPIRED, f"approval {claims.jti} expired")
     if use.consumed_by:
@@ -192,7 +200,7 @@ def on_approval_decision(
     expires_at = out.now_ms + inv.approval_ttl_ms
     claims = ApprovalClaims(
         jti=jti,
-        binding=_binding(inv, inv.dry_run_hash, d.partition_key, inv.invocation_id),
+        binding=binding_of(inv, inv.dry_run_hash, d.partition_key, inv.invocation_id),
         approver=approver.user,
         confirmation=inv.confirmation,
         issued_at=out.now_ms,
@@ -230,7 +238,7 @@ def already_granted(inv: Invocation, approver: str) -> None:
             )
 
 
-def _binding(
+def binding_of(
     inv: Invocation, dry_run_hash: str, partition_key: str, invocation_id: str
 ) -> ApprovalBinding:
     """What an approval for ``inv`` binds (C4, C11): actor, tool, target, policy, arguments."""
@@ -261,6 +269,7 @@ def no_dry_run_hash(inv: Invocation) -> str:
 
 
 __all__ = [
+    "binding_of",
     "check_approval",
     "mismatch",
     "no_dry_run_hash",

@@ -9,7 +9,8 @@ approval and idempotency key it held (C8).
 
 from __future__ import annotations
 
-from callgate.decider.approvals import mismatch, no_dry_run_hash
+from callgate.decider.approvals import binding_of, mismatch, no_dry_run_hash, presented_approval
+from callgate.decider.deps import DeciderDeps
 from callgate.decider.emitter import Emitter
 from callgate.decider.key_records import key_record, set_key_status
 from callgate.decider.limits import usage_shown
@@ -22,7 +23,7 @@ from callgate.decider.state import (
     Phase,
 )
 from callgate.domain import events as ev
-from callgate.domain.approvals import ApprovalClaims
+from callgate.domain.approvals import ApprovalClaims, require_match
 from callgate.domain.canonical import canonical_json, execution_token
 from callgate.domain.catalog import Confirmation, ToolSpec
 from callgate.domain.codes import Code, Rejection
@@ -107,6 +108,69 @@ def continue_approved(
         _request_dry_run(inv, out)
     else:
         request_execution(state, inv, out)
+
+
+def confirm_evaluation(
+    deps: DeciderDeps,
+    state: DeciderState,
+    inv: Invocation,
+    spec: ToolSpec,
+    p: ev.ToolCallProposed,
+    out: Emitter,
+) -> None:
+    """ADR 0090: a re-evaluation presents the approval of an access request. It is checked
+    as a call's (C4, C5, C11): genuine and unexpired, bound to this exact call (tenant,
+    actor, tool, target, policy version, arguments), granted for an access request, unused,
+    and confirmed against a fresh dry-run when the tool has one. Then the evaluation is
+    ``permitted`` and the approval used: one approval, one permit. Nothing runs."""
+    claims = presented_approval(deps, p, out.now_ms)  # approval_missing / approval_expired
+    if claims is None:
+        return
+    presented = claims.binding
+    expected = binding_of(inv, presented.dry_run_hash, p.partition_key, presented.invocation_id)
+    require_match(expected, presented)  # approval_mismatch naming the bindings
+    use = state.approvals.get(claims.jti)
+    owner = state.invocations.get(presented.invocation_id)
+    if use is None or owner is None or presented.partition_key != p.partition_key:
+        raise Rejection(Code.APPROVAL_MISSING, f"approval {claims.jti} is not known here")
+    if not owner.access_request:
+        # A call's approval continues or confirms that call; it permits no evaluation.
+        raise Rejection(
+            Code.APPROVAL_MISMATCH,
+            f"approval {claims.jti} was granted for a call, not for an access request",
+            {"bindings": "access_request"},
+        )
+    if use.status == ApprovalStatus.EXPIRED:
+        raise Rejection(Code.APPROVAL_EXPIRED, f"approval {claims.jti} expired")
+    if use.consumed_by:
+        raise Rejection(
+            Code.APPROVAL_CONSUMED,
+            f"approval {claims.jti} was already used by invocation {use.consumed_by}",
+            {"used_by": use.consumed_by},
+        )
+    use.consumed_by, use.consumer_key = inv.invocation_id, None
+    inv.approval_jti = claims.jti
+    inv.approved_dry_run_hash = presented.dry_run_hash
+    if spec.require_dry_run:
+        inv.phase = Phase.CONFIRMING  # ``on_dry_run`` compares, then ``accept_evaluation``
+        _request_dry_run(inv, out)
+    elif presented.dry_run_hash != no_dry_run_hash(inv):
+        reject_late(state, inv, mismatch(["dry_run_hash"]), out)
+    else:
+        accept_evaluation(state, inv, out)
+
+
+def accept_evaluation(state: DeciderState, inv: Invocation, out: Emitter) -> None:
+    """ADR 0090: the approval the evaluation presented holds: it is ``permitted``."""
+    use = state.approvals[inv.approval_jti]
+    inv.phase, inv.outcome = Phase.SETTLED, Code.PERMITTED.value
+    out.emit(
+        ev.ConfirmationAccepted,
+        approval_jti=inv.approval_jti,
+        approved_invocation_id=use.invocation_id,
+        approver=use.approver,
+        evaluate_only=True,
+    )
 
 
 def _request_dry_run(inv: Invocation, out: Emitter) -> None:
@@ -231,4 +295,12 @@ def reject_late(state: DeciderState, inv: Invocation, r: Rejection, out: Emitter
     )
 
 
-__all__ = ["authorize", "continue_approved", "reject_late", "request_approval", "request_execution"]
+__all__ = [
+    "accept_evaluation",
+    "authorize",
+    "confirm_evaluation",
+    "continue_approved",
+    "reject_late",
+    "request_approval",
+    "request_execution",
+]

@@ -10,7 +10,12 @@ with the same execution token (C12).
 from __future__ import annotations
 
 from callgate.decider.approvals import mismatch
-from callgate.decider.authorization import reject_late, request_approval, request_execution
+from callgate.decider.authorization import (
+    accept_evaluation,
+    reject_late,
+    request_approval,
+    request_execution,
+)
 from callgate.decider.emitter import Emitter
 from callgate.decider.key_records import key_record, serve_waiters
 from callgate.decider.state import DeciderState, KeyStatus, Phase
@@ -29,6 +34,8 @@ def on_dry_run(state: DeciderState, e: ev.DryRunRecorded, out: Emitter) -> None:
         if e.snapshot_hash != inv.approved_dry_run_hash:
             # The world changed since the human confirmed: that approval no longer covers it.
             reject_late(state, inv, mismatch(["dry_run_hash"]), out)
+        elif inv.evaluate_only:
+            accept_evaluation(state, inv, out)  # ADR 0090: a re-evaluation runs nothing
         else:
             request_execution(state, inv, out)
     elif inv.phase == Phase.DRY_RUN_THEN_EXECUTE:

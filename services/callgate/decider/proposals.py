@@ -16,12 +16,13 @@ from typing import Any
 
 from callgate.decider import limits as usage
 from callgate.decider.approvals import check_approval, presented_approval
-from callgate.decider.authorization import authorize
+from callgate.decider.authorization import authorize, confirm_evaluation
 from callgate.decider.deps import DeciderDeps
 from callgate.decider.emitter import Emitter
 from callgate.decider.idempotency import on_known_key
 from callgate.decider.state import DeciderState, Invocation, Phase
 from callgate.domain import events as ev
+from callgate.domain.access_requests import TASK_PREFIX
 from callgate.domain.approvals import peek_claim, peek_partition_key
 from callgate.domain.arguments import normalize_args, target_of
 from callgate.domain.canonical import args_hash, canonical_json, partition_key, request_fingerprint
@@ -116,6 +117,7 @@ def _resume(
         idempotency_key=inv.idempotency_key,
         approval_id=inv.approval_id,
         evaluate_only=inv.evaluate_only,
+        access_request=inv.access_request,
     )
     principal = Principal(
         inv.actor,
@@ -170,6 +172,7 @@ def _parked(
         approval_id=p.approval_id,
         proposal_event_id=p.event_id,
         evaluate_only=p.evaluate_only,
+        access_request=p.access_request,
     )
 
 
@@ -228,10 +231,20 @@ def _decide_proposal(
         delegation=list(principal.delegation),
     )
     _check_routing(p, principal.tenant)
-    if p.evaluate_only and (p.idempotency_key is not None or p.approval_id is not None):
-        # An evaluation is a question, never a call: nothing to replay or confirm.
+    if p.evaluate_only and p.idempotency_key is not None:
+        # An evaluation is a question, never a call: nothing to replay.
+        raise Rejection(Code.MALFORMED_EVENT, "an evaluation carries no idempotency key")
+    if p.access_request != p.invocation_id.startswith(TASK_PREFIX):
+        # ADR 0090: an access request's id, and only its, names it (the task endpoint
+        # serves access requests alone).
         raise Rejection(
-            Code.MALFORMED_EVENT, "an evaluation carries no idempotency key or approval"
+            Code.MALFORMED_EVENT, f"an access request's id, and only its, starts {TASK_PREFIX}"
+        )
+    if p.access_request and (not p.evaluate_only or p.approval_id is not None):
+        # ADR 0090: an access request is an evaluation that asks for an approval; it
+        # presents none (a re-evaluation does).
+        raise Rejection(
+            Code.MALFORMED_EVENT, "an access request is an evaluation and presents no approval"
         )
     spec = deps.profile.tool(p.tool)
     if spec is None:
@@ -323,13 +336,15 @@ def _decide_policy(
         approver_roles=list(spec.approvers),
         allow_self_approval=spec.allow_self_approval,
         approval_ttl_ms=spec.approval_ttl_seconds * 1000,
-        continue_on_approval=spec.continue_on_approval,
+        # An evaluation never runs: an access request's approval continues nothing.
+        continue_on_approval=spec.continue_on_approval and not p.evaluate_only,
         require_dry_run=spec.require_dry_run,
         approvals_required=spec.approvals_for(args),
         usage=held,
         agent=principal.agent,
         delegation=list(principal.delegation),
         evaluate_only=p.evaluate_only,
+        access_request=p.access_request,
     )
     state.invocations[p.invocation_id] = inv
     jti = _peek_jti(p.approval_id)
@@ -360,8 +375,19 @@ def _decide_policy(
     )
     if p.evaluate_only:
         # ADR 0083: the decision is the answer, recorded like any; nothing runs, no
-        # provider is asked for a dry-run or an execution, no key or approval is held.
+        # provider is asked for an execution, no key is held.
         inv.outcome = evaluation_outcome(decision.allowed, confirmation.value).value
+        if inv.outcome != Code.APPROVAL_REQUIRED.value:
+            return
+        if p.access_request:
+            # ADR 0090: the confirmation is asked for as for a call (approvers, quorum,
+            # the dry-run the approvers see); its approval continues nothing.
+            if (missing := deps.profile.dry_run_missing(spec)) is not None:
+                raise Rejection(Code.DRY_RUN_UNAVAILABLE, missing)
+            authorize(state, inv, spec, None, out)
+        elif p.approval_id is not None:
+            # ADR 0090: a re-evaluation presenting an access request's approval.
+            confirm_evaluation(deps, state, inv, spec, p, out)
         return
     if not decision.allowed:
         return  # C12: tool_forbidden never reaches a provider

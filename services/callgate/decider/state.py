@@ -106,6 +106,8 @@ class Invocation:
     usage: list[dict[str, Any]] = field(default_factory=list)
     # An evaluation only (AuthZEN, ADR 0083): settled by its policy decision.
     evaluate_only: bool = False
+    # An ARAP access request (ADR 0090): an evaluation whose confirmation is asked for.
+    access_request: bool = False
 
 
 @dataclass(slots=True)

@@ -62,6 +62,9 @@ class ToolCallProposed(Event):
     approval_id: str | None = None
     # An evaluation only (AuthZEN, ADR 0083): decided like any call, never run.
     evaluate_only: bool = False
+    # An ARAP access request (ADR 0090), with ``evaluate_only``: an evaluation that, when
+    # it needs a confirmation, asks for it like a call (approvers, quorum, dry-run); never run.
+    access_request: bool = False
 
 
 # ``ApprovalDecisionSubmitted.decision`` of the actor withdrawing their own pending call
@@ -173,6 +176,9 @@ class ConfirmationAccepted(Event):
     approval_jti: str
     approved_invocation_id: str
     approver: str
+    # The approval confirmed an evaluation (ARAP re-evaluation, ADR 0090): it settles the
+    # evaluation as ``permitted``; nothing runs.
+    evaluate_only: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -15,9 +15,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-Kind = Literal["approval.pending", "approval.decided"]
+Kind = Literal["approval.pending", "approval.decided", "access_request.decided"]
 PENDING: Kind = "approval.pending"
 DECIDED: Kind = "approval.decided"
+# An ARAP access request's task reached a terminal status (ADR 0090): the callback the
+# PEP asked for, to the webhook it names.
+ACCESS_REQUEST_DECIDED: Kind = "access_request.decided"
 APPROVE_ACTION = "callgate_approve"
 DENY_ACTION = "callgate_deny"
 MAX_SLACK_TEXT = 2900  # Slack's section text limit is 3000 characters

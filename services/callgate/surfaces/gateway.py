@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from callgate.adapters.wiring import Wiring
 from callgate.domain import events as ev
+from callgate.domain.access_requests import TASK_PREFIX
 from callgate.domain.approvals import peek_partition_key
 from callgate.domain.canonical import canonical_json, partition_key
 from callgate.domain.catalog import Profile
@@ -244,6 +245,7 @@ class Gateway:
         self,
         calls: Sequence[tuple[str, str, Mapping[str, Any]]],
         timeout_s: float = 30.0,
+        approvals: Sequence[str | None] | None = None,
     ) -> list[dict[str, Any]]:
         """Decide each ``(session, tool, args)`` as that session's call, and run none
         (ADR 0083).
@@ -254,37 +256,102 @@ class Gateway:
         ``approval_required`` or a refusal; the audit and ``policy simulate`` see it like
         any decision. All are published in one append and waited on together: a batch is
         one round trip. The answers are in ``propose``'s shape, in order; one refused by
-        the limits of every entry has no invocation id (nothing was published for it)."""
+        the limits of every entry has no invocation id (nothing was published for it).
+
+        ``approvals[i]``, when given, is the approval artifact of an access request that
+        the ``i``-th evaluation presents (ARAP re-evaluation, ADR 0090): it is routed to
+        that request's partition and waited on past ``approval_required`` until the
+        approval is confirmed (``permitted``) or refused."""
+        presented = list(approvals) if approvals is not None else [None] * len(calls)
+        if len(presented) != len(calls):
+            raise ValueError("one approval (or None) per evaluation")
         answers: list[dict[str, Any] | None] = []
         proposals: list[ev.ToolCallProposed] = []
-        for session, tool, args in calls:
+        for (session, tool, args), approval_id in zip(calls, presented, strict=True):
             try:
-                args_json = self._entry_checks(session, tool, args, None, None)
+                args_json = self._entry_checks(session, tool, args, None, approval_id)
             except Rejection as r:
                 answers.append(refusal(r))
                 continue
-            invocation_id = bound_id(session, uuid.uuid4().hex)
-            proposals.append(
-                ev.ToolCallProposed(
-                    event_id=str(uuid.uuid4()),
-                    invocation_id=invocation_id,
-                    partition_key=_route(session, None, None, invocation_id),
-                    correlation_id=invocation_id,
-                    occurred_at=self.app.clock(),
-                    producer="callgate-authzen",
-                    session_token=session,
-                    tool=tool,
-                    args_json=args_json,
-                    evaluate_only=True,
-                )
-            )
+            proposals.append(self._evaluation(session, tool, args_json, approval_id))
             answers.append(None)
         if proposals:
             self.backend.publish(proposals)
+            confirming = {p.invocation_id for p in proposals if p.approval_id is not None}
+
+            def decided(invocation_id: str) -> bool:
+                status = self._status(invocation_id) or {}
+                if invocation_id in confirming and status.get("outcome") == "approval_required":
+                    return False  # the approval is being confirmed (a dry-run may run)
+                return _settled(status)
+
             ids = [p.invocation_id for p in proposals]
-            self.backend.wait(lambda: all(_settled(self._status(i) or {}) for i in ids), timeout_s)
+            self.backend.wait(lambda: all(decided(i) for i in ids), timeout_s)
         published = iter(proposals)
         return [a if a is not None else self.answer(next(published).invocation_id) for a in answers]
+
+    def request_access(
+        self, session: str, tool: str, args: Mapping[str, Any], timeout_s: float = 30.0
+    ) -> dict[str, Any]:
+        """An ARAP access request (ADR 0090): the evaluation of ``session``'s call, decided
+        again, that, when it needs a confirmation, asks for it as a call does (the tool's
+        approvers and quorum, the dry-run they see). Its approval continues nothing: an
+        evaluation presenting it is ``permitted`` once. The answer is ``propose``'s shape;
+        ``approval_required`` means the approval is requested (or its dry-run under way)."""
+        try:
+            args_json = self._entry_checks(session, tool, args, None, None)
+        except Rejection as r:
+            return refusal(r)
+        proposal = self._evaluation(session, tool, args_json, None, access_request=True)
+        status = self.backend.follow(
+            proposal, "status", proposal.invocation_id, _settled, timeout_s
+        )
+        return _answer(proposal.invocation_id, status)
+
+    def _evaluation(
+        self,
+        session: str,
+        tool: str,
+        args_json: str,
+        approval_id: str | None,
+        access_request: bool = False,
+    ) -> ev.ToolCallProposed:
+        nonce = (TASK_PREFIX if access_request else "") + uuid.uuid4().hex
+        invocation_id = bound_id(session, nonce)
+        return ev.ToolCallProposed(
+            event_id=str(uuid.uuid4()),
+            invocation_id=invocation_id,
+            partition_key=_route(session, None, approval_id, invocation_id),
+            correlation_id=invocation_id,
+            occurred_at=self.app.clock(),
+            producer="callgate-authzen",
+            session_token=session,
+            tool=tool,
+            args_json=args_json,
+            approval_id=approval_id,
+            evaluate_only=True,
+            access_request=access_request,
+        )
+
+    def answer_status(self, invocation_id: str) -> dict[str, Any] | None:
+        """The status of an invocation this client proposed (as ``answer``, whose id only
+        the proposing session's holder knows)."""
+        return self._status(invocation_id)
+
+    def status_for(self, invocation_id: str, reader: Principal) -> dict[str, Any] | None:
+        """An invocation's status for a verified ``reader`` of its tenant (an AuthZEN PEP,
+        ADR 0090); None when there is none or it is another tenant's."""
+        status = self._status(invocation_id)
+        return status if status is not None and may_read(reader, status.get("tenant")) else None
+
+    def audit_for(self, invocation_id: str, reader: Principal) -> list[dict[str, Any]]:
+        """The audit records of one invocation for a verified ``reader`` of its tenant."""
+        rows = [
+            v
+            for _, v in self.backend.view_items("audit")
+            if v.get("invocation_id") == invocation_id and may_read(reader, _tenant_of(v))
+        ]
+        return sorted(rows, key=lambda r: r.get("seq", 0))
 
     def is_final(self, status: Mapping[str, Any]) -> bool:
         """``is_final``, knowing from the catalog whether the tool's calls continue."""

@@ -19,6 +19,7 @@ from callgate.surfaces.http import errors
 from callgate.surfaces.http.context import HttpOptions, ServerContext
 from callgate.surfaces.http.guard import BodyLimit, RateLimit, SecurityHeaders
 from callgate.surfaces.http.routers import (
+    access_requests,
     audit,
     authzen,
     console,
@@ -79,6 +80,7 @@ def create_app(
         slack,
         ops,
         authzen,
+        access_requests,
         console,
     ):
         api.include_router(module.router)

@@ -82,6 +82,8 @@ class ServerContext:
     sign_in: Sequence[SignIn] = ()
     # Slack's interaction requests (``[slack]``; ADR 0032), None when not configured.
     slack: SlackBridge | None = None
+    # ARAP callbacks to registered webhooks (ADR 0090), None without a notifier.
+    callbacks: CallbackDesk | None = None
 
     MAX_PUBLISHED = 10_000
 
@@ -110,6 +112,16 @@ class SignIn(Protocol):
     def finish(self, tx: Any, params: Mapping[str, str]) -> str:
         """The ID token for the callback's parameters (``SignInError`` otherwise)."""
         ...
+
+
+class CallbackDesk(Protocol):
+    """``callgate.adapters.notify.AccessRequestCallbacks``: the registered callback URLs."""
+
+    def target_for(self, endpoint: str, tenant: str) -> object | None: ...
+
+    def register(
+        self, task: Mapping[str, Any], tenant: str, callback: Mapping[str, Any]
+    ) -> None: ...
 
 
 class SlackBridge(Protocol):

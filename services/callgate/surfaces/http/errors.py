@@ -89,6 +89,17 @@ class ApiError(Exception):
         self.headers = dict(headers or {})
 
 
+class Problem(Exception):
+    """A refusal the ARAP profile names (ADR 0090): ``application/problem+json`` with the
+    profile's problem ``type`` and status, and callgate's vocabulary ``code`` beside it."""
+
+    def __init__(self, problem: tuple[str, int], code: Code, detail: str) -> None:
+        super().__init__(f"{problem[0]}: {detail}")
+        self.type, self.status = problem
+        self.code = code
+        self.detail = detail
+
+
 def retry_after(answer: Mapping[str, object]) -> dict[str, str]:
     """``Retry-After`` for a call refused by a usage limit: the seconds until it fits
     (``details.retry_after_s``); none when it never fits on its own (ADR 0079)."""
@@ -136,6 +147,18 @@ def _api_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(exc.code, exc.message, exc.headers)
 
 
+def _problem(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, Problem)
+    body = {
+        "type": exc.type,
+        "title": exc.type.rsplit(":", 1)[-1].replace("_", " "),
+        "status": exc.status,
+        "detail": exc.detail,
+        "code": exc.code.value,
+    }
+    return JSONResponse(body, status_code=exc.status, media_type="application/problem+json")
+
+
 def _validation(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     problems = []
@@ -177,6 +200,7 @@ def install(app: FastAPI) -> None:
     """Register the handlers: the only place a code becomes an HTTP status."""
     app.add_exception_handler(Rejection, _rejection)
     app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(Problem, _problem)
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(StarletteHTTPException, _http)
     app.add_exception_handler(TimeoutError, _timeout)

@@ -142,6 +142,7 @@ def _serve_embedded(
     ctx, feed = build_context(surface, backend, stats, options, app.provider_metrics.collectors)
     worker = threading.Thread(target=work, name="callgate-runner")
     notifier = surface.notifier(backend)
+    ctx.callbacks = notifier.callbacks if notifier is not None else None
     worker.start()
     feed.start()
     if notifier is not None:
@@ -204,6 +205,7 @@ def _serve_kafka(
     ctx, feed = build_context(surface, backend, stats, options, app.provider_metrics.collectors)
     keeper = threading.Thread(target=supervise, name="callgate-supervisor")
     notifier = surface.notifier(backend)
+    ctx.callbacks = notifier.callbacks if notifier is not None else None
     keeper.start()
     feed.start()
     if notifier is not None:

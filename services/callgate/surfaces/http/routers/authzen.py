@@ -14,6 +14,12 @@ PEP forwards in ``subject.properties.token``, verified here and again by the dec
 ``resource.id`` is its value (a tool without one takes ``{"type": "tool", "id": <tool>}``);
 ``context`` holds the tool's other arguments. Other properties are not read: the policy
 sees only what callgate verifies.
+
+ARAP (ADR 0090): an evaluation that needs a confirmation is a requestable denial
+(``context.access_request``, bound by ``context.evaluation_id``, the evaluation's
+invocation id); ``routers/access_requests.py`` takes the access request. A re-evaluation
+presents the approval at ``context.approval`` (not a tool argument); the decider checks
+it as a call's approval and permits the evaluation once.
 """
 
 from __future__ import annotations
@@ -24,6 +30,14 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, ConfigDict, Field
 
+from callgate.domain.access_requests import (
+    CAPABILITY,
+    REQUESTABLE_REASON,
+    REQUESTABLE_S,
+    reevaluation_denial,
+    rfc3339,
+)
+from callgate.domain.approvals import peek_claim
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.principal import Principal
 from callgate.domain.scope import PEP_ROLE
@@ -36,6 +50,10 @@ router = APIRouter(tags=["authzen"])
 EVALUATION_PATH = "/access/v1/evaluation"
 EVALUATIONS_PATH = "/access/v1/evaluations"
 METADATA_PATH = "/.well-known/authzen-configuration"
+REQUESTS_PATH = "/access/v1/requests"  # ARAP's access request endpoint (ADR 0090)
+# Where a re-evaluation presents an approved access request's approval (ARAP): profile
+# machinery, never a tool argument.
+APPROVAL_MEMBER = "approval"
 # The most evaluations one batch may hold; each is a decision recorded on the log.
 MAX_EVALUATIONS = 64
 # A tool without a target argument is asked about as this resource type.
@@ -115,6 +133,8 @@ class Metadata(BaseModel):
     policy_decision_point: str
     access_evaluation_endpoint: str
     access_evaluations_endpoint: str
+    access_request_endpoint: str
+    capabilities: list[str]
 
 
 def pep(
@@ -155,12 +175,30 @@ def _subject_session(ctx: ServerContext, caller: Principal, subject: Subject) ->
     return token
 
 
+def presented(context: Any) -> tuple[dict[str, Any], str | None]:
+    """The tool's arguments, and the approval artifact a re-evaluation presents at
+    ``context.approval`` (ARAP, ADR 0090): ``id`` must be the id its ``state`` carries
+    (``invalid_request`` otherwise); the decider verifies the rest."""
+    args = dict(context or {})
+    approval = args.pop(APPROVAL_MEMBER, None)
+    if approval is None:
+        return args, None
+    state = approval.get("state") if isinstance(approval, dict) else None
+    if not isinstance(state, str) or not state or not isinstance(approval.get("id"), str):
+        raise Rejection(
+            Code.INVALID_REQUEST,
+            "context.approval: the approval of an approved access request, with id and state",
+        )
+    if peek_claim(state, "jti") != approval["id"]:
+        raise Rejection(Code.INVALID_REQUEST, "context.approval: id is not the id of its state")
+    return args, state
+
+
 def _call(
-    ctx: ServerContext, action: Action, resource: Resource, context: Any
+    ctx: ServerContext, action: Action, resource: Resource, args: dict[str, Any]
 ) -> tuple[str, dict[str, Any]]:
     """The tool and arguments an evaluation asks about (``invalid_request`` otherwise)."""
     spec = ctx.gateway.app.profile.tool(action.name)
-    args = dict(context or {})
     target = None if spec is None else spec.target_arg
     if target is None:
         if spec is not None and (resource.type, resource.id) != (TOOL_RESOURCE, spec.name):
@@ -182,26 +220,73 @@ def _call(
     return action.name, args
 
 
-def _decision(answer: dict[str, Any]) -> Decision:
+Call = tuple[str, str, dict[str, Any]]
+
+
+def _decision(
+    ctx: ServerContext, caller: Principal, base: str, answer: dict[str, Any], call: Call,
+    reevaluation: bool,
+) -> Decision:  # fmt: skip
     """``true`` only for ``permitted``; anything else (a refusal, a call that needs a
-    confirmation, no decision within the wait) is ``false``: fail closed."""
-    if answer.get("outcome") == Code.PERMITTED.value:
-        return Decision(decision=True)
-    error = answer.get("error") or {}
+    confirmation, no decision within the wait) is ``false``: fail closed. A call that needs
+    a confirmation is a requestable denial (ARAP); a re-evaluation refused says why and
+    what to do next, with a fresh requestable denial when a new request may help."""
     outcome = str(answer.get("outcome"))
+    if outcome == Code.PERMITTED.value:
+        if not reevaluation:
+            return Decision(decision=True)
+        return Decision(decision=True, context={"approval": {"id": _approval_id(ctx, answer)}})
+    error = answer.get("error") or {}
     message = error.get("message") or (
         "the call needs a confirmation; an evaluation confirms nothing"
         if outcome == Code.APPROVAL_REQUIRED.value
         else outcome
     )
-    return Decision(
-        decision=False,
-        context={
-            "outcome": outcome,
-            "invocation_id": answer.get("invocation_id"),
-            "reason_admin": {"en": message},
+    context: dict[str, Any] = {
+        "outcome": outcome,
+        "invocation_id": answer.get("invocation_id"),
+        "reason_admin": {"en": message},
+    }
+    if reevaluation:
+        reason, next_action = reevaluation_denial(outcome)
+        context.update(reason=reason, next_action=next_action)
+        if next_action == "request":
+            fresh = ctx.gateway.evaluate([call], ctx.options.propose_wait_s)[0]
+            if fresh.get("outcome") == Code.APPROVAL_REQUIRED.value:
+                context.update(_requestable(ctx, caller, base, fresh))
+                context.update(reason=reason)  # the refusal's, not the fresh denial's
+            else:
+                context["next_action"] = "none"
+    elif outcome == Code.APPROVAL_REQUIRED.value:
+        context.update(_requestable(ctx, caller, base, answer))
+    return Decision(decision=False, context=context)
+
+
+def _requestable(
+    ctx: ServerContext, caller: Principal, base: str, answer: dict[str, Any]
+) -> dict[str, Any]:
+    """ARAP's requestable denial: the evaluation's id binds the access request to it (the
+    access request endpoint reads the recorded decision), within ``REQUESTABLE_S``."""
+    invocation_id = str(answer["invocation_id"])
+    status = ctx.gateway.status_for(invocation_id, caller) or {}
+    at = int(status.get("updated_at") or ctx.gateway.app.clock())
+    return {
+        "evaluation_id": invocation_id,
+        "evaluated_at": rfc3339(at),
+        "reason": REQUESTABLE_REASON,
+        "access_request": {
+            "endpoint": base + REQUESTS_PATH,
+            "expires_at": rfc3339(at + REQUESTABLE_S * 1000),
         },
-    )
+    }
+
+
+def _approval_id(ctx: ServerContext, answer: dict[str, Any]) -> str | None:
+    """The ``jti`` of the approval a permitted re-evaluation used (its status says)."""
+    status = ctx.gateway.answer_status(str(answer["invocation_id"])) or {}
+    used = status.get("approved_by") or {}
+    jti = used.get("approval_jti")
+    return jti if isinstance(jti, str) else None
 
 
 def _request_id(request: Request, response: Response) -> None:
@@ -215,26 +300,42 @@ def _request_id(request: Request, response: Response) -> None:
 
 
 def _evaluate(
-    ctx: ServerContext, caller: Principal, items: list[EvaluationIn], semantic: str
+    ctx: ServerContext, caller: Principal, items: list[EvaluationIn], semantic: str, base: str
 ) -> list[Decision]:
     """Every evaluation checked first (a bad one refuses the request, nothing published),
     then decided: all together, or one by one up to the first deny or permit."""
-    calls: list[tuple[str, str, dict[str, Any]]] = []
+    calls: list[Call] = []
+    approvals: list[str | None] = []
     for item in items:
         session = _subject_session(ctx, caller, item.subject)
-        tool, args = _call(ctx, item.action, item.resource, item.context)
+        args, approval = presented(item.context)
+        tool, args = _call(ctx, item.action, item.resource, args)
         calls.append((session, tool, args))
+        approvals.append(approval)
     wait = ctx.options.propose_wait_s
+
+    def decide(indices: list[int]) -> list[Decision]:
+        picked = [approvals[i] for i in indices]
+        answers = ctx.gateway.evaluate([calls[i] for i in indices], wait, picked)
+        return [
+            _decision(ctx, caller, base, a, calls[i], approvals[i] is not None)
+            for i, a in zip(indices, answers, strict=True)
+        ]
+
     if semantic == "execute_all":
-        return [_decision(a) for a in ctx.gateway.evaluate(calls, wait)]
+        return decide(list(range(len(calls))))
     stop_on = semantic == "permit_on_first_permit"
     decisions: list[Decision] = []
-    for call in calls:  # in order: the ones after the stop are not decided
-        decision = _decision(ctx.gateway.evaluate([call], wait)[0])
+    for index in range(len(calls)):  # in order: the ones after the stop are not decided
+        decision = decide([index])[0]
         decisions.append(decision)
         if decision.decision is stop_on:
             break
     return decisions
+
+
+def base_url(request: Request) -> str:
+    return str(request.base_url).rstrip("/")
 
 
 @router.get(
@@ -246,11 +347,13 @@ def _evaluate(
 def metadata(request: Request) -> Metadata:
     """The PDP's identifier is the URL this document was asked at, less the well-known
     path (the specification's mix-up check compares them)."""
-    base = str(request.base_url).rstrip("/")
+    base = base_url(request)
     return Metadata(
         policy_decision_point=base,
         access_evaluation_endpoint=base + EVALUATION_PATH,
         access_evaluations_endpoint=base + EVALUATIONS_PATH,
+        access_request_endpoint=base + REQUESTS_PATH,
+        capabilities=[CAPABILITY],
     )
 
 
@@ -266,7 +369,7 @@ def evaluation(
     body: EvaluationIn, request: Request, response: Response, caller: PepDep, ctx: ContextDep
 ) -> Decision:
     _request_id(request, response)
-    return _evaluate(ctx, caller, [body], "execute_all")[0]
+    return _evaluate(ctx, caller, [body], "execute_all", base_url(request))[0]
 
 
 @router.post(
@@ -282,10 +385,11 @@ def evaluations(
 ) -> Decisions | Decision:
     _request_id(request, response)
     if not body.evaluations:  # the specification: then it is a single evaluation
-        return _evaluate(ctx, caller, [_complete(body, EvaluationItem())], "execute_all")[0]
+        single = [_complete(body, EvaluationItem())]
+        return _evaluate(ctx, caller, single, "execute_all", base_url(request))[0]
     items = [_complete(body, item) for item in body.evaluations]
     semantic = (body.options or Options()).evaluations_semantic
-    return Decisions(evaluations=_evaluate(ctx, caller, items, semantic))
+    return Decisions(evaluations=_evaluate(ctx, caller, items, semantic, base_url(request)))
 
 
 def _complete(defaults: EvaluationItem, item: EvaluationItem) -> EvaluationIn:
