@@ -30,15 +30,15 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 
 from callgate.adapters.avro_codec import MARKER, AvroCodec
+from callgate.application.ports import Ports as Wired
+from callgate.application.routing import route as sdk_route
 from callgate.domain import events as ev
 from callgate.domain.canonical import args_hash, partition_key
 from callgate.domain.codes import Code
 from callgate.domain.identity import AUDIENCE, DEV_ISSUER, SessionIssuer
 from callgate.domain.keys import KeyRing
 from callgate.domain.scope import OPERATOR_ROLE, bound_id
-from callgate.surfaces.gateway import Surface as Wired
 from callgate.surfaces.sdk import Gateway
-from callgate.surfaces.sdk import _route as sdk_route
 
 DAY_S = 86_400
 SETTLE_S = 10.0  # how long a call through the SDK may take to settle

@@ -18,7 +18,7 @@ from typing import Any
 
 from callgate.adapters.view_codec import JsonViews
 from callgate.bootstrap import Settings, bootstrap
-from callgate.domain.process import Process
+from callgate.domain.process_port import Process
 from callgate.gc_settings import apply_gc_settings
 
 

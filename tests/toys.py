@@ -20,7 +20,7 @@ from callgate.domain.events import (
     ExecutionUncertain,
     ToolCallProposed,
 )
-from callgate.domain.process import Output, ViewRecord
+from callgate.domain.process_port import Output, ViewRecord
 
 S = TypeVar("S")
 

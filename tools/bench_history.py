@@ -25,7 +25,6 @@ import uuid
 from pathlib import Path
 
 from callgate.adapters.avro_codec import AvroCodec
-from callgate.adapters.kafka.gateway import KafkaBackend
 from callgate.adapters.kafka.serve import create_topics
 from callgate.adapters.kafka.topics import Topics
 from callgate.bootstrap import Settings, bootstrap
@@ -76,7 +75,7 @@ def bench_history(settings: Settings, history: int, samples: int) -> list[Row]:
             create_topics(app)
             kind = BENCH_BROKERS["apache"]  # the Kafka section's settings
             with pipeline_processes(app, kind):
-                gate = Gateway(app, KafkaBackend(app))
+                gate = Gateway(app, app.kafka_backend())
                 alice = app.session_issuer.issue("alice", "acme", ["support"], app.clock())
                 gate.propose(alice, "tickets.read", {"ticket_id": "T-0"}, timeout_s=120)  # joins
                 wait_idle(broker.bootstrap, topics, names)
@@ -88,7 +87,7 @@ def bench_history(settings: Settings, history: int, samples: int) -> list[Row]:
                 wait_idle(broker.bootstrap, topics, names)
                 full = _timed_proposes(gate, alice, samples)
                 gate.close()
-                before = KafkaBackend(app)
+                before = app.kafka_backend()
                 t0 = time.perf_counter()
                 status_records = len(before.view_items_raw("status"))
                 read_all_s = time.perf_counter() - t0

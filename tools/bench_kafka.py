@@ -66,7 +66,7 @@ from callgate.adapters.view_codec import ViewCodec, ViewSchemaError
 from callgate.bootstrap import App, Settings, bootstrap
 from callgate.domain import events as ev
 from callgate.domain.codes import TERMINAL, Rejection
-from callgate.domain.process import Output, Process, ViewRecord, reacts_to
+from callgate.domain.process_port import Output, Process, ViewRecord, reacts_to
 from callgate.gc_settings import apply_gc_settings
 from callgate_projections.status import outcome_for
 from tools import child_env

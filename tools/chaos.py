@@ -63,9 +63,9 @@ from confluent_kafka import ConsumerGroupState
 from rich.table import Table
 
 from callgate.adapters.kafka.client import make_admin
-from callgate.adapters.kafka.gateway import KafkaBackend
 from callgate.adapters.kafka.serve import Supervisor, create_topics, worker_env
 from callgate.adapters.kafka.topics import Topics
+from callgate.application.answers import is_final
 from callgate.bootstrap import App, Settings, bootstrap
 from callgate.domain import events as ev
 from callgate.domain.canonical import partition_key
@@ -73,7 +73,6 @@ from callgate.domain.catalog import Profile, default_profile_path
 from callgate.domain.codes import TERMINAL, Code
 from callgate.domain.scope import OPERATOR_ROLE, bound_id
 from callgate.ops.replay import replay
-from callgate.surfaces.gateway import is_final
 from callgate.surfaces.render import Renderer
 from callgate.surfaces.sdk import Gateway
 from callgate_projections.audit import VerifyResult
@@ -972,7 +971,7 @@ def _run(
     create_topics(app)
     fleet = Fleet(app, instances)
     fleet.start()
-    gate = Gateway(app, KafkaBackend(app))
+    gate = Gateway(app, app.kafka_backend())
     outbox = _Outbox(gate.backend.publish, rng)
     work = Workload(app, rng, outbox.send)
     progress = _Progress()

@@ -278,7 +278,7 @@ def _campaign(
     deployment.start_serve()
     # Each surface once before the faults (``callgate mcp`` creates its key at its first run).
     before = [deployment.probe(surface, None) for surface in SURFACES]
-    gate = Gateway(deployment.app, EmbeddedBackend(deployment.app))
+    gate = Gateway(deployment.app, deployment.app.embedded_backend())
     outbox = _RefusingOutbox(gate, rng, timeline)
     work = Workload(deployment.app, rng, outbox.send)
     probes = Probes(deployment, timeline)
@@ -287,7 +287,9 @@ def _campaign(
     peak = [0]
     try:
         probes.start()
-        driver = _Driver(gate, work, outbox, timeline, probes, ballast, out, _backlog(gate))
+        driver = _Driver(
+            gate, work, outbox, timeline, probes, ballast, out, _backlog(gate, deployment.app)
+        )
         driver.on_full = lambda: file_problems.extend(write_on_full_disk(deployment.state))
         driver.drive(n, hold_s, peak)
         probes.stop.set()
@@ -525,11 +527,11 @@ def _truncate_wals(state: Path) -> int:
     return held
 
 
-def _backlog(gate: Gateway) -> Callable[[], int]:
+def _backlog(gate: Gateway, app: App) -> Callable[[], int]:
     """How many rows of their inputs ``serve``'s processes have still to handle."""
     backend = gate.backend
     assert isinstance(backend, EmbeddedBackend)
-    readers = [(p.name, tuple(p.inputs)) for p in backend.app.processes()]
+    readers = [(p.name, tuple(p.inputs)) for p in app.processes()]
     return lambda: sum(backend.store.backlog(name, inputs) for name, inputs in readers)
 
 

@@ -12,8 +12,8 @@ The shape, chosen so that one runner drives deciders and projections on both bac
 - A projection emits ``ViewRecord`` s, not events: a record is the latest value of one key
   of one view (``value_json=None`` is a tombstone). On Kafka a view is a keyed, compacted
   topic; on the embedded backend a row of the ``views`` table (``StoreTx.put_view``).
-- ``Projection`` (below) implements ``callgate.domain.process.Process``: ``handle`` is ``project``
-  (ignoring ``now_ms``) and its outputs are ``ViewRecord`` s; timers, ``follow_up`` and
+- ``Projection`` (below) implements ``callgate.domain.process_port.Process``: ``handle`` is
+  ``project`` (ignoring ``now_ms``) and its outputs are ``ViewRecord`` s; timers, ``follow_up`` and
   ``recover`` do nothing. A runner commits the records, the key's state and the input
   position together, exactly as it commits a decider's events.
 - State is per partition key, like a decider's; ``dump_state`` is canonical JSON, so equal
@@ -29,7 +29,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.events import EVENT_TYPES, Event
-from callgate.domain.process import ViewRecord
+from callgate.domain.process_port import ViewRecord
 
 __all__ = [
     "EVENTS_TOPIC",

@@ -39,10 +39,13 @@ if TYPE_CHECKING:
     from callgate.adapters.embedded.runner import EmbeddedRunner
     from callgate.adapters.embedded.store import EmbeddedStore
     from callgate.adapters.jwks import RotatingKeys
+    from callgate.adapters.kafka.gateway import KafkaBackend
     from callgate.adapters.kafka.live import LiveKafkaBackend
     from callgate.adapters.kafka.runner import KafkaRunner
     from callgate.adapters.notify import Notifier, PendingReader, SlackInteractions
     from callgate.adapters.oidc import Discovery, OidcSignIn
+    from callgate.application.client import Gateway
+    from callgate.application.ports import Backend
     from callgate.config import ApprovalKeys, IssuerSettings
     from callgate.decider import Decider
     from callgate.domain.catalog import Profile
@@ -50,14 +53,14 @@ if TYPE_CHECKING:
     from callgate.domain.identity import SessionIssuer, SessionVerifier, TrustedIssuer
     from callgate.domain.keys import KeyRing
     from callgate.domain.policy import PolicyEngine
-    from callgate.domain.process import Process
+    from callgate.domain.process_port import Process
     from callgate.domain.redaction import Redactor
+    from callgate.executor.executor import Executor
     from callgate.executor.invocations import Invocations
-    from callgate.executor.process import Executor
+    from callgate.providers.channels import Channels
     from callgate.providers.ledger import EffectLedger
     from callgate.providers.metrics import ProviderMetrics
     from callgate.providers.registry import ProviderRegistry
-    from callgate.surfaces.gateway import Backend, Gateway
     from callgate.tracing import Tracing
 
 
@@ -240,10 +243,20 @@ class App:
         from callgate.providers.metrics import instrumented
         from callgate.providers.registry import ProviderRegistry, build_registry, default_context
 
-        context = default_context(lambda: self.ledger, self.settings.faults, self.profile)
+        context = default_context(
+            lambda: self.ledger, self.settings.faults, self.profile, self.channels
+        )
         built = build_registry(self.profile, context)
         _ = self.tracing  # installed first: provider calls and upstream requests continue it
         return ProviderRegistry(instrumented(p, self.provider_metrics) for p in built)
+
+    @cached_property
+    def channels(self) -> Channels:
+        """This process's channels from an upstream's call to the agent waiting for it:
+        the surface opens one per call, the MCP provider sends into it (ADR 0075)."""
+        from callgate.providers.channels import Channels
+
+        return Channels()
 
     @cached_property
     def provider_metrics(self) -> ProviderMetrics:
@@ -269,7 +282,7 @@ class App:
         )
 
     def executor(self) -> Executor:
-        from callgate.executor.process import Executor
+        from callgate.executor.executor import Executor
 
         return Executor(self.profile, self.providers)
 
@@ -308,25 +321,37 @@ class App:
     def backend(self) -> Backend:
         """The SDK's backend on the store the settings name (embedded by default)."""
         if self.settings.backend == "kafka":
-            from callgate.adapters.kafka.gateway import KafkaBackend
-
-            return KafkaBackend(self)
+            return self.kafka_backend()
         return self.embedded_backend()
 
     def embedded_backend(self) -> EmbeddedBackend:
+        """The SDK's backend on the settings' state directory; the runner it may run is
+        made here, on its first need."""
+        from callgate.adapters.avro_codec import AvroCodec
         from callgate.adapters.embedded.gateway import EmbeddedBackend
+        from callgate.adapters.embedded.store import EmbeddedStore
 
-        return EmbeddedBackend(self)
+        codec = AvroCodec.default()
+        store = EmbeddedStore(self.settings.state_dir, codec)
+        return EmbeddedBackend(
+            store, codec, lambda: self.embedded_runner(store, codec), self.tracing
+        )
+
+    def kafka_backend(self) -> KafkaBackend:
+        """The SDK's backend on the settings' Kafka deployment."""
+        from callgate.adapters.kafka.gateway import KafkaBackend
+
+        return KafkaBackend(self.settings, self.projections(), self.tracing)
 
     def live_kafka_backend(self) -> LiveKafkaBackend:
         """The HTTP server's read model on Kafka (view topics tailed continuously)."""
         from callgate.adapters.kafka.live import LiveKafkaBackend
 
-        return LiveKafkaBackend(self)
+        return LiveKafkaBackend(self.settings, self.projections(), self.tracing)
 
     def gateway(self) -> Gateway:
         """A client on the backend the settings name."""
-        from callgate.surfaces.gateway import Gateway
+        from callgate.application.client import Gateway
 
         return Gateway(self, self.backend())
 
@@ -336,7 +361,7 @@ class App:
         """The runner ``callgate serve`` drives on the embedded store (every process)."""
         from callgate.adapters.embedded.layout import take_over_earlier_layout
         from callgate.adapters.embedded.runner import EmbeddedRunner
-        from callgate.domain.process import ReadsControl
+        from callgate.domain.process_port import ReadsControl
         from callgate.executor.invocations import Invocations
 
         def seeded(processes: Sequence[Process[Any]]) -> Sequence[Process[Any]]:

@@ -92,7 +92,7 @@ def serve_line(log_format: LogFormat, event: str, message: str, **fields: Any) -
 
 
 class _ViewRecord(Protocol):
-    """``callgate.domain.process.ViewRecord`` as far as this module reads it."""
+    """``callgate.domain.process_port.ViewRecord`` as far as this module reads it."""
 
     @property
     def view(self) -> str: ...

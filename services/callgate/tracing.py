@@ -22,14 +22,14 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from callgate.domain import events as ev
-from callgate.domain.process import ViewRecord
+from callgate.domain.process_port import ViewRecord
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Span
 
-    from callgate.domain.process import Output
+    from callgate.domain.process_port import Output
 
 TRACEPARENT = "traceparent"
 # Invocations whose context a runner keeps for inputs that arrive without one (an

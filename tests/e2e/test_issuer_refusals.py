@@ -28,9 +28,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.rsa import generate_private_key
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from callgate.application.client import Gateway
 from callgate.bootstrap import Settings
 from callgate.domain.scope import OPERATOR_ROLE
-from callgate.surfaces.gateway import Gateway
 from callgate.surfaces.sdk import connect
 from tests.jwks_server import KeyServer
 

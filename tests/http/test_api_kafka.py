@@ -16,7 +16,6 @@ from typing import Any
 import httpx
 import pytest
 
-from callgate.adapters.kafka.live import LiveKafkaBackend
 from callgate.bootstrap import Settings, bootstrap
 from callgate.domain import events as ev
 from callgate.domain.canonical import partition_key
@@ -145,7 +144,7 @@ def test_the_live_backend_follows_requests_in_memory(server: HttpServe) -> None:
         dev=True,
     )
     app = bootstrap(settings)
-    live = LiveKafkaBackend(app)
+    live = app.live_kafka_backend()
     live.start()
     try:
         wait_until(lambda: live.caught_up, 60, "the tail to catch up")

@@ -40,7 +40,7 @@ from callgate.domain.events import (
     ExecutionUncertain,
     ProposalRejected,
 )
-from callgate.domain.process import Output, Process, ViewRecord
+from callgate.domain.process_port import Output, Process, ViewRecord
 
 CODEC = AvroCodec.default()
 REPO = Path(__file__).resolve().parents[2]

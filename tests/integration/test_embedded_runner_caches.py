@@ -23,7 +23,7 @@ from callgate.adapters.embedded.store import EmbeddedStore
 from callgate.bootstrap import Settings, bootstrap
 from callgate.domain.canonical import state_json
 from callgate.domain.events import ApprovalExpired, Event, ExecutionStarted
-from callgate.domain.process import Output, Process, ViewRecord
+from callgate.domain.process_port import Output, Process, ViewRecord
 from callgate_projections import keeps_states_immutable
 
 CODEC = AvroCodec.default()

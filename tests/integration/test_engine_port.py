@@ -43,7 +43,7 @@ from callgate.domain.events import (
     ExecutionStarted,
     ToolCallProposed,
 )
-from callgate.domain.process import Output
+from callgate.domain.process_port import Output
 
 CODEC = AvroCodec.default()
 NOW = 1_700_000_000_000

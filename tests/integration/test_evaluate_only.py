@@ -13,11 +13,11 @@ import pytest
 from tests.e2e.helpers import cg
 from tests.limits_support import TICKET_LIMIT, limited_profile
 
+from callgate.application.client import Gateway
 from callgate.bootstrap import App, Settings, bootstrap
 from callgate.domain import events as ev
 from callgate.domain.canonical import partition_key
 from callgate.domain.scope import OPERATOR_ROLE, bound_id
-from callgate.surfaces.gateway import Gateway
 
 TICKET = {"title": "printer", "requester_id": "alice"}
 

@@ -26,7 +26,7 @@ from callgate.adapters.avro_codec import AvroCodec
 from callgate.adapters.embedded.runner import EmbeddedRunner
 from callgate.adapters.embedded.store import EmbeddedStore
 from callgate.domain.events import Event, ExecutionStarted, ExecutionUncertain
-from callgate.domain.process import Output
+from callgate.domain.process_port import Output
 
 CODEC = AvroCodec.default()
 NO_LIMIT = 2**30

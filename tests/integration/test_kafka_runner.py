@@ -77,7 +77,7 @@ from callgate.domain.events import (
     ExecutionStarted,
     ProposalRejected,
 )
-from callgate.domain.process import Output, Process
+from callgate.domain.process_port import Output, Process
 
 CODEC = AvroCodec.default()
 REPO = Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from callgate.application.client import Gateway
 from callgate.bootstrap import App, Settings, bootstrap
-from callgate.surfaces.gateway import Gateway
 from callgate.tracing import Tracing
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from tests.limits_support import REFUND_LIMIT, TICKET_LIMIT, limited_profile, refund
 
+from callgate.application.client import Gateway
 from callgate.bootstrap import App, Settings, bootstrap
 from callgate.domain import events as ev
 from callgate.domain.canonical import partition_key
 from callgate.domain.scope import bound_id
-from callgate.surfaces.gateway import Gateway
 
 
 class Limited:

@@ -25,8 +25,10 @@ PACKAGES = {
 }
 
 # Lowest first. The longest matching prefix names a module's layer.
-DOMAIN, CORE, SHELL, SURFACE, ROOT_LAYER, ENTRY = range(6)
-LAYER_NAMES = ("domain", "core", "shell", "surfaces", "composition root", "entry points")
+DOMAIN, CORE, SHELL, APPLICATION, SURFACE, ROOT_LAYER, ENTRY = range(7)
+LAYER_NAMES = (
+    "domain", "core", "shell", "application", "surfaces", "composition root", "entry points"
+)  # fmt: skip
 LAYERS: dict[str, int] = {
     "callgate": DOMAIN,  # the package itself (its version)
     "callgate.domain": DOMAIN,  # pure: values, rules, vocabulary
@@ -43,6 +45,7 @@ LAYERS: dict[str, int] = {
     "callgate.gc_settings": SHELL,
     "callgate.stopping": SHELL,  # signals to a stop event, no lock in the handler
     "callgate.sqlite": SHELL,
+    "callgate.application": APPLICATION,  # the use cases over their ports
     "callgate.surfaces": SURFACE,
     "callgate.bootstrap": ROOT_LAYER,
     # Entry points: each turns an invocation into a wired application (they call the root).
@@ -54,7 +57,6 @@ LAYERS: dict[str, int] = {
     "callgate.surfaces.mcp.serve": ENTRY,
     "callgate.ops": ENTRY,  # commands' work: demo
     "callgate.ops.replay": SURFACE,  # folds a gateway's log (``records rebuild``)
-    "callgate.ops.simulate": SURFACE,  # policy simulation over a gateway's log
 }
 PURE = (DOMAIN, CORE)
 # What a pure module may not import or call: files, processes, sockets, the environment.
@@ -302,3 +304,70 @@ def figures() -> str:
 
 if __name__ == "__main__":
     print(figures())
+
+
+# Module-level values that are not state: the constructors of immutable values.
+IMMUTABLE_CALLS = frozenset({"MappingProxyType", "Path", "TypeVar", "NewType", "TypeAdapter"})
+
+
+@cache
+def frozen_classes() -> frozenset[str]:
+    """The classes of the packages whose instances cannot change: frozen dataclasses."""
+    found = set()
+    for _, _, tree in trees():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for deco in node.decorator_list:
+                if isinstance(deco, ast.Call) and any(
+                    k.arg == "frozen" and isinstance(k.value, ast.Constant) and k.value.value
+                    for k in deco.keywords
+                ):
+                    found.add(node.name)
+    return frozenset(found)
+
+
+def module_state() -> dict[str, set[str]]:
+    """Each module's top-level names bound to a constructed object (``X = Thing()``): a
+    registry, a lock, a cache, anything a caller could change for every other caller."""
+    found: dict[str, set[str]] = {}
+    for module, _, tree in trees():
+        for node in tree.body:
+            if not isinstance(node, ast.Assign | ast.AnnAssign) or node.value is None:
+                continue
+            value = node.value
+            if not isinstance(value, ast.Call | ast.Dict | ast.List | ast.Set):
+                continue
+            if isinstance(value, ast.Call):
+                func = value.func
+                called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                immutable = IMMUTABLE_CALLS | frozen_classes()
+                if called in immutable or not called[:1].isupper():
+                    continue
+            else:
+                continue  # literal tables: read-only by convention, checked by review
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = {t.id for t in targets if isinstance(t, ast.Name)}
+            found.setdefault(module, set()).update(names)
+    return found
+
+
+def shared_state_across_layers() -> list[str]:
+    state = module_state()
+    shared = []
+    for module, path, tree in trees():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            for name in _imported_names(module, path, node):
+                owner, _, attr = name.rpartition(".")
+                if attr in state.get(owner, ()) and layer_of(owner) != layer_of(module):
+                    shared.append(f"{module}:{node.lineno} imports {owner}.{attr}")
+    return shared
+
+
+def test_no_module_global_links_two_layers() -> None:
+    """A registry or cache at module level shared by two layers is a hidden port: the
+    composition root makes such an object and hands it to both (the channels to waiting
+    agents, ADR 0075)."""
+    assert shared_state_across_layers() == []

@@ -6,8 +6,8 @@ import asyncio
 import threading
 from pathlib import Path
 
+from callgate.application.client import Gateway
 from callgate.bootstrap import Settings, bootstrap
-from callgate.surfaces.gateway import Gateway
 from callgate.surfaces.mcp.bridge import GatewayBridge
 
 

@@ -44,7 +44,7 @@ from callgate.domain.events import (
     ReplayServed,
     ToolCallProposed,
 )
-from callgate.domain.process import Process
+from callgate.domain.process_port import Process
 from callgate_projections import Projection, ViewRecord, fold_log, materialize
 from callgate_projections.audit import (
     GENESIS,

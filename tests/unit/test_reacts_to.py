@@ -1,7 +1,7 @@
 """``reacts_to``: a process's declared event types are exactly those ``handle`` acts on.
 
 Runners skip loading state and calling ``handle`` for any other event
-(``callgate.domain.process.reacts_to``). That is only sound if ``handle`` leaves the state (as
+(``callgate.domain.process_port.reacts_to``). That is only sound if ``handle`` leaves the state (as
 bytes) unchanged and emits nothing for those events, whatever state it is given; this folds
 a log that holds every event type through each declaring process, key by key, and checks
 every skipped event against the state the process had reached at that point.
@@ -17,7 +17,7 @@ from tests.harness import Gate, write_profile
 from tests.unit.test_freeze import freeze_event
 
 from callgate.domain import events as ev
-from callgate.domain.process import Process, reacts_to
+from callgate.domain.process_port import Process, reacts_to
 from callgate.executor.invocations import Invocations
 
 TICKET: dict[str, Any] = {"title": "Printer on fire", "requester_id": "alice"}

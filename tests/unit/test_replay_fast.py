@@ -34,7 +34,7 @@ from callgate.domain.events import (
     PolicyDecided,
     ToolCallProposed,
 )
-from callgate.domain.process import Process, ViewRecord
+from callgate.domain.process_port import Process, ViewRecord
 from callgate.ops.replay import Table, _Unshardable, fold, merge, rebuild, rebuild_sharded
 from callgate_projections import LOG_EVENTS, Projection
 from callgate_projections.audit import AuditProjection, AuditState, verify_chain

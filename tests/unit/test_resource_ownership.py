@@ -16,8 +16,8 @@ from pathlib import Path
 from tests.harness import Gate, write_profile
 
 from callgate.domain import events as ev
+from callgate.executor.executor import DescriptionCache
 from callgate.executor.invocations import Invocations
-from callgate.executor.process import DescriptionCache
 from callgate.providers.base import ResourceDescription
 
 TICKET = {"title": "Printer on fire", "requester_id": "alice"}

@@ -17,7 +17,7 @@ from tests.unit.test_projections import logs  # every ``events`` type, fields dr
 
 from callgate.bootstrap import App, Settings, bootstrap
 from callgate.domain.events import Event
-from callgate.domain.process import Process
+from callgate.domain.process_port import Process
 from callgate_projections import keeps_states_immutable
 
 NOW = 1_800_000_000_000

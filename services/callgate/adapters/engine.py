@@ -36,7 +36,7 @@ from callgate.adapters.failures import (
 from callgate.adapters.unit_of_work import Read, UnitOfWork
 from callgate.domain.codes import Code
 from callgate.domain.events import Event, EventDeadLettered
-from callgate.domain.process import Output, Process
+from callgate.domain.process_port import Output, Process
 
 if TYPE_CHECKING:
     from callgate.tracing import Tracing

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from callgate.adapters.engine import dropped, follow_up_round, react, reacts
 from callgate.domain.events import Event
-from callgate.domain.process import Output, Process, ViewRecord, reacts_to
+from callgate.domain.process_port import Output, Process, ViewRecord, reacts_to
 
 CrashMode = Literal["before", "after"]
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from callgate.domain.events import Event
-from callgate.domain.process import Output, Process, ViewRecord
+from callgate.domain.process_port import Output, Process, ViewRecord
 
 K = TypeVar("K", bound=Hashable)
 R = TypeVar("R")

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from callgate.adapters.embedded.store import EmbeddedStore
     from callgate.adapters.kafka.runner import KafkaRunner
     from callgate.domain.keys import KeyRing
-    from callgate.domain.process import Process
+    from callgate.domain.process_port import Process
     from callgate.settings import Clock, Settings
     from callgate.tracing import Tracing
 

@@ -18,7 +18,7 @@ Only ``Decider`` and ``DeciderDeps`` are the package's interface; its state live
   ``outcomes`` (a retry names the approval it completes)
 - C10 catalog, not prompt: ``proposals`` (tool spec from ``deps.profile``), ``deps``
 - C11 approval artifacts, short-lived and bound: ``approvals`` (grant, sign, check),
-  ``process`` (``due``: expiry timers)
+  ``decider`` (``due``: expiry timers)
 - C12 failures: ``proposals`` (``tool_forbidden`` never reaches a provider),
   ``outcomes`` (uncertain → reconcile → execute once), ``idempotency`` (reconcile
   before a same-key retry)
@@ -26,11 +26,11 @@ Only ``Decider`` and ``DeciderDeps`` are the package's interface; its state live
 - V2 swapped arguments → ``approval_mismatch``, one side effect: ``approvals``
   (``require_match``), ``outcomes`` (dry-run hash), ``idempotency`` (replay)
 
-The other modules: ``process`` (the ``Decider`` class: Process protocol, ``reacts_to``,
+The other modules: ``decider`` (the ``Decider`` class: Process protocol, ``reacts_to``,
 ``handle`` dispatch, ``due`` timers) and ``emitter`` (follow-on event envelopes).
 """
 
+from callgate.decider.decider import Decider
 from callgate.decider.deps import DeciderDeps
-from callgate.decider.process import Decider
 
 __all__ = ["Decider", "DeciderDeps"]

@@ -10,7 +10,7 @@ from typing import Any
 
 from callgate.domain import events as ev
 from callgate.domain.canonical import derive_id
-from callgate.domain.process import Output
+from callgate.domain.process_port import Output
 
 PRODUCER = "decider"
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from callgate.domain import events as ev
 from callgate.domain.canonical import derive_id, state_json
-from callgate.domain.process import Output
+from callgate.domain.process_port import Output
 from callgate.domain.usage import Book, changed
 
 PRODUCER = "usage"
@@ -48,7 +48,7 @@ class Usage:
     reacts_to: frozenset[type[ev.Event]] = frozenset(
         {ev.UsageReserveRequested, ev.UsageCommitted, ev.UsageReleased, ev.UsageLimitChanged}
     )
-    # The invocation that asks waits for the answer (``callgate.domain.process.answered_by``).
+    # The invocation that asks waits for the answer (``callgate.domain.process_port.answered_by``).
     answers: frozenset[type[ev.Event]] = frozenset({ev.UsageReserveRequested})
 
     def initial_state(self) -> UsageState:

@@ -188,7 +188,7 @@ class Unanswerable(Rejection):
 # SQLite ledger): the runner retries the input (``callgate.adapters.failures``). Any other
 # exception out of a provider, or an answer that canonical JSON cannot hold (NaN, a number
 # past 2^53, nesting past the limits), is the provider misbehaving: the executor answers it
-# like a failure of that call (``callgate.executor.process``), never by retrying forever.
+# like a failure of that call (``callgate.executor.executor``), never by retrying forever.
 INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
     sqlite3.OperationalError,

@@ -34,11 +34,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from callgate.decider.process import Decider
+from callgate.decider.decider import Decider
 from callgate.decider.state import DeciderState, state_from
 from callgate.domain import events as ev
-from callgate.domain.process import Output
-from callgate.executor.process import Executor, ExecutorState, executor_state_from
+from callgate.domain.process_port import Output
+from callgate.executor.executor import Executor, ExecutorState, executor_state_from
 
 # The processes of the layout before this one, whose states ``invocations`` holds: a
 # deployment they ran is taken over (embedded) or refused (Kafka), never started afresh.

@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
 from callgate.domain.events import Event
-from callgate.domain.process import Process, ViewRecord, reacts_to
+from callgate.domain.process_port import Process, ViewRecord, reacts_to
 
 if TYPE_CHECKING:
     from callgate.adapters.embedded.store import EmbeddedStore, EventCodec
-    from callgate.surfaces.gateway import Gateway
+    from callgate.application.client import Gateway
     from callgate.surfaces.render import Renderer
 
 T = TypeVar("T")

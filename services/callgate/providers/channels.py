@@ -141,7 +141,3 @@ def _finite(value: object) -> bool:
         and value == value
         and abs(value) != float("inf")
     )
-
-
-# The channels of this process (like ``tracing``'s active tracer: process-wide by nature).
-CHANNELS = Channels()

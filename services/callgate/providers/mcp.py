@@ -44,7 +44,7 @@ from callgate.providers.base import (
     ProviderTimeout,
     UpstreamRefused,
 )
-from callgate.providers.channels import CHANNELS, Bound, Unanswered
+from callgate.providers.channels import Bound, Channels, Unanswered
 from callgate.providers.upstream_tokens import UpstreamTokenConfig, UpstreamTokens
 from callgate.tracing import outgoing
 
@@ -441,10 +441,19 @@ class McpUpstream:
 class McpProvider:
     """The provider interface over one upstream; ``tools`` are its catalog entries."""
 
-    def __init__(self, name: str, upstream: McpUpstream, tools: Mapping[str, ToolSpec]) -> None:
+    def __init__(
+        self,
+        name: str,
+        upstream: McpUpstream,
+        tools: Mapping[str, ToolSpec],
+        channels: Channels | None = None,
+    ) -> None:
+        """``channels``: this process's channels to the agents waiting for their calls
+        (the composition root's; a provider without any relays nothing)."""
         self.name = name
         self.upstream = upstream
         self.tools = dict(tools)
+        self.channels = channels if channels is not None else Channels()
 
     def close(self) -> None:
         self.upstream.close()
@@ -452,7 +461,7 @@ class McpProvider:
     def routing(self, tools: Mapping[str, ToolSpec]) -> McpProvider:
         """This provider with other catalog entries (a policy version's), on the same
         upstream connection (closed by the original)."""
-        return McpProvider(self.name, self.upstream, tools)
+        return McpProvider(self.name, self.upstream, tools, self.channels)
 
     def _authorization(self) -> str | None:
         """The call's ``Authorization`` value when the upstream takes a token obtained per
@@ -484,7 +493,7 @@ class McpProvider:
     ) -> ExecutionResult:
         spec = self._spec(tool)
         meta = {META_IDEMPOTENCY_KEY: token, META_INVOCATION_ID: invocation_id, META_TENANT: tenant}
-        channel = CHANNELS.of(invocation_id)  # the agent waiting in this process, if any
+        channel = self.channels.of(invocation_id)  # the agent waiting in this process, if any
         if spec.upstream_method != "tools/call":  # a read of a resource or a prompt
             return ExecutionResult(self._read(spec, args, channel))
         return ExecutionResult(

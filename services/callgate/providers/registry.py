@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from callgate.domain.catalog import Profile, ProfileError
 from callgate.providers.base import Provider
+from callgate.providers.channels import Channels
 from callgate.providers.http import HttpProvider
 from callgate.providers.ledger import EffectLedger
 from callgate.providers.secrets import Secret
@@ -135,6 +136,7 @@ class BuildContext:
     environ: Mapping[str, str]
     profile_dir: Path
     profile: Profile | None = None  # the catalog an upstream's tools come from (mcp)
+    channels: Channels = field(default_factory=Channels)  # to agents waiting here (mcp)
 
 
 class ProviderKind(Protocol):
@@ -238,7 +240,7 @@ class McpKind:
         upstream = McpUpstream(name, config, tokens)
         catalog = context.profile.tools if context.profile is not None else {}
         tools = {t: spec for t, spec in catalog.items() if spec.provider == name}
-        return McpProvider(name, upstream, tools)
+        return McpProvider(name, upstream, tools, context.channels)
 
 
 PROVIDER_KINDS: tuple[ProviderKind, ...] = (SimulatedKind(), HttpKind(), McpKind())
@@ -288,7 +290,10 @@ def build_registry(
 
 
 def default_context(
-    ledger: Callable[[], EffectLedger], faults: Mapping[str, Any], profile: Profile
+    ledger: Callable[[], EffectLedger],
+    faults: Mapping[str, Any],
+    profile: Profile,
+    channels: Channels | None = None,
 ) -> BuildContext:
     return BuildContext(
         ledger=ledger,
@@ -296,4 +301,5 @@ def default_context(
         environ=os.environ,
         profile_dir=profile.source.parent,
         profile=profile,
+        channels=channels if channels is not None else Channels(),
     )

@@ -11,7 +11,7 @@ from typing import Any
 
 from callgate.config import redacted
 from callgate.domain.keys import algorithm_of
-from callgate.surfaces.gateway import Surface
+from callgate.surfaces.ports import Surface
 
 
 def effective_configuration(app: Surface) -> dict[str, Any]:

@@ -7,18 +7,17 @@
     answer = gate.propose(session=token, tool="tickets.read", args={"ticket_id": "T-1"})
     answer["outcome"]  # "executed"
 
-A ``Gateway`` (``callgate.surfaces.gateway``) publishes request events and reads the
+A ``Gateway`` (``callgate.application.client``) publishes request events and reads the
 projections; it never decides anything itself: identity comes from the session token the
 decider verifies (C6). This module is an entry point: ``connect`` wires one.
 """
 
 from __future__ import annotations
 
+from callgate.application.client import Gateway as Gateway
+from callgate.application.client import wait_until as wait_until
+from callgate.application.ports import Backend as Backend
 from callgate.bootstrap import App, Settings, bootstrap
-from callgate.surfaces.gateway import Backend as Backend
-from callgate.surfaces.gateway import Gateway as Gateway
-from callgate.surfaces.gateway import _route as _route
-from callgate.surfaces.gateway import wait_until as wait_until
 
 
 def connect(settings: Settings, app: App | None = None) -> Gateway:

@@ -19,16 +19,27 @@ from callgate.adapters.embedded.full_disk import retry_delay
 from callgate.adapters.embedded.runner import EmbeddedRunner
 from callgate.adapters.embedded.store import EmbeddedStore
 from callgate.adapters.following import follow_view
-from callgate.adapters.wiring import Wiring
 from callgate.domain.codes import Code, Rejection, storage_failure
 from callgate.domain.events import Event
+from callgate.tracing import Tracing
 
 
 class EmbeddedBackend:
-    def __init__(self, app: Wiring) -> None:
-        self.app = app
-        self.codec = AvroCodec.default()
-        self.store = EmbeddedStore(app.settings.state_dir, self.codec)
+    """The client's backend on one state directory's store. ``runner`` makes the runner
+    this client runs when no server holds the lock (made on first need: a client of a
+    running server never builds the processes); ``tracing``: spans, or None."""
+
+    def __init__(
+        self,
+        store: EmbeddedStore,
+        codec: AvroCodec,
+        runner: Callable[[], EmbeddedRunner],
+        tracing: Tracing | None = None,
+    ) -> None:
+        self.codec = codec
+        self.store = store
+        self._make_runner = runner
+        self._tracing = tracing
         # One thread of this process runs the runner at a time; another one waits as it
         # would for a server (the runner lock is the process's, not the thread's: a second
         # thread running it would release it under the first).
@@ -36,13 +47,13 @@ class EmbeddedBackend:
 
     @cached_property
     def runner(self) -> EmbeddedRunner:
-        return self.app.embedded_runner(self.store, self.codec)
+        return self._make_runner()
 
     def publish(self, events: Sequence[Event]) -> None:
         """Append ``events``; traced, with the current span's context (the proposal's).
         ``storage_unavailable`` when the disk refuses the write: nothing was appended (the
         transaction is atomic), so the caller may send the same request again (ADR 0084)."""
-        tracing = self.app.tracing
+        tracing = self._tracing
         try:
             self.store.append(events, None if tracing is None else tracing.current())
         except Exception as exc:

@@ -18,7 +18,7 @@ from typing import Any
 from callgate.adapters.embedded.runner import EmbeddedRunner
 from callgate.adapters.embedded.store import EmbeddedStore, StoreTx
 from callgate.domain.codes import Code, Rejection
-from callgate.domain.process import Process
+from callgate.domain.process_port import Process
 from callgate.executor.invocations import EARLIER_LAYOUT, Invocations
 
 PAGE = 1_000

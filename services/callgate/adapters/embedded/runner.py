@@ -1,4 +1,4 @@
-"""The embedded runner: executes ``callgate.domain.process.Process`` implementations over the store.
+"""The embedded runner: executes processes (``callgate.domain.process_port``) over the store.
 
 One set of processes, two runners (docs/contract.md "Backends"): this one reads the SQLite log
 instead
@@ -58,7 +58,7 @@ from callgate.adapters.engine import (
 )
 from callgate.adapters.unit_of_work import STATE_CACHE_KEYS, Change, StateCache, UnitOfWork
 from callgate.domain.events import Event
-from callgate.domain.process import Output, Process, ViewRecord, answered_by, reacts_to
+from callgate.domain.process_port import Output, Process, ViewRecord, answered_by, reacts_to
 from callgate_projections import keeps_states_immutable
 
 if TYPE_CHECKING:
@@ -445,7 +445,7 @@ class EmbeddedRunner:
     def _steps(self, tx: StoreTx, units: Sequence[_Unit], now: int) -> int:
         """Each process's due timers and one batch of its inputs, in order, in the round's
         transaction. When a process appends what one before it answers (the invocations
-        asking a limit's usage, ADR 0079: ``callgate.domain.process.answered_by``), the round
+        asking a limit's usage, ADR 0079: ``callgate.domain.process_port.answered_by``), the round
         goes back to that one at once and on in order from there, so the asking process
         takes the answer before the processes after it (the projections) run. At most
         ``PASSES_BACK`` times; what is left waits for the next round. The outputs are those

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from callgate.adapters.embedded.store import EmbeddedStore
-from callgate.domain.process import Process
+from callgate.domain.process_port import Process
 
 
 class EmbeddedStats:

@@ -44,12 +44,13 @@ from callgate.adapters.kafka.client import (
     publish,
     read_partitions_to_end,
 )
-from callgate.adapters.kafka.serve import views_of
+from callgate.adapters.kafka.serve import writers_of
 from callgate.adapters.kafka.topics import Topics
 from callgate.adapters.view_codec import ViewCodec
-from callgate.adapters.wiring import Wiring
 from callgate.domain.events import Event
-from callgate.domain.process import Process, ViewRecord
+from callgate.domain.process_port import Process, ViewRecord
+from callgate.settings import Settings
+from callgate.tracing import Tracing
 
 # The follower of a call in flight asks for new records this often at most. A
 # ``read_committed`` fetch that the broker parks is not answered when a transaction's
@@ -71,11 +72,19 @@ _READER = {
 
 
 class KafkaBackend:
-    def __init__(self, app: Wiring) -> None:
-        settings = app.settings
+    """The client's backend on a Kafka deployment: ``settings`` name it, ``projections``
+    write the views it reads; ``tracing``: spans, or None."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        projections: Sequence[Process[Any]],
+        tracing: Tracing | None = None,
+    ) -> None:
         if not settings.bootstrap_servers:
             raise ValueError("the Kafka backend needs bootstrap servers")
-        self.app = app
+        self._projections = list(projections)
+        self._tracing = tracing
         self.bootstrap = settings.brokers
         self.timeout_s = settings.timeout_s
         # Fail fast and coded (``broker_unavailable``) when no broker answers, instead of
@@ -88,7 +97,7 @@ class KafkaBackend:
         self.views = ViewCodec.default()
         timeouts: dict[str, Any] = {"message.timeout.ms": max(1000, int(self.timeout_s * 1000))}
         self._producer = make_producer(self.bootstrap, None, **timeouts)
-        self._writers = views_of(app)
+        self._writers = writers_of(self._projections)
         self._tables: dict[str, dict[str, str]] = {}  # opened views: key -> canonical JSON
         self._by_topic = {self.topics.view(v): v for v in self._writers}
         self._consumer: Consumer | None = None
@@ -105,7 +114,7 @@ class KafkaBackend:
 
     def _trace(self) -> str | None:
         """The current span's context (the proposal's), for the records' header."""
-        tracing = self.app.tracing
+        tracing = self._tracing
         return None if tracing is None else tracing.current()
 
     # -- following one request -------------------------------------------------------------
@@ -200,7 +209,7 @@ class KafkaBackend:
         return self._offsets
 
     def _projection(self, view: str) -> Process[Any]:
-        for projection in self.app.projections():
+        for projection in self._projections:
             if view in getattr(projection, "views", ()):
                 return projection
         raise ValueError(f"no projection writes view {view!r}")

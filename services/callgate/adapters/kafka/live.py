@@ -27,16 +27,22 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from callgate.adapters.following import follow_view
 from callgate.adapters.kafka.client import client_config, fetched, make_admin, position
 from callgate.adapters.kafka.gateway import KafkaBackend, _obj
-from callgate.adapters.wiring import Wiring
 from callgate.domain.events import Event
-from callgate.domain.process import Process
+from callgate.domain.process_port import Process
+from callgate.settings import Settings
+from callgate.tracing import Tracing
 
 log = logging.getLogger("callgate.http")
 
 
 class LiveKafkaBackend(KafkaBackend):
-    def __init__(self, app: Wiring) -> None:
-        super().__init__(app)
+    def __init__(
+        self,
+        settings: Settings,
+        projections: Sequence[Process[Any]],
+        tracing: Tracing | None = None,
+    ) -> None:
+        super().__init__(settings, projections, tracing)
         self._views: dict[str, dict[str, str]] = {v: {} for v in self._writers}
         self._changed = threading.Condition()
         self._stop = threading.Event()

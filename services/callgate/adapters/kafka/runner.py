@@ -1,4 +1,4 @@
-"""The Kafka runner: executes one ``callgate.domain.process.Process`` exactly once per input record.
+"""The Kafka runner: runs one process (``domain.process_port``) exactly once per input record.
 
 One set of processes, two runners (docs/contract.md "Backends"): this one reads Kafka topics and
 commits with Kafka transactions; ``callgate.adapters.embedded`` does the same over SQLite.
@@ -106,7 +106,7 @@ from callgate.adapters.kafka.topics import (
 from callgate.adapters.kafka.watchdog import Watchdog
 from callgate.adapters.unit_of_work import StateCache, UnitOfWork
 from callgate.adapters.view_codec import ViewCodec, ViewEncoder
-from callgate.domain.process import Output, Process, ViewRecord, reacts_to
+from callgate.domain.process_port import Output, Process, ViewRecord, reacts_to
 from callgate.tracing import TRACEPARENT
 from callgate_projections import keeps_states_immutable
 

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException
 
@@ -31,6 +31,7 @@ from callgate.adapters.kafka.topics import Topics, ensure_topics, replication_fo
 from callgate.adapters.kafka.worker import LOG_FORMAT_ENV, VERBOSE_ENV, consumer_overrides
 from callgate.adapters.wiring import Wiring
 from callgate.domain.codes import Code, Rejection
+from callgate.domain.process_port import Process
 from callgate.logs import serve_line
 from callgate.settings import Settings, SettingsError
 
@@ -42,7 +43,12 @@ RETRY_MAX_S = 30.0  # the longest wait between two attempts to reach the broker
 
 def views_of(app: Wiring) -> dict[str, str]:
     """view name -> the process that writes it."""
-    return {view: p.name for p in app.projections() for view in getattr(p, "views", ())}
+    return writers_of(app.projections())
+
+
+def writers_of(projections: Sequence[Process[Any]]) -> dict[str, str]:
+    """view name -> the projection of ``projections`` that writes it."""
+    return {view: p.name for p in projections for view in getattr(p, "views", ())}
 
 
 def refuse_earlier_layout(topics: Topics, existing: set[str]) -> None:

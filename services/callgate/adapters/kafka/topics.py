@@ -40,7 +40,7 @@ HEADER_TENANT = "cg-tenant"
 
 
 class NamedProcess(Protocol):
-    """What the topic layout needs to know of a process (``domain.process.Process`` fits)."""
+    """What the topic layout needs to know of a process (``domain.process_port.Process`` fits)."""
 
     @property
     def name(self) -> str: ...

@@ -28,7 +28,7 @@ from callgate.adapters.kafka.global_input import GlobalInput
 from callgate.adapters.kafka.topics import Topics
 from callgate.adapters.kafka.watchdog import Watchdog
 from callgate.adapters.wiring import Wiring
-from callgate.domain.process import ReadsControl
+from callgate.domain.process_port import ReadsControl
 from callgate.gc_settings import apply_gc_settings
 from callgate.logs import SettledLog
 from callgate.settings import Settings

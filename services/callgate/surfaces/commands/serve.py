@@ -57,7 +57,7 @@ def _watch_pins(ctx: Context, stop: threading.Event) -> None:
     made in its thread once serve holds the runner."""
     from functools import cache
 
-    from callgate.surfaces import pinning
+    from callgate.application import pinning
 
     gateway = cache(ctx.gateway)  # made on the watcher's thread, at its first check
     app = ctx.app

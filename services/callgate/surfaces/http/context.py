@@ -11,8 +11,8 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from callgate.application.client import Gateway
 from callgate.domain.identity import SessionVerifier
-from callgate.surfaces.gateway import Gateway
 from callgate.surfaces.http.metrics import ApiMetrics, PendingSource, ServiceStats
 
 __all__ = ["HttpOptions", "PendingSource", "ServerContext", "ServiceStats"]

@@ -17,9 +17,9 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from callgate.application.client import Gateway
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.principal import Principal
-from callgate.surfaces.gateway import Gateway
 from callgate.surfaces.http.context import ServerContext
 
 bearer = HTTPBearer(auto_error=False, description="A callgate session token")

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from callgate.surfaces.gateway import Backend
+from callgate.application.ports import Backend
 
 log = logging.getLogger("callgate.http")
 

@@ -17,10 +17,12 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from callgate.application.answers import final_answer
+from callgate.application.client import Gateway
+from callgate.application.ports import Backend
 from callgate.bootstrap import App
 from callgate.domain.codes import Code
 from callgate.logs import SettledLog, StorageLog, serve_line
-from callgate.surfaces.gateway import Backend, Gateway, final_answer
 from callgate.surfaces.http.context import HttpOptions, ServerContext, ServiceStats
 from callgate.surfaces.http.feed import PendingFeed
 from callgate.surfaces.http.metrics import ApiMetrics, LimitUsageCollector

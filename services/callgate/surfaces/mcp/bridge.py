@@ -17,8 +17,9 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from callgate.application.client import Gateway
 from callgate.providers.channels import Channel
-from callgate.surfaces.gateway import Gateway, Surface
+from callgate.surfaces.ports import Surface
 
 T = TypeVar("T")
 

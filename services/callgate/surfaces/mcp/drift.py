@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from callgate.surfaces.gateway import Surface
+from callgate.surfaces.ports import Surface
 
 
 def schema_drift(catalog: Mapping[str, Any], upstream: Mapping[str, Any]) -> list[str]:

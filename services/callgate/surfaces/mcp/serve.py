@@ -22,9 +22,9 @@ from mcp.shared.message import SessionMessage
 from mcp.types import jsonrpc_message_adapter as _adapter
 from starlette.responses import JSONResponse
 
+from callgate.application import pinning
 from callgate.bootstrap import App
 from callgate.domain.codes import Rejection
-from callgate.surfaces import pinning
 from callgate.surfaces.mcp.bridge import GatewayBridge
 from callgate.surfaces.mcp.server import McpOptions, build_server
 from callgate.surfaces.strict_body import StrictJsonBody, check_body, jsonrpc_refusal

@@ -31,11 +31,11 @@ import mcp.types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
+from callgate.application.answers import final_answer, is_final
 from callgate.domain.canonical import canonical_json
 from callgate.domain.catalog import Confirmation
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.principal import Principal
-from callgate.surfaces.gateway import final_answer, is_final
 from callgate.surfaces.mcp.bridge import GatewayBridge
 from callgate.surfaces.mcp.channel import Asked, level_of, progress_token_of, propose_relayed
 from callgate.surfaces.mcp.passed_on import passed_on

@@ -31,9 +31,10 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
 from pydantic import Field
 
+from callgate.application.answers import final_answer
+from callgate.application.client import Gateway
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.principal import Principal
-from callgate.surfaces.gateway import Gateway, final_answer
 from callgate.surfaces.mcp.bridge import GatewayBridge
 from callgate.surfaces.mcp.channel import Asked
 from callgate.surfaces.mcp.rounds import MRTR_SINCE

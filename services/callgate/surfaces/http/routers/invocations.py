@@ -14,8 +14,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Path, Query
 from fastapi.responses import StreamingResponse
 
+from callgate.application.answers import is_final, undecided
 from callgate.domain.codes import Code
-from callgate.surfaces.gateway import is_final, undecided
 from callgate.surfaces.http.context import ServerContext
 from callgate.surfaces.http.deps import ContextDep, Session, SessionDep
 from callgate.surfaces.http.errors import ApiError

@@ -47,7 +47,7 @@ from callgate.domain.freeze import FREEZE_EVENTS, FREEZE_KEY
 from callgate.domain.pins import PIN_EVENTS, PINS_KEY
 from callgate.domain.policy import PolicyEngine
 from callgate.domain.policy_versions import POLICY_EVENTS, PolicyVersions, profile_of
-from callgate.domain.process import Output
+from callgate.domain.process_port import Output
 from callgate.domain.simulation import Simulator, recorded_gate
 
 # The control events: process-wide, not a key's state. Each kind shares one partition key,

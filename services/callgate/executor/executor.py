@@ -37,7 +37,7 @@ from callgate.domain.canonical import canonical_json, derive_id, sha256_hex, sta
 from callgate.domain.catalog import Profile, ProfileError
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.policy_versions import profile_of
-from callgate.domain.process import Output
+from callgate.domain.process_port import Output
 from callgate.providers.base import (
     INFRASTRUCTURE_ERRORS,
     Describes,
