@@ -116,11 +116,17 @@ def handle_input(
     traceparent: Callable[[], str | None] = lambda: None,
 ) -> Deterministic | None:
     """``handle`` one input into ``unit`` (``react``); on a deterministic failure the key's
-    state is undone and the failure returned for the runner to drop the input. With
-    ``tracing``, the call is a span continuing the invocation's context (``traceparent``,
-    read only then)."""
+    state is undone (``UnitOfWork.reset``, nothing handled again) and the failure returned
+    for the runner to drop the input. With ``tracing``, the call is a span continuing the
+    invocation's context (``traceparent``, read only then)."""
+
+    def loaded() -> Any:
+        state = load()
+        unit.mark(key)
+        return state
+
     if tracing is None:
-        failure = react(unit.process, load, event, now, lambda s, o: unit.keep(key, s, o))
+        failure = react(unit.process, loaded, event, now, lambda s, o: unit.keep(key, s, o))
     else:
         with tracing.handling(unit.process.name, event, traceparent()) as note:
 
@@ -128,12 +134,10 @@ def handle_input(
                 unit.keep(key, state, outputs)
                 note(outputs)
 
-            failure = react(unit.process, load, event, now, keep_noted)
+            failure = react(unit.process, loaded, event, now, keep_noted)
     if failure is not None:
-        unit.reset(key, now)
-        return failure
-    unit.handled.setdefault(key, []).append(event)
-    return None
+        unit.reset(key)
+    return failure
 
 
 def dropped(

@@ -55,16 +55,6 @@ class StateCache(Generic[K]):
         return len(self._entries)
 
 
-def restore(process: Process[Any], blob: bytes | None, handled: Sequence[Event], now: int) -> Any:
-    """Undo a failed ``handle`` (it may have changed the state in place before raising):
-    the stored state, with the events the transaction handled before for the key applied
-    again. ``handle`` is deterministic: their outputs (already kept) are not emitted again."""
-    state = process.load_state(blob) if blob is not None else process.initial_state()
-    for event in handled:
-        state, _ = process.handle(state, event, now)
-    return state
-
-
 # Reads the stored bytes of keys (absent: never stored).
 Read = Callable[[Sequence[K]], Mapping[K, bytes | None]]
 # (key, blob, next_due): a state that differs from what is stored.
@@ -73,8 +63,8 @@ Change = tuple[K, bytes, int | None]
 
 class UnitOfWork(Generic[K, R]):
     """Key states (with the bytes each started from), the records to write in order, the
-    events each key emitted (for ``follow_up``) and the inputs each key handled (to undo a
-    failed ``handle``: ``reset``).
+    events each key emitted (for ``follow_up``) and, while a ``handle`` runs, the key's
+    state as it was before it (to undo a failed ``handle``: ``mark`` and ``reset``).
 
     ``encode`` makes a runner's record of an output; every output of a step is encoded
     before any is kept, so one that cannot be encoded leaves the unit as it was. States
@@ -83,10 +73,11 @@ class UnitOfWork(Generic[K, R]):
     """
 
     __slots__ = (
+        "_before",
         "_cache",
+        "_changed",
         "_encode",
         "emitted",
-        "handled",
         "immutable",
         "observe",
         "origin",
@@ -115,8 +106,9 @@ class UnitOfWork(Generic[K, R]):
         self.stored: dict[K, bytes | None] = {}
         self.records: list[R] = []
         self.emitted: dict[K, list[Event]] = {}
-        self.handled: dict[K, list[Event]] = {}
         self.views: list[ViewRecord] = []
+        self._changed: set[K] = set()  # kept since the stored bytes were last written
+        self._before: dict[K, Any] = {}  # ``mark``: the state object, or its bytes
 
     # --- states ------------------------------------------------------------------------------
 
@@ -152,11 +144,31 @@ class UnitOfWork(Generic[K, R]):
         self.states[key] = self.origin[key] = state
         self.stored[key] = blob
 
-    def reset(self, key: K, now: int) -> None:
-        """Undo a failed ``handle`` (it may have changed the state in place before raising):
-        the stored state with the inputs this unit handled before for the key applied
-        again. ``handle`` is deterministic: their outputs (already kept) are not kept again."""
-        self.states[key] = restore(self.process, self.stored[key], self.handled.get(key, ()), now)
+    def mark(self, key: K) -> None:
+        """Remember the state of ``key`` before a ``handle`` that may fail: the object
+        itself when the process never changes a state in place, else its stored bytes, or
+        (changed since they were written) the state dumped now."""
+        if self.immutable:
+            self._before[key] = self.states[key]
+        elif key in self._changed:
+            self._before[key] = self.process.dump_state(self.states[key])
+        else:
+            self._before.pop(key, None)
+
+    def reset(self, key: K) -> None:
+        """Undo a failed ``handle`` (it may have changed the state in place before
+        raising): back to the state ``mark`` remembered. Nothing is handled again, so no
+        provider is called again and no outcome can differ."""
+        if key not in self.stored:
+            self.states.pop(key, None)  # it never loaded: nothing to undo
+            return
+        process = self.process
+        if key in self._before:
+            before = self._before.pop(key)
+            self.states[key] = before if self.immutable else process.load_state(before)
+            return
+        blob = self.stored[key]
+        self.states[key] = process.load_state(blob) if blob is not None else process.initial_state()
 
     # --- outputs -----------------------------------------------------------------------------
 
@@ -173,6 +185,7 @@ class UnitOfWork(Generic[K, R]):
                 else:
                     self.emitted.setdefault(key, []).append(out)
         self.states[key] = state
+        self._changed.add(key)
 
     def add(self, events: Iterable[Event]) -> None:
         """Records of no key's state (dead letters and answers of dropped inputs)."""
@@ -203,7 +216,7 @@ class UnitOfWork(Generic[K, R]):
             self.stored[key] = blob
         self.origin.update(self.states)
         self.records = []
-        self.handled = {}  # folded into the stored states: ``reset`` starts from those
+        self._changed.clear()  # the stored bytes are the states again
 
     def committed(self) -> None:
         """After the commit: the unit's states are the committed ones; back to the cache."""
