@@ -3,8 +3,6 @@ matching call ``frozen``, a continuation of an approval already granted included
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from tests.harness import Gate
 
@@ -63,68 +61,63 @@ def test_bad_requests_are_invalid_request(scope: str, value: str, reason: str) -
     assert refused.value.code == Code.INVALID_REQUEST
 
 
-@pytest.fixture
-def g(tmp_path: Path) -> Gate:
-    return Gate(tmp_path / "state", continuation=True)
-
-
-def test_a_freeze_stops_the_continuation_of_a_pending_approval(g: Gate) -> None:
-    alice = g.session("alice", roles=("support",))
-    bob = g.session("bob", roles=("finance-approver",))
-    inv = g.propose(alice, "refunds.issue", REFUND, key="K")
-    assert g.outcome(inv) == "approval_required"
-    g.runner.publish(freeze_event("tool", "refunds.issue"))
-    g.runner.run()
-    g.decide(bob, inv)
-    assert g.outcome(inv) == "frozen"
-    assert g.events_of(inv, ev.ExecutionRequested) == []
-    assert g.effects() == []
+def test_a_freeze_stops_the_continuation_of_a_pending_approval(continuing_gate: Gate) -> None:
+    alice = continuing_gate.session("alice", roles=("support",))
+    bob = continuing_gate.session("bob", roles=("finance-approver",))
+    inv = continuing_gate.propose(alice, "refunds.issue", REFUND, key="K")
+    assert continuing_gate.outcome(inv) == "approval_required"
+    continuing_gate.runner.publish(freeze_event("tool", "refunds.issue"))
+    continuing_gate.runner.run()
+    continuing_gate.decide(bob, inv)
+    assert continuing_gate.outcome(inv) == "frozen"
+    assert continuing_gate.events_of(inv, ev.ExecutionRequested) == []
+    assert continuing_gate.effects() == []
     # Lifted: a new call runs again.
-    g.runner.publish(freeze_event("tool", "refunds.issue", lift=True, n=2))
-    g.runner.run()
-    again = g.propose(alice, "refunds.issue", {**REFUND, "amount_cents": 500})
-    assert g.outcome(again) == "approval_required"  # the owner confirms: not frozen
+    continuing_gate.runner.publish(freeze_event("tool", "refunds.issue", lift=True, n=2))
+    continuing_gate.runner.run()
+    again = continuing_gate.propose(alice, "refunds.issue", {**REFUND, "amount_cents": 500})
+    assert continuing_gate.outcome(again) == "approval_required"  # the owner confirms: not frozen
 
 
-def test_a_freeze_folded_before_the_grant_stops_its_continuation(g: Gate) -> None:
+def test_a_freeze_folded_before_the_grant_stops_its_continuation(continuing_gate: Gate) -> None:
     """The grant continues the call (ADR 0029): its confirming dry-run, the check and the
     execution request are one step of the invocations process (ADR 0077). A freeze folded
     before that step stops the call there, before any execution is requested."""
-    alice = g.session("alice", roles=("support",))
-    bob = g.session("bob", roles=("finance-approver",))
-    inv = g.propose(alice, "refunds.issue", REFUND, key="K")
-    g.record_provider_calls()
-    g.runner.publish(freeze_event("tenant", "acme"))
-    g.runner.run()
-    g.decide(bob, inv)
-    assert g.outcome(inv) == "frozen"
-    assert g.events_of(inv, ev.ExecutionRequested) == []
-    assert g.calls == [] and g.effects() == []
+    alice = continuing_gate.session("alice", roles=("support",))
+    bob = continuing_gate.session("bob", roles=("finance-approver",))
+    inv = continuing_gate.propose(alice, "refunds.issue", REFUND, key="K")
+    continuing_gate.record_provider_calls()
+    continuing_gate.runner.publish(freeze_event("tenant", "acme"))
+    continuing_gate.runner.run()
+    continuing_gate.decide(bob, inv)
+    assert continuing_gate.outcome(inv) == "frozen"
+    assert continuing_gate.events_of(inv, ev.ExecutionRequested) == []
+    assert continuing_gate.calls == [] and continuing_gate.effects() == []
 
 
-def test_a_freeze_that_lands_during_a_step_applies_from_the_next(g: Gate) -> None:
+def test_a_freeze_that_lands_during_a_step_applies_from_the_next(continuing_gate: Gate) -> None:
     """A freeze published while a step runs (here: during the grant's confirming dry-run)
     is folded after that step: the step's call goes on as decided, the next one is refused.
     The step is one transaction, so this is the race ADR 0064 names (either side of the
     event), not a gap in a call's checks."""
-    alice = g.session("alice", roles=("support",))
-    bob = g.session("bob", roles=("finance-approver",))
-    inv = g.propose(alice, "refunds.issue", REFUND, key="K")
+    alice = continuing_gate.session("alice", roles=("support",))
+    bob = continuing_gate.session("bob", roles=("finance-approver",))
+    inv = continuing_gate.propose(alice, "refunds.issue", REFUND, key="K")
     armed = False
 
     def note(call: tuple[str, str]) -> None:
         if armed and call[0] == "dry_run":
-            g.runner.publish(freeze_event("tenant", "acme"))
+            continuing_gate.runner.publish(freeze_event("tenant", "acme"))
 
-    g.calls = _Notes(note)
-    g.record_provider_calls()
+    continuing_gate.calls = _Notes(note)
+    continuing_gate.record_provider_calls()
     armed = True
-    g.decide(bob, inv)
-    assert g.events_of(inv, ev.ConfirmationAccepted), "the grant continued the call"
-    assert g.outcome(inv) == "executed"
-    assert len(g.effects()) == 1
-    later = g.propose(alice, "refunds.issue", {**REFUND, "amount_cents": 500})
-    assert g.outcome(later) == "frozen"
+    continuing_gate.decide(bob, inv)
+    assert continuing_gate.events_of(inv, ev.ConfirmationAccepted), "the grant continued the call"
+    assert continuing_gate.outcome(inv) == "executed"
+    assert len(continuing_gate.effects()) == 1
+    later = continuing_gate.propose(alice, "refunds.issue", {**REFUND, "amount_cents": 500})
+    assert continuing_gate.outcome(later) == "frozen"
 
 
 class _Notes(list[tuple[str, str]]):
@@ -137,11 +130,13 @@ class _Notes(list[tuple[str, str]]):
         super().append(call)
 
 
-def test_the_decider_folds_a_control_event_once_so_a_late_copy_undoes_nothing(g: Gate) -> None:
+def test_the_decider_folds_a_control_event_once_so_a_late_copy_undoes_nothing(
+    continuing_gate: Gate,
+) -> None:
     """ADR 0064: on Kafka a worker gets a control event from its global input and again from
     the partition it owns (and again at a restart); folding the old ``FreezeApplied`` after
     its ``FreezeLifted`` would stop the tool again."""
-    (decider,) = (p.decider for p in g.app.processes() if isinstance(p, Invocations))
+    (decider,) = (p.decider for p in continuing_gate.app.processes() if isinstance(p, Invocations))
     applied, lifted = (
         freeze_event("tool", "refunds.issue"),
         freeze_event("tool", "refunds.issue", lift=True, n=2),
