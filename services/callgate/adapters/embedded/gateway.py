@@ -12,15 +12,19 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
-from callgate.adapters.embedded.runner import EmbeddedRunner, retry_delay
+from callgate.adapters.embedded.lock import held_elsewhere
 from callgate.adapters.embedded.store import EmbeddedStore
 from callgate.adapters.following import follow_view
 from callgate.adapters.wiring import Wiring
 from callgate.domain.codes import Code, Rejection, storage_failure
 from callgate.domain.events import Event
+
+if TYPE_CHECKING:
+    # Imported when first built: a client of a running server never runs the processes.
+    from callgate.adapters.embedded.runner import EmbeddedRunner
 
 
 class EmbeddedBackend:
@@ -35,7 +39,14 @@ class EmbeddedBackend:
 
     @cached_property
     def runner(self) -> EmbeddedRunner:
+        """Built the first time this client may run the processes itself: not while a
+        server holds the lock (``_served``), so a client of one never loads them."""
         return self.app.embedded_runner(self.store, self.codec)
+
+    def _served(self) -> bool:
+        """Another runner holds the lock and this client has not built its own: wait for
+        it as for a server. Once built, the runner's own ``try_acquire`` decides."""
+        return "runner" not in self.__dict__ and held_elsewhere(self.store.state_dir)
 
     def publish(self, events: Sequence[Event]) -> None:
         """Append ``events``; traced, with the current span's context (the proposal's).
@@ -109,7 +120,7 @@ class EmbeddedBackend:
             if remaining <= 0:
                 return False
             try:
-                if self._running.acquire(blocking=False):
+                if not self._served() and self._running.acquire(blocking=False):
                     try:
                         if self.runner.try_acquire():
                             try:
@@ -121,6 +132,8 @@ class EmbeddedBackend:
             except Exception as exc:
                 if storage_failure(exc) is None:
                     raise
+                from callgate.adapters.embedded.runner import retry_delay
+
                 refused += 1
                 time.sleep(min(retry_delay(refused), max(0.0, deadline - time.monotonic())))
                 continue
@@ -128,7 +141,8 @@ class EmbeddedBackend:
         return True
 
     def close(self) -> None:
-        self.runner.release()
+        if "runner" in self.__dict__:  # never built: nothing to release
+            self.runner.release()
         self.store.close()
 
 

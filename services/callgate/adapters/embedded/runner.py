@@ -42,6 +42,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from callgate.adapters.avro_codec import MalformedEvent
+from callgate.adapters.embedded.lock import LOCK_FILE
 from callgate.adapters.embedded.store import (
     EmbeddedStore,
     EventCodec,
@@ -68,7 +69,6 @@ from callgate_projections import keeps_states_immutable
 if TYPE_CHECKING:
     from callgate.tracing import Tracing
 
-LOCK_FILE = "runner.lock"
 # Input rows per process per round: a round costs one commit (an fsync) however many rows
 # it takes, so under a backlog bigger rounds are cheaper; an idle runner takes what is there.
 BATCH_SIZE = 2_000
