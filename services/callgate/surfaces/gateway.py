@@ -14,29 +14,29 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from callgate.adapters.wiring import Wiring
 from callgate.domain import events as ev
-from callgate.domain.approvals import peek_partition_key
 from callgate.domain.canonical import canonical_json, partition_key
 from callgate.domain.catalog import Profile
 from callgate.domain.codes import Code, Rejection
-from callgate.domain.freeze import FREEZE_KEY, checked_request
 from callgate.domain.limits import check_text_field, check_value, parse_args
-from callgate.domain.pins import PIN_EVENTS, Pins
-from callgate.domain.policy_versions import POLICY_EVENTS, PolicyVersions, content_of, fold
 from callgate.domain.principal import Principal
 from callgate.domain.scope import OPERATOR_ROLE, bound_id, is_bound, may_read
-from callgate.domain.simulation import SimulationReport, Simulator
-from callgate.providers.channels import CHANNELS, Channel
-from callgate.surfaces import pinning
-from callgate_projections.audit import VerifyResult, verify_chain
 
 if TYPE_CHECKING:
+    # Type-only here; the methods that use them import them, so ``callgate propose`` as
+    # a new process loads neither the policy engine (Cedar) nor simulation, pinning or
+    # the audit chain.
     from callgate.adapters.notify import Notifier, PendingReader, SlackInteractions
     from callgate.adapters.oidc import Discovery
     from callgate.config import ApprovalKeys
     from callgate.domain.catalog import Profile
     from callgate.domain.identity import SessionIssuer, SessionVerifier, TrustedIssuer
+    from callgate.domain.pins import Pins
+    from callgate.domain.policy_versions import PolicyVersions
+    from callgate.domain.simulation import SimulationReport
+    from callgate.providers.channels import Channel
     from callgate.providers.ledger import EffectLedger
     from callgate.providers.registry import ProviderRegistry
+    from callgate_projections.audit import VerifyResult
 
 
 class Backend(Protocol):
@@ -224,12 +224,15 @@ class Gateway:
             idempotency_key=idempotency_key,
             approval_id=approval_id,
         )
-        if channel is not None:
-            CHANNELS.open(invocation_id, channel)
-        try:
+        if channel is None:
             status = self.backend.follow(proposal, "status", invocation_id, _settled, timeout_s)
-        finally:
-            if channel is not None:
+        else:
+            from callgate.providers.channels import CHANNELS
+
+            CHANNELS.open(invocation_id, channel)
+            try:
+                status = self.backend.follow(proposal, "status", invocation_id, _settled, timeout_s)
+            finally:
                 CHANNELS.close(invocation_id)
         if wait is not None and status is not None:
             # Waited on, the answer has one shape whether the first status seen is final
@@ -538,6 +541,7 @@ class Gateway:
                 Code.OPERATOR_REQUIRED, f"policy simulate needs the {OPERATOR_ROLE} role"
             )
         from callgate.domain.simulated_usage import HISTORY_EVENTS
+        from callgate.domain.simulation import Simulator
         from callgate.ops.simulate import simulate
 
         live = self.app.profile
@@ -643,6 +647,8 @@ class Gateway:
 
     def policy_versions(self) -> PolicyVersions:
         """The policy-version events of the log, folded in log order."""
+        from callgate.domain.policy_versions import POLICY_EVENTS, fold
+
         return fold([e for e in self.backend.read_events() if isinstance(e, POLICY_EVENTS)])
 
     def _policy_event(
@@ -672,6 +678,8 @@ class Gateway:
         ``policy_version_invalid`` when it does not parse: nothing is published."""
         operator = self._operator(session, "policy publish")
         check_text_field("profile and policy", profile_yaml + policy_text)  # one record
+        from callgate.domain.policy_versions import content_of
+
         profile = content_of(profile_yaml, policy_text)
         if profile.digest not in self.policy_versions().published:
             self._policy_event(
@@ -744,6 +752,8 @@ class Gateway:
         instance (ADR 0054): an operator's command (``operator_required`` otherwise), its
         fields checked before anything is published (``invalid_request``). The event is
         authored by the verified session; the deciders fold it and refuse ``frozen``."""
+        from callgate.domain.freeze import FREEZE_KEY, checked_request
+
         operator = self._operator(session, "unfreeze" if lift else "freeze")
         checked_request(scope, value, reason, lifting=lift)
         kind: type[ev.FreezeApplied] | type[ev.FreezeLifted] = (
@@ -768,6 +778,9 @@ class Gateway:
 
     def pins(self) -> Pins:
         """The pins and the definitions last seen, folded from the log (ADR 0066)."""
+        from callgate.domain.pins import PIN_EVENTS
+        from callgate.surfaces import pinning
+
         return pinning.fold(e for cls in PIN_EVENTS for e in self.backend.read_events(only=cls))
 
     def pin_tools(self, *, session: str, reason: str, tool: str | None = None) -> list[ev.Event]:
@@ -775,6 +788,9 @@ class Gateway:
         its upstream serves now: a ``ToolPinned`` each (an operator's command,
         ``operator_required`` otherwise). A tool that is not one, or whose upstream cannot
         be listed or no longer lists it, is refused and nothing is written."""
+        from callgate.domain.freeze import checked_request
+        from callgate.surfaces import pinning
+
         operator = self._operator(session, "catalog pin")
         checked_request("tool", tool or "all", reason, lifting=False)
         now = pinning.served(self.app.providers, only=tool)
@@ -794,6 +810,8 @@ class Gateway:
     def record_definitions(self) -> list[ev.Event]:
         """The pinning watcher's check: a ``ToolDefinitionChanged`` for each pinned tool
         whose upstream now serves another definition than last recorded (ADR 0066)."""
+        from callgate.surfaces import pinning
+
         now = pinning.served(self.app.providers)
         if not now:  # no pinnable tool reachable: the log is not read
             return []
@@ -818,6 +836,8 @@ class Gateway:
         With ``tenant``, only the chains holding that tenant's records (a partition key
         hashes the tenant, so those chains hold no other tenant's records).
         """
+        from callgate_projections.audit import verify_chain
+
         heads = [value for _, value in self.backend.view_items("audit_head")]
         records = sorted(
             (value for _, value in self.backend.view_items("audit")),
@@ -969,6 +989,8 @@ def _route(
     if approval_id is not None:
         # The approved invocation's partition; "" when the artifact names none, which is
         # where the decider expects it (and then refuses it as approval_missing).
+        from callgate.domain.approvals import peek_partition_key
+
         return peek_partition_key(approval_id) or ""
     return partition_key("", None, invocation_id)
 
