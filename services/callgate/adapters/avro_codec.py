@@ -86,14 +86,27 @@ class _Encoder:
     fields: tuple[str, ...]  # record field names, in schema order
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
 class _Decoder:
-    event_cls: type[Event]
-    version: str
-    writer: Any  # parsed writer schema
-    reader: Any  # parsed current schema, or None when the writer is the current schema
-    tuple_fields: tuple[str, ...]  # Avro arrays that the event holds as tuples
-    make: Callable[[dict[str, Any]], Event]  # ``event_cls(**record)``, faster (``_maker``)
+    """How to decode one writer schema. What builds the event from the record is made at
+    the first decode of its class (``prepare``): a process decodes a few of the 60-odd
+    classes, and making them all cost every process ~20 ms at start."""
+
+    __slots__ = ("event_cls", "make", "reader", "tuple_fields", "version", "writer")
+
+    def __init__(self, event_cls: type[Event], version: str, writer: Any, reader: Any) -> None:
+        self.event_cls = event_cls
+        self.version = version
+        self.writer = writer  # parsed writer schema
+        self.reader = reader  # parsed current schema, or None when the writer is current
+        # Avro arrays that the event holds as tuples, and ``event_cls(**record)``, faster
+        # (``_maker``): None until ``prepare``.
+        self.tuple_fields: tuple[str, ...] = ()
+        self.make: Callable[[dict[str, Any]], Event] | None = None
+
+    def prepare(self) -> Callable[[dict[str, Any]], Event]:
+        self.tuple_fields = _tuple_fields(self.event_cls)
+        make = self.make = _maker(self.event_cls)
+        return make
 
 
 class AvroCodec:
@@ -114,7 +127,7 @@ class AvroCodec:
             fp = schema_fingerprint(schema)
             fields = tuple(f["name"] for f in interned["fields"])
             self._encoders[cls] = _Encoder(MARKER + fp, parsed, fields)
-            decoder = _Decoder(cls, "current", parsed, None, _tuple_fields(cls), _maker(cls))
+            decoder = _Decoder(cls, "current", parsed, None)
             self._register(fp, decoder)
         for version, schemas in sorted(released.items()):
             for name, schema in schemas.items():
@@ -127,8 +140,7 @@ class AvroCodec:
                     continue  # same canonical form as a version already registered
                 cls = BY_NAME[name]
                 parsed = _parse(_interned(schema), where)
-                tuples = _tuple_fields(cls)
-                decoder = _Decoder(cls, version, parsed, readers[name], tuples, _maker(cls))
+                decoder = _Decoder(cls, version, parsed, readers[name])
                 self._register(fp, decoder)
 
     def _register(self, fp: bytes, decoder: _Decoder) -> None:
@@ -223,9 +235,12 @@ def _build(decoder: _Decoder, record: Any) -> Event:
     if event_type != name:
         raise MalformedEvent(f"event_type {event_type!r} contradicts the {name} schema")
     try:
+        make = decoder.make
+        if make is None:
+            make = decoder.prepare()
         for field in decoder.tuple_fields:
             record[field] = tuple(record[field])
-        return decoder.make(record)
+        return make(record)
     except Exception as exc:
         raise MalformedEvent(f"{name} body does not build an event: {_describe(exc)}") from None
 
