@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol
 
-import jwt
-
 from callgate.domain.claims import (
     MISSING,
     UNBOUND,
@@ -93,6 +91,8 @@ class SessionIssuer:
             "aud": self._audience,
         }
         claims["sid"] = session_id or _derived_session_id(claims)
+        import jwt  # where used: start-up (module docstring of callgate.domain.keys)
+
         alg = algorithm_of(self._key)
         return jwt.encode(claims, self._key, algorithm=alg, headers={"kid": self._kid})
 
@@ -443,6 +443,8 @@ DEV_MODE_OFF = "development session token: development mode is off (use --dev or
 
 def _header_kid(token: str) -> str | None:
     """The ``kid`` of the token's header, unverified: only to pick the key."""
+    import jwt
+
     try:
         header = jwt.get_unverified_header(token) if isinstance(token, str) and token else {}
     except (jwt.PyJWTError, ValueError):  # UnicodeError too: decode_signed names why
@@ -453,6 +455,8 @@ def _header_kid(token: str) -> str | None:
 
 def _unverified_issuer(token: str) -> object:
     """The ``iss`` claim before any signature check: only to word a refusal."""
+    import jwt
+
     try:
         payload = jwt.PyJWS().decode_complete(token, options={"verify_signature": False})
         claims = json.loads(payload["payload"])
