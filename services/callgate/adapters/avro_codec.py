@@ -72,9 +72,17 @@ _CRC64_TABLE = _crc64_avro_table()
 def schema_fingerprint(schema: Schema | str) -> bytes:
     """The 8 fingerprint bytes of the single-object header: CRC-64-AVRO of the schema's
     parsing canonical form, little-endian as Java and the spec write it."""
+    return _crc64_avro(to_parsing_canonical_form(schema))
+
+
+@functools.lru_cache(maxsize=1024)
+def _crc64_avro(canonical: str) -> bytes:
+    """Once per distinct canonical form: most released schema versions have the form of
+    another (the 141 shipped schemas have 63), and the CRC, a Python loop over every byte,
+    was most of a codec's construction, paid by every process at start."""
     fp = _CRC64_EMPTY
     table = _CRC64_TABLE
-    for byte in to_parsing_canonical_form(schema).encode():
+    for byte in canonical.encode():
         fp = (fp >> 8) ^ table[(fp ^ byte) & 0xFF]
     return fp.to_bytes(8, "little")
 
