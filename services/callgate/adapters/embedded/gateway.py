@@ -27,6 +27,12 @@ if TYPE_CHECKING:
     from callgate.adapters.embedded.runner import EmbeddedRunner
 
 
+# How often a client of a running server looks at the view it waits on (``wait``).
+FIRST_POLL_S = 0.005
+FIRST_POLLS_FOR_S = 0.5
+POLL_S = 0.02
+
+
 class EmbeddedBackend:
     def __init__(self, app: Wiring) -> None:
         self.app = app
@@ -113,7 +119,8 @@ class EmbeddedBackend:
         runs them. A round the disk refuses is tried again after a growing pause, as
         ``serve`` does (ADR 0084): what was appended is recorded and stays undecided
         (``pending_decision`` at the timeout) until the disk takes writes again."""
-        deadline = time.monotonic() + timeout_s
+        started = time.monotonic()
+        deadline = started + timeout_s
         refused = 0
         while not predicate():
             remaining = deadline - time.monotonic()
@@ -137,7 +144,11 @@ class EmbeddedBackend:
                 refused += 1
                 time.sleep(min(retry_delay(refused), max(0.0, deadline - time.monotonic())))
                 continue
-            time.sleep(0.02)  # a server, or another thread here, is doing the work
+            # A server, or another thread here, is doing the work: looked at every 5 ms
+            # while an answer is likeliest (a call is decided within a few of the server's
+            # rounds), then every 20 ms. Each look is one indexed read.
+            waited = time.monotonic() - started
+            time.sleep(FIRST_POLL_S if waited < FIRST_POLLS_FOR_S else POLL_S)
         return True
 
     def close(self) -> None:
