@@ -46,7 +46,7 @@ def _event_dataclass(cls: type[_E]) -> type[_E]:
 
 
 if TYPE_CHECKING:  # what the type checker knows: the frozen keyword-only dataclasses they are
-    from typing_extensions import dataclass_transform
+    from typing import dataclass_transform
 
     @dataclass_transform(frozen_default=True, kw_only_default=True)
     def _event(cls: type[_E]) -> type[_E]: ...
