@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import operator
 import sys
 import typing
 from collections.abc import Callable, Mapping
@@ -92,6 +93,8 @@ class _Encoder:
     header: bytes
     schema: Any  # parsed by fastavro
     fields: tuple[str, ...]  # record field names, in schema order
+    # The event's values of ``fields``, in that order, read in C (``operator.attrgetter``).
+    values: Callable[[Event], tuple[Any, ...]]
 
 
 class _Decoder:
@@ -134,7 +137,7 @@ class AvroCodec:
             parsed = readers[name] = _parse(interned, name)
             fp = schema_fingerprint(schema)
             fields = tuple(f["name"] for f in interned["fields"])
-            self._encoders[cls] = _Encoder(MARKER + fp, parsed, fields)
+            self._encoders[cls] = _Encoder(MARKER + fp, parsed, fields, _values(fields))
             decoder = _Decoder(cls, "current", parsed, None)
             self._register(fp, decoder)
         for version, schemas in sorted(released.items()):
@@ -175,7 +178,7 @@ class AvroCodec:
         if not -(2**31) <= event.schema_version < 2**31:
             # Avro "int" is 32-bit; fastavro would write a wider varint that other readers reject.
             raise MalformedEvent(f"cannot encode {event.event_type}: schema_version out of range")
-        record = {name: getattr(event, name) for name in encoder.fields}
+        record = dict(zip(encoder.fields, encoder.values(event), strict=True))
         out = BytesIO()
         out.write(encoder.header)
         try:
@@ -278,6 +281,15 @@ def _maker(cls: type[Event]) -> Callable[[dict[str, Any]], Event]:
     lines.append("    return event")
     exec("\n".join(lines), scope)
     return cast(Callable[[dict[str, Any]], Event], scope["make"])
+
+
+def _values(fields: tuple[str, ...]) -> Callable[[Event], tuple[Any, ...]]:
+    """A getter of ``fields``' values as a tuple (``attrgetter`` of one name gives the
+    value itself, so that case is wrapped)."""
+    if len(fields) == 1:
+        one = operator.attrgetter(fields[0])
+        return lambda event: (one(event),)
+    return cast(Callable[[Event], tuple[Any, ...]], operator.attrgetter(*fields))
 
 
 def _interned(schema: Schema) -> Schema:
