@@ -5,7 +5,8 @@ call direct and through ``callgate mcp --http``, and through the HTTP API, on th
 backend and on an Apache Kafka broker of its own); on Apache Kafka (``--broker``), the
 ceiling (same topology, no logic) and pipeline throughput with its ratio, latency at fixed
 offered loads and per hop; replay; policy CPU time;
-embedded durable throughput; decider memory with many keys; what tracing costs (off and
+embedded durable throughput; start-up (``callgate --help`` and ``callgate propose`` as new
+processes, ``bench_startup``); decider memory with many keys; what tracing costs (off and
 on in one run, ``bench_tracing``). ``--only history`` (not in
 the default set, it fills a log) measures one ``propose`` against an empty log and one with
 100,000 settled invocations (``bench_history``). ``--quick`` runs tiny counts (the test
@@ -29,6 +30,7 @@ from tools.bench_core import (
     bench_memory,
     bench_policy,
     bench_replay,
+    bench_startup,
     machine,
 )
 
@@ -46,6 +48,7 @@ FULL = {
     "tracing_burst": 3_000,
     "agent_calls": 300,
     "agents": 20,
+    "startup_samples": 15,
 }
 QUICK = {
     "policy": 300,
@@ -61,6 +64,7 @@ QUICK = {
     "tracing_burst": 100,
     "agent_calls": 5,
     "agents": 2,
+    "startup_samples": 3,
 }
 
 
@@ -77,7 +81,18 @@ def run_bench(
     ``broker``: what the Kafka section runs on (``apache``, the only one)."""
     counts = QUICK if quick else FULL
     wanted = set(
-        only or ["agent", "kafka", "policy", "embedded", "replay", "memory", "simulate", "tracing"]
+        only
+        or [
+            "agent",
+            "kafka",
+            "policy",
+            "embedded",
+            "replay",
+            "startup",
+            "memory",
+            "simulate",
+            "tracing",
+        ]
     )
     rows: list[Row] = []
 
@@ -114,6 +129,7 @@ def run_bench(
         state = embedded_state
         section("replay", lambda: bench_replay(state))
         shutil.rmtree(state, ignore_errors=True)
+    section("startup", lambda: bench_startup(int(counts["startup_samples"])))
     section("memory", lambda: bench_memory(int(counts["memory"])))
     section("history", lambda: _history(settings, counts))
     section("simulate", lambda: _simulate(counts))

@@ -16,6 +16,7 @@ BENCH_SECTIONS = (
     "policy",
     "embedded",
     "replay",
+    "startup",
     "memory",
     "simulate",
     "history",
@@ -32,8 +33,8 @@ def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type
         action="append",
         default=[],
         choices=BENCH_SECTIONS,
-        help="only this section, repeatable: agent, kafka, policy, embedded, replay, memory, "
-        "simulate, tracing, history or freeze (the last two not in the default run; "
+        help="only this section, repeatable: agent, kafka, policy, embedded, replay, startup, "
+        "memory, simulate, tracing, history or freeze (the last two not in the default run; "
         "default: all others)",
     )
     be.add_argument(

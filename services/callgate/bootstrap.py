@@ -266,6 +266,11 @@ class App:
         return ProviderMetrics()
 
     def decider(self) -> Decider:
+        # What its first call needs and the domain imports where used (PyJWT, ICU: ADR
+        # 0089), loaded while the runner starts rather than on that call.
+        import icu  # noqa: F401
+        import jwt  # noqa: F401
+
         from callgate.decider import Decider, DeciderDeps
         from callgate.domain.approvals import ApprovalSigner, ApprovalVerifier
 

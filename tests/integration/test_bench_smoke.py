@@ -43,6 +43,8 @@ SECTIONS = {name: start.format("apache") for name, start in KAFKA.items()} | {
     "policy": "policy evaluation, median CPU per decision",
     "embedded": "embedded: durable proposals/s to final decision",
     "replay": "replay: events/s rebuilding all projections",
+    "start-up --help": "start-up: callgate --help as a new process",
+    "start-up propose": "start-up: callgate propose as a new process",
     "memory": "decider peak RSS with",
     "tracing": "tracing: sequential propose, median per call (off / on)",
 }

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import operator
 import sys
 import typing
 from collections.abc import Callable, Mapping
@@ -72,9 +73,17 @@ _CRC64_TABLE = _crc64_avro_table()
 def schema_fingerprint(schema: Schema | str) -> bytes:
     """The 8 fingerprint bytes of the single-object header: CRC-64-AVRO of the schema's
     parsing canonical form, little-endian as Java and the spec write it."""
+    return _crc64_avro(to_parsing_canonical_form(schema))
+
+
+@functools.lru_cache(maxsize=1024)
+def _crc64_avro(canonical: str) -> bytes:
+    """Once per distinct canonical form: most released schema versions have the form of
+    another (the 141 shipped schemas have 63), and the CRC, a Python loop over every byte,
+    was most of a codec's construction, paid by every process at start."""
     fp = _CRC64_EMPTY
     table = _CRC64_TABLE
-    for byte in to_parsing_canonical_form(schema).encode():
+    for byte in canonical.encode():
         fp = (fp >> 8) ^ table[(fp ^ byte) & 0xFF]
     return fp.to_bytes(8, "little")
 
@@ -84,16 +93,31 @@ class _Encoder:
     header: bytes
     schema: Any  # parsed by fastavro
     fields: tuple[str, ...]  # record field names, in schema order
+    # The event's values of ``fields``, in that order, read in C (``operator.attrgetter``).
+    values: Callable[[Event], tuple[Any, ...]]
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
 class _Decoder:
-    event_cls: type[Event]
-    version: str
-    writer: Any  # parsed writer schema
-    reader: Any  # parsed current schema, or None when the writer is the current schema
-    tuple_fields: tuple[str, ...]  # Avro arrays that the event holds as tuples
-    make: Callable[[dict[str, Any]], Event]  # ``event_cls(**record)``, faster (``_maker``)
+    """How to decode one writer schema. What builds the event from the record is made at
+    the first decode of its class (``prepare``): a process decodes a few of the 60-odd
+    classes, and making them all cost every process ~20 ms at start."""
+
+    __slots__ = ("event_cls", "make", "reader", "tuple_fields", "version", "writer")
+
+    def __init__(self, event_cls: type[Event], version: str, writer: Any, reader: Any) -> None:
+        self.event_cls = event_cls
+        self.version = version
+        self.writer = writer  # parsed writer schema
+        self.reader = reader  # parsed current schema, or None when the writer is current
+        # Avro arrays that the event holds as tuples, and ``event_cls(**record)``, faster
+        # (``_maker``): None until ``prepare``.
+        self.tuple_fields: tuple[str, ...] = ()
+        self.make: Callable[[dict[str, Any]], Event] | None = None
+
+    def prepare(self) -> Callable[[dict[str, Any]], Event]:
+        self.tuple_fields = _tuple_fields(self.event_cls)
+        make = self.make = _maker(self.event_cls)
+        return make
 
 
 class AvroCodec:
@@ -113,8 +137,8 @@ class AvroCodec:
             parsed = readers[name] = _parse(interned, name)
             fp = schema_fingerprint(schema)
             fields = tuple(f["name"] for f in interned["fields"])
-            self._encoders[cls] = _Encoder(MARKER + fp, parsed, fields)
-            decoder = _Decoder(cls, "current", parsed, None, _tuple_fields(cls), _maker(cls))
+            self._encoders[cls] = _Encoder(MARKER + fp, parsed, fields, _values(fields))
+            decoder = _Decoder(cls, "current", parsed, None)
             self._register(fp, decoder)
         for version, schemas in sorted(released.items()):
             for name, schema in schemas.items():
@@ -127,8 +151,7 @@ class AvroCodec:
                     continue  # same canonical form as a version already registered
                 cls = BY_NAME[name]
                 parsed = _parse(_interned(schema), where)
-                tuples = _tuple_fields(cls)
-                decoder = _Decoder(cls, version, parsed, readers[name], tuples, _maker(cls))
+                decoder = _Decoder(cls, version, parsed, readers[name])
                 self._register(fp, decoder)
 
     def _register(self, fp: bytes, decoder: _Decoder) -> None:
@@ -155,7 +178,7 @@ class AvroCodec:
         if not -(2**31) <= event.schema_version < 2**31:
             # Avro "int" is 32-bit; fastavro would write a wider varint that other readers reject.
             raise MalformedEvent(f"cannot encode {event.event_type}: schema_version out of range")
-        record = {name: getattr(event, name) for name in encoder.fields}
+        record = dict(zip(encoder.fields, encoder.values(event), strict=True))
         out = BytesIO()
         out.write(encoder.header)
         try:
@@ -223,9 +246,12 @@ def _build(decoder: _Decoder, record: Any) -> Event:
     if event_type != name:
         raise MalformedEvent(f"event_type {event_type!r} contradicts the {name} schema")
     try:
+        make = decoder.make
+        if make is None:
+            make = decoder.prepare()
         for field in decoder.tuple_fields:
             record[field] = tuple(record[field])
-        return decoder.make(record)
+        return make(record)
     except Exception as exc:
         raise MalformedEvent(f"{name} body does not build an event: {_describe(exc)}") from None
 
@@ -255,6 +281,15 @@ def _maker(cls: type[Event]) -> Callable[[dict[str, Any]], Event]:
     lines.append("    return event")
     exec("\n".join(lines), scope)
     return cast(Callable[[dict[str, Any]], Event], scope["make"])
+
+
+def _values(fields: tuple[str, ...]) -> Callable[[Event], tuple[Any, ...]]:
+    """A getter of ``fields``' values as a tuple (``attrgetter`` of one name gives the
+    value itself, so that case is wrapped)."""
+    if len(fields) == 1:
+        one = operator.attrgetter(fields[0])
+        return lambda event: (one(event),)
+    return cast(Callable[[Event], tuple[Any, ...]], operator.attrgetter(*fields))
 
 
 def _interned(schema: Schema) -> Schema:

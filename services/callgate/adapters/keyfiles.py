@@ -23,11 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
 from callgate.adapters.atomic_file import write_atomically
 from callgate.domain.keys import (
@@ -147,6 +145,8 @@ def parse_jwks(doc: Any, where_from: str) -> dict[str, PublicKey]:
             raise KeyFileError(f"{where}: duplicate kid {kid!r}")
         if "d" in entry or "p" in entry:
             raise KeyFileError(f"{where}: holds private key material; publish public keys only")
+        import jwt  # where used (start-up: callgate.domain.keys)
+
         try:
             key: Any = jwt.PyJWK(entry).key
         except jwt.PyJWTError as exc:
@@ -160,6 +160,8 @@ def parse_jwks(doc: Any, where_from: str) -> dict[str, PublicKey]:
 
 def jwk(kid: str, key: PublicKey) -> dict[str, Any]:
     """The public JWK of ``key`` with its ``kid``, ``alg`` and ``use: sig``."""
+    from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
+
     alg = algorithm_of(key)
     if isinstance(key, Ed25519PublicKey):
         body = OKPAlgorithm.to_jwk(key, as_dict=True)

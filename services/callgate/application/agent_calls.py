@@ -12,9 +12,10 @@ from callgate.domain import events as ev
 from callgate.domain.access_requests import TASK_PREFIX
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.scope import bound_id, is_bound, may_read
-from callgate.providers.channels import Channel
 
 if TYPE_CHECKING:
+    from callgate.providers.channels import Channel
+
     pass
 
 

@@ -7,21 +7,19 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from callgate.application import pinning
 from callgate.domain import events as ev
 from callgate.domain.canonical import canonical_json
 from callgate.domain.catalog import Profile
 from callgate.domain.codes import Code, Rejection
-from callgate.domain.freeze import FREEZE_KEY, checked_request
 from callgate.domain.limits import check_text_field
-from callgate.domain.pins import PIN_EVENTS, Pins
-from callgate.domain.policy_versions import POLICY_EVENTS, PolicyVersions, content_of, fold
 from callgate.domain.principal import Principal
 from callgate.domain.scope import OPERATOR_ROLE
-from callgate.domain.simulation import SimulationReport, Simulator
 
 if TYPE_CHECKING:
     from callgate.domain.catalog import Profile
+    from callgate.domain.pins import Pins
+    from callgate.domain.policy_versions import PolicyVersions
+    from callgate.domain.simulation import SimulationReport
 
 
 from callgate.application.base import UseCases
@@ -48,6 +46,8 @@ class OperatorCommands(UseCases):
         order of their times: the log orders them per partition only (Kafka), and a
         limit's scope spans partitions.
         """
+        from callgate.domain.simulation import Simulator
+
         reader = self._reader(session)
         if not reader.has_any_role((OPERATOR_ROLE,)):
             raise Rejection(
@@ -115,6 +115,8 @@ class OperatorCommands(UseCases):
 
     def policy_versions(self) -> PolicyVersions:
         """The policy-version events of the log, folded in log order."""
+        from callgate.domain.policy_versions import POLICY_EVENTS, fold
+
         return fold([e for e in self.backend.read_events() if isinstance(e, POLICY_EVENTS)])
 
     def _policy_event(
@@ -142,6 +144,8 @@ class OperatorCommands(UseCases):
     ) -> str:
         """Publish a catalog+policy version (an operator's); its version, the digest.
         ``policy_version_invalid`` when it does not parse: nothing is published."""
+        from callgate.domain.policy_versions import content_of
+
         operator = self._operator(session, "policy publish")
         check_text_field("profile and policy", profile_yaml + policy_text)  # one record
         profile = content_of(profile_yaml, policy_text)
@@ -216,6 +220,8 @@ class OperatorCommands(UseCases):
         instance (ADR 0054): an operator's command (``operator_required`` otherwise), its
         fields checked before anything is published (``invalid_request``). The event is
         authored by the verified session; the deciders fold it and refuse ``frozen``."""
+        from callgate.domain.freeze import FREEZE_KEY, checked_request
+
         operator = self._operator(session, "unfreeze" if lift else "freeze")
         checked_request(scope, value, reason, lifting=lift)
         kind: type[ev.FreezeApplied] | type[ev.FreezeLifted] = (
@@ -240,6 +246,9 @@ class OperatorCommands(UseCases):
 
     def pins(self) -> Pins:
         """The pins and the definitions last seen, folded from the log (ADR 0066)."""
+        from callgate.application import pinning
+        from callgate.domain.pins import PIN_EVENTS
+
         return pinning.fold(e for cls in PIN_EVENTS for e in self.backend.read_events(only=cls))
 
     def pin_tools(self, *, session: str, reason: str, tool: str | None = None) -> list[ev.Event]:
@@ -247,6 +256,9 @@ class OperatorCommands(UseCases):
         its upstream serves now: a ``ToolPinned`` each (an operator's command,
         ``operator_required`` otherwise). A tool that is not one, or whose upstream cannot
         be listed or no longer lists it, is refused and nothing is written."""
+        from callgate.application import pinning
+        from callgate.domain.freeze import checked_request
+
         operator = self._operator(session, "catalog pin")
         checked_request("tool", tool or "all", reason, lifting=False)
         now = pinning.served(self.app.providers, only=tool)
@@ -266,6 +278,8 @@ class OperatorCommands(UseCases):
     def record_definitions(self) -> list[ev.Event]:
         """The pinning watcher's check: a ``ToolDefinitionChanged`` for each pinned tool
         whose upstream now serves another definition than last recorded (ADR 0066)."""
+        from callgate.application import pinning
+
         now = pinning.served(self.app.providers)
         if not now:  # no pinnable tool reachable: the log is not read
             return []

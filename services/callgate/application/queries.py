@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 from callgate.domain.principal import Principal
 from callgate.domain.scope import is_bound, may_read
-from callgate_projections.audit import VerifyResult, verify_chain
 
 if TYPE_CHECKING:
+    from callgate_projections.audit import VerifyResult
+
     pass
 
 
@@ -81,6 +82,8 @@ class Queries(UseCases):
         With ``tenant``, only the chains holding that tenant's records (a partition key
         hashes the tenant, so those chains hold no other tenant's records).
         """
+        from callgate_projections.audit import verify_chain
+
         heads = [value for _, value in self.backend.view_items("audit_head")]
         records = sorted(
             (value for _, value in self.backend.view_items("audit")),

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from callgate.domain.approvals import peek_partition_key
 from callgate.domain.canonical import partition_key
 
 if TYPE_CHECKING:
@@ -23,6 +22,8 @@ def route(
     """The partition key: the decider re-derives it from the verified session (C8).
     ``tenant``: the verified session's, when the caller verified it (a claims mapping may
     take it from another claim than ``tenant``); else the token's unverified claim."""
+    from callgate.domain.approvals import peek_partition_key
+
     if key is not None:
         return partition_key(
             _unverified_tenant(session) if tenant is None else tenant, key, invocation_id

@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import jwt
-
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.keys import (
     ALGORITHMS,
@@ -89,6 +87,8 @@ class ApprovalSigner:
             "expires_at": claims.expires_at,
             **dataclasses.asdict(claims.binding),
         }
+        import jwt  # where used: start-up (module docstring of callgate.domain.keys)
+
         return jwt.encode(
             payload, self._key, algorithm=self._alg, headers={"kid": self._kid, "typ": APPROVAL_TYP}
         )
@@ -157,6 +157,8 @@ def _parse_claims(raw: Mapping[str, Any]) -> ApprovalClaims:
 
 def peek_claim(approval_id: str, name: str) -> str | None:
     """An unverified string claim, for routing and records only (never for a decision)."""
+    import jwt
+
     try:
         decoded = jwt.PyJWS().decode_complete(approval_id, options={"verify_signature": False})
         value = json.loads(decoded["payload"]).get(name)

@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol
 
-import jwt
-
 from callgate.domain.claims import (
     MISSING,
     UNBOUND,
@@ -93,6 +91,8 @@ class SessionIssuer:
             "aud": self._audience,
         }
         claims["sid"] = session_id or _derived_session_id(claims)
+        import jwt  # where used: start-up (module docstring of callgate.domain.keys)
+
         alg = algorithm_of(self._key)
         return jwt.encode(claims, self._key, algorithm=alg, headers={"kid": self._kid})
 
@@ -198,8 +198,10 @@ class SessionVerifier:
         # Signature verification is a pure function of (token, key): an agent session sends
         # many calls with one token, so remember verified claims with the key that verified
         # them (never failures, never time checks, which run on every call); a hit counts
-        # only while that key still belongs to that issuer. Bounded; oldest first out.
-        self._verified: OrderedDict[str, tuple[dict[str, Any], _Owner]] = OrderedDict()
+        # only while that key still belongs to that issuer. Bounded; oldest first out. The
+        # header's kid is kept too: PyJWT's header parse checks every character of the
+        # token in Python, a tenth of a decider's CPU when it ran on every call.
+        self._verified: OrderedDict[str, tuple[dict[str, Any], _Owner, str]] = OrderedDict()
         self._cache_size = cache_size
         self._development_off = False
 
@@ -254,12 +256,11 @@ class SessionVerifier:
         """Verified claims and the issuer (with the key) that verified them."""
         cached = self._verified.get(token)
         if cached is not None:
-            owner = cached[1]
-            kid = _header_kid(token)
-            now = self._owner(kid) if kid is not None else None
+            claims, owner, cached_kid = cached
+            now = self._owner(cached_kid)
             if now is not None and now[0] is owner[0] and now[2] is owner[2]:
                 self._verified.move_to_end(token)
-                return cached
+                return claims, owner
             del self._verified[token]  # its key rotated out (or moved): verify again
         kid = _header_kid(token)
         entry = self._owner_refreshed(kid, token) if kid is not None else None
@@ -279,12 +280,11 @@ class SessionVerifier:
             _, claims = decode_signed(token, keys, algorithms=algorithms)
         except SignatureError as e:
             raise _unauthenticated(e.reason) from None
-        assert entry is not None  # decode_signed refuses a kid without a key
-        verified = (claims, entry)
-        self._verified[token] = verified
+        assert entry is not None and kid is not None  # decode_signed refuses a kid without a key
+        self._verified[token] = (claims, entry, kid)
         if len(self._verified) > self._cache_size:
             self._verified.popitem(last=False)
-        return verified
+        return claims, entry
 
     def verify_with_claims(self, token: str, now_ms: int) -> tuple[Principal, Mapping[str, Any]]:
         """``verify``, and the token's verified claims (an OpenID Connect sign-in checks
@@ -443,6 +443,8 @@ DEV_MODE_OFF = "development session token: development mode is off (use --dev or
 
 def _header_kid(token: str) -> str | None:
     """The ``kid`` of the token's header, unverified: only to pick the key."""
+    import jwt
+
     try:
         header = jwt.get_unverified_header(token) if isinstance(token, str) and token else {}
     except (jwt.PyJWTError, ValueError):  # UnicodeError too: decode_signed names why
@@ -453,6 +455,8 @@ def _header_kid(token: str) -> str | None:
 
 def _unverified_issuer(token: str) -> object:
     """The ``iss`` claim before any signature check: only to word a refusal."""
+    import jwt
+
     try:
         payload = jwt.PyJWS().decode_complete(token, options={"verify_signature": False})
         claims = json.loads(payload["payload"])

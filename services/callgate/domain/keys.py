@@ -11,6 +11,11 @@ This module is an adapter: it generates keys (randomness) and reads/writes PEM f
 ``decode_signed`` is the one place where a compact JWS is verified; the pure modules
 ``identity`` and ``approvals`` call it and map its reasons to their codes.
 See docs/adr/0003-signed-tokens-eddsa-jwt.md and docs/adr/0013-configuration-and-dev-mode.md.
+
+PyJWT is imported inside the functions that sign or read a token, here and in the modules
+that use it: with the X.509 and HTTP modules it loads it costs a new process tens of
+milliseconds, which a command that handles no token (``callgate propose`` without an
+idempotency key, ``callgate --help``) should not pay.
 """
 
 from __future__ import annotations
@@ -21,7 +26,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ec import (
     SECP256R1,
@@ -154,6 +158,8 @@ def decode_signed(
     ``typ`` is given the header must carry exactly it. Time claims are left to the
     caller, which checks them against a ``now_ms`` it was given.
     """
+    import jwt  # here, not at the top (module docstring)
+
     if not isinstance(token, str) or not token:
         raise SignatureError("no token")
     if not token.isascii() or len(token) > MAX_TOKEN_CHARS:

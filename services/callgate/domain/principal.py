@@ -19,8 +19,12 @@ from __future__ import annotations
 import functools
 import unicodedata
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import icu
+if TYPE_CHECKING:
+    # ICU (PyICU) is imported by the functions that check or fold an identifier: a process
+    # that verifies no session (``callgate propose`` of a running server) does not load it.
+    import icu
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,11 +48,6 @@ class Principal:
         return any(role in self.roles for role in roles)
 
 
-# Code points that render as nothing (or are formatting only): the Unicode property
-# Default_Ignorable_Code_Point, which ``unicodedata`` does not expose, is read from ICU.
-_DEFAULT_IGNORABLE = icu.UProperty.DEFAULT_IGNORABLE_CODE_POINT
-
-
 def canonical_problem(value: str) -> str | None:
     """Why ``value`` is not a canonical identifier, or ``None`` when it is.
 
@@ -57,6 +56,11 @@ def canonical_problem(value: str) -> str | None:
     U+FEFF, ...). Such text has one spelling per rendering a reader can tell apart, which
     is what makes exact comparison safe.
     """
+    import icu
+
+    # Code points that render as nothing (or are formatting only): the Unicode property
+    # Default_Ignorable_Code_Point, which ``unicodedata`` does not expose, read from ICU.
+    ignorable = icu.UProperty.DEFAULT_IGNORABLE_CODE_POINT
     if not value:
         return "is empty"
     if value != value.strip():
@@ -65,15 +69,15 @@ def canonical_problem(value: str) -> str | None:
         return "is not in Unicode normalization form NFC"
     for ch in value:
         category = unicodedata.category(ch)
-        if category in ("Cc", "Cf", "Cs", "Co", "Cn") or icu.Char.hasBinaryProperty(
-            ch, _DEFAULT_IGNORABLE
-        ):
+        if category in ("Cc", "Cf", "Cs", "Co", "Cn") or icu.Char.hasBinaryProperty(ch, ignorable):
             return f"contains the invisible or control code point U+{ord(ch):04X}"
     return None
 
 
 @functools.cache
 def _spoof_checker() -> icu.SpoofChecker:
+    import icu
+
     return icu.SpoofChecker()
 
 
@@ -86,10 +90,11 @@ def fold_identity(value: str) -> str:
     SpoofChecker): ``ACME``, full-width ``acme``, ``acme `` and the Cyrillic ``асме`` all fold to
     the skeleton of ``acme``.
     """
+    import icu
+
     folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", value).casefold())
-    visible = "".join(
-        ch for ch in folded if not icu.Char.hasBinaryProperty(ch, _DEFAULT_IGNORABLE)
-    ).strip()
+    ignorable = icu.UProperty.DEFAULT_IGNORABLE_CODE_POINT
+    visible = "".join(ch for ch in folded if not icu.Char.hasBinaryProperty(ch, ignorable)).strip()
     try:
         skeleton = str(_spoof_checker().getSkeleton(0, visible))
     except icu.ICUError:  # text ICU cannot take (a lone surrogate): compare it as it is

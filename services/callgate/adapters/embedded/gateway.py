@@ -12,16 +12,26 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
 from callgate.adapters.embedded.full_disk import retry_delay
-from callgate.adapters.embedded.runner import EmbeddedRunner
+from callgate.adapters.embedded.ownership import held_elsewhere
 from callgate.adapters.embedded.store import EmbeddedStore
 from callgate.adapters.following import follow_view
 from callgate.domain.codes import Code, Rejection, storage_failure
 from callgate.domain.events import Event
-from callgate.tracing import Tracing
+
+if TYPE_CHECKING:
+    # Imported when first built: a client of a running server never runs the processes.
+    from callgate.adapters.embedded.runner import EmbeddedRunner
+    from callgate.tracing import Tracing
+
+
+# How often a client of a running server looks at the view it waits on (``wait``).
+FIRST_POLL_S = 0.005
+FIRST_POLLS_FOR_S = 0.5
+POLL_S = 0.02
 
 
 class EmbeddedBackend:
@@ -47,7 +57,14 @@ class EmbeddedBackend:
 
     @cached_property
     def runner(self) -> EmbeddedRunner:
+        """Built the first time this client may run the processes itself: not while a
+        server holds the lock (``_served``), so a client of one never loads them."""
         return self._make_runner()
+
+    def _served(self) -> bool:
+        """Another runner holds the lock and this client has not built its own: wait for
+        it as for a server. Once built, the runner's own ``try_acquire`` decides."""
+        return "runner" not in self.__dict__ and held_elsewhere(self.store.state_dir)
 
     def publish(self, events: Sequence[Event]) -> None:
         """Append ``events``; traced, with the current span's context (the proposal's).
@@ -114,14 +131,15 @@ class EmbeddedBackend:
         runs them. A round the disk refuses is tried again after a growing pause, as
         ``serve`` does (ADR 0084): what was appended is recorded and stays undecided
         (``pending_decision`` at the timeout) until the disk takes writes again."""
-        deadline = time.monotonic() + timeout_s
+        started = time.monotonic()
+        deadline = started + timeout_s
         refused = 0
         while not predicate():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
             try:
-                if self._running.acquire(blocking=False):
+                if not self._served() and self._running.acquire(blocking=False):
                     try:
                         if self.runner.try_acquire():
                             try:
@@ -136,11 +154,16 @@ class EmbeddedBackend:
                 refused += 1
                 time.sleep(min(retry_delay(refused), max(0.0, deadline - time.monotonic())))
                 continue
-            time.sleep(0.02)  # a server, or another thread here, is doing the work
+            # A server, or another thread here, is doing the work: looked at every 5 ms
+            # while an answer is likeliest (a call is decided within a few of the server's
+            # rounds), then every 20 ms. Each look is one indexed read.
+            waited = time.monotonic() - started
+            time.sleep(FIRST_POLL_S if waited < FIRST_POLLS_FOR_S else POLL_S)
         return True
 
     def close(self) -> None:
-        self.runner.release()
+        if "runner" in self.__dict__:  # never built: nothing to release
+            self.runner.release()
         self.store.close()
 
 

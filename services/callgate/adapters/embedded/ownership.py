@@ -12,10 +12,30 @@ from __future__ import annotations
 
 import fcntl
 import os
+from pathlib import Path
 
 from callgate.adapters.embedded.store import EmbeddedStore
 
 LOCK_FILE = "runner.lock"
+
+
+def held_elsewhere(state_dir: Path) -> bool:
+    """Whether another open file holds ``<state_dir>/runner.lock`` now (a running server,
+    or another client running the processes): a client that sees one only appends and
+    polls, and never builds a runner. Only a hint: the lock may change hands right after;
+    ``Ownership.take`` is what decides. False when the file cannot be opened: the runner
+    then meets the same error where it is reported."""
+    try:
+        fd = os.open(state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # drops the probe's lock, if it got it
+    return False
 
 
 class RunnerLockNotHeld(RuntimeError):

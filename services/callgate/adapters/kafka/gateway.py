@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -50,7 +50,9 @@ from callgate.adapters.view_codec import ViewCodec
 from callgate.domain.events import Event
 from callgate.domain.process_port import Process, ViewRecord
 from callgate.settings import Settings
-from callgate.tracing import Tracing
+
+if TYPE_CHECKING:
+    from callgate.tracing import Tracing
 
 # The follower of a call in flight asks for new records this often at most. A
 # ``read_committed`` fetch that the broker parks is not answered when a transaction's

@@ -20,7 +20,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -30,7 +30,9 @@ from callgate.adapters.kafka.gateway import KafkaBackend, _obj
 from callgate.domain.events import Event
 from callgate.domain.process_port import Process
 from callgate.settings import Settings
-from callgate.tracing import Tracing
+
+if TYPE_CHECKING:
+    from callgate.tracing import Tracing
 
 log = logging.getLogger("callgate.http")
 

@@ -29,6 +29,23 @@ MODULES: tuple[str, ...] = (
     "limits",
 )
 
+# The sub-commands each module registers (a unit test keeps it equal to what ``register``
+# adds): the command line builds only the parser of the command it was given, and every
+# parser only for ``callgate --help`` or a command line it cannot place.
+COMMANDS: dict[str, str] = {
+    "serve": "serve",
+    "session": "session",
+    "catalog": "catalog",
+    "policy": "policy",
+    **dict.fromkeys(("propose", "wait", "pending", "approve", "deny", "status"), "calls"),
+    **dict.fromkeys(("audit", "replay", "effects"), "records"),
+    **dict.fromkeys(("config", "keys"), "config"),
+    "mcp": "mcp",
+    "demo": "ops",
+    **dict.fromkeys(("freeze", "unfreeze"), "freeze"),
+    **dict.fromkeys(("usage", "limits"), "limits"),
+}
+
 Subcommands = argparse._SubParsersAction  # the object ``add_subparsers`` returns
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from callgate.domain.events import ToolPinned
 from callgate.surfaces.commands import Subcommands, add_command
 from callgate.surfaces.commands.context import EXIT_OK, Context, Misuse
 
@@ -55,6 +54,8 @@ def draft(ctx: Context) -> int:
 
 
 def pin(ctx: Context) -> int:
+    from callgate.domain.events import ToolPinned
+
     ns = ctx.ns
     if not ns.session or not ns.reason:
         raise Misuse("catalog pin needs --session TOKEN and --reason TEXT")
