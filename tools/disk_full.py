@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from callgate.adapters.embedded.gateway import EmbeddedBackend
+from callgate.adapters.embedded.backend import EmbeddedBackend
 from callgate.bootstrap import App, Settings, bootstrap
 from callgate.domain import events as ev
 from callgate.domain.codes import Code, Rejection

@@ -35,11 +35,11 @@ if TYPE_CHECKING:
     # Imported where used: a command that needs only the keys (``session issue``) should
     # not pay for the policy engine, JSON Schema and the processes at start-up.
     from callgate.adapters.avro_codec import AvroCodec
-    from callgate.adapters.embedded.gateway import EmbeddedBackend
+    from callgate.adapters.embedded.backend import EmbeddedBackend
     from callgate.adapters.embedded.runner import EmbeddedRunner
     from callgate.adapters.embedded.store import EmbeddedStore
     from callgate.adapters.jwks import RotatingKeys
-    from callgate.adapters.kafka.gateway import KafkaBackend
+    from callgate.adapters.kafka.backend import KafkaBackend
     from callgate.adapters.kafka.live import LiveKafkaBackend
     from callgate.adapters.kafka.runner import KafkaRunner
     from callgate.adapters.notify import Notifier, PendingReader, SlackInteractions
@@ -333,7 +333,7 @@ class App:
         """The SDK's backend on the settings' state directory; the runner it may run is
         made here, on its first need."""
         from callgate.adapters.avro_codec import AvroCodec
-        from callgate.adapters.embedded.gateway import EmbeddedBackend
+        from callgate.adapters.embedded.backend import EmbeddedBackend
         from callgate.adapters.embedded.store import EmbeddedStore
 
         codec = AvroCodec.default()
@@ -344,7 +344,7 @@ class App:
 
     def kafka_backend(self) -> KafkaBackend:
         """The SDK's backend on the settings' Kafka deployment."""
-        from callgate.adapters.kafka.gateway import KafkaBackend
+        from callgate.adapters.kafka.backend import KafkaBackend
 
         return KafkaBackend(self.settings, self.projections(), self.tracing)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from callgate.adapters.embedded.gateway import EmbeddedBackend
+from callgate.adapters.embedded.backend import EmbeddedBackend
 from callgate.bootstrap import Settings
 from callgate.surfaces.sdk import connect
 

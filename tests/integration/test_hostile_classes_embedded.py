@@ -17,7 +17,7 @@ from tests.hostile_scenarios import (
     strict_record_scenario,
 )
 
-from callgate.adapters.embedded.gateway import EmbeddedBackend
+from callgate.adapters.embedded.backend import EmbeddedBackend
 from callgate.bootstrap import Settings
 from callgate.domain import events as ev
 from callgate.surfaces.sdk import Gateway, connect

@@ -34,7 +34,7 @@ from tests.attacks import (
 from tests.harness import T0, write_profile
 
 from callgate.adapters.avro_codec import MARKER, AvroCodec
-from callgate.adapters.embedded.gateway import EmbeddedBackend
+from callgate.adapters.embedded.backend import EmbeddedBackend
 from callgate.bootstrap import Settings, bootstrap
 from callgate.domain import events as ev
 from callgate.domain.codes import Code, Rejection

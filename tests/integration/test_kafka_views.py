@@ -41,8 +41,8 @@ from tests.kafka_support import (
     unique_prefix,
 )
 
+from callgate.adapters.kafka.backend import KafkaBackend
 from callgate.adapters.kafka.client import Record, make_producer, read_partitions_to_end
-from callgate.adapters.kafka.gateway import KafkaBackend
 from callgate.domain import events as ev
 from callgate.domain.codes import Code, Rejection
 from callgate.surfaces.sdk import Gateway

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from callgate.adapters.following import follow_view
+from callgate.adapters.kafka.backend import KafkaBackend, _obj
 from callgate.adapters.kafka.client import client_config, fetched, make_admin, position
-from callgate.adapters.kafka.gateway import KafkaBackend, _obj
 from callgate.domain.events import Event
 from callgate.domain.process_port import Process
 from callgate.settings import Settings
