@@ -24,7 +24,7 @@ from tests.mcp_support import effects, heard, http_upstream, write_profile
 from tests.token_server import LoggingProvider, TokenServer
 
 from callgate.adapters.keyfiles import generate_private_key, private_pem
-from callgate.bootstrap import Settings
+from callgate.bootstrap import Settings, bootstrap
 from callgate.domain.catalog import ProfileError, default_profile_path
 from callgate.domain.keys import PrivateKey
 from callgate.providers.upstream_tokens import (
@@ -319,8 +319,10 @@ def test_misconfigured_upstream_tokens_stop_the_start_naming_the_key(
         else:
             crm["upstream_token"][key] = value
     profile.write_text(yaml.safe_dump(raw))
+    # What a start builds (``serve``, or a client that runs the processes): the providers.
+    app = bootstrap(Settings(state_dir=tmp_path / "state", profile=profile, dev=True))
     with pytest.raises(ProfileError, match=r"providers\.crm") as info:
-        connect(Settings(state_dir=tmp_path / "state", profile=profile, dev=True)).close()
+        _ = app.providers
     assert why in str(info.value)
 
 

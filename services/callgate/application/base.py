@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from callgate.domain.access_requests import TASK_PREFIX
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.limits import check_text_field, check_value, parse_args
 from callgate.domain.principal import Principal
@@ -53,7 +54,10 @@ class UseCases:
         return reader
 
     def is_final(self, status: Mapping[str, Any]) -> bool:
-        """``is_final``, knowing from the catalog whether the tool's calls continue."""
+        """``is_final``, knowing from the catalog whether the tool's calls continue. An
+        access request's approval continues nothing (ADR 0090): granted, it is final."""
+        if str(status.get("invocation_id") or "").startswith(TASK_PREFIX):
+            return is_final(status, False)
         spec = self.app.profile.tool(str(status.get("tool") or ""))
         return is_final(status, None if spec is None else spec.continue_on_approval)
 
