@@ -92,6 +92,34 @@ def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type
         help="how long the broker stays down at each broker kill (default: 5)",
     )
 
+    ch.add_argument(
+        "--network",
+        action="store_true",
+        help="the network campaign instead (ADR 0088): Toxiproxy between the instances and "
+        "the broker and an HTTP upstream; latency, bandwidth, blackhole and resets in turn, "
+        "and the broker unreachable at start (--kills, --proposals, --broker-kills unused)",
+    )
+    ch.add_argument(
+        "--hold", type=float, default=30.0, metavar="SECONDS", help="--network: each fault"
+    )
+    ch.add_argument(
+        "--blackhole",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="--network: how long a blackhole lasts (default: 30)",
+    )
+    ch.add_argument(
+        "--gap", type=float, default=10.0, metavar="SECONDS", help="--network: between faults"
+    )
+    ch.add_argument("--rate", type=float, default=12.0, help="--network: flows launched per second")
+    ch.add_argument(
+        "--short",
+        action="store_true",
+        help="--network: the start, the broker's latency, blackhole and resets, and the "
+        "upstream's blackhole and resets only (the test tier's form)",
+    )
+
     df = add_command(
         sub,
         common,
@@ -134,6 +162,20 @@ def chaos(ctx: Context) -> int:
     from tools.chaos import run_chaos
 
     ns = ctx.ns
+    if ns.network:
+        from tools.network_faults import run_network
+
+        return run_network(
+            ctx.app.settings,
+            ctx.out,
+            instances=ns.instances,
+            seed=ns.seed,
+            rate=ns.rate,
+            hold_s=ns.hold,
+            blackhole_s=ns.blackhole,
+            gap_s=ns.gap,
+            short=ns.short,
+        )
     return run_chaos(
         ctx.app.settings,
         ctx.out,
