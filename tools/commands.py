@@ -1,4 +1,4 @@
-"""The sub-commands of ``python -m tools``: ``bench``, ``chaos`` and ``disk-full``, with
+"""The sub-commands of ``python -m tools``: ``bench``, ``chaos``, ``soak`` and ``disk-full``, with
 callgate's global options (``--json``, ``--state-dir``, ``--bootstrap-servers``...)."""
 
 from __future__ import annotations
@@ -120,6 +120,20 @@ def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type
         "upstream's blackhole and resets only (the test tier's form)",
     )
 
+    so = add_command(
+        sub,
+        common,
+        "soak",
+        "two serve instances on Apache Kafka under a steady load; do the curves stay flat?",
+        soak,
+    )
+    so.add_argument("--seconds", type=float, default=1800.0, help="default: 1800")
+    so.add_argument("--rate", type=float, default=50.0, help="proposals a second (default: 50)")
+    so.add_argument("--every", type=float, default=20.0, help="seconds between samples (20)")
+    so.add_argument("--csv", type=Path, help="write the samples there")
+    so.add_argument("--instances", type=int, default=2, help="default: 2")
+    so.add_argument("--seed", type=int, default=7, help="default: 7")
+
     df = add_command(
         sub,
         common,
@@ -187,6 +201,22 @@ def chaos(ctx: Context) -> int:
         broker_kills=ns.broker_kills,
         broker_down_s=ns.broker_down,
         cluster=ns.cluster,
+    )
+
+
+def soak(ctx: Context) -> int:
+    from tools.soak import run_soak
+
+    ns = ctx.ns
+    return run_soak(
+        ctx.app.settings,
+        ctx.out,
+        seconds=ns.seconds,
+        rate=ns.rate,
+        every=ns.every,
+        csv_path=ns.csv,
+        instances=ns.instances,
+        seed=ns.seed,
     )
 
 

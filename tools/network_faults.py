@@ -40,6 +40,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -102,6 +103,7 @@ PROBE_TIMEOUT_S = 10  # the agent's ``--timeout``
 PROBE_ALLOWANCE_S = 15.0  # the command's start and stop on a loaded machine, past its timeout
 PROBE_AFTER_S = 1.0  # into the fault
 RECOVERY_LIMIT_S = 90.0  # a fault's end to the next flow done
+SETTLE_S = 600.0  # past the schedule: the recoveries, the last flows, the audit and replay
 # Figures that must be 0, or true, beside the chaos run's (``tools.chaos._render``).
 ZERO = (
     "agent calls without a code in time",
@@ -403,6 +405,7 @@ class _Driver:
         self.rate, self.gap_s, self.deadline = rate, gap_s, deadline
         self.p = _Progress()
         self.active: dict[int, tuple[Script, Wait]] = {}
+        self._report = time.monotonic() + 10.0
 
     def step(self, launching: bool, began: float) -> None:
         now = time.monotonic()
@@ -431,6 +434,19 @@ class _Driver:
                 script.close()
                 del self.active[i]
                 self.p.done_at.append(time.monotonic())
+        if now > self._report:
+            self._report = now + 10.0
+            oldest = min(self.active.values(), key=lambda a: a[1].since, default=None)
+            waits = (
+                f"; oldest waits {now - oldest[1].since:.0f} s for {oldest[1].view} {oldest[1].key}"
+                if oldest
+                else ""
+            )
+            self._say(
+                f"network: {len(self.p.done_at)}/{self.p.launched} flows done, "
+                f"{len(self.active)} in flight{waits}",
+                dim=True,
+            )
 
     def run_for(self, seconds: float, began: float, launching: bool = True) -> None:
         until = time.monotonic() + seconds
@@ -508,9 +524,9 @@ class _Driver:
             waiting = [f"flow {i}: still waiting at the time limit" for i in self.active]
             self.work.failures += waiting
 
-    def _say(self, line: str) -> None:
+    def _say(self, line: str, dim: bool = False) -> None:
         if not self.out.json_mode:
-            self.out.err.print(f"[magenta]{line}[/]")
+            self.out.err.print(f"[dim]{line}[/]" if dim else f"[magenta]{line}[/]")
 
 
 def run_network(
@@ -532,8 +548,9 @@ def run_network(
     plans = campaign(hold_s, blackhole_s, short)
     schedule_s = sum(p.hold_s for p in plans) + gap_s * len(plans)
     flows = int(rate * schedule_s) + 1
-    limit = schedule_s + RECOVERY_LIMIT_S * len(plans) + 300.0
+    limit = schedule_s + SETTLE_S
     started = time.monotonic()
+    previous = signal.signal(signal.SIGTERM, _terminate)  # stop what it started, even then
     state = Path(tempfile.mkdtemp(prefix="callgate-network-"))
     proxy: Toxiproxy | None = None
     broker: ApacheKafka | None = None
@@ -579,10 +596,15 @@ def run_network(
             broker.stop()
         if proxy is not None:
             proxy.stop()
+        signal.signal(signal.SIGTERM, previous)
         if ok:
             shutil.rmtree(state, ignore_errors=True)
         else:
             out.err.print(f"[yellow]chaos --network: state and worker logs kept in {state}[/]")
+
+
+def _terminate(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _campaign(
