@@ -435,6 +435,10 @@ def _soak(
     if load.overload:
         verdict.violations.append(f"more than {MAX_IN_FLIGHT} flows in flight: not steady")
     flat = growth(samples, seconds)
+    if not flat:
+        verdict.violations.append(
+            f"too short to judge growth: no samples past the first {WARM_UP_S:g} s of warm-up"
+        )
     verdict.violations += [
         f"{name} grew: {a:.1f} -> {b:.1f} (more than {GROWTH:.0%})"
         for name, (a, b, holds) in flat.items()
