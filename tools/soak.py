@@ -12,9 +12,9 @@ One run:
    published, for ``--seconds``; no fault is injected;
 3. every ``--every`` seconds a sample: proposals settled per second, p50 and p99 of the
    time from a proposal's publication to its settled status, resident memory (RSS) and
-   open files of each instance (the serve process and its children), and the consumer
-   lag of every process group (log end minus committed position, summed); printed as a
-   table at the end and written as CSV;
+   open files of each instance (the serve process and its children; the CSV also has the
+   RSS of each process), and the consumer lag of every process group (log end minus
+   committed position, summed); printed as a table at the end and written as CSV;
 4. the verdict of the chaos run (``tools.chaos.verify``: nothing lost, no effect twice,
    no unapproved high-impact effect, audit chain and replay equal), no ``error`` line in
    the instances' logs, and flat curves: for RSS, open files, consumer lag and p99, the
@@ -89,6 +89,7 @@ class Sample:
     fds: list[int]
     lag: int
     in_flight: int
+    by_process: dict[str, float] = field(default_factory=dict)  # RSS MB, CSV only
 
     def row(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -123,6 +124,17 @@ def rss_mb(pids: Sequence[int]) -> float:
                 if line.startswith("VmRSS:"):
                     total += int(line.split()[1])
     return total / 1024
+
+
+def rss_by_process(server: Instance) -> dict[str, float]:
+    """RSS of the serve process and of each worker child, by ``<instance>/<process>``."""
+    out: dict[str, float] = {}
+    for pid in server.pids():
+        with contextlib.suppress(OSError):
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            name = argv[3].decode() if b"callgate.kafka_worker" in argv[:3] else "serve"
+            out[f"{server.name}/{name}"] = round(rss_mb([pid]), 1)
+    return out
 
 
 def open_fds(pids: Sequence[int]) -> int:
@@ -445,10 +457,14 @@ def _soak(
         if not holds
     ]
     if csv_path is not None and samples:
+        names = sorted({k for s in samples for k in s.by_process})
         with csv_path.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(samples[0].row()))
+            columns = [*samples[0].row(), *(f"rss_mb {n}" for n in names)]
+            writer = csv.DictWriter(f, fieldnames=columns)
             writer.writeheader()
-            writer.writerows(s.row() for s in samples)
+            for s in samples:
+                rss = {f"rss_mb {n}": s.by_process.get(n, "") for n in names}
+                writer.writerow(s.row() | rss)
     _print_curves(out, samples)
     calls = [s.calls_s for s in samples]
     figures: dict[str, Any] = {
@@ -504,6 +520,7 @@ def _sample(load: _Load, servers: list[Instance], lag: Lag, t: float, every: flo
         fds=[open_fds(s.pids()) for s in servers],
         lag=_lag(lag),
         in_flight=len(load.active),
+        by_process={k: v for s in servers for k, v in rss_by_process(s).items()},
     )
     load.latencies, load.settled = [], 0
     return sample
