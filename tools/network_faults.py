@@ -103,6 +103,7 @@ PROBE_TIMEOUT_S = 10  # the agent's ``--timeout``
 PROBE_ALLOWANCE_S = 15.0  # the command's start and stop on a loaded machine, past its timeout
 PROBE_AFTER_S = 1.0  # into the fault
 RECOVERY_LIMIT_S = 90.0  # a fault's end to the next flow done
+SLOW_S = 30.0  # per fault: what its recovery and a slow machine add to the schedule
 SETTLE_S = 600.0  # past the schedule: the recoveries, the last flows, the audit and replay
 # Figures that must be 0, or true, beside the chaos run's (``tools.chaos._render``).
 ZERO = (
@@ -397,12 +398,13 @@ class _Driver:
         agent: Agent,
         out: Renderer,
         rate: float,
+        flows: int,
         gap_s: float,
         deadline: float,
     ) -> None:
         self.gate, self.fleet, self.work, self.outbox = gate, fleet, work, outbox
         self.network, self.agent, self.out = network, agent, out
-        self.rate, self.gap_s, self.deadline = rate, gap_s, deadline
+        self.rate, self.flows, self.gap_s, self.deadline = rate, flows, gap_s, deadline
         self.p = _Progress()
         self.active: dict[int, tuple[Script, Wait]] = {}
         self._report = time.monotonic() + 10.0
@@ -414,6 +416,7 @@ class _Driver:
             return
         self.fleet.check()
         due = int((now - began) * self.rate) if launching else self.p.launched
+        due = min(due, self.flows)
         while len(self.active) < WINDOW and self.p.launched < due:
             i = self.p.launched
             script = self.work.script(i, pick(self.work.rng))
@@ -487,7 +490,8 @@ class _Driver:
             if len(self.p.done_at) > mark:
                 fault.recovery_s = self.p.done_at[mark] - fault.ended
                 break
-            if not self.active and self.p.launched >= int((time.monotonic() - began) * self.rate):
+            due = min(self.flows, int((time.monotonic() - began) * self.rate))
+            if not self.active and self.p.launched >= due:
                 fault.recovery_s = 0.0  # nothing in flight: nothing waited
                 break
             self.step(True, began)
@@ -547,7 +551,9 @@ def run_network(
         return 2
     plans = campaign(hold_s, blackhole_s, short)
     schedule_s = sum(p.hold_s for p in plans) + gap_s * len(plans)
-    flows = int(rate * schedule_s) + 1
+    # The flows launched at most: the usage limit is set from it, so alice's creations (a
+    # fifth of the flows) stay below it while lena's bursts pass it (tools.chaos).
+    flows = int(rate * (schedule_s + SLOW_S * len(plans))) + 1
     limit = schedule_s + SETTLE_S
     started = time.monotonic()
     previous = signal.signal(signal.SIGTERM, _terminate)  # stop what it started, even then
@@ -584,7 +590,7 @@ def run_network(
         app = bootstrap(run)
         behind = app.settings.model_copy(update={"bootstrap_servers": f"127.0.0.1:{kafka_port}"})
         report = _campaign(app, bootstrap(behind), out, plans, Network(proxy), upstream, rate,
-                           gap_s, seed, instances, started, limit)  # fmt: skip
+                           flows, gap_s, seed, instances, started, limit)  # fmt: skip
         report["state_dir"] = str(state)
         ok = not report["violations"]
         _render(out, report, ok, name="chaos --network", zero=ZERO)
@@ -615,6 +621,7 @@ def _campaign(
     network: Network,
     upstream: Upstream,
     rate: float,
+    flows: int,
     gap_s: float,
     seed: int,
     instances: int,
@@ -633,7 +640,7 @@ def _campaign(
     agent = Agent(app.settings.state_dir, Path(str(app.settings.profile)),
                   str(behind.settings.bootstrap_servers), app.settings.topic_prefix,
                   work.alice.token)  # fmt: skip
-    driver = _Driver(gate, fleet, work, outbox, network, agent, out, rate, gap_s,
+    driver = _Driver(gate, fleet, work, outbox, network, agent, out, rate, flows, gap_s,
                      started + limit)  # fmt: skip
     try:
         driver.drive(faults)

@@ -59,6 +59,7 @@ def test_a_network_that_misbehaves_loses_nothing_and_never_leaves_an_agent_hangi
     assert figures["unapproved high-impact effects"] == 0
     assert figures["uncertain outcomes not reconciled"] == 0
     assert figures["audit chain ok"] is True and figures["replay equal"] is True
+    assert figures["limit refusals"] > 0 and figures["reservations leaked"] == 0
     assert figures["upstream effects"] > 0  # the upstream served calls through its proxy
     assert figures["flows done in a broker blackhole"] == 0
     faults = {row["fault"]: row for row in report["faults"]}
