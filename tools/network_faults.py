@@ -103,7 +103,7 @@ PROBE_TIMEOUT_S = 10  # the agent's ``--timeout``
 PROBE_ALLOWANCE_S = 15.0  # the command's start and stop on a loaded machine, past its timeout
 PROBE_AFTER_S = 1.0  # into the fault
 RECOVERY_LIMIT_S = 90.0  # a fault's end to the next flow done
-SLOW_S = 30.0  # per fault: what its recovery and a slow machine add to the schedule
+SLOW_S = 15.0  # per fault: what its recovery and a slow machine add to the schedule
 SETTLE_S = 600.0  # past the schedule: the recoveries, the last flows, the audit and replay
 # Figures that must be 0, or true, beside the chaos run's (``tools.chaos._render``).
 ZERO = (
