@@ -80,6 +80,7 @@ from tools.chaos import (
     Who,
     Workload,
     _consistent,
+    _keep_evidence,
     _Outbox,
     _render,
     _settle,
@@ -667,6 +668,8 @@ def _campaign(
         gate.close()
         fleet.stop()
     verdict = verify(evidence, app.profile)
+    if verdict.violations:
+        _keep_evidence(app.settings.state_dir / "evidence.jsonl", evidence)
     elapsed = time.monotonic() - started
     if not verified.ok:
         verdict.violations.append(f"audit chain: {verified.first_bad}: {verified.reason}")

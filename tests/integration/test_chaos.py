@@ -384,6 +384,26 @@ def test_an_uncertain_mutation_never_reconciled_is_reported() -> None:
     assert verdict.figures["uncertain outcomes not reconciled"] == 1
 
 
+def test_an_agents_uncertain_read_outside_the_run_is_a_read() -> None:
+    """An agent's call through the command line (chaos --network) is not among the run's
+    calls: its tool is the one the log requested, so an uncertain read is not counted as a
+    mutation left unreconciled, and an uncertain mutation still is."""
+    read = [
+        _event(ev.ExecutionRequested, "a1", 1, tenant="acme", tool="tickets.read",
+               target="T-1", args_json="{}", execution_token="xi-read", actor="alice"),
+        _event(ev.ExecutionUncertain, "a1", 2, execution_token="xi-read", reason="t"),
+    ]  # fmt: skip
+    verdict = check(events=read)
+    assert verdict.figures["uncertain outcomes not reconciled"] == 0
+    assert verdict.figures["uncertain reads (retried as new reads)"] == 1
+    create = [
+        _event(ev.ExecutionRequested, "a2", 3, tenant="acme", tool="tickets.create",
+               target="", args_json="{}", execution_token="xi-create", actor="alice"),
+        _event(ev.ExecutionUncertain, "a2", 4, execution_token="xi-create", reason="t"),
+    ]  # fmt: skip
+    assert check(events=create).figures["uncertain outcomes not reconciled"] == 1
+
+
 # --- a bug the chaos run found -------------------------------------------------------------
 
 
