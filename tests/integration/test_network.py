@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from tests.kafka_support import require_broker, run_tool
-from tools.network_faults import PROBE_BOUND_S
+from tools.network_faults import PROBE_BOUND_S, Fault, Plan, campaign
 from tools.toxiproxy import unavailable
 
 REQUIRE_ENV = "CALLGATE_REQUIRE_TOXIPROXY"  # "1": Toxiproxy must be there (CI)
@@ -68,3 +68,38 @@ def test_a_network_that_misbehaves_loses_nothing_and_never_leaves_an_agent_hangi
         assert row["agent call"] and row["agent call s"] <= PROBE_BOUND_S
         assert row["recovery s"] is not None and row["cost s"] is not None
     assert faults["broker unreachable at start"]["flows/s during"] == 0
+
+
+def test_the_campaign_takes_each_fault_to_the_broker_and_to_the_upstream() -> None:
+    """The full campaign: the start, then latency, bandwidth, blackhole and resets on each
+    proxy; the short one keeps the start, the broker's latency, and the blackhole and
+    resets of both."""
+    full = campaign(30, 30)
+    assert [(p.proxy, p.kind) for p in full] == [
+        ("kafka", "start"),
+        *[(proxy, kind) for proxy in ("kafka", "upstream")
+          for kind in ("latency", "bandwidth", "blackhole", "reset")],
+    ]  # fmt: skip
+    assert [p.hold_s for p in full if p.kind == "blackhole"] == [30, 30]
+    short = [(p.proxy, p.kind) for p in campaign(6, 8, short=True)]
+    assert short == [
+        ("kafka", "start"),
+        ("kafka", "latency"),
+        ("kafka", "blackhole"),
+        ("kafka", "reset"),
+        ("upstream", "blackhole"),
+        ("upstream", "reset"),
+    ]
+
+
+def test_a_fault_costs_the_throughput_it_took_and_its_recovery() -> None:
+    """cost = held x (1 - rate during / rate before) + recovery; all of it when nothing
+    ran before (the start); unknown while it has not recovered."""
+    plan = Plan("p", "kafka", "latency", 10)
+    slowed = Fault(plan, started=0, ended=10, rate_before=20, rate_during=5, recovery_s=2)
+    assert slowed.cost_s == 10 * (1 - 5 / 20) + 2
+    faster = Fault(plan, started=0, ended=10, rate_before=5, rate_during=20, recovery_s=0)
+    assert faster.cost_s == 0
+    start = Fault(plan, started=0, ended=10, rate_before=0, rate_during=0, recovery_s=3)
+    assert start.cost_s == 13
+    assert Fault(plan, started=0, ended=10, rate_before=5).cost_s is None
