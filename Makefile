@@ -9,7 +9,7 @@ UV     := $(TOOLS)/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast test-authzen test-kafka test-stop test-disk test-browser test-fuzz test-keycloak test-all kafka-fetch keycloak-fetch lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress chaos-instances chaos-cluster disk-full kafka kafka-stop kafka-clean fuzz fuzz-proposals fuzz-atheris fuzz-campaign up down clean oidc-provider conformance
+.PHONY: install lock upgrade run serve-http openapi screenshots fuzz-http test test-fast test-authzen test-kafka test-stop test-disk test-browser test-fuzz test-keycloak test-all kafka-fetch keycloak-fetch lint demo example-agents bench bench-quick chaos chaos-quick chaos-stress chaos-instances chaos-cluster chaos-network soak toxiproxy-fetch disk-full kafka kafka-stop kafka-clean fuzz fuzz-proposals fuzz-atheris fuzz-campaign up down clean oidc-provider conformance
 
 $(UV): requirements/uv.txt
 	$(PYTHON) -m venv $(TOOLS)
@@ -91,7 +91,8 @@ test-authzen: $(STAMP)
 	$(PYTEST) tests/http/test_authzen.py
 
 ## Every Kafka test, on Apache Kafka from Maven (one broker per xdist worker); fails, not
-## skips, where the broker cannot start (`make kafka-fetch` fetches its jars).
+## skips, where the broker cannot start (`make kafka-fetch` fetches its jars). The network
+## test needs Toxiproxy (`make toxiproxy-fetch`); CI requires it (CALLGATE_REQUIRE_TOXIPROXY).
 test-kafka: $(STAMP)
 	CALLGATE_REQUIRE_APACHE_KAFKA=1 $(PYTEST) $(XDIST) -m "kafka and not stop"
 
@@ -127,6 +128,11 @@ test-all: test test-kafka test-stop test-disk test-browser test-fuzz test-keyclo
 ## Fetches the Apache Kafka broker's jars (Maven) into the cache once.
 kafka-fetch: $(STAMP)
 	$(PY) -m tools.apache_kafka fetch
+
+## Builds the Toxiproxy server (the network tier's fault proxy, ADR 0088) from the Go module
+## proxy into the cache once (needs Go: `go` on PATH or /usr/local/go).
+toxiproxy-fetch: $(STAMP)
+	$(PY) -m tools.toxiproxy fetch
 
 ## Fetches Keycloak's distribution (Maven) into the cache and builds it once.
 keycloak-fetch: $(STAMP)
@@ -189,6 +195,21 @@ chaos-instances: $(STAMP)
 ## node for a minute SIGKILLed in turn while the flows go on (the cluster tier's full form).
 chaos-cluster: $(STAMP)
 	$(TOOL) chaos --cluster 3 --instances 2 --proposals 2000 --kills 6 --broker-kills 3
+
+## The network campaign (ADR 0088): two instances behind Toxiproxy, to the broker and to an
+## HTTP upstream; the broker unreachable at start, then latency 200±100 ms, a bandwidth limit,
+## a 30 s blackhole and connection resets on each; prints each fault's cost and the verdict.
+chaos-network: $(STAMP)
+	$(TOOL) chaos --network --instances 2 --hold 30 --blackhole 30 --gap 10
+
+## The soak (docs/explanation/soak.md): two instances on Apache Kafka at 50 calls/s for
+## SOAK_S seconds, sampled every SOAK_EVERY seconds; the curves as a table and a CSV.
+SOAK_S ?= 1800
+SOAK_RATE ?= 50
+SOAK_EVERY ?= 20
+SOAK_CSV ?= soak.csv
+soak: $(STAMP)
+	$(TOOL) soak --seconds $(SOAK_S) --rate $(SOAK_RATE) --every $(SOAK_EVERY) --csv $(SOAK_CSV)
 
 ## The full-disk campaign (ADR 0084): 2,000 proposals on the embedded backend, the disk under
 ## serve's state directory full three times for 10 s (a tmpfs of its own, filled by a

@@ -35,6 +35,8 @@ from typing import Any, TextIO
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from tools.apache_kafka import CACHE_ENV, JAVA_ENV
+from tools.toxiproxy import BINARY_ENV as TOXIPROXY_ENV
+from tools.toxiproxy import CACHE_ENV as TOXIPROXY_CACHE_ENV
 
 from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
 from callgate.adapters.kafka.client import Record, partition_for, read_partitions_to_end
@@ -92,7 +94,8 @@ def run_tool(state_dir: Path, *args: str, timeout: float) -> subprocess.Complete
     running the tests, with no ``CALLGATE_*`` setting of this process but where Java and
     the Apache Kafka jars are."""
     argv = [sys.executable, "-m", "tools", "--json", "--state-dir", str(state_dir)]
-    keep = {CACHE_ENV, JAVA_ENV}  # where the Apache Kafka jars and Java are: not settings
+    # where the Apache Kafka jars, Java and Toxiproxy are: not settings
+    keep = {CACHE_ENV, JAVA_ENV, TOXIPROXY_ENV, TOXIPROXY_CACHE_ENV}
     env = {k: v for k, v in os.environ.items() if not k.startswith("CALLGATE_") or k in keep}
     paths = [REPO / "services", REPO / "projections", REPO]
     env["PYTHONPATH"] = os.pathsep.join(str(p) for p in paths)

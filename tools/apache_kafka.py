@@ -233,25 +233,36 @@ def broker_properties(
     node_id: int = 1,
     voters: str = "",
     replicas: int = 1,
+    external: tuple[int, str] | None = None,
 ) -> dict[str, str]:
     """The test broker's ``server.properties`` (module docstring); with a ``SASL_PLAINTEXT``
     listener on ``sasl_port`` when given (its accounts: ``sasl_listener``). A node of a
     cluster (``tools.kafka_cluster``) gives its ``node_id``, the cluster's controller
-    ``voters`` and the ``replicas`` of the internal topics (``min.insync.replicas`` 2)."""
+    ``voters`` and the ``replicas`` of the internal topics (``min.insync.replicas`` 2).
+    ``external`` (port, address): a plaintext ``EXTERNAL`` listener on that port that
+    advertises that address (a fault proxy's, ``tools.toxiproxy``): a client that
+    bootstraps there is told to reach the broker at that address, so all its connections
+    pass through the proxy."""
     listeners = f"PLAINTEXT://127.0.0.1:{port}"
+    advertised = listeners
     if sasl_port:
         listeners += f",SASL_PLAINTEXT://127.0.0.1:{sasl_port}"
+        advertised = listeners
+    if external is not None:
+        listeners += f",EXTERNAL://127.0.0.1:{external[0]}"
+        advertised += f",EXTERNAL://{external[1]}"
     rf, isr = str(replicas), str(min(2, replicas))
     return {
         "process.roles": "broker,controller",
         "node.id": str(node_id),
         "controller.quorum.voters": voters or f"{node_id}@127.0.0.1:{controller_port}",
         "listeners": f"{listeners},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": listeners,
+        "advertised.listeners": advertised,
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": (
-            "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT"
+            "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,"
+            "EXTERNAL:PLAINTEXT"
         ),
         "log.dirs": str(log_dir),
         "num.partitions": "1",
@@ -313,11 +324,16 @@ class ApacheKafka:
         sasl_users: Mapping[str, str] | None = None,
         port: int = 0,
         data_dir: Path | None = None,
+        advertise_external: str = "",
     ) -> None:
         """``sasl_users`` (name -> password): also listen with ``SASL_PLAINTEXT`` (PLAIN) on
         ``.sasl_bootstrap``, for those accounts. ``port``: listen there (its controller on
         the next port) instead of on free ports. ``data_dir``: keep the broker's data and
-        logs there across restarts instead of in a temporary folder removed on stop."""
+        logs there across restarts instead of in a temporary folder removed on stop.
+        ``advertise_external`` (host:port of a proxy): also listen on ``.external_port``
+        and advertise that address there (``broker_properties``' ``external``)."""
+        self._advertise_external = advertise_external
+        self.external_port = 0
         self._start_timeout_s = start_timeout_s
         self._version = version
         self._sasl_users = dict(sasl_users or {})
@@ -375,7 +391,14 @@ class ApacheKafka:
             log_dir = self._root / ("data" if kept else f"data-{self.port}")
             config = self._root / "server.properties"
             self.sasl_port = free_port() if self._sasl_users else 0
-            props = broker_properties(self.port, controller, log_dir, self.sasl_port)
+            if self._advertise_external and not self.external_port:
+                self.external_port = free_port()  # kept across restarts: the proxy's upstream
+            external = (
+                (self.external_port, self._advertise_external) if self._advertise_external else None
+            )
+            props = broker_properties(
+                self.port, controller, log_dir, self.sasl_port, external=external
+            )
             if self._sasl_users:
                 props.update(sasl_accounts(self._sasl_users))
             config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))

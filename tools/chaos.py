@@ -293,13 +293,18 @@ def _uncertain(
     events: Iterable[ev.Event], calls: Mapping[str, Call], profile: Profile
 ) -> tuple[set[str], set[str]]:
     """Execution tokens that were ``outcome_uncertain``: (mutations, reads). A read has no
-    effect to reconcile; the agent simply reads again."""
+    effect to reconcile; the agent simply reads again. The tool of a call the run did not
+    make itself (an agent's call through the command line) is the one the log requested."""
     mutations: set[str] = set()
     reads: set[str] = set()
+    requested: dict[str, str] = {}
     for x in events:
-        if isinstance(x, ev.ExecutionUncertain):
+        if isinstance(x, ev.ExecutionRequested):
+            requested[x.invocation_id] = x.tool
+        elif isinstance(x, ev.ExecutionUncertain):
             call = calls.get(x.invocation_id)
-            spec = profile.tool(call.tool) if call is not None else None
+            tool = call.tool if call is not None else requested.get(x.invocation_id)
+            spec = profile.tool(tool) if tool is not None else None
             (reads if spec is not None and not spec.mutation else mutations).add(x.execution_token)
     return mutations, reads
 

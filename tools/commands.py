@@ -1,4 +1,4 @@
-"""The sub-commands of ``python -m tools``: ``bench``, ``chaos`` and ``disk-full``, with
+"""The sub-commands of ``python -m tools``: ``bench``, ``chaos``, ``soak`` and ``disk-full``, with
 callgate's global options (``--json``, ``--state-dir``, ``--bootstrap-servers``...)."""
 
 from __future__ import annotations
@@ -93,6 +93,48 @@ def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type
         help="how long the broker stays down at each broker kill (default: 5)",
     )
 
+    ch.add_argument(
+        "--network",
+        action="store_true",
+        help="the network campaign instead (ADR 0088): Toxiproxy between the instances and "
+        "the broker and an HTTP upstream; latency, bandwidth, blackhole and resets in turn, "
+        "and the broker unreachable at start (--kills, --proposals, --broker-kills unused)",
+    )
+    ch.add_argument(
+        "--hold", type=float, default=30.0, metavar="SECONDS", help="--network: each fault"
+    )
+    ch.add_argument(
+        "--blackhole",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="--network: how long a blackhole lasts (default: 30)",
+    )
+    ch.add_argument(
+        "--gap", type=float, default=10.0, metavar="SECONDS", help="--network: between faults"
+    )
+    ch.add_argument("--rate", type=float, default=12.0, help="--network: flows launched per second")
+    ch.add_argument(
+        "--short",
+        action="store_true",
+        help="--network: the start, the broker's latency, blackhole and resets, and the "
+        "upstream's blackhole and resets only (the test tier's form)",
+    )
+
+    so = add_command(
+        sub,
+        common,
+        "soak",
+        "two serve instances on Apache Kafka under a steady load; do the curves stay flat?",
+        soak,
+    )
+    so.add_argument("--seconds", type=float, default=1800.0, help="default: 1800")
+    so.add_argument("--rate", type=float, default=50.0, help="proposals a second (default: 50)")
+    so.add_argument("--every", type=float, default=20.0, help="seconds between samples (20)")
+    so.add_argument("--csv", type=Path, help="write the samples there")
+    so.add_argument("--instances", type=int, default=2, help="default: 2")
+    so.add_argument("--seed", type=int, default=7, help="default: 7")
+
     df = add_command(
         sub,
         common,
@@ -135,6 +177,20 @@ def chaos(ctx: Context) -> int:
     from tools.chaos import run_chaos
 
     ns = ctx.ns
+    if ns.network:
+        from tools.network_faults import run_network
+
+        return run_network(
+            ctx.app.settings,
+            ctx.out,
+            instances=ns.instances,
+            seed=ns.seed,
+            rate=ns.rate,
+            hold_s=ns.hold,
+            blackhole_s=ns.blackhole,
+            gap_s=ns.gap,
+            short=ns.short,
+        )
     return run_chaos(
         ctx.app.settings,
         ctx.out,
@@ -146,6 +202,22 @@ def chaos(ctx: Context) -> int:
         broker_kills=ns.broker_kills,
         broker_down_s=ns.broker_down,
         cluster=ns.cluster,
+    )
+
+
+def soak(ctx: Context) -> int:
+    from tools.soak import run_soak
+
+    ns = ctx.ns
+    return run_soak(
+        ctx.app.settings,
+        ctx.out,
+        seconds=ns.seconds,
+        rate=ns.rate,
+        every=ns.every,
+        csv_path=ns.csv,
+        instances=ns.instances,
+        seed=ns.seed,
     )
 
 

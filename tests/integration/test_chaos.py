@@ -384,6 +384,26 @@ def test_an_uncertain_mutation_never_reconciled_is_reported() -> None:
     assert verdict.figures["uncertain outcomes not reconciled"] == 1
 
 
+def test_an_agents_uncertain_read_outside_the_run_is_a_read() -> None:
+    """An agent's call through the command line (chaos --network) is not among the run's
+    calls: its tool is the one the log requested, so an uncertain read is not counted as a
+    mutation left unreconciled, and an uncertain mutation still is."""
+    read = [
+        _event(ev.ExecutionRequested, "a1", 1, tenant="acme", tool="tickets.read",
+               target="T-1", args_json="{}", execution_token="xi-read", actor="alice"),
+        _event(ev.ExecutionUncertain, "a1", 2, execution_token="xi-read", reason="t"),
+    ]  # fmt: skip
+    verdict = check(events=read)
+    assert verdict.figures["uncertain outcomes not reconciled"] == 0
+    assert verdict.figures["uncertain reads (retried as new reads)"] == 1
+    create = [
+        _event(ev.ExecutionRequested, "a2", 3, tenant="acme", tool="tickets.create",
+               target="", args_json="{}", execution_token="xi-create", actor="alice"),
+        _event(ev.ExecutionUncertain, "a2", 4, execution_token="xi-create", reason="t"),
+    ]  # fmt: skip
+    assert check(events=create).figures["uncertain outcomes not reconciled"] == 1
+
+
 # --- a bug the chaos run found -------------------------------------------------------------
 
 
@@ -606,3 +626,60 @@ def test_a_limit_passed_is_reported() -> None:
 def test_a_reservation_never_settled_is_leaked() -> None:
     verdict = check(events=[_asked("t1", 1), _reserved("t1", 1)])
     assert verdict.violations == ["reservation leaked (neither committed nor released): r-t1"]
+
+
+def test_a_lookup_that_fails_leaves_the_key_to_the_next_retry(tmp_path: Path) -> None:
+    """C12, found by the network chaos run: a retry's reconciliation whose lookup failed (a
+    connection reset to the provider) was answered ``outcome_uncertain``, and the key stayed
+    ``reconciling``: every later retry under it waited forever. Now the next call waiting on
+    the key asks again, and with none waiting the next retry does; once a lookup answers,
+    the call runs once more, for that retry."""
+    from callgate.domain.canonical import partition_key
+    from callgate.domain.scope import bound_id
+
+    app = bootstrap(Settings(state_dir=tmp_path, dev=True))
+    decider = app.decider()
+    token = app.session_issuer.issue("alice", "acme", ["support"], 1_000, ttl_seconds=3600)
+    P1, P2, P3, P4 = (bound_id(token, f"p{i}") for i in range(1, 5))
+    pk = partition_key("acme", "K", P1)
+    args = json.dumps({"title": "t", "requester_id": "alice"})
+    n = iter(range(100))
+
+    def proposal(inv: str) -> ev.ToolCallProposed:
+        return ev.ToolCallProposed(
+            event_id=f"req-{inv}", invocation_id=inv, partition_key=pk, session_token=token,
+            tool="tickets.create", args_json=args, idempotency_key="K",
+        )  # fmt: skip
+
+    def feed(state: Any, event: ev.Event) -> tuple[Any, list[ev.Event]]:
+        state, out = decider.handle(state, event, 2_000)
+        return state, [e for e in out if isinstance(e, ev.Event)]
+
+    def answer(cls: type[ev.Event], inv: str, **fields: Any) -> ev.Event:
+        return cls(event_id=f"x{next(n)}", invocation_id=inv, partition_key=pk, **fields)
+
+    def lookups(out: list[ev.Event]) -> list[str]:
+        return [e.invocation_id for e in out if isinstance(e, ev.ReconciliationRequested)]
+
+    state, out = feed(decider.initial_state(), proposal(P1))
+    (request,) = [e for e in out if isinstance(e, ev.ExecutionRequested)]
+    xt = request.execution_token
+    state, _ = feed(state, answer(ev.ExecutionStarted, P1, execution_token=xt, attempt=1))
+    state, _ = feed(state, answer(ev.ExecutionUncertain, P1, execution_token=xt, reason="reset"))
+    state, out = feed(state, proposal(P2))  # the agent retries: reconcile first
+    assert lookups(out) == [P2]
+    state, out = feed(state, proposal(P3))  # another retry while the lookup runs: it waits
+    assert lookups(out) == []
+    failed = {"execution_token": xt, "reason": "crm GET /lookup: connection reset"}
+    state, out = feed(state, answer(ev.ExecutionUncertain, P2, **failed))
+    assert lookups(out) == [P3]  # P2 is answered uncertain; the next waiter asks again
+    state, out = feed(state, answer(ev.ExecutionUncertain, P2, **failed))  # delivered twice
+    assert out == []
+    state, out = feed(state, answer(ev.ExecutionUncertain, P3, **failed))
+    assert out == []  # nobody waits any more: the key is uncertain again
+    state, out = feed(state, proposal(P4))  # a later retry is not left waiting
+    assert lookups(out) == [P4]
+    nothing = {"execution_token": xt, "found": False, "original_invocation_id": P1}
+    state, out = feed(state, answer(ev.ExecutionReconciled, P4, **nothing))
+    runs = [(e.invocation_id, e.attempt) for e in out if isinstance(e, ev.ExecutionRequested)]
+    assert runs == [(P4, 2)]

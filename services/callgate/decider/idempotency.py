@@ -12,6 +12,7 @@ from __future__ import annotations
 from callgate.decider.authorization import authorize
 from callgate.decider.deps import DeciderDeps
 from callgate.decider.emitter import Emitter
+from callgate.decider.key_records import request_reconciliation
 from callgate.decider.state import DeciderState, Invocation, KeyRecord, KeyStatus, Phase
 from callgate.domain import events as ev
 from callgate.domain.approvals import ApprovalClaims
@@ -83,24 +84,8 @@ def on_known_key(
     elif rec.status == KeyStatus.UNCERTAIN:
         # C12: reconcile the original operation before anything else.
         inv.phase, inv.outcome = Phase.WAITING, Code.ALLOWED.value
-        rec.status = KeyStatus.RECONCILING
         rec.waiters.append(inv.invocation_id)
-        original = state.invocations.get(rec.invocation_id)
-        out.emit(
-            ev.ReconciliationRequested,
-            tenant=inv.tenant,
-            # The original call's user: the lookup asks the upstream as it (the same
-            # user, by the key record's binding), in its name.
-            actor=(original or inv).actor,
-            agent=(original or inv).agent,
-            delegation=tuple((original or inv).delegation),
-            tool=rec.tool,
-            target=rec.target,
-            args_json=original.args_json if original else inv.args_json,
-            execution_token=rec.execution_token,
-            original_invocation_id=rec.invocation_id,
-            policy_version=original.policy_version if original else inv.policy_version,
-        )
+        request_reconciliation(state, rec, inv, out)
     else:  # executing or reconciling: wait for the original to settle, then replay it
         inv.phase, inv.outcome = Phase.WAITING, Code.ALLOWED.value
         rec.waiters.append(inv.invocation_id)

@@ -8,7 +8,7 @@ second authorization.
 from __future__ import annotations
 
 from callgate.decider.emitter import Emitter
-from callgate.decider.state import DeciderState, Invocation, KeyRecord, Phase
+from callgate.decider.state import DeciderState, Invocation, KeyRecord, KeyStatus, Phase
 from callgate.domain import events as ev
 from callgate.domain.codes import Code
 
@@ -38,4 +38,61 @@ def serve_waiters(state: DeciderState, rec: KeyRecord, out: Emitter) -> None:
     rec.waiters = []
 
 
-__all__ = ["key_record", "serve_waiters", "set_key_status"]
+def request_reconciliation(
+    state: DeciderState, rec: KeyRecord, waiter: Invocation, out: Emitter
+) -> None:
+    """C12: ask the provider what became of the key's uncertain call before ``waiter`` (a
+    retry under the key, waiting on it) may run; the key is ``reconciling`` meanwhile."""
+    rec.status = KeyStatus.RECONCILING
+    original = state.invocations.get(rec.invocation_id)
+    out.emit(
+        ev.ReconciliationRequested,
+        invocation_id=waiter.invocation_id,
+        tenant=waiter.tenant,
+        # The original call's user: the lookup asks the upstream as it (the same user, by
+        # the key record's binding), in its name.
+        actor=(original or waiter).actor,
+        agent=(original or waiter).agent,
+        delegation=tuple((original or waiter).delegation),
+        tool=rec.tool,
+        target=rec.target,
+        args_json=original.args_json if original else waiter.args_json,
+        execution_token=rec.execution_token,
+        original_invocation_id=rec.invocation_id,
+        policy_version=original.policy_version if original else waiter.policy_version,
+    )
+
+
+def on_lookup_failed(
+    state: DeciderState, waiter: Invocation, e: ev.ExecutionUncertain, out: Emitter
+) -> None:
+    """C12: a retry's reconciliation could not learn what became of the original call (the
+    provider unreachable, reset, timed out): the executor answered that retry
+    ``outcome_uncertain``. The original stays uncertain: the next call waiting on the key
+    asks again, or, none waiting, the next retry under the key does; a key left
+    ``reconciling`` would keep every later retry under it waiting with no answer."""
+    rec = key_record(state, waiter)
+    if (
+        rec is None
+        or rec.status != KeyStatus.RECONCILING
+        or rec.execution_token != e.execution_token
+        or waiter.invocation_id not in rec.waiters
+    ):
+        return
+    waiter.phase, waiter.outcome = Phase.SETTLED, Code.OUTCOME_UNCERTAIN.value
+    rec.waiters.remove(waiter.invocation_id)
+    following = [state.invocations.get(w) for w in rec.waiters]
+    nxt = next((w for w in following if w is not None), None)
+    if nxt is None:
+        rec.status = KeyStatus.UNCERTAIN
+        return
+    request_reconciliation(state, rec, nxt, out)
+
+
+__all__ = [
+    "key_record",
+    "on_lookup_failed",
+    "request_reconciliation",
+    "serve_waiters",
+    "set_key_status",
+]

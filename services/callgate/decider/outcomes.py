@@ -17,7 +17,12 @@ from callgate.decider.authorization import (
     request_execution,
 )
 from callgate.decider.emitter import Emitter
-from callgate.decider.key_records import key_record, serve_waiters
+from callgate.decider.key_records import (
+    key_record,
+    on_lookup_failed,
+    request_reconciliation,
+    serve_waiters,
+)
 from callgate.decider.state import DeciderState, KeyStatus, Phase
 from callgate.domain import events as ev
 from callgate.domain.codes import Code, Rejection, failure_code
@@ -74,6 +79,9 @@ def settle_execution(
 
 def on_uncertain(state: DeciderState, e: ev.ExecutionUncertain, out: Emitter) -> None:
     inv = state.invocations.get(e.invocation_id)
+    if inv is not None and inv.phase == Phase.WAITING:  # its reconciliation's lookup failed
+        on_lookup_failed(state, inv, e, out)
+        return
     if inv is None or inv.phase != Phase.EXECUTING:
         return
     inv.phase, inv.outcome = Phase.SETTLED, Code.OUTCOME_UNCERTAIN.value
@@ -87,20 +95,8 @@ def on_uncertain(state: DeciderState, e: ev.ExecutionUncertain, out: Emitter) ->
         return
     rec.status = KeyStatus.UNCERTAIN
     if rec.waiters:  # someone is already waiting: reconcile now (C12)
-        rec.status = KeyStatus.RECONCILING
-        out.emit(
-            ev.ReconciliationRequested,
-            tenant=inv.tenant,
-            actor=inv.actor,
-            agent=inv.agent,
-            delegation=tuple(inv.delegation),
-            tool=inv.tool,
-            target=inv.target,
-            args_json=inv.args_json,
-            execution_token=inv.execution_token,
-            original_invocation_id=inv.invocation_id,
-            policy_version=inv.policy_version,
-        )
+        first = state.invocations.get(rec.waiters[0])
+        request_reconciliation(state, rec, first or inv, out)
 
 
 def on_reconciled(state: DeciderState, e: ev.ExecutionReconciled, out: Emitter) -> None:
