@@ -1004,15 +1004,8 @@ def _run(
     finally:
         gate.close()
         fleet.stop()
-    verdict = verify(evidence, app.profile)
-    if verdict.violations:
-        _keep_evidence(app.settings.state_dir / "evidence.jsonl", evidence)
+    verdict = final_verdict(evidence, app, verified, replayed)
     elapsed = time.monotonic() - started
-    if not verified.ok:
-        verdict.violations.append(f"audit chain: {verified.first_bad}: {verified.reason}")
-    if not replayed["equal"]:
-        differing = {k: v["differing"] for k, v in replayed["views"].items() if not v["equal"]}
-        verdict.violations.append(f"replay differs from the live views: {differing}")
     if progress.kills < kills:
         verdict.violations.append(f"only {progress.kills} of {kills} kills happened")
     if progress.broker_kills < outages.kills:
@@ -1059,6 +1052,23 @@ def _run(
         "time limit s": round(limit),
     }
     return {"figures": figures, "violations": verdict.violations, "seed": seed}
+
+
+def final_verdict(
+    evidence: Evidence, app: App, verified: VerifyResult, replayed: Mapping[str, Any]
+) -> Verdict:
+    """The checks every form of the chaos run ends with: the evidence verified (kept in
+    the state directory when it fails), the audit chain, and replay equal to the live
+    views."""
+    verdict = verify(evidence, app.profile)
+    if verdict.violations:
+        _keep_evidence(app.settings.state_dir / "evidence.jsonl", evidence)
+    if not verified.ok:
+        verdict.violations.append(f"audit chain: {verified.first_bad}: {verified.reason}")
+    if not replayed["equal"]:
+        differing = {k: v["differing"] for k, v in replayed["views"].items() if not v["equal"]}
+        verdict.violations.append(f"replay differs from the live views: {differing}")
+    return verdict
 
 
 def _keep_evidence(path: Path, evidence: Evidence) -> None:

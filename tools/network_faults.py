@@ -79,13 +79,12 @@ from tools.chaos import (
     Who,
     Workload,
     _consistent,
-    _keep_evidence,
     _Outbox,
     _render,
     _settle,
+    final_verdict,
     limited_profile,
     pick_kind,
-    verify,
 )
 from tools.ports import free_port
 from tools.toxiproxy import Stream, Toxiproxy, ToxiproxyUnavailable
@@ -666,15 +665,8 @@ def _campaign(
     finally:
         gate.close()
         fleet.stop()
-    verdict = verify(evidence, app.profile)
-    if verdict.violations:
-        _keep_evidence(app.settings.state_dir / "evidence.jsonl", evidence)
+    verdict = final_verdict(evidence, app, verified, replayed)
     elapsed = time.monotonic() - started
-    if not verified.ok:
-        verdict.violations.append(f"audit chain: {verified.first_bad}: {verified.reason}")
-    if not replayed["equal"]:
-        differing = {k: v["differing"] for k, v in replayed["views"].items() if not v["equal"]}
-        verdict.violations.append(f"replay differs from the live views: {differing}")
     late = [f for f in faults if f.probe is None or not f.probe.ok]
     verdict.violations += [
         f"{f.plan.label}: the agent's call answered {f.probe and f.probe.code!r} in "
