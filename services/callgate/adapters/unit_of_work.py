@@ -1,4 +1,4 @@
-"""What one transaction of one process carries, the same on every runner (ADR 0028).
+"""What one transaction of one process carries, the same on every runner (ADRs 0028, 0091).
 
 A runner opens a ``UnitOfWork`` per transaction (and per ``follow_up`` round), lets the
 engine fold inputs, timers and recovery into it, and writes what it holds at its commit:
