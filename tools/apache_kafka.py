@@ -45,6 +45,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from callgate.adapters.kafka.client import LIBRDKAFKA_LOG
+from tools.cache import tool_cache
 from tools.ports import free_port
 
 KAFKA_VERSION = "4.4.0"  # docker-compose.yml runs apache/kafka with the same version
@@ -112,11 +113,7 @@ class KafkaUnavailable(RuntimeError):
 
 def cache_dir() -> Path:
     """Where the jars live: ``$CALLGATE_KAFKA_CACHE``, else ``~/.cache/callgate/kafka``."""
-    configured = os.environ.get(CACHE_ENV)
-    if configured:
-        return Path(configured)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "callgate" / "kafka"
+    return tool_cache("kafka", CACHE_ENV)
 
 
 def find_java() -> str:

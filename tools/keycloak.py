@@ -35,6 +35,7 @@ from typing import Any
 import httpx
 
 from tools.apache_kafka import find_java
+from tools.cache import tool_cache
 from tools.ports import free_port
 
 KEYCLOAK_VERSION = "26.0.8"
@@ -53,11 +54,7 @@ class KeycloakUnavailable(RuntimeError):
 
 def cache_dir() -> Path:
     """``$CALLGATE_KEYCLOAK_CACHE``, else ``~/.cache/callgate/keycloak``."""
-    configured = os.environ.get(CACHE_ENV)
-    if configured:
-        return Path(configured)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "callgate" / "keycloak"
+    return tool_cache("keycloak", CACHE_ENV)
 
 
 def distribution(version: str = KEYCLOAK_VERSION, cache: Path | None = None) -> Path:

@@ -30,6 +30,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
+from tools.cache import tool_cache
 from tools.ports import free_port
 
 TOXIPROXY_VERSION = "v2.5.0"  # the module the cache is built from (go install ...@VERSION)
@@ -46,11 +47,7 @@ class ToxiproxyUnavailable(RuntimeError):
 
 def cache_dir() -> Path:
     """``$CALLGATE_TOXIPROXY_CACHE``, else ``~/.cache/callgate/toxiproxy``."""
-    configured = os.environ.get(CACHE_ENV)
-    if configured:
-        return Path(configured)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "callgate" / "toxiproxy"
+    return tool_cache("toxiproxy", CACHE_ENV)
 
 
 def cached_binary() -> Path:

@@ -5,12 +5,9 @@ undecided call (never ``allowed``), and whether an invocation is final (ADR 0029
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from callgate.domain.codes import Code, Rejection
-
-if TYPE_CHECKING:
-    pass
 
 
 def settled(status: Mapping[str, Any]) -> bool:

@@ -6,22 +6,17 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
-
-from callgate.domain import events as ev
-from callgate.domain.canonical import canonical_json
-from callgate.domain.codes import Code, Rejection
-from callgate.domain.scope import bound_id, may_read
-
-if TYPE_CHECKING:
-    pass
-
+from typing import Any
 
 from callgate.application.answers import (
     answered,
     final_answer,
 )
 from callgate.application.base import UseCases
+from callgate.domain import events as ev
+from callgate.domain.canonical import canonical_json
+from callgate.domain.codes import Code, Rejection
+from callgate.domain.scope import bound_id, may_read
 
 
 class Approvals(UseCases):

@@ -4,23 +4,18 @@ session is verified as a reader or an operator."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
-
-from callgate.domain.access_requests import TASK_PREFIX
-from callgate.domain.codes import Code, Rejection
-from callgate.domain.limits import check_text_field, check_value, parse_args
-from callgate.domain.principal import Principal
-from callgate.domain.scope import OPERATOR_ROLE
-
-if TYPE_CHECKING:
-    pass
-
+from typing import Any
 
 from callgate.application.answers import (
     answer_of,
     is_final,
 )
 from callgate.application.ports import Backend, Ports
+from callgate.domain.access_requests import TASK_PREFIX
+from callgate.domain.codes import Code, Rejection
+from callgate.domain.limits import check_text_field, check_value, parse_args
+from callgate.domain.principal import Principal
+from callgate.domain.scope import OPERATOR_ROLE
 
 
 class UseCases:

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from callgate.domain import events as ev
 from callgate.domain.canonical import canonical_json
-from callgate.domain.catalog import Profile
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.limits import check_text_field
 from callgate.domain.principal import Principal

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from callgate.adapters.wiring import Wiring
 from callgate.domain import events as ev
-from callgate.domain.catalog import Profile
 
 if TYPE_CHECKING:
     from callgate.domain.catalog import Profile

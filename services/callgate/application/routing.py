@@ -4,12 +4,8 @@ session and refuses when misrouted (C8)."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
 from callgate.domain.canonical import partition_key
-
-if TYPE_CHECKING:
-    pass
 
 
 def route(

@@ -216,10 +216,21 @@ class EmbeddedRunner:
             process, encode, self._states[name], self._immutable[name], self._on_views is not None
         )
 
-    def _write(self, tx: StoreTx, unit: _Unit, appended: _Appended) -> None:
+    def _changes(self, unit: _Unit) -> list[Change[str]]:
+        return unit.changes(self._initial_blobs[unit.process.name])
+
+    def _write(
+        self,
+        tx: StoreTx,
+        unit: _Unit,
+        appended: _Appended,
+        changes: list[Change[str]] | None = None,
+    ) -> None:
         """Append the unit's rows, apply its view records in order, write its changed
-        states; adds what it appended to ``appended``."""
-        changes: list[Change[str]] = unit.changes(self._initial_blobs[unit.process.name])
+        states (``changes``, when the caller has them already); adds what it appended to
+        ``appended``."""
+        if changes is None:
+            changes = self._changes(unit)
         rows = [r for r in unit.records if not isinstance(r, ViewRecord)]
         if rows:
             tracing, traces = self._tracing, None
@@ -326,10 +337,11 @@ class EmbeddedRunner:
         ``units`` in process order, commit in one further transaction."""
 
         def commit(nexts: Sequence[_Unit]) -> None:
-            if any(u.pending or u.changes(self._initial_blobs[u.process.name]) for u in nexts):
+            work = [(u, self._changes(u)) for u in nexts]
+            if any(u.pending or changes for u, changes in work):
                 with self.store.transaction() as tx:
-                    for nxt in nexts:
-                        self._write(tx, nxt, set())
+                    for nxt, changes in work:
+                        self._write(tx, nxt, set(), changes)
             self._committed(nexts)
 
         try:
@@ -365,8 +377,8 @@ class EmbeddedRunner:
             return 0
         found = dict(due)
         fired = fire_due(unit, found, lambda keys: found, now, self._batch_size)
-        changes = unit.changes(self._initial_blobs[name])
-        self._write(tx, unit, appended)
+        changes = self._changes(unit)
+        self._write(tx, unit, appended, changes)
         return len(fired.union(key for key, _, _ in changes))
 
     def recover(self) -> int:
