@@ -357,3 +357,35 @@ def test_not_requestable_and_unknown_tasks_are_the_profiles_problems(s: Setup) -
         headers={"Content-Type": "application/json"},
     )
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request", r.text
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"context": {"n": NaN}}',
+        b'{"context": {"s": "\\ud800"}}',
+        b'{"context": {"s": "\xff"}}',
+        b'{"context": ' + b"[" * 500 + b"]" * 500 + b"}",
+    ],
+)
+def test_hostile_submission_bodies_are_refused_like_every_other_body(s: Setup, body: bytes) -> None:
+    r = s.pep.post(
+        "/access/v1/requests", content=body, headers={"Content-Type": "application/json"}
+    )
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request", r.text
+
+
+def test_an_oversized_submission_is_refused(s: Setup) -> None:
+    body = b'{"context": {"s": "' + b"x" * 2_000_000 + b'"}}'
+    r = s.pep.post(
+        "/access/v1/requests", content=body, headers={"Content-Type": "application/json"}
+    )
+    assert r.status_code == 413, r.text
+
+
+def test_another_tenants_pep_cannot_see_a_task(s: Setup) -> None:
+    task_id = submit(s, f"3.9.{uuid.uuid4().int % 10**6}", state="other-tenant")
+    with s.serve.client(s.serve.token("gw", "globex", "callgate-pep")) as other:
+        r = other.get(f"/access/v1/requests/{task_id}")
+    assert r.status_code == 404 and r.json()["type"].endswith(":unknown_task"), r.text
+    assert s.pep.get(f"/access/v1/requests/{task_id}").status_code == 200
