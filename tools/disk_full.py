@@ -433,7 +433,7 @@ class _Driver:
         while launched < n or active or not timeline.over:
             now = time.monotonic()
             while len(active) < WINDOW and launched < n:
-                script = work.script(launched, pick_kind(work.rng))
+                script = work.script(launched, pick_kind(work.rng, launched, n))
                 active[launched] = (script, next(script))
                 launched += 1
             self.outbox.flush()

@@ -246,8 +246,9 @@ class NetWorkload(Workload):
         self.want(i, s, DONE)
 
 
-def pick(rng: random.Random) -> str:
-    return UPSTREAM if rng.random() < UPSTREAM_SHARE else pick_kind(rng)
+def pick(rng: random.Random, i: int, flows: int) -> str:
+    kind = pick_kind(rng, i, flows)
+    return UPSTREAM if kind != "budget" and rng.random() < UPSTREAM_SHARE else kind
 
 
 def network_profile(state: Path, flows: int, upstream_url: str) -> Path:
@@ -421,7 +422,7 @@ class _Driver:
         due = min(due, self.flows)
         while len(self.active) < WINDOW and self.p.launched < due:
             i = self.p.launched
-            script = self.work.script(i, pick(self.work.rng))
+            script = self.work.script(i, pick(self.work.rng, i, self.flows))
             self.active[i] = (script, next(script))
             self.p.launched += 1
         self.outbox.flush()

@@ -228,6 +228,7 @@ class _Load:
     gate: Gateway
     work: Workload
     rate: float
+    flows: int  # at most, the run's usage limit is set from it (tools.chaos.limit_max)
     pending: list[ev.Event]  # what the flows sent, published at once
     active: dict[int, tuple[Script, Wait]] = field(default_factory=dict)
     launched: int = 0
@@ -249,7 +250,7 @@ class _Load:
                 self.overload = True
                 break
             i = self.launched
-            script = self.work.script(i, pick_kind(self.work.rng))
+            script = self.work.script(i, pick_kind(self.work.rng, i, self.flows))
             self.active[i] = (script, next(script))
             self.launched += 1
         self.publish()
@@ -329,7 +330,7 @@ def run_soak(
         except KafkaUnavailable as exc:
             out.error(Code.BROKER_UNAVAILABLE, f"soak: no Apache Kafka broker: {exc}")
             return 1
-        flows = int(rate * seconds) + 1
+        flows = int(rate * seconds) + 1  # as _soak's load counts them
         run = settings.model_copy(
             update={
                 "state_dir": state,
@@ -384,7 +385,7 @@ def _soak(
 
     pending: list[ev.Event] = []
     work = Workload(app, rng, send)
-    load = _Load(gate, work, rate, pending)
+    load = _Load(gate, work, rate, int(rate * seconds) + 1, pending)
     samples: list[Sample] = []
     exited: list[str] = []
     try:
