@@ -8,6 +8,7 @@ The runner decides only what a record is (a log row, a Kafka record) and how it 
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
@@ -23,29 +24,45 @@ R = TypeVar("R")
 # the decider's later events only after its requests, so the cache must hold a burst's keys:
 # with 4,096, a 10,000-proposal burst read most states back.
 STATE_CACHE_KEYS = 16_384
+# ... but only the keys in use: a state untouched this long leaves the cache. A call's
+# events follow one another within seconds, so under a steady load the cache holds about a
+# minute of keys and stops growing within that minute, instead of filling to its bound over
+# a quarter of an hour at 25 new keys a second (docs/explanation/soak.md "Resident memory").
+STATE_CACHE_IDLE_S = 60.0
 
 
 class StateCache(Generic[K]):
     """One process's committed state objects by key, with the bytes stored for each
-    (``None``: never stored). Bounded, least recently used first out. ``take`` hands the
+    (``None``: never stored). Bounded: at most ``limit`` keys, none untouched for more than
+    ``idle_s`` seconds of ``clock``, least recently used first out. ``take`` hands the
     object to a transaction (which may change it in place); ``keep`` puts the committed
     states back after the commit."""
 
-    __slots__ = ("_entries", "limit")
+    __slots__ = ("_clock", "_entries", "idle_s", "limit")
 
-    def __init__(self, limit: int = STATE_CACHE_KEYS) -> None:
-        self.limit = limit
-        self._entries: OrderedDict[K, tuple[Any, bytes | None]] = OrderedDict()
+    def __init__(
+        self,
+        limit: int = STATE_CACHE_KEYS,
+        idle_s: float = STATE_CACHE_IDLE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.limit, self.idle_s, self._clock = limit, idle_s, clock
+        # In the order of use, so the least recently used (the oldest) entry is first.
+        self._entries: OrderedDict[K, tuple[Any, bytes | None, float]] = OrderedDict()
 
     def take(self, key: K) -> tuple[Any, bytes | None] | None:
-        return self._entries.pop(key, None)
+        entry = self._entries.pop(key, None)
+        return None if entry is None else (entry[0], entry[1])
 
     def keep(self, committed: Iterable[tuple[K, Any, bytes | None]]) -> None:
-        entries = self._entries
+        entries, now = self._entries, self._clock()
         for key, state, blob in committed:
-            entries[key] = (state, blob)
+            entries[key] = (state, blob, now)
             entries.move_to_end(key)
         while len(entries) > self.limit:
+            entries.popitem(last=False)
+        stale = now - self.idle_s
+        while entries and next(iter(entries.values()))[2] < stale:
             entries.popitem(last=False)
 
     def clear(self) -> None:
