@@ -29,7 +29,8 @@ class StateCache(Generic[K]):
     """One process's committed state objects by key, with the bytes stored for each
     (``None``: never stored). Bounded, least recently used first out. ``take`` hands the
     object to a transaction (which may change it in place); ``keep`` puts the committed
-    states back after the commit."""
+    states back after the commit, so an aborted transaction never leaves uncommitted state
+    here (the bound: ``STATE_CACHE_KEYS``)."""
 
     __slots__ = ("_entries", "limit")
 

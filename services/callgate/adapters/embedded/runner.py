@@ -55,6 +55,7 @@ from callgate.adapters.engine import (
     malformed,
     reacts,
     recover_keys,
+    spans_of,
 )
 from callgate.adapters.unit_of_work import STATE_CACHE_KEYS, Change, StateCache, UnitOfWork
 from callgate.domain.events import Event
@@ -283,9 +284,7 @@ class EmbeddedRunner:
             if event is not None and reacts(wanted, event):
                 events.append((row, event))
         unit.load([e.partition_key for _, e in events], partial(tx.load_states, process.name))
-        tracing = self._tracing
-        if tracing is not None and not tracing.follows(process.name):
-            tracing = None
+        tracing = spans_of(self._tracing, process.name)
         for row, event in events:
             key = event.partition_key
 
