@@ -46,7 +46,8 @@ if TYPE_CHECKING:
     from callgate.adapters.oidc import Discovery, OidcSignIn
     from callgate.application.client import Gateway
     from callgate.application.ports import Backend
-    from callgate.config import ApprovalKeys, IssuerSettings
+    from callgate.config.key_material import ApprovalKeys
+    from callgate.config.sections import IssuerSettings
     from callgate.decider import Decider
     from callgate.domain.catalog import Profile
     from callgate.domain.events import Event
@@ -159,7 +160,7 @@ class App:
     def trusted_issuers(self) -> list[TrustedIssuer]:
         """The configured session issuers; keys that rotate are fetched here, once (ADR
         0078). Raises ``ConfigError`` for an unusable issuer."""
-        from callgate.config import trusted_issuers
+        from callgate.config.key_material import trusted_issuers
 
         return trusted_issuers(self.settings, self._rotating_keys)
 
@@ -200,7 +201,7 @@ class App:
     def slack_interactions(self) -> SlackInteractions | None:
         """Slack's Approve/Deny clicks (``[slack]``), None when Slack is not configured."""
         from callgate.adapters.notify import SlackInteractions
-        from callgate.config import SLACK_ISSUER, slack_issuer
+        from callgate.config.key_material import SLACK_ISSUER, slack_issuer
         from callgate.domain.identity import SessionIssuer
 
         found = slack_issuer(self.settings)
@@ -220,7 +221,7 @@ class App:
     @cached_property
     def approval_keys(self) -> ApprovalKeys:
         """The active approval-signing key and every verifying key (C11; rotation)."""
-        from callgate.config import approval_keys
+        from callgate.config.key_material import approval_keys
 
         return approval_keys(self.settings, self.keys)
 

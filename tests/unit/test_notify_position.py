@@ -18,7 +18,7 @@ import pytest
 
 from callgate.adapters.keyfiles import generate_key_pair
 from callgate.adapters.notify import Deliveries, Notifier, build_notifier
-from callgate.config import NotifySettings, SlackSettings
+from callgate.config.sections import NotifySettings, SlackSettings
 from callgate.domain.notices import DECIDED, PENDING, Notice
 
 

@@ -30,7 +30,7 @@ from slack_sdk.signature import SignatureVerifier
 from standardwebhooks.webhooks import Webhook
 
 from callgate.adapters.atomic_file import write_atomically
-from callgate.config import NotifySettings, SlackSettings, SlackUser, WebhookSettings
+from callgate.config.sections import NotifySettings, SlackSettings, SlackUser, WebhookSettings
 from callgate.domain.access_requests import (
     CALLBACK_EVENTS,
     TERMINAL_STATUSES,

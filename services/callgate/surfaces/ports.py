@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from callgate.adapters.notify import Notifier, PendingReader, SlackInteractions
     from callgate.adapters.oidc import Discovery
     from callgate.application.client import Gateway
-    from callgate.config import ApprovalKeys
+    from callgate.config.key_material import ApprovalKeys
     from callgate.domain.identity import TrustedIssuer
 
 
