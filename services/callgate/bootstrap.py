@@ -42,7 +42,9 @@ if TYPE_CHECKING:
     from callgate.adapters.kafka.backend import KafkaBackend
     from callgate.adapters.kafka.live import LiveKafkaBackend
     from callgate.adapters.kafka.runner import KafkaRunner
-    from callgate.adapters.notify import Notifier, PendingReader, SlackInteractions
+    from callgate.adapters.notify.notifier import Notifier
+    from callgate.adapters.notify.reader import PendingReader
+    from callgate.adapters.notify.slack import SlackInteractions
     from callgate.adapters.oidc import Discovery, OidcSignIn
     from callgate.application.client import Gateway
     from callgate.application.ports import Backend
@@ -200,7 +202,7 @@ class App:
     @cached_property
     def slack_interactions(self) -> SlackInteractions | None:
         """Slack's Approve/Deny clicks (``[slack]``), None when Slack is not configured."""
-        from callgate.adapters.notify import SlackInteractions
+        from callgate.adapters.notify.slack import SlackInteractions
         from callgate.config.key_material import SLACK_ISSUER, slack_issuer
         from callgate.domain.identity import SessionIssuer
 
@@ -213,7 +215,7 @@ class App:
 
     def notifier(self, reader: PendingReader) -> Notifier | None:
         """Tells approvers of the pending view's changes (``[notify]``, ``[slack]``)."""
-        from callgate.adapters.notify import build_notifier
+        from callgate.adapters.notify.notifier import build_notifier
 
         s = self.settings
         return build_notifier(reader, s.notify, s.slack, s.state_dir, self.clock)
