@@ -2,6 +2,8 @@
 
 Pure given keys and ``now_ms``: token signatures are checked by ``keys.decode_signed``
 (which reads no clock) and every time claim is compared here against ``now_ms``.
+The identity fields of a call's arguments are checked against the verified principal by
+``identity_args``.
 """
 
 from __future__ import annotations
