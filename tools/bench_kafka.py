@@ -58,7 +58,7 @@ from callgate.adapters.kafka.client import (
     make_producer,
     read_partitions_to_end,
 )
-from callgate.adapters.kafka.runner import CONSUMER_LATENCY
+from callgate.adapters.kafka.consumer import CONSUMER_LATENCY
 from callgate.adapters.kafka.serve import Supervisor, create_topics, views_of
 from callgate.adapters.kafka.topics import Topics, ensure_topics
 from callgate.adapters.kafka.worker import batch_linger_ms, consumer_overrides

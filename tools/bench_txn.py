@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from callgate.adapters.kafka.checkpoint import PRODUCER_LATENCY
-from callgate.adapters.kafka.runner import CONSUMER_LATENCY
+from callgate.adapters.kafka.consumer import CONSUMER_LATENCY
 from tools.apache_kafka import ApacheKafka
 
 STEPS = ("produce + flush", "send offsets", "commit", "hand-off")

@@ -42,11 +42,14 @@ if TYPE_CHECKING:
     from callgate.adapters.kafka.backend import KafkaBackend
     from callgate.adapters.kafka.live import LiveKafkaBackend
     from callgate.adapters.kafka.runner import KafkaRunner
-    from callgate.adapters.notify import Notifier, PendingReader, SlackInteractions
+    from callgate.adapters.notify.notifier import Notifier
+    from callgate.adapters.notify.reader import PendingReader
+    from callgate.adapters.notify.slack import SlackInteractions
     from callgate.adapters.oidc import Discovery, OidcSignIn
     from callgate.application.client import Gateway
     from callgate.application.ports import Backend
-    from callgate.config import ApprovalKeys, IssuerSettings
+    from callgate.config.key_material import ApprovalKeys
+    from callgate.config.sections import IssuerSettings
     from callgate.decider import Decider
     from callgate.domain.catalog import Profile
     from callgate.domain.events import Event
@@ -159,7 +162,7 @@ class App:
     def trusted_issuers(self) -> list[TrustedIssuer]:
         """The configured session issuers; keys that rotate are fetched here, once (ADR
         0078). Raises ``ConfigError`` for an unusable issuer."""
-        from callgate.config import trusted_issuers
+        from callgate.config.key_material import trusted_issuers
 
         return trusted_issuers(self.settings, self._rotating_keys)
 
@@ -199,8 +202,8 @@ class App:
     @cached_property
     def slack_interactions(self) -> SlackInteractions | None:
         """Slack's Approve/Deny clicks (``[slack]``), None when Slack is not configured."""
-        from callgate.adapters.notify import SlackInteractions
-        from callgate.config import SLACK_ISSUER, slack_issuer
+        from callgate.adapters.notify.slack import SlackInteractions
+        from callgate.config.key_material import SLACK_ISSUER, slack_issuer
         from callgate.domain.identity import SessionIssuer
 
         found = slack_issuer(self.settings)
@@ -212,7 +215,7 @@ class App:
 
     def notifier(self, reader: PendingReader) -> Notifier | None:
         """Tells approvers of the pending view's changes (``[notify]``, ``[slack]``)."""
-        from callgate.adapters.notify import build_notifier
+        from callgate.adapters.notify.notifier import build_notifier
 
         s = self.settings
         return build_notifier(reader, s.notify, s.slack, s.state_dir, self.clock)
@@ -220,7 +223,7 @@ class App:
     @cached_property
     def approval_keys(self) -> ApprovalKeys:
         """The active approval-signing key and every verifying key (C11; rotation)."""
-        from callgate.config import approval_keys
+        from callgate.config.key_material import approval_keys
 
         return approval_keys(self.settings, self.keys)
 

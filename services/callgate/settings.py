@@ -14,15 +14,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from callgate.adapters.kafka.connection import Brokers, Property, check_connection
-from callgate.config import (
+from callgate.config import ConfigError
+from callgate.config.loading import load_settings
+from callgate.config.sections import (
     ApprovalSettings,
-    ConfigError,
     NotifySettings,
     PinningSettings,
     SessionSettings,
     SlackSettings,
     TracingSettings,
-    load_settings,
 )
 from callgate.state_dir import default_state_dir
 
@@ -53,7 +53,7 @@ class Settings(BaseModel):
     they pass.
     """
 
-    # No NaN or infinity, in the file or a variable (as in every section: config._Section).
+    # No NaN or infinity, in the file or a variable (as in every section: config.sections._Section).
     model_config = ConfigDict(
         frozen=True, extra="forbid", validate_default=False, allow_inf_nan=False
     )

@@ -59,9 +59,11 @@ from mcp.server.request_state import AESGCMRequestStateCodec, InvalidRequestStat
 # cryptography, importlib.metadata) crashes the interpreter here, and they are not ours.
 with atheris.instrument_imports(include=["callgate", "callgate_projections"]):
     from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
-    from callgate.adapters.notify import SlackInteractions
+    from callgate.adapters.notify.slack import SlackInteractions
     from callgate.adapters.profiles import load_profile
-    from callgate.config import ConfigError, SlackSettings, trusted_issuers
+    from callgate.config import ConfigError
+    from callgate.config.key_material import trusted_issuers
+    from callgate.config.sections import SlackSettings
     from callgate.domain.approvals import ApprovalVerifier
     from callgate.domain.arguments import normalize_args
     from callgate.domain.canonical import canonical_json

@@ -313,7 +313,7 @@ def test_recover_runs_once_per_stored_key_on_taking_ownership(tmp_path: Path) ->
     first.store.append([proposal(i, f"k{i % 5}") for i in range(12)])
     first.run_until_idle()
     assert decoded(first.store, "events")[-1].event_type == "ExecutionStarted"
-    first._failed = True  # as if it had died holding the lock: the store stays dirty
+    first._ownership.failed = True  # as if it had died holding the lock: the store stays dirty
     first.release()
 
     second = open_runner(tmp_path, Recovering(), batch_size=2, now=[42])

@@ -60,7 +60,8 @@ from callgate.adapters.kafka.client import (
     publish,
     read_partitions_to_end,
 )
-from callgate.adapters.kafka.runner import JOIN_OVERDUE_S, KafkaRunner
+from callgate.adapters.kafka.consumer import JOIN_OVERDUE_S
+from callgate.adapters.kafka.runner import KafkaRunner
 from callgate.adapters.kafka.state import (
     HEADER_PREV,
     HEADER_TXN,
@@ -653,7 +654,7 @@ def test_a_rebalance_that_never_completes_is_reported(
     assert len(assigned) == PARTITIONS, "the first member got every partition"
 
     runner = dep.runner(Counting(), tmp_path, wall_clock, join_overdue_s=10)
-    caplog.set_level(logging.WARNING, logger="callgate.adapters.kafka.runner")
+    caplog.set_level(logging.WARNING, logger="callgate.adapters.kafka.consumer")
     running(runner)
     # The leader does not poll, so it never rejoins: the runner's join stays in progress.
     time.sleep(3)

@@ -235,7 +235,8 @@ def test_tracing_settings_from_callgate_toml(tmp_path: Path) -> None:
     a configuration error naming the key; ``config check`` redacts the headers."""
     from opentelemetry.sdk.trace import TracerProvider
 
-    from callgate.config import ConfigError, redacted
+    from callgate.config import ConfigError
+    from callgate.config.redaction import redacted
 
     conf = tmp_path / "callgate.toml"
     conf.write_text(

@@ -17,7 +17,8 @@ from tests.harness import DAY_S, T0, Gate
 
 from callgate.adapters.keyfiles import generate_key_pair, jwks_file
 from callgate.bootstrap import Settings, bootstrap
-from callgate.config import ApprovalSettings, ConfigError
+from callgate.config import ConfigError
+from callgate.config.sections import ApprovalSettings
 from callgate.domain.approvals import ApprovalBinding, ApprovalClaims, ApprovalSigner
 from callgate.domain.codes import Code, Rejection
 

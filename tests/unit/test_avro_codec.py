@@ -39,7 +39,7 @@ TEXT = st.text(max_size=30)
 
 
 def _values(tp: Any) -> st.SearchStrategy[Any]:
-    """Values for one event field, from the field's Python type (events.py, not the schema)."""
+    """Values for one event field, from the field's Python type (domain/events/, not the schema)."""
     if tp is str:
         return TEXT
     if tp is int:

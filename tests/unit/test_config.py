@@ -15,7 +15,8 @@ import pytest
 from callgate.adapters.kafka.topics import replication_for
 from callgate.adapters.keyfiles import generate_key_pair
 from callgate.bootstrap import Settings, bootstrap
-from callgate.config import REDACTED, ConfigError, redacted
+from callgate.config import ConfigError
+from callgate.config.redaction import REDACTED, redacted
 
 
 def write(path: Path, text: str) -> Path:

@@ -28,7 +28,8 @@ from callgate.domain.approvals import ApprovalBinding, check_approver, compare_b
 from callgate.domain.canonical import partition_key
 from callgate.domain.catalog import ProfileError
 from callgate.domain.codes import Code, Rejection
-from callgate.domain.identity import SessionIssuer, SessionVerifier, check_identity
+from callgate.domain.identity import SessionIssuer, SessionVerifier
+from callgate.domain.identity_args import check_identity
 from callgate.domain.keys import KeyRing
 from callgate.domain.limits import parse_document
 from callgate.domain.principal import Principal, fold_identity

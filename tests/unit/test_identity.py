@@ -15,13 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from callgate.domain.codes import Code, Rejection
-from callgate.domain.identity import (
-    MAX_ARGS_DEPTH,
-    SessionIssuer,
-    SessionVerifier,
-    TrustedIssuer,
-    check_identity,
-)
+from callgate.domain.identity import SessionIssuer, SessionVerifier, TrustedIssuer
+from callgate.domain.identity_args import MAX_ARGS_DEPTH, check_identity
 from callgate.domain.keys import KeyRing
 from callgate.domain.principal import Principal
 

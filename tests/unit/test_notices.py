@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from callgate.config import IssuerSettings, SlackSettings
+from callgate.config.sections import IssuerSettings, SlackSettings
 from callgate.domain.notices import (
     DECIDED,
     PENDING,

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 from callgate.adapters.keyfiles import generate_key_pair
-from callgate.adapters.notify import Deliveries, Notifier, build_notifier
-from callgate.config import NotifySettings, SlackSettings
+from callgate.adapters.notify.deliveries import Deliveries
+from callgate.adapters.notify.notifier import Notifier, build_notifier
+from callgate.config.sections import NotifySettings, SlackSettings
 from callgate.domain.notices import DECIDED, PENDING, Notice
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from tests.harness import Gate, write_profile
 
 from callgate.domain import events as ev
-from callgate.executor.executor import DescriptionCache
+from callgate.executor.descriptions import DescriptionCache
 from callgate.executor.invocations import Invocations
 from callgate.providers.base import ResourceDescription
 

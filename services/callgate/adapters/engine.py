@@ -106,6 +106,12 @@ def follow_up_round(
         keep(key, state, outputs)
 
 
+def spans_of(tracing: Tracing | None, process: str) -> Tracing | None:
+    """``tracing`` for the spans around ``process``'s ``handle``: None for a process no call
+    is followed through (``Tracing.follows``)."""
+    return tracing if tracing is not None and tracing.follows(process) else None
+
+
 def handle_input(
     unit: UnitOfWork[K, Any],
     key: K,

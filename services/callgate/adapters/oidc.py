@@ -19,7 +19,7 @@ import httpx
 from authlib.common.security import generate_token
 from authlib.integrations.httpx_client import OAuth2Client
 
-from callgate.config import IssuerSettings
+from callgate.config.sections import IssuerSettings
 
 DISCOVERY_PATH = "/.well-known/openid-configuration"
 TIMEOUT_S = 10.0

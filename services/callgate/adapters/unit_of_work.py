@@ -36,7 +36,8 @@ class StateCache(Generic[K]):
     (``None``: never stored). Bounded: at most ``limit`` keys, none untouched for more than
     ``idle_s`` seconds of ``clock``, least recently used first out. ``take`` hands the
     object to a transaction (which may change it in place); ``keep`` puts the committed
-    states back after the commit."""
+    states back after the commit, so an aborted transaction never leaves uncommitted state
+    here (the bound: ``STATE_CACHE_KEYS``)."""
 
     __slots__ = ("_clock", "_entries", "idle_s", "limit")
 

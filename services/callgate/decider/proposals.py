@@ -28,7 +28,8 @@ from callgate.domain.arguments import normalize_args, target_of
 from callgate.domain.canonical import args_hash, canonical_json, partition_key, request_fingerprint
 from callgate.domain.catalog import Confirmation, ToolSpec
 from callgate.domain.codes import Code, Rejection, Unanswerable, evaluation_outcome
-from callgate.domain.identity import check_identity, token_digest
+from callgate.domain.identity import token_digest
+from callgate.domain.identity_args import check_identity
 from callgate.domain.limits import MAX_RECORD_BYTES, parse_json
 from callgate.domain.policy import NEW_RESOURCE, ResourceFacts
 from callgate.domain.principal import Principal

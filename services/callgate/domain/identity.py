@@ -2,6 +2,8 @@
 
 Pure given keys and ``now_ms``: token signatures are checked by ``keys.decode_signed``
 (which reads no clock) and every time claim is compared here against ``now_ms``.
+The identity fields of a call's arguments are checked against the verified principal by
+``identity_args``.
 """
 
 from __future__ import annotations
@@ -43,7 +45,6 @@ AUDIENCE = "callgate"
 # verify. Where an issuer's user, tenant and roles are: its ``ClaimsMapping``.
 REQUIRED_CLAIMS = ("sub", "tenant", "roles", "iat", "exp", "iss", "aud")
 TIME_AND_ORIGIN_CLAIMS = ("iat", "exp", "iss", "aud")
-MAX_ARGS_DEPTH = 64  # deeper arguments are refused rather than walked
 MAX_NUMERIC_DATE = 253_402_300_799  # 9999-12-31T23:59:59Z: later (or earlier) dates are refused
 
 
@@ -479,83 +480,13 @@ def _numeric_date_ms(claims: Mapping[str, Any], name: str, rounding: Callable[[f
     return int(rounding(value * 1000))
 
 
-# --- C6: identity fields in arguments ----------------------------------------------------
-
-
-def check_identity(
-    spec_identity_args: tuple[str, ...],
-    tenant_fields: tuple[str, ...],
-    args: Mapping[str, Any],
-    principal: Principal,
-) -> dict[str, Any]:
-    """C6: every identity field anywhere in ``args`` must name the session's user/tenant.
-
-    Walks dicts and lists at any depth. A key that is, or folds to (``fold_identity``),
-    one of ``spec_identity_args`` names the acting user; one of ``tenant_fields`` names a
-    tenant. Its value must equal the session's identifier exactly: any other value,
-    another spelling of it included, raises ``Rejection(IDENTITY_SPOOF, ...,
-    {"field": "dotted.path"})``. Any other string that is not a session identifier but
-    folds together with one (``ALICE``, full-width ``alice``, a Cyrillic look-alike) is refused
-    the same way, with ``details.reason`` ``look-alike``: folding only ever denies.
-    Returns a copy of ``args``.
-    """
-    user_keys = frozenset(fold_identity(k) for k in spec_identity_args)
-    tenant_keys = frozenset(fold_identity(k) for k in tenant_fields)
-    mine = (principal.user, principal.tenant)
-
-    def walk(value: Any, path: str, depth: int) -> Any:
-        if depth > MAX_ARGS_DEPTH:
-            raise Rejection(Code.INVALID_ARGUMENTS, "arguments nested too deeply", {"field": path})
-        if isinstance(value, Mapping):
-            out: dict[Any, Any] = {}
-            for key, item in value.items():
-                item_path = f"{path}.{key}" if path else str(key)
-                name = fold_identity(key) if isinstance(key, str) else None
-                if name in user_keys:
-                    out[key] = _expect(item, principal.user, "user", item_path)
-                elif name in tenant_keys:
-                    out[key] = _expect(item, principal.tenant, "tenant", item_path)
-                else:
-                    out[key] = walk(item, item_path, depth + 1)
-            return out
-        if isinstance(value, list | tuple):
-            return [
-                walk(item, f"{path}.{i}" if path else str(i), depth + 1)
-                for i, item in enumerate(value)
-            ]
-        if isinstance(value, str) and value not in mine and len(value) <= MAX_CLAIM_CHARS:
-            for who in mine:
-                if looks_alike(value, who):
-                    raise Rejection(
-                        Code.IDENTITY_SPOOF,
-                        f"argument {path!r} names a look-alike of the session's identity",
-                        {"field": path, "reason": "look-alike"},
-                    )
-        return value
-
-    result: dict[str, Any] = walk(args, "", 0)
-    return result
-
-
-def _expect(value: Any, session_value: str, kind: str, path: str) -> str:
-    if not isinstance(value, str) or value != session_value:
-        raise Rejection(
-            Code.IDENTITY_SPOOF,
-            f"argument {path!r} names a {kind} other than the session's",
-            {"field": path},
-        )
-    return session_value
-
-
 __all__ = [
     "AUDIENCE",
     "DEV_ISSUER",
-    "MAX_ARGS_DEPTH",
     "REQUIRED_CLAIMS",
     "SessionIssuer",
     "SessionVerifier",
     "canonical_problem",
-    "check_identity",
     "fold_identity",
     "looks_alike",
 ]

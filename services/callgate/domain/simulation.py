@@ -35,7 +35,7 @@ from callgate.domain.arguments import normalize_args, target_of
 from callgate.domain.catalog import Confirmation, Profile, ToolSpec
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.events import PolicyDecided
-from callgate.domain.identity import check_identity
+from callgate.domain.identity_args import check_identity
 from callgate.domain.policy import PolicyEngine, ResourceFacts
 from callgate.domain.principal import Principal
 

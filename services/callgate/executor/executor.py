@@ -26,7 +26,6 @@ crash before commit merely repeats them.
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
@@ -38,6 +37,7 @@ from callgate.domain.catalog import Profile, ProfileError
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.policy_versions import profile_of
 from callgate.domain.process_port import Output
+from callgate.executor.descriptions import DESCRIPTION_TTL_MS, DescriptionCache
 from callgate.providers.base import (
     INFRASTRUCTURE_ERRORS,
     Describes,
@@ -51,7 +51,6 @@ from callgate.providers.registry import ProviderRegistry
 from callgate.providers.upstream_tokens import Acting, TokenExchangeFailed, acting_for
 
 PRODUCER = "executor"
-DESCRIPTION_TTL_MS = 30_000  # how long a provider's description of a resource is reused
 
 
 @dataclass(slots=True)
@@ -430,32 +429,6 @@ def executor_state_from(raw: dict[str, Any]) -> ExecutorState:
         finished=list(raw["finished"]),
         answers=dict(raw.get("answers", {})),
     )
-
-
-class DescriptionCache:
-    """Provider descriptions by (provider, target) for ``ttl_ms``; at most ``size`` kept."""
-
-    def __init__(self, ttl_ms: int, size: int = 10_000) -> None:
-        self._ttl_ms, self._size = ttl_ms, size
-        self._entries: OrderedDict[tuple[str, str], tuple[ResourceDescription, int]] = OrderedDict()
-
-    def get(self, provider: str, target: str, now_ms: int) -> ResourceDescription | None:
-        entry = self._entries.get((provider, target))
-        if entry is None or now_ms >= entry[1]:
-            return None
-        return entry[0]
-
-    def put(self, provider: str, target: str, found: ResourceDescription, now_ms: int) -> None:
-        if self._ttl_ms <= 0:
-            return
-        self._entries[(provider, target)] = (found, now_ms + self._ttl_ms)
-        self._entries.move_to_end((provider, target))
-        while len(self._entries) > self._size:
-            self._entries.popitem(last=False)
-
-    def forget(self, provider: str) -> None:
-        for key in [k for k in self._entries if k[0] == provider]:
-            del self._entries[key]
 
 
 def _answered(state: ExecutorState, run: str, outcome: ev.Event) -> ev.Event:

@@ -229,7 +229,8 @@ class McpKind:
     settings: type[BaseModel] = McpSettings
 
     def build(self, name: str, settings: Any, context: BuildContext) -> Provider:
-        from callgate.providers.mcp import McpProvider, McpUpstream, McpUpstreamConfig
+        from callgate.providers.mcp import McpProvider
+        from callgate.providers.mcp_upstream import McpUpstream, McpUpstreamConfig
 
         config = McpUpstreamConfig.parse(name, settings.model_dump())
         tokens = (

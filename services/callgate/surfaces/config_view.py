@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from callgate.config import redacted
+from callgate.config.redaction import redacted
 from callgate.domain.keys import algorithm_of
 from callgate.surfaces.ports import Surface
 

@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING, Protocol
 from callgate.application.ports import Ports
 
 if TYPE_CHECKING:
-    from callgate.adapters.notify import Notifier, PendingReader, SlackInteractions
+    from callgate.adapters.notify.notifier import Notifier
+    from callgate.adapters.notify.reader import PendingReader
+    from callgate.adapters.notify.slack import SlackInteractions
     from callgate.adapters.oidc import Discovery
     from callgate.application.client import Gateway
-    from callgate.config import ApprovalKeys
+    from callgate.config.key_material import ApprovalKeys
     from callgate.domain.identity import TrustedIssuer
 
 

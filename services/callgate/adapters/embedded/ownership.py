@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from callgate.adapters.embedded.store import EmbeddedStore
@@ -43,13 +45,19 @@ class RunnerLockNotHeld(RuntimeError):
 
 
 class Ownership:
-    """The lock on one store's state directory, and whether its last holder left it clean."""
+    """The lock on one store's state directory, whether its last holder left it clean, and
+    what the holder owes the store before new work (``ready``)."""
 
-    __slots__ = ("_fd", "store")
+    __slots__ = ("_fd", "failed", "must_recover", "recovered", "store")
 
     def __init__(self, store: EmbeddedStore) -> None:
         self.store = store
         self._fd: int | None = None
+        # ``recover`` before new work: the previous holder stopped uncleanly, or work this
+        # holder started may be unfinished (``unfinished``).
+        self.must_recover = True
+        self.recovered = False
+        self.failed = False  # this holder failed: ``release`` leaves the store marked dirty
 
     @property
     def held(self) -> bool:
@@ -75,6 +83,36 @@ class Ownership:
         self._fd = fd
         return dirty
 
+    def try_take(self) -> bool:
+        """``take``; False when another runner has the lock."""
+        dirty = self.take()
+        if dirty is None:
+            return False
+        self.must_recover, self.failed = dirty, False
+        return True
+
+    def release(self) -> None:
+        """``give_up``, clean unless this holder failed; the next holder recovers first."""
+        try:
+            self.give_up(clean=not self.failed)
+        finally:
+            self.recovered = False
+
+    def ready(self, recover: Callable[[], object]) -> None:
+        """Check the lock is held and, the first time after taking it, ``recover`` when
+        owed."""
+        self.check()
+        if not self.recovered:
+            if self.must_recover:
+                recover()
+            self.recovered = True
+
+    def unfinished(self) -> None:
+        """Work started may be unfinished (a provider called, its outcome not written):
+        before new input, ``recover`` finds it, as after a restart."""
+        self.recovered = False
+        self.must_recover = True
+
     def give_up(self, clean: bool) -> None:
         """Release the lock, marking the store clean when ``clean``; a refused write leaves
         it marked dirty, and the next holder recovers."""
@@ -91,3 +129,13 @@ class Ownership:
     def check(self) -> None:
         if self._fd is None:
             raise RunnerLockNotHeld(f"{self.store.state_dir / LOCK_FILE} is not held")
+
+
+def wait_for(try_take: Callable[[], bool], timeout: float) -> bool:
+    """Poll ``try_take`` for up to ``timeout`` seconds (flock has no timeout)."""
+    deadline = time.monotonic() + timeout
+    while not try_take():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True

@@ -4,7 +4,7 @@ The log plays the role of the Kafka topics (``requests``, ``events``, ``dead-let
 totally ordered sequence (``seq``) instead of partitions. Events are stored as the same Avro
 bytes the Kafka backend produces. Next to the log, in the same database and therefore in the
 same transactions, live what the runner commits with its input position: per-key process
-state, keyed views and the positions themselves (ADR 0006).
+state, keyed views and the positions themselves (ADR 0006); the tables: ``schema``.
 
 Durability: WAL journal with ``synchronous=FULL``, so a commit that returned survives a
 process kill *and* a power loss. Writers take the write lock up front (``BEGIN IMMEDIATE``)
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from callgate.adapters.embedded.schema import SCHEMA
 from callgate.domain.events import Event
 from callgate.sqlite import connect_wal
 
@@ -35,50 +36,6 @@ _CHUNK = 900
 # state and view pages that the next round changes again); 10,000 (about 40 MiB of WAL)
 # took the runner's commit time from 0.78 to 0.57 s over a 10,000-proposal burst.
 _WAL_CHECKPOINT_PAGES = 10_000
-
-_SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS log (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        topic TEXT NOT NULL,
-        partition_key TEXT NOT NULL,
-        event_type TEXT,
-        invocation_id TEXT,
-        payload BLOB NOT NULL,
-        traceparent TEXT)""",
-    "CREATE INDEX IF NOT EXISTS log_topic_seq ON log(topic, seq)",
-    "CREATE INDEX IF NOT EXISTS log_invocation ON log(invocation_id)",
-    "CREATE TABLE IF NOT EXISTS positions (process TEXT PRIMARY KEY, seq INTEGER NOT NULL)",
-    """CREATE TABLE IF NOT EXISTS state (
-        process TEXT NOT NULL,
-        key TEXT NOT NULL,
-        blob BLOB NOT NULL,
-        next_due INTEGER,
-        PRIMARY KEY (process, key))""",
-    "CREATE INDEX IF NOT EXISTS state_due ON state(process, next_due)",
-    """CREATE TABLE IF NOT EXISTS views (
-        view TEXT NOT NULL,
-        key TEXT NOT NULL,
-        value_json TEXT NOT NULL,
-        PRIMARY KEY (view, key))""",
-    # Runner bookkeeping, e.g. whether the last lock holder stopped cleanly.
-    "CREATE TABLE IF NOT EXISTS runner_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    # When each ``requests`` row was appended (SQLite's clock, epoch ms): requests carry
-    # bearer session tokens, so consumed ones are pruned after ``requests_retention_ms``
-    # (``StoreTx.prune_requests``, ADR 0016). Rows from before this table count as epoch 0.
-    "CREATE TABLE IF NOT EXISTS request_times (seq INTEGER PRIMARY KEY, appended_at INTEGER)",
-    """CREATE TRIGGER IF NOT EXISTS request_times_on_insert AFTER INSERT ON log
-        WHEN NEW.topic = 'requests' BEGIN
-        INSERT INTO request_times(seq, appended_at)
-        VALUES (NEW.seq, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)); END""",
-    """INSERT OR IGNORE INTO request_times(seq, appended_at)
-        SELECT seq, 0 FROM log WHERE topic = 'requests'
-        AND NOT EXISTS (SELECT 1 FROM request_times)""",
-    # One dead-letter per poison log row, however many processes consume its topic.
-    """CREATE TABLE IF NOT EXISTS dead_lettered (
-        topic TEXT NOT NULL,
-        seq INTEGER NOT NULL,
-        PRIMARY KEY (topic, seq))""",
-)
 
 
 class EventCodec(Protocol):
@@ -296,7 +253,7 @@ class EmbeddedStore:
         self._connections: list[sqlite3.Connection] = []
         self._guard = threading.Lock()
         conn = self._conn()
-        for stmt in _SCHEMA:
+        for stmt in SCHEMA:
             conn.execute(stmt)
         columns = {r[1] for r in conn.execute("PRAGMA table_info(log)")}
         if "traceparent" not in columns:  # a store from before traces (ADR 0036)

@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from callgate.adapters.kafka.state import HEADER_TXN
+from callgate.adapters.kafka.client import make_consumer, make_producer, position
+from callgate.adapters.kafka.connection import BrokerAddress
+from callgate.adapters.kafka.state import HEADER_PREV, HEADER_TXN
+from callgate.adapters.kafka.topics import Topics
 from callgate.adapters.kafka.watchdog import CALL_TIMEOUT_S, Watchdog
 
 TRANSACTION_TIMEOUT_MS = 15_000
@@ -64,7 +68,7 @@ class Checkpoint:
         self._new_producer = new_producer
         self.producer = new_producer()
         self._group = group
-        self._no_member = no_member
+        self.no_member = no_member
         self._placeholder = placeholder
         self._token_prefix = token_prefix
         self._token_seq = 0
@@ -111,7 +115,7 @@ class Checkpoint:
         placeholder = [TopicPartition(self._placeholder, 0, 0)]
         with self.bounded("send_offsets_to_transaction"):
             self.producer.send_offsets_to_transaction(
-                placeholder, self._no_member.consumer_group_metadata(), CALL_TIMEOUT_S
+                placeholder, self.no_member.consumer_group_metadata(), CALL_TIMEOUT_S
             )
         with self.bounded("abort_transaction"):
             self.producer.abort_transaction(CALL_TIMEOUT_S)
@@ -137,6 +141,32 @@ class Checkpoint:
                 return
             except BufferError:  # local queue full: let deliveries drain
                 self.producer.poll(0.1)
+
+    def produce_changelog(
+        self, changelog: str, blobs: Mapping[int, Mapping[str, bytes]], heads: Mapping[int, str]
+    ) -> dict[int, int]:
+        """Step 4: produce each changed state (``blobs``: partition -> key -> bytes) to its
+        partition of ``changelog``, each record naming the partition's last committed token
+        (``heads``; ``state.HEADER_PREV``), and flush; returns the changelog bounds (one past
+        each partition's last record). Raises the first delivery error."""
+        bounds: dict[int, int] = {}
+        errors: list[KafkaError] = []
+
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            if err is not None:
+                errors.append(err)
+            else:
+                _, partition, offset = position(msg)
+                bounds[partition] = max(bounds.get(partition, 0), offset + 1)
+
+        for partition, changed in blobs.items():
+            prev = [(HEADER_PREV, heads[partition].encode())]
+            for key, blob in changed.items():
+                self.produce(changelog, key.encode(), blob, partition, prev, delivered)
+        self.flush()
+        if errors:
+            raise KafkaException(errors[0])
+        return bounds
 
     def flush(self) -> None:
         """Wait until every record of the open transaction is acknowledged (the delivery
@@ -225,3 +255,34 @@ def raise_if_fatal(exc: BaseException) -> None:
         raise ProducerFenced(str(err)) from exc
     if err.fatal():
         raise exc
+
+
+def process_checkpoint(
+    bootstrap: BrokerAddress,
+    topics: Topics,
+    process: str,
+    instance_id: str,
+    group: Consumer,
+    placeholder: str,
+    gap_s: float = 0.0,
+    watchdog: Watchdog | None = None,
+) -> Checkpoint:
+    """The checkpoint of ``process``'s runner ``instance_id``: its producers are of the
+    ``transactional.id`` the instance fixes; ``group`` is the runner's subscribed consumer,
+    ``placeholder`` one of its input topics (``Checkpoint.init``). Its tokens are unique to
+    this incarnation (the instance id and a random suffix)."""
+
+    def new_producer() -> Producer:
+        return make_producer(
+            bootstrap,
+            topics.transactional_id(process, instance_id),
+            **{**PRODUCER_LATENCY, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS},
+        )
+
+    # Never subscribed: the group's metadata with no member and no generation, which the
+    # placeholder transaction of a new producer commits under (``Checkpoint.init``).
+    no_member = make_consumer(bootstrap, topics.group(process))
+    return Checkpoint(
+        new_producer, group, no_member, placeholder,
+        f"{instance_id}.{uuid.uuid4().hex[:12]}", gap_s, watchdog,
+    )  # fmt: skip

@@ -111,7 +111,7 @@ def _reason(exc: KafkaException) -> str:
 
 # Group settings for tests: Apache Kafka moves a lost member's partitions after
 # ``session.timeout.ms``, so a shorter one shortens the failover tests wait for. The
-# runners' own defaults are ``runner.GROUP_SETTINGS`` (ADR 0015).
+# runners' own defaults are ``consumer.GROUP_SETTINGS`` (ADR 0015).
 FAST_GROUP_SETTINGS: Config = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
 
 

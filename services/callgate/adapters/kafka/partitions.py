@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -26,12 +27,29 @@ Bounded = Callable[[str], contextlib.AbstractContextManager[None]]
 
 class OwnedPartitions:
     """State stores under ``<state_dir>/p<partition>`` for the ``changelog`` topic's
-    partitions this runner owns, with their committed input positions and due timers."""
+    partitions this runner owns, with their committed input positions and due timers.
 
-    def __init__(self, state_dir: Path, changelog: str, inputs: Sequence[str]) -> None:
+    ``restore`` reads the changelog with ``reader`` and the committed positions of the
+    runner's consumer (``group``), each blocking call ``bounded``; ``next_due``: the timer
+    of a stored state."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        changelog: str,
+        inputs: Sequence[str],
+        reader: ChangelogReader,
+        group: Consumer,
+        next_due: Callable[[bytes], int | None],
+        bounded: Bounded,
+    ) -> None:
         self._state_dir = state_dir
         self._changelog = changelog
         self._inputs = inputs
+        self._reader = reader
+        self._group = group
+        self._next_due = next_due
+        self._bounded = bounded
         self.stores: dict[int, PartitionStore] = {}
         self.committed: dict[tuple[str, int], int] = {}  # (topic, partition) -> next offset
         self._due: dict[Key, int] = {}
@@ -94,15 +112,19 @@ class OwnedPartitions:
         self._due.clear()
         self._heap.clear()
 
-    def restore(
-        self,
-        reader: ChangelogReader,
-        group: Consumer,
-        next_due: Callable[[bytes], int | None],
-        bounded: Bounded,
-    ) -> None:
+    def stored(self, size: int) -> Iterator[list[tuple[Key, bytes]]]:
+        """Every stored state, in lists of up to ``size``. Read lazily (a RocksDB iterator
+        reads a consistent snapshot while commits write between two lists), so memory does
+        not grow with the number of stored keys."""
+        for partition, store in sorted(self.stores.items()):
+            items = (((partition, pkey), blob) for pkey, blob in store.items())
+            while chunk := list(itertools.islice(items, size)):
+                yield chunk
+
+    def restore(self) -> None:
         """Bring every owned store up to the committed changelog; rebuild the timer index
         (``next_due`` of a stored state); read the committed input positions."""
+        reader, group, next_due, bounded = self._reader, self._group, self._next_due, self._bounded
         owned = self.owned()
         with bounded("committed changelog bounds"):
             bounds = reader.committed_bounds(group, self._changelog, owned, CALL_TIMEOUT_S)
@@ -120,8 +142,9 @@ class OwnedPartitions:
                 committed = committed_offsets(group, inputs, CALL_TIMEOUT_S)
         self.committed = {(tp.topic, tp.partition): tp.offset for tp in committed if tp.offset >= 0}
 
-    def seek(self, group: Consumer) -> None:
+    def seek(self) -> None:
         """Seek every owned input partition to its committed position (after a restore)."""
+        group = self._group
         for topic in self._inputs:
             for partition in self.stores:
                 offset = self.committed.get((topic, partition), OFFSET_BEGINNING)

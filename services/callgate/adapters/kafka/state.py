@@ -12,7 +12,7 @@ Which changelog records are committed? A ``read_committed`` reader knows, but on
 it reads no further than the partition's last stable offset (LSO): the first offset of the
 oldest open transaction. The instance that owned a partition before this one may have left
 such a transaction behind (SIGKILLed, or cut off mid-commit by a rebalance); the transaction
-coordinator aborts it only after ``transaction.timeout.ms`` (``runner.TRANSACTION_TIMEOUT_MS``),
+coordinator aborts it only after ``transaction.timeout.ms`` (``checkpoint.TRANSACTION_TIMEOUT_MS``),
 so a ``read_committed`` restore would hold every failover (ADR 0015) that long. The restore
 reads uncommitted instead and makes committedness readable from the log itself:
 

@@ -7,7 +7,7 @@ passes it in: this adapter never imports the root); the process is chosen by nam
 so that ``callgate serve`` can hand them to every child: tests set
 ``session.timeout.ms=6000,heartbeat.interval.ms=500`` there (a SIGKILLed child's partitions
 move to another member after ``session.timeout.ms``: a shorter one shortens the failover the
-tests wait for); the runner's own defaults are ``runner.GROUP_SETTINGS`` (ADR 0015).
+tests wait for); the runner's own defaults are ``consumer.GROUP_SETTINGS`` (ADR 0015).
 """
 
 from __future__ import annotations

@@ -115,7 +115,7 @@ class SignIn(Protocol):
 
 
 class CallbackDesk(Protocol):
-    """``callgate.adapters.notify.AccessRequestCallbacks``: the registered callback URLs."""
+    """``adapters.notify.callbacks.AccessRequestCallbacks``: the registered callback URLs."""
 
     def target_for(self, endpoint: str, tenant: str) -> object | None: ...
 
@@ -125,7 +125,7 @@ class CallbackDesk(Protocol):
 
 
 class SlackBridge(Protocol):
-    """``callgate.adapters.notify.SlackInteractions``: Slack's signature, the mapping."""
+    """``adapters.notify.slack.SlackInteractions``: Slack's signature, the mapping."""
 
     def verify(self, body: bytes, timestamp: str | None, signature: str | None) -> None: ...
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from callgate.providers.mcp import McpUpstream, McpUpstreamConfig
+from callgate.providers.mcp_upstream import McpUpstream, McpUpstreamConfig
 
 
 def draft_catalog(target: str, provider: str) -> str:

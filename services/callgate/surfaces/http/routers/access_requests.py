@@ -11,7 +11,7 @@ still needs a confirmation, its approval is requested as for any call (the tool'
 approvers, quorum and dry-run): ``Gateway.request_access``. The task is that invocation;
 its status is the status view's approval; an approved task's result is the approval
 artifact, which a re-evaluation presents at ``context.approval``. A callback goes to a
-webhook registered for ``access_request.decided`` (``adapters/notify.py``).
+webhook registered for ``access_request.decided`` (``adapters/notify/callbacks.py``).
 """
 
 from __future__ import annotations

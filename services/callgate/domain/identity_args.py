@@ -1,0 +1,80 @@
+"""Identity fields in a call's arguments (C6): each must name the session's own user or
+tenant, exactly. Apart from the session token's checks (``identity``) because it reads the
+arguments, not the token: the verified ``Principal`` is all it needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from callgate.domain.codes import Code, Rejection
+from callgate.domain.identity import MAX_CLAIM_CHARS
+from callgate.domain.principal import Principal, fold_identity, looks_alike
+
+MAX_ARGS_DEPTH = 64  # deeper arguments are refused rather than walked
+
+
+def check_identity(
+    spec_identity_args: tuple[str, ...],
+    tenant_fields: tuple[str, ...],
+    args: Mapping[str, Any],
+    principal: Principal,
+) -> dict[str, Any]:
+    """C6: every identity field anywhere in ``args`` must name the session's user/tenant.
+
+    Walks dicts and lists at any depth. A key that is, or folds to (``fold_identity``),
+    one of ``spec_identity_args`` names the acting user; one of ``tenant_fields`` names a
+    tenant. Its value must equal the session's identifier exactly: any other value,
+    another spelling of it included, raises ``Rejection(IDENTITY_SPOOF, ...,
+    {"field": "dotted.path"})``. Any other string that is not a session identifier but
+    folds together with one (``ALICE``, full-width ``alice``, a Cyrillic look-alike) is refused
+    the same way, with ``details.reason`` ``look-alike``: folding only ever denies.
+    Returns a copy of ``args``.
+    """
+    user_keys = frozenset(fold_identity(k) for k in spec_identity_args)
+    tenant_keys = frozenset(fold_identity(k) for k in tenant_fields)
+    mine = (principal.user, principal.tenant)
+
+    def walk(value: Any, path: str, depth: int) -> Any:
+        if depth > MAX_ARGS_DEPTH:
+            raise Rejection(Code.INVALID_ARGUMENTS, "arguments nested too deeply", {"field": path})
+        if isinstance(value, Mapping):
+            out: dict[Any, Any] = {}
+            for key, item in value.items():
+                item_path = f"{path}.{key}" if path else str(key)
+                name = fold_identity(key) if isinstance(key, str) else None
+                if name in user_keys:
+                    out[key] = _expect(item, principal.user, "user", item_path)
+                elif name in tenant_keys:
+                    out[key] = _expect(item, principal.tenant, "tenant", item_path)
+                else:
+                    out[key] = walk(item, item_path, depth + 1)
+            return out
+        if isinstance(value, list | tuple):
+            return [
+                walk(item, f"{path}.{i}" if path else str(i), depth + 1)
+                for i, item in enumerate(value)
+            ]
+        if isinstance(value, str) and value not in mine and len(value) <= MAX_CLAIM_CHARS:
+            for who in mine:
+                if looks_alike(value, who):
+                    raise Rejection(
+                        Code.IDENTITY_SPOOF,
+                        f"argument {path!r} names a look-alike of the session's identity",
+                        {"field": path, "reason": "look-alike"},
+                    )
+        return value
+
+    result: dict[str, Any] = walk(args, "", 0)
+    return result
+
+
+def _expect(value: Any, session_value: str, kind: str, path: str) -> str:
+    if not isinstance(value, str) or value != session_value:
+        raise Rejection(
+            Code.IDENTITY_SPOOF,
+            f"argument {path!r} names a {kind} other than the session's",
+            {"field": path},
+        )
+    return session_value
