@@ -656,6 +656,12 @@ def pick_kind(rng: random.Random, i: int, proposals: int) -> str:
     than planned (a slow broker holds its window full) still reaches the limit."""
     if i % BUDGET_EVERY == 0 and i // BUDGET_EVERY <= limit_max(proposals) // BURST:
         return "budget"
+    return draw_kind(rng)
+
+
+def draw_kind(rng: random.Random) -> str:
+    """A kind drawn at its share of ``KINDS``: the same mix from the first flow to the last
+    (the soak compares its first minutes with its last)."""
     roll, acc = rng.random(), 0.0
     for kind, share in KINDS:
         acc += share

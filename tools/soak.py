@@ -63,8 +63,8 @@ from tools.chaos import (
     Script,
     Wait,
     Workload,
+    draw_kind,
     limited_profile,
-    pick_kind,
     verify,
 )
 from tools.chaos import _render as render_verdict
@@ -228,7 +228,6 @@ class _Load:
     gate: Gateway
     work: Workload
     rate: float
-    flows: int  # at most, the run's usage limit is set from it (tools.chaos.limit_max)
     pending: list[ev.Event]  # what the flows sent, published at once
     active: dict[int, tuple[Script, Wait]] = field(default_factory=dict)
     launched: int = 0
@@ -250,7 +249,7 @@ class _Load:
                 self.overload = True
                 break
             i = self.launched
-            script = self.work.script(i, pick_kind(self.work.rng, i, self.flows))
+            script = self.work.script(i, draw_kind(self.work.rng))
             self.active[i] = (script, next(script))
             self.launched += 1
         self.publish()
@@ -330,7 +329,7 @@ def run_soak(
         except KafkaUnavailable as exc:
             out.error(Code.BROKER_UNAVAILABLE, f"soak: no Apache Kafka broker: {exc}")
             return 1
-        flows = int(rate * seconds) + 1  # as _soak's load counts them
+        flows = int(rate * seconds) + 1
         run = settings.model_copy(
             update={
                 "state_dir": state,
@@ -385,7 +384,7 @@ def _soak(
 
     pending: list[ev.Event] = []
     work = Workload(app, rng, send)
-    load = _Load(gate, work, rate, int(rate * seconds) + 1, pending)
+    load = _Load(gate, work, rate, pending)
     samples: list[Sample] = []
     exited: list[str] = []
     try:

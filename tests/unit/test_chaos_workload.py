@@ -7,7 +7,7 @@ import random
 
 from hypothesis import given
 from hypothesis import strategies as st
-from tools.chaos import BUDGET_EVERY, BURST, limit_max, pick_kind
+from tools.chaos import BUDGET_EVERY, BURST, draw_kind, limit_max, pick_kind
 from tools.network_faults import pick
 
 
@@ -36,3 +36,9 @@ def test_past_the_first_flows_the_kinds_are_drawn_at_their_shares() -> None:
     kinds = [pick_kind(rng, i, proposals) for i in range(start, start + 20_000)]
     assert 0.03 < kinds.count("budget") / len(kinds) < 0.07
     assert 0.17 < kinds.count("create") / len(kinds) < 0.23
+
+
+def test_the_soak_draws_the_same_mix_from_its_first_flow() -> None:
+    rng = random.Random(3)
+    kinds = [draw_kind(rng) for _ in range(20_000)]
+    assert 0.03 < kinds[:5_000].count("budget") / 5_000 < 0.07
