@@ -6,6 +6,7 @@ arguments, not the token: the verified ``Principal`` is all it needs.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from callgate.domain.codes import Code, Rejection
@@ -34,28 +35,42 @@ def check_identity(
     """
     user_keys = frozenset(fold_identity(k) for k in spec_identity_args)
     tenant_keys = frozenset(fold_identity(k) for k in tenant_fields)
-    mine = (principal.user, principal.tenant)
+    result: dict[str, Any] = _Walk(user_keys, tenant_keys, principal).walk(args, "", 0)
+    return result
 
-    def walk(value: Any, path: str, depth: int) -> Any:
+
+@dataclass(frozen=True, slots=True)
+class _Walk:
+    """One call's walk of its arguments. A class, not a nested function: a closure that
+    calls itself is a reference cycle, which only the collector frees, and callgate's
+    processes collect rarely (ADR 0021), so one per call held memory (the soak's RSS)."""
+
+    user_keys: frozenset[str]
+    tenant_keys: frozenset[str]
+    principal: Principal
+
+    def walk(self, value: Any, path: str, depth: int) -> Any:
         if depth > MAX_ARGS_DEPTH:
             raise Rejection(Code.INVALID_ARGUMENTS, "arguments nested too deeply", {"field": path})
+        principal = self.principal
         if isinstance(value, Mapping):
             out: dict[Any, Any] = {}
             for key, item in value.items():
                 item_path = f"{path}.{key}" if path else str(key)
                 name = fold_identity(key) if isinstance(key, str) else None
-                if name in user_keys:
+                if name in self.user_keys:
                     out[key] = _expect(item, principal.user, "user", item_path)
-                elif name in tenant_keys:
+                elif name in self.tenant_keys:
                     out[key] = _expect(item, principal.tenant, "tenant", item_path)
                 else:
-                    out[key] = walk(item, item_path, depth + 1)
+                    out[key] = self.walk(item, item_path, depth + 1)
             return out
         if isinstance(value, list | tuple):
             return [
-                walk(item, f"{path}.{i}" if path else str(i), depth + 1)
+                self.walk(item, f"{path}.{i}" if path else str(i), depth + 1)
                 for i, item in enumerate(value)
             ]
+        mine = (principal.user, principal.tenant)
         if isinstance(value, str) and value not in mine and len(value) <= MAX_CLAIM_CHARS:
             for who in mine:
                 if looks_alike(value, who):
@@ -65,9 +80,6 @@ def check_identity(
                         {"field": path, "reason": "look-alike"},
                     )
         return value
-
-    result: dict[str, Any] = walk(args, "", 0)
-    return result
 
 
 def _expect(value: Any, session_value: str, kind: str, path: str) -> str:
