@@ -37,7 +37,7 @@ class StateCache(Generic[K]):
     ``idle_s`` seconds of ``clock``, least recently used first out. ``take`` hands the
     object to a transaction (which may change it in place); ``keep`` puts the committed
     states back after the commit, so an aborted transaction never leaves uncommitted state
-    here (the bound: ``STATE_CACHE_KEYS``)."""
+    here (the bounds: ``STATE_CACHE_KEYS``, ``STATE_CACHE_IDLE_S``)."""
 
     __slots__ = ("_clock", "_entries", "idle_s", "limit")
 
