@@ -13,12 +13,14 @@ One run:
    10% of the requests sent twice) go through the SDK on the store, up to 200 at a time;
 3. ``--faults`` times, from ``--fill-at`` of the flows done on, a ballast file takes every
    free block of the filesystem while ``serve`` has rows still to handle, and keeps them
-   ``--hold`` seconds: every write on it fails (ENOSPC). The flows go on: a request the
-   store refuses (``storage_unavailable``: nothing of it was recorded) is sent again a
-   little later, as an agent would. Meanwhile the command line (``callgate propose``), the
-   HTTP API (``POST /v1/proposals``) and ``callgate mcp`` (``tools/call`` over stdio) are
-   asked for a call again and again (``tools.disk_surfaces``), and an exporter's position
-   and a new key pair are written on the full disk;
+   ``--hold`` seconds, taking back any space freed meanwhile, and then until every surface
+   has met the full disk (at most ``BITE_WAIT_S`` more): every write on it fails (ENOSPC).
+   The flows go on: a request the store refuses (``storage_unavailable``: nothing of it
+   was recorded) is sent again a little later, as an agent would. Meanwhile the command
+   line (``callgate propose``), the HTTP API (``POST /v1/proposals``) and ``callgate
+   mcp`` (``tools/call`` over stdio) are asked for a call again and again
+   (``tools.disk_surfaces``), and an exporter's position and a new key pair are written
+   on the full disk;
 4. the ballast is deleted; nobody touches ``serve``. The time a fault cost is from the
    space coming back to the next call executed;
 5. once every flow is done, the verdict: the chaos run's checks (``tools.chaos.verify``:
@@ -87,6 +89,7 @@ from tools.ports import free_port
 STORAGE = Code.STORAGE_UNAVAILABLE.value
 STORES = ("events.sqlite3", "effects.sqlite")
 LAST_FILL_AT = 0.85  # of the flows done: the last fault starts before this
+BITE_WAIT_S = 30.0  # past --hold, a fault waits this long for every surface to meet it
 # Figures that must be 0, or true, beside the chaos run's (``tools.chaos._render``).
 ZERO = (
     "answers of unrecorded calls",
@@ -186,8 +189,13 @@ class Probes(threading.Thread):
             self.stop.wait(0.2)
 
     def answered_all(self, fault: int) -> bool:
-        """Every surface answered at least once during ``fault`` (it is held until then)."""
+        """Every surface answered at least once during ``fault``."""
         return {a.surface for a in self.answers if a.fault == fault} >= set(SURFACES)
+
+    def refused_all(self, fault: int) -> bool:
+        """Every surface answered ``storage_unavailable`` during ``fault``: each met it."""
+        met = {a.surface for a in self.answers if a.fault == fault and a.code == STORAGE}
+        return met >= set(SURFACES)
 
 
 def run_disk_full(
@@ -459,7 +467,17 @@ class _Driver:
             k = timeline.active()
             if k is not None:
                 fault = timeline.faults[k]
-                if time.monotonic() - fault.filled_at >= hold_s and self.probes.answered_all(k):
+                # Space serve frees meanwhile (a cut write-ahead log) is taken back at once, as
+                # by another writer: a probe that finds room records its call, and the fault
+                # must bite every surface before it ends (``fault_violations``).
+                if small_disk.free_bytes(self.ballast.path.parent):
+                    fault.ballast_bytes = self.ballast.fill()
+                held = time.monotonic() - fault.filled_at
+                if (
+                    held >= hold_s
+                    and self.probes.answered_all(k)
+                    and (self.probes.refused_all(k) or held >= hold_s + BITE_WAIT_S)
+                ):
                     self._give_back(fault)
             if now > report:
                 report = now + 5
