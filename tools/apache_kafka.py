@@ -45,6 +45,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from callgate.adapters.kafka.client import LIBRDKAFKA_LOG
+from tools import end_process
 from tools.cache import tool_cache
 from tools.ports import free_port
 
@@ -467,14 +468,7 @@ class ApacheKafka:
 
     def _terminate(self, grace_s: float = 20.0) -> None:
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)  # a controlled shutdown
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        end_process(proc, grace_s)
 
     def kill(self) -> None:
         """SIGKILL the broker's JVM, as a crash would; ``start`` brings it back on the same

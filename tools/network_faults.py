@@ -61,6 +61,7 @@ from callgate.domain.codes import Code
 from callgate.domain.scope import OPERATOR_ROLE
 from callgate.surfaces.render import Renderer
 from callgate.surfaces.sdk import Gateway
+from tools import exit_on_signal
 from tools.apache_kafka import ApacheKafka, KafkaUnavailable
 from tools.chaos import (
     DONE,
@@ -559,7 +560,7 @@ def run_network(
     flows = int(rate * (schedule_s + SLOW_S * len(plans))) + 1
     limit = schedule_s + SETTLE_S
     started = time.monotonic()
-    previous = signal.signal(signal.SIGTERM, _terminate)  # stop what it started, even then
+    previous = signal.signal(signal.SIGTERM, exit_on_signal)  # stop what it started, even then
     state = Path(tempfile.mkdtemp(prefix="callgate-network-"))
     proxy: Toxiproxy | None = None
     broker: ApacheKafka | None = None
@@ -610,10 +611,6 @@ def run_network(
             shutil.rmtree(state, ignore_errors=True)
         else:
             out.err.print(f"[yellow]chaos --network: state and worker logs kept in {state}[/]")
-
-
-def _terminate(signum: int, _frame: object) -> None:
-    raise SystemExit(128 + signum)
 
 
 def _campaign(

@@ -56,6 +56,7 @@ from callgate.domain.scope import OPERATOR_ROLE
 from callgate.ops.replay import replay
 from callgate.surfaces.render import Renderer
 from callgate.surfaces.sdk import Gateway
+from tools import exit_on_signal
 from tools.apache_kafka import ApacheKafka, KafkaUnavailable
 from tools.chaos import (
     STEP_TIMEOUT_S,
@@ -318,7 +319,7 @@ def run_soak(
     if not (10 <= every <= 60) or seconds < 2 * every or rate <= 0:
         out.error(Code.USAGE, "--every 10..60 s, --seconds at least two samples, --rate > 0")
         return 2
-    previous = signal.signal(signal.SIGTERM, _terminate)  # stop what it started, even then
+    previous = signal.signal(signal.SIGTERM, exit_on_signal)  # stop what it started, even then
     state = Path(tempfile.mkdtemp(prefix="callgate-soak-"))
     broker: ApacheKafka | None = None
     servers: list[Instance] = []
@@ -359,10 +360,6 @@ def run_soak(
             shutil.rmtree(state, ignore_errors=True)
         else:
             out.err.print(f"[yellow]soak: state and logs kept in {state}[/]")
-
-
-def _terminate(signum: int, _frame: object) -> None:
-    raise SystemExit(128 + signum)
 
 
 def _soak(

@@ -30,6 +30,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
+from tools import end_process
 from tools.cache import tool_cache
 from tools.ports import free_port
 
@@ -209,14 +210,7 @@ class Toxiproxy:
 
     def _terminate(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        end_process(proc, grace_s=10)
 
     def stop(self) -> None:
         """End the server (every proxy and connection with it) and remove its log."""

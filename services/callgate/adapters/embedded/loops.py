@@ -9,20 +9,22 @@ from __future__ import annotations
 
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 from callgate.adapters.embedded.full_disk import StorageObserver, serve_rounds
 from callgate.adapters.embedded.store import EmbeddedStore
 
 
-class RoundLoops:
+class RoundLoops(ABC):
     """Loops over ``run_once`` (a round; returns the progress made) for a runner of
     ``store``."""
 
     store: EmbeddedStore
 
+    @abstractmethod
     def run_once(self) -> int:
-        raise NotImplementedError
+        """One round and its commit; the steps it made (0: nothing to do)."""
 
     def run_until_idle(self, max_seconds: float = 30.0) -> int:
         """Run rounds until one makes no progress; raises TimeoutError past ``max_seconds``."""
