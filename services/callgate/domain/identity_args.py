@@ -35,7 +35,8 @@ def check_identity(
     """
     user_keys = frozenset(fold_identity(k) for k in spec_identity_args)
     tenant_keys = frozenset(fold_identity(k) for k in tenant_fields)
-    result: dict[str, Any] = _Walk(user_keys, tenant_keys, principal).walk(args, "", 0)
+    mine = (principal.user, principal.tenant)
+    result: dict[str, Any] = _Walk(user_keys, tenant_keys, principal, mine).walk(args, "", 0)
     return result
 
 
@@ -48,6 +49,7 @@ class _Walk:
     user_keys: frozenset[str]
     tenant_keys: frozenset[str]
     principal: Principal
+    mine: tuple[str, str]  # the session's user and tenant
 
     def walk(self, value: Any, path: str, depth: int) -> Any:
         if depth > MAX_ARGS_DEPTH:
@@ -70,7 +72,7 @@ class _Walk:
                 self.walk(item, f"{path}.{i}" if path else str(i), depth + 1)
                 for i, item in enumerate(value)
             ]
-        mine = (principal.user, principal.tenant)
+        mine = self.mine
         if isinstance(value, str) and value not in mine and len(value) <= MAX_CLAIM_CHARS:
             for who in mine:
                 if looks_alike(value, who):
