@@ -286,6 +286,15 @@ bench-agent: $(STAMP)
 bench-guard: $(STAMP)
 	$(PY) -m tools.bench_guard
 
+## The bench's figures of BEFORE (a revision or a checkout) and of this checkout, in one
+## run: sections alternated ABBA over BENCH_ROUNDS rounds, each measure's medians compared;
+## fails when one is worse by more than 5%. A refactor shows here that it costs no speed.
+BEFORE ?= origin/main
+BENCH_ROUNDS ?= 3
+.PHONY: bench-compare
+bench-compare: $(STAMP)
+	$(PY) -m tools.bench_compare --before $(BEFORE) --rounds $(BENCH_ROUNDS)
+
 ## Time from `callgate freeze` / `unfreeze` to enforcement on a running `callgate serve`
 ## (embedded store, and every partition of two instances on Apache Kafka; rows from the
 ## event and from the command's start).
