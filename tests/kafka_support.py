@@ -1,7 +1,7 @@
 """Shared helpers for the tests of the whole service on the Kafka backend.
 
 ``KafkaServe`` runs the installed ``callgate serve --backend kafka`` as a subprocess (the
-supervisor that spawns one ``python -m callgate.kafka_worker <process>`` child per
+supervisor that spawns one ``python -m callgate.surfaces.kafka_worker <process>`` child per
 process) under a topic prefix of its own, so that test modules share one broker but no
 topics, consumer groups or transactional ids. ``wait_ready`` drives one call through every
 process (decider, executor and the four projections) before a test starts. ``cli`` runs
@@ -54,7 +54,7 @@ GROUP_SESSION_S = 6.0  # a member that stops heartbeating is out of its group af
 FAST_GROUPS = f"session.timeout.ms={GROUP_SESSION_S * 1000:.0f},heartbeat.interval.ms=500"
 CODEC = AvroCodec.default()
 VIEWS = ViewCodec.default()
-WORKER_MODULE = "callgate.kafka_worker"
+WORKER_MODULE = "callgate.surfaces.kafka_worker"
 # A serve log line reporting a settled call (``--report-settled``): time, invocation, tool, code.
 SETTLED_LINE = re.compile(r"^\S+Z [0-9a-f]{32}\.[0-9a-f]{32}  \S+  \S+$")
 WORKER_NAMES = (

@@ -43,10 +43,10 @@ from tests.kafka_support import (
 
 from callgate.adapters.kafka.client import make_producer, publish
 from callgate.adapters.kafka.state import HEADER_TXN, read_committed_changelog
+from callgate.application.replay import replay
 from callgate.domain import events as ev
 from callgate.domain.canonical import partition_key
 from callgate.domain.scope import bound_id
-from callgate.ops.replay import replay
 from callgate.surfaces.sdk import Gateway
 from callgate_projections.audit import verify_chain
 
