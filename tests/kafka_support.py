@@ -18,6 +18,7 @@ Broker: Apache Kafka, one per test session (per xdist worker), ``tests/conftest.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -27,7 +28,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -426,6 +427,48 @@ class KafkaServe:
 
 
 # --- the installed command on Kafka ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServeSpec:
+    """One ``callgate serve`` instance (``KafkaServe``'s options)."""
+
+    flags: bool = False
+    instance_id: str = "i0"
+
+
+@dataclass(frozen=True)
+class DeploymentSpec:
+    """What a test module's ``kafka_deployment`` is (tests/conftest.py), given as the module's
+    ``KAFKA_DEPLOYMENT``. ``label`` names its directory and topic prefix; ``profile``: a
+    profile file, a function writing one under the deployment's directory, or ``None`` for
+    the default; ``serve``: the ``callgate serve`` instances running for the whole module
+    (``kafka_serve`` gives the first)."""
+
+    label: str
+    profile: Path | Callable[[Path], Path] | None = None
+    serve: tuple[ServeSpec, ...] = (ServeSpec(),)
+
+
+@contextlib.contextmanager
+def serving(dep: Deployment, logs: Path, instances: Sequence[ServeSpec]) -> Iterator[KafkaServe]:
+    """``callgate serve`` instances of ``dep``, every one ready, for the block (their logs
+    in ``logs``: ``serve.log``, then ``serve-<instance id>.log``); stopped after it, the
+    first last, and the first must exit 0. Gives the first."""
+    assert instances, "a served deployment runs at least one serve"
+    servers: list[KafkaServe] = []
+    try:
+        for n, spec in enumerate(instances):
+            log = logs / ("serve.log" if n == 0 else f"serve-{spec.instance_id}.log")
+            servers.append(KafkaServe(dep, log, flags=spec.flags, instance_id=spec.instance_id))
+        for server in servers:
+            server.wait_ready()
+        yield servers[0]
+    finally:
+        for server in reversed(servers[1:]):
+            server.stop()
+        code = servers[0].stop() if servers else 0
+    assert code == 0, servers[0].log.read_text()
 
 
 def cli(dep: Deployment, *args: str, rc: int | None = 0, timeout: float = 90.0) -> Run:
