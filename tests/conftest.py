@@ -26,7 +26,16 @@ import pytest
 from hypothesis import HealthCheck, settings
 from tools.apache_kafka import ApacheKafka
 
-from tests.kafka_support import Broker, require_broker
+from callgate.surfaces.sdk import Gateway
+from tests.kafka_support import (
+    Broker,
+    Deployment,
+    DeploymentSpec,
+    KafkaServe,
+    require_broker,
+    serving,
+    unique_prefix,
+)
 
 # Property tests assert properties, not speed: Hypothesis's per-example deadline (200 ms)
 # and its too-slow health check measure the machine, and on two cores shared with brokers
@@ -52,6 +61,45 @@ def kafka_broker() -> Iterator[Broker]:
 def kafka_bootstrap(kafka_broker: Broker) -> str:
     """``host:port`` of the session's broker."""
     return kafka_broker.bootstrap
+
+
+@pytest.fixture(scope="module")
+def kafka_serve(
+    request: pytest.FixtureRequest, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KafkaServe]:
+    """``callgate serve`` of the test module's deployment on the session's broker, ready, for
+    the whole module (the first instance, when the module runs more). The module says what
+    it deploys in ``KAFKA_DEPLOYMENT``, a ``tests.kafka_support.DeploymentSpec``."""
+    spec = getattr(request.module, "KAFKA_DEPLOYMENT", None)
+    assert isinstance(spec, DeploymentSpec), f"{request.module.__name__}: no KAFKA_DEPLOYMENT"
+    root = tmp_path_factory.mktemp(f"{spec.label}-kafka")
+    profile = spec.profile(root) if callable(spec.profile) else spec.profile
+    dep = Deployment(kafka_bootstrap, unique_prefix(spec.label), root / "state", profile)
+    with serving(dep, root, spec.serve) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def kafka_deployment(kafka_serve: KafkaServe) -> Deployment:
+    """The test module's deployment on the session's broker (``KAFKA_DEPLOYMENT``), served
+    for the whole module."""
+    return kafka_serve.dep
+
+
+@pytest.fixture(scope="module")
+def kafka_gateway(kafka_deployment: Deployment) -> Iterator[Gateway]:
+    """An SDK client of the module's served deployment, closed at the module's end."""
+    gateway = kafka_deployment.connect()
+    try:
+        yield gateway
+    finally:
+        gateway.close()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """The event loop of ``pytest.mark.anyio`` tests: asyncio, the one callgate runs on."""
+    return "asyncio"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

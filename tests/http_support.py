@@ -40,6 +40,19 @@ HOSTILE_JSON: dict[str, tuple[bytes, int, str]] = {
     "lone surrogate": (b'{"type": "block_actions", "s": "\\ud800"}', 422, "invalid_request"),
 }
 
+# The browser tier's Chromium (``browser`` fixture, tests/http/conftest.py).
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
 
 def short_ttl_profile(directory: Path, tool: str = "deploys.trigger", seconds: int = 4) -> Path:
     """The default profile with ``tool``'s approvals expiring after ``seconds``."""

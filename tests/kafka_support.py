@@ -1,7 +1,7 @@
 """Shared helpers for the tests of the whole service on the Kafka backend.
 
 ``KafkaServe`` runs the installed ``callgate serve --backend kafka`` as a subprocess (the
-supervisor that spawns one ``python -m callgate.kafka_worker <process>`` child per
+supervisor that spawns one ``python -m callgate.surfaces.kafka_worker <process>`` child per
 process) under a topic prefix of its own, so that test modules share one broker but no
 topics, consumer groups or transactional ids. ``wait_ready`` drives one call through every
 process (decider, executor and the four projections) before a test starts. ``cli`` runs
@@ -18,6 +18,7 @@ Broker: Apache Kafka, one per test session (per xdist worker), ``tests/conftest.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -27,7 +28,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -54,7 +55,7 @@ GROUP_SESSION_S = 6.0  # a member that stops heartbeating is out of its group af
 FAST_GROUPS = f"session.timeout.ms={GROUP_SESSION_S * 1000:.0f},heartbeat.interval.ms=500"
 CODEC = AvroCodec.default()
 VIEWS = ViewCodec.default()
-WORKER_MODULE = "callgate.kafka_worker"
+WORKER_MODULE = "callgate.surfaces.kafka_worker"
 # A serve log line reporting a settled call (``--report-settled``): time, invocation, tool, code.
 SETTLED_LINE = re.compile(r"^\S+Z [0-9a-f]{32}\.[0-9a-f]{32}  \S+  \S+$")
 WORKER_NAMES = (
@@ -426,6 +427,48 @@ class KafkaServe:
 
 
 # --- the installed command on Kafka ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServeSpec:
+    """One ``callgate serve`` instance (``KafkaServe``'s options)."""
+
+    flags: bool = False
+    instance_id: str = "i0"
+
+
+@dataclass(frozen=True)
+class DeploymentSpec:
+    """What a test module's ``kafka_deployment`` is (tests/conftest.py), given as the module's
+    ``KAFKA_DEPLOYMENT``. ``label`` names its directory and topic prefix; ``profile``: a
+    profile file, a function writing one under the deployment's directory, or ``None`` for
+    the default; ``serve``: the ``callgate serve`` instances running for the whole module
+    (``kafka_serve`` gives the first)."""
+
+    label: str
+    profile: Path | Callable[[Path], Path] | None = None
+    serve: tuple[ServeSpec, ...] = (ServeSpec(),)
+
+
+@contextlib.contextmanager
+def serving(dep: Deployment, logs: Path, instances: Sequence[ServeSpec]) -> Iterator[KafkaServe]:
+    """``callgate serve`` instances of ``dep``, every one ready, for the block (their logs
+    in ``logs``: ``serve.log``, then ``serve-<instance id>.log``); stopped after it, the
+    first last, and the first must exit 0. Gives the first."""
+    assert instances, "a served deployment runs at least one serve"
+    servers: list[KafkaServe] = []
+    try:
+        for n, spec in enumerate(instances):
+            log = logs / ("serve.log" if n == 0 else f"serve-{spec.instance_id}.log")
+            servers.append(KafkaServe(dep, log, flags=spec.flags, instance_id=spec.instance_id))
+        for server in servers:
+            server.wait_ready()
+        yield servers[0]
+    finally:
+        for server in reversed(servers[1:]):
+            server.stop()
+        code = servers[0].stop() if servers else 0
+    assert code == 0, servers[0].log.read_text()
 
 
 def cli(dep: Deployment, *args: str, rc: int | None = 0, timeout: float = 90.0) -> Run:

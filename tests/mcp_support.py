@@ -24,12 +24,19 @@ import contextlib
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import mcp
 import yaml
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 from tools.ports import free_port, wait_port
+
+from callgate.bootstrap import Settings, bootstrap
+from tests.e2e.helpers import CALLGATE, cg, cli_env
 
 REPO = Path(__file__).resolve().parents[1]
 UPSTREAM = REPO / "tests" / "mcp_upstream.py"
@@ -269,3 +276,109 @@ def heard(ledger: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+CONSOLE = "http://console.example/cg"
+
+
+@dataclass
+class Gate:
+    """One callgate deployment: state dir, profile, upstream ledger, a way to connect."""
+
+    state_dir: Path
+    profile: Path
+    ledger: Path
+    transport: str
+    url: str | None = None
+
+    def token(self, user: str, roles: list[str], tenant: str = "acme") -> str:
+        app = bootstrap(Settings(state_dir=self.state_dir, profile=self.profile, dev=True))
+        return app.session_issuer.issue(user, tenant, roles, app.clock())
+
+    @contextlib.asynccontextmanager
+    async def client(self, token: str, **kw: Any) -> AsyncIterator[mcp.Client]:
+        if self.transport == "stdio":
+            params = mcp.StdioServerParameters(
+                command=str(CALLGATE),
+                args=[
+                    "--state-dir",
+                    str(self.state_dir),
+                    "--profile",
+                    str(self.profile),
+                    "mcp",
+                    "--session",
+                    token,
+                    "--console-url",
+                    CONSOLE,
+                ],
+                env={**cli_env(), "CALLGATE_DEV": "1"},  # development tokens
+            )
+            async with mcp.Client(params, cache=None, **kw) as client:
+                yield client
+        else:
+            assert self.url is not None
+            http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+            async with (
+                http,
+                mcp.Client(
+                    streamable_http_client(self.url, http_client=http), cache=None, **kw
+                ) as client,
+            ):
+                yield client
+
+    def approve(self, invocation_id: str) -> str:
+        approver = self.token("bob", ["notes-approver"])
+        answer = cg(self.state_dir, "approve", invocation_id, "--session", approver)
+        return str(answer["approval_id"])
+
+
+# ``make_mcp_gate(transport, edit=None, quiet=True)`` (tests/e2e/conftest.py).
+MakeMcpGate = Callable[..., Gate]
+
+
+@contextlib.contextmanager
+def running_gate(
+    folder: Path,
+    transport: str,
+    edit: Callable[[dict[str, Any]], None] | None = None,
+    quiet: bool = True,
+) -> Iterator[Gate]:
+    """A gate in ``folder``: a fresh state directory and the notes profile (``edit``: changes
+    to its document, e.g. a tool added), its notes in ``folder/notes.jsonl``. Over ``http``
+    one ``callgate mcp --http`` runs for the block, then stops; its log must hold no
+    traceback and, when ``quiet``, no warning (the start-up check: the catalog fits the
+    upstream). Over ``stdio`` each client starts its own ``callgate mcp``."""
+    ledger = folder / "notes.jsonl"
+    profile = write_profile(folder / "profile", ledger)
+    if edit is not None:
+        doc = yaml.safe_load(profile.read_text())
+        edit(doc)
+        profile.write_text(yaml.safe_dump(doc, sort_keys=False))
+    gate = Gate(folder / "state", profile, ledger, transport)
+    gate.state_dir.mkdir()
+    if transport == "stdio":
+        yield gate
+        return
+    port = free_port()
+    logged = folder / "mcp-http.log"
+    with logged.open("w") as log:
+        proc = subprocess.Popen(
+            [
+                *(str(CALLGATE), "--state-dir", str(gate.state_dir), "--profile"),
+                *(str(gate.profile), "mcp", "--http", f"127.0.0.1:{port}"),
+                *("--console-url", CONSOLE),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**cli_env(), "CALLGATE_DEV": "1"},  # development tokens
+        )
+        gate.url = f"http://127.0.0.1:{port}/mcp"
+        try:
+            wait_port(port, proc, logged, 30)
+            yield gate
+        finally:
+            proc.terminate()
+            proc.wait(timeout=20)
+    assert "Traceback" not in logged.read_text()
+    if quiet:
+        assert "warning" not in logged.read_text()

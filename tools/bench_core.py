@@ -234,7 +234,7 @@ def bench_replay(state: Path) -> list[Row]:
     rebuild (reading, decoding, folding, starting and collecting worker processes); the
     comparison with the live views follows it.
     """
-    from callgate.ops.replay import replay
+    from callgate.application.replay import replay
     from callgate.surfaces.sdk import connect
 
     gate = connect(Settings(state_dir=state, dev=True))

@@ -66,13 +66,13 @@ from callgate.adapters.kafka.client import make_admin
 from callgate.adapters.kafka.serve import Supervisor, create_topics, worker_env
 from callgate.adapters.kafka.topics import Topics
 from callgate.application.answers import is_final
+from callgate.application.replay import replay
 from callgate.bootstrap import App, Settings, bootstrap
 from callgate.domain import events as ev
 from callgate.domain.canonical import partition_key
 from callgate.domain.catalog import Profile, default_profile_path
 from callgate.domain.codes import TERMINAL, Code
 from callgate.domain.scope import OPERATOR_ROLE, bound_id
-from callgate.ops.replay import replay
 from callgate.surfaces.render import Renderer
 from callgate.surfaces.sdk import Gateway
 from callgate_projections.audit import VerifyResult

@@ -49,11 +49,11 @@ from rich.table import Table
 from callgate.adapters.kafka.client import LIBRDKAFKA_LOG, make_admin
 from callgate.adapters.kafka.serve import create_topics
 from callgate.adapters.kafka.topics import Topics
+from callgate.application.replay import replay
 from callgate.bootstrap import App, Settings, bootstrap
 from callgate.domain import events as ev
 from callgate.domain.codes import Code
 from callgate.domain.scope import OPERATOR_ROLE
-from callgate.ops.replay import replay
 from callgate.surfaces.render import Renderer
 from callgate.surfaces.sdk import Gateway
 from tools import exit_on_signal
@@ -132,7 +132,7 @@ def rss_by_process(server: Instance) -> dict[str, float]:
     for pid in server.pids():
         with contextlib.suppress(OSError):
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            name = argv[3].decode() if b"callgate.kafka_worker" in argv[:3] else "serve"
+            name = argv[3].decode() if b"callgate.surfaces.kafka_worker" in argv[:3] else "serve"
             out[f"{server.name}/{name}"] = round(rss_mb([pid]), 1)
     return out
 

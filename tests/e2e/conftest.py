@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.kafka_support import Broker, Deployment, KafkaServe, Pair, unique_prefix
+from tests.mcp_support import Gate, MakeMcpGate, running_gate
 
 
 @pytest.fixture
@@ -23,3 +26,20 @@ def pair(kafka_broker: Broker, tmp_path: Path) -> Iterator[Pair]:
         b.stop()
         code = a.stop()
     assert code == 0, a.log.read_text()
+
+
+@pytest.fixture
+def make_mcp_gate(tmp_path: Path) -> Iterator[MakeMcpGate]:
+    """Makes the test's MCP gate: ``make_mcp_gate(transport, edit=None, quiet=True)``, a
+    fresh state directory and the notes profile, over ``stdio`` or ``http``
+    (``tests.mcp_support.running_gate``); an ``http`` server stops after the test."""
+    with contextlib.ExitStack() as stack:
+
+        def make(
+            transport: str,
+            edit: Callable[[dict[str, Any]], None] | None = None,
+            quiet: bool = True,
+        ) -> Gate:
+            return stack.enter_context(running_gate(tmp_path, transport, edit, quiet))
+
+        yield make

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 from tools.apache_kafka import ApacheKafka
 
+from callgate.application.replay import replay
 from callgate.domain import events as ev
 from callgate.domain.codes import Code, Rejection
-from callgate.ops.replay import replay
 from tests.kafka_support import (
     Deployment,
     KafkaServe,

@@ -103,7 +103,7 @@ def test_serve_started_past_its_limit_stops_with_storage_unavailable(tmp_path: P
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str, list[str]]]:
+def http_serve_process(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str, list[str]]]:
     """``callgate serve --http`` on a state directory of its own; its stderr lines (a
     pipe: the limit does not apply to it)."""
     port = free_port()
@@ -147,9 +147,9 @@ def server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str, list[st
 
 
 def test_a_running_server_past_its_file_size_limit_refuses_and_resumes_by_itself(
-    tmp_path: Path, server: tuple[subprocess.Popen[str], str, list[str]]
+    tmp_path: Path, http_serve_process: tuple[subprocess.Popen[str], str, list[str]]
 ) -> None:
-    proc, url, lines = server
+    proc, url, lines = http_serve_process
     state = tmp_path / "state"
     token = session(state, "alice", "acme", "support")
     headers = {"Authorization": f"Bearer {token}"}

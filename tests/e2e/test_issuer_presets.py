@@ -57,11 +57,6 @@ def providers() -> Iterator[Providers]:
         p.stop()
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 # --- the command line and the SDK ---------------------------------------------------------
 
 

@@ -64,7 +64,7 @@ class Deployment:
 
 
 @pytest.fixture
-def deployment(tmp_path: Path) -> Iterator[Deployment]:
+def issuer_deployment(tmp_path: Path) -> Iterator[Deployment]:
     acme, globex = KeyServer(), KeyServer()
     acme.add("acme-1", rsa())
     globex.add("globex-1", rsa())
@@ -194,13 +194,13 @@ CASES: dict[str, Case] = {
 
 @pytest.mark.parametrize(("make", "user", "reason", "refreshed"), CASES.values(), ids=list(CASES))
 def test_refused_with_nothing_run(
-    deployment: Deployment,
+    issuer_deployment: Deployment,
     make: Callable[[Deployment], str],
     user: str,
     reason: str,
     refreshed: str | None,
 ) -> None:
-    d = deployment
+    d = issuer_deployment
     token = make(d)
     effects = len(d.gate.effects())
     fetches = {"acme": d.acme.jwks_fetches(), "globex": d.globex.jwks_fetches()}

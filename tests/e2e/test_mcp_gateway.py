@@ -14,8 +14,7 @@ import contextlib
 import json
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,113 +22,27 @@ import httpx
 import mcp
 import mcp_types as types
 import pytest
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from tools.ports import free_port, wait_port
 
-from callgate.bootstrap import Settings, bootstrap
 from tests.e2e.helpers import CALLGATE, cg, cli_env
-from tests.mcp_support import effects, inject, upstream_command, write_profile
+from tests.mcp_support import (
+    CONSOLE,
+    Gate,
+    MakeMcpGate,
+    effects,
+    inject,
+    upstream_command,
+    write_profile,
+)
 from tests.mcp_upstream import JSONRPC_FAULT_CODE, JSONRPC_FAULT_DATA
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
-CONSOLE = "http://console.example/cg"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@dataclass
-class Gate:
-    """One callgate deployment: state dir, profile, upstream ledger, a way to connect."""
-
-    state_dir: Path
-    profile: Path
-    ledger: Path
-    transport: str
-    url: str | None = None
-
-    def token(self, user: str, roles: list[str], tenant: str = "acme") -> str:
-        app = bootstrap(Settings(state_dir=self.state_dir, profile=self.profile, dev=True))
-        return app.session_issuer.issue(user, tenant, roles, app.clock())
-
-    @contextlib.asynccontextmanager
-    async def client(self, token: str, **kw: Any) -> AsyncIterator[mcp.Client]:
-        if self.transport == "stdio":
-            params = mcp.StdioServerParameters(
-                command=str(CALLGATE),
-                args=[
-                    "--state-dir",
-                    str(self.state_dir),
-                    "--profile",
-                    str(self.profile),
-                    "mcp",
-                    "--session",
-                    token,
-                    "--console-url",
-                    CONSOLE,
-                ],
-                env={**cli_env(), "CALLGATE_DEV": "1"},  # development tokens
-            )
-            async with mcp.Client(params, cache=None, **kw) as client:
-                yield client
-        else:
-            assert self.url is not None
-            http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
-            async with (
-                http,
-                mcp.Client(
-                    streamable_http_client(self.url, http_client=http), cache=None, **kw
-                ) as client,
-            ):
-                yield client
-
-    def approve(self, invocation_id: str) -> str:
-        approver = self.token("bob", ["notes-approver"])
-        answer = cg(self.state_dir, "approve", invocation_id, "--session", approver)
-        return str(answer["approval_id"])
 
 
 @pytest.fixture(params=["stdio", "http"])
-def gate(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Gate]:
-    ledger = tmp_path / "notes.jsonl"
-    g = Gate(tmp_path / "state", write_profile(tmp_path / "profile", ledger), ledger, request.param)
-    g.state_dir.mkdir()
-    if request.param == "stdio":
-        yield g
-        return
-    port = free_port()
-    log = (tmp_path / "mcp-http.log").open("w")
-    proc = subprocess.Popen(
-        [
-            str(CALLGATE),
-            "--state-dir",
-            str(g.state_dir),
-            "--profile",
-            str(g.profile),
-            "mcp",
-            "--http",
-            f"127.0.0.1:{port}",
-            "--console-url",
-            CONSOLE,
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**cli_env(), "CALLGATE_DEV": "1"},  # development tokens
-    )
-    g.url = f"http://127.0.0.1:{port}/mcp"
-    try:
-        wait_port(port, proc, tmp_path / "mcp-http.log", 30)
-        yield g
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-        log.close()
-        logged = (tmp_path / "mcp-http.log").read_text()
-        assert "Traceback" not in logged
-        assert "warning" not in logged  # the start-up check: the catalog fits the upstream
+def mcp_gate(request: pytest.FixtureRequest, make_mcp_gate: MakeMcpGate) -> Gate:
+    """The notes profile's gate, over each transport."""
+    return make_mcp_gate(request.param)
 
 
 def body(result: types.CallToolResult) -> dict[str, Any]:
@@ -154,11 +67,11 @@ def meta(key: str | None = None, approval_id: str | None = None) -> types.Reques
 ALICE_ROLES = ["support"]
 
 
-async def test_tools_list_shows_only_what_the_principal_could_call(gate: Gate) -> None:
-    async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
+async def test_tools_list_shows_only_what_the_principal_could_call(mcp_gate: Gate) -> None:
+    async with mcp_gate.client(mcp_gate.token("alice", ALICE_ROLES)) as c:
         names = {t.name for t in (await c.list_tools()).tools}
     assert names == {"notes.read", "notes.write", "notes.quick_write", "notes.send", "notes.delete"}
-    async with gate.client(gate.token("carol", ["auditor"])) as c:
+    async with mcp_gate.client(mcp_gate.token("carol", ["auditor"])) as c:
         listed = (await c.list_tools()).tools
     assert {t.name for t in listed} == {"notes.read", "notes.audit"}
     read = next(t for t in listed if t.name == "notes.read")
@@ -166,8 +79,8 @@ async def test_tools_list_shows_only_what_the_principal_could_call(gate: Gate) -
     assert read.annotations is not None and read.annotations.read_only_hint is True
 
 
-async def test_read_executes_and_returns_the_upstream_result(gate: Gate) -> None:
-    async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
+async def test_read_executes_and_returns_the_upstream_result(mcp_gate: Gate) -> None:
+    async with mcp_gate.client(mcp_gate.token("alice", ALICE_ROLES)) as c:
         wrote = await c.call_tool(
             "notes.quick_write", {"note_id": "N-1", "text": "hello", "author": "alice"}
         )
@@ -176,27 +89,27 @@ async def test_read_executes_and_returns_the_upstream_result(gate: Gate) -> None
     assert not read.is_error, read
     assert read.structured_content == {"note_id": "N-1", "text": "hello", "author": None}
     assert read.meta is not None and read.meta["callgate/outcome"] == "executed"
-    assert [e["note_id"] for e in effects(gate.ledger)] == ["N-1"]
+    assert [e["note_id"] for e in effects(mcp_gate.ledger)] == ["N-1"]
     # the upstream got callgate's idempotency token and the session's tenant in _meta
-    (effect,) = effects(gate.ledger)
+    (effect,) = effects(mcp_gate.ledger)
     assert effect["token"] and effect["tenant"] == "acme"
     assert wrote.meta is not None
     assert effect["invocation_id"] == wrote.meta["callgate/invocation_id"]
 
 
-async def test_v1_identity_spoof_through_mcp(gate: Gate) -> None:
-    async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
+async def test_v1_identity_spoof_through_mcp(mcp_gate: Gate) -> None:
+    async with mcp_gate.client(mcp_gate.token("alice", ALICE_ROLES)) as c:
         r = await c.call_tool(
             "notes.quick_write", {"note_id": "N-9", "text": "x", "author": "mallory"}
         )
     assert r.is_error and outcome(r) == "identity_spoof"
     assert body(r)["error"]["code"] == "identity_spoof" and body(r)["invocation_id"]
-    assert effects(gate.ledger) == []
+    assert effects(mcp_gate.ledger) == []
 
 
-async def test_v2_confirmed_dry_run_swapped_arguments_and_replay(gate: Gate) -> None:
+async def test_v2_confirmed_dry_run_swapped_arguments_and_replay(mcp_gate: Gate) -> None:
     args = {"note_id": "N-2", "text": "approved text", "author": "alice"}
-    async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
+    async with mcp_gate.client(mcp_gate.token("alice", ALICE_ROLES)) as c:
         first = await c.call_tool("notes.write", args, meta=meta("k-v2"))
         assert first.is_error and outcome(first) == "approval_required"
         pending = body(first)
@@ -207,9 +120,9 @@ async def test_v2_confirmed_dry_run_swapped_arguments_and_replay(gate: Gate) -> 
             "after": "approved text",
         }
         assert pending["approve_at"] == f"{CONSOLE}/#invocation={pending['invocation_id']}"
-        assert effects(gate.ledger) == []
+        assert effects(mcp_gate.ledger) == []
 
-        approval_id = gate.approve(pending["invocation_id"])
+        approval_id = mcp_gate.approve(pending["invocation_id"])
         swapped = await c.call_tool(
             "notes.write",
             {**args, "text": "swapped text"},
@@ -227,14 +140,14 @@ async def test_v2_confirmed_dry_run_swapped_arguments_and_replay(gate: Gate) -> 
         again = await c.call_tool("notes.write", args, meta=meta("k-v2"))
         assert not again.is_error, again
         assert again.meta is not None and again.meta["callgate/outcome"] == "replayed"
-    assert len(effects(gate.ledger, "write_note")) == 1
+    assert len(effects(mcp_gate.ledger, "write_note")) == 1
 
 
-async def test_timeout_after_the_effect_is_reconciled_once(gate: Gate) -> None:
+async def test_timeout_after_the_effect_is_reconciled_once(mcp_gate: Gate) -> None:
     args = {"note_id": "N-3", "text": "slow", "author": "alice"}
-    inject(gate.ledger, "write_note", "timeout_after_apply")
-    inject(gate.ledger, "send_note", "timeout_after_apply")
-    async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
+    inject(mcp_gate.ledger, "write_note", "timeout_after_apply")
+    inject(mcp_gate.ledger, "send_note", "timeout_after_apply")
+    async with mcp_gate.client(mcp_gate.token("alice", ALICE_ROLES)) as c:
         first = await c.call_tool("notes.quick_write", args, meta=meta("k-slow"))
         assert first.is_error and outcome(first) == "outcome_uncertain", first
         retry = await c.call_tool("notes.quick_write", args, meta=meta("k-slow"))
@@ -246,12 +159,12 @@ async def test_timeout_after_the_effect_is_reconciled_once(gate: Gate) -> None:
         assert outcome(sent) == "outcome_uncertain", sent
         resent = await c.call_tool("notes.send", send, meta=meta("k-send"))
         assert outcome(resent) == "outcome_uncertain", resent
-    assert len(effects(gate.ledger, "write_note")) == 1
-    assert len(effects(gate.ledger, "send_note")) == 1
+    assert len(effects(mcp_gate.ledger, "write_note")) == 1
+    assert len(effects(mcp_gate.ledger, "send_note")) == 1
 
 
-async def test_refusals_are_coded_tool_errors(gate: Gate) -> None:
-    async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
+async def test_refusals_are_coded_tool_errors(mcp_gate: Gate) -> None:
+    async with mcp_gate.client(mcp_gate.token("alice", ALICE_ROLES)) as c:
         cases: dict[str, tuple[str, dict[str, Any]]] = {
             "dry_run_unavailable": ("notes.delete", {"note_id": "N-1"}),
             "unknown_tool": ("purge_all", {}),
@@ -267,14 +180,14 @@ async def test_refusals_are_coded_tool_errors(gate: Gate) -> None:
         # the role check is the decider's too: a tool the session may not call
         denied = await c.call_tool("notes.audit", {"note_id": "N-1"})
         assert outcome(denied) == "tool_forbidden"
-    assert effects(gate.ledger) == []
+    assert effects(mcp_gate.ledger) == []
 
 
-async def test_hostile_inputs_get_coded_errors(gate: Gate) -> None:
+async def test_hostile_inputs_get_coded_errors(mcp_gate: Gate) -> None:
     deep: Any = "x"
     for _ in range(60):
         deep = {"d": deep}
-    async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
+    async with mcp_gate.client(mcp_gate.token("alice", ALICE_ROLES)) as c:
         hostile: dict[str, dict[str, Any]] = {
             "oversized": {"note_id": "N-1", "text": "x" * 20_000, "author": "alice"},
             "deeply nested": {"note_id": "N-1", "text": deep, "author": "alice"},
@@ -295,10 +208,10 @@ async def test_hostile_inputs_get_coded_errors(gate: Gate) -> None:
             meta=cast(types.RequestParamsMeta, {"callgate/idempotency_key": 7}),
         )
         assert outcome(bad_meta) == "invalid_arguments"
-    assert effects(gate.ledger) == []
+    assert effects(mcp_gate.ledger) == []
 
 
-async def test_approval_required_asks_through_url_elicitation(gate: Gate) -> None:
+async def test_approval_required_asks_through_url_elicitation(mcp_gate: Gate) -> None:
     asked: list[types.ElicitRequestURLParams] = []
 
     async def on_elicit(
@@ -308,30 +221,32 @@ async def test_approval_required_asks_through_url_elicitation(gate: Gate) -> Non
         asked.append(params)
         return types.ElicitResult(action="accept")
 
-    token = gate.token("alice", ALICE_ROLES)
-    async with gate.client(token, mode="legacy", elicitation_callback=on_elicit) as c:
+    token = mcp_gate.token("alice", ALICE_ROLES)
+    async with mcp_gate.client(token, mode="legacy", elicitation_callback=on_elicit) as c:
         r = await c.call_tool("notes.write", {"note_id": "N-4", "text": "t", "author": "alice"})
     assert outcome(r) == "approval_required"
     (params,) = asked
     assert params.url == f"{CONSOLE}/#invocation={body(r)['invocation_id']}"
     assert body(r)["elicitation"] == "accept"
-    assert effects(gate.ledger) == []  # accepting opens the console; it approves nothing
+    assert effects(mcp_gate.ledger) == []  # accepting opens the console; it approves nothing
 
 
-@pytest.mark.parametrize("gate", ["http"], indirect=True)
-def test_http_requires_a_bearer_token(gate: Gate) -> None:
-    assert gate.url is not None
+@pytest.mark.parametrize("mcp_gate", ["http"], indirect=True)
+def test_http_requires_a_bearer_token(mcp_gate: Gate) -> None:
+    assert mcp_gate.url is not None
     ping = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
-    r = httpx.post(gate.url, json=ping, headers={"Accept": "application/json, text/event-stream"})
+    r = httpx.post(
+        mcp_gate.url, json=ping, headers={"Accept": "application/json, text/event-stream"}
+    )
     assert r.status_code == 401 and r.json()["error"]["code"] == "unauthenticated"
     # a raw NaN literal is not JSON: the MCP server answers a JSON-RPC parse error
     raw = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call"})[:-1]
     raw += ', "params": {"name": "notes.read", "arguments": {"note_id": NaN}}}'
     r = httpx.post(
-        gate.url,
+        mcp_gate.url,
         content=raw,
         headers={
-            "Authorization": f"Bearer {gate.token('alice', ALICE_ROLES)}",
+            "Authorization": f"Bearer {mcp_gate.token('alice', ALICE_ROLES)}",
             "Content-Type": "application/json",
             "Accept": "application/json, text/event-stream",
             "MCP-Protocol-Version": "2025-11-25",
@@ -341,23 +256,23 @@ def test_http_requires_a_bearer_token(gate: Gate) -> None:
     assert "error" in r.text
 
 
-@pytest.mark.parametrize("gate", ["stdio"], indirect=True)
-async def test_upstream_failure_is_execution_failed(gate: Gate) -> None:
-    inject(gate.ledger, "write_note", "fail")
-    async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
+@pytest.mark.parametrize("mcp_gate", ["stdio"], indirect=True)
+async def test_upstream_failure_is_execution_failed(mcp_gate: Gate) -> None:
+    inject(mcp_gate.ledger, "write_note", "fail")
+    async with mcp_gate.client(mcp_gate.token("alice", ALICE_ROLES)) as c:
         r = await c.call_tool("notes.quick_write", {"note_id": "N-5", "text": "t"})
     assert outcome(r) == "execution_failed", r
     assert "upstream reported an error" in body(r)["error"]["message"]
-    assert effects(gate.ledger) == []
+    assert effects(mcp_gate.ledger) == []
 
 
-async def test_an_upstream_jsonrpc_error_reaches_the_agent_as_that_error(gate: Gate) -> None:
+async def test_an_upstream_jsonrpc_error_reaches_the_agent_as_that_error(mcp_gate: Gate) -> None:
     """An upstream's JSON-RPC error is the agent's JSON-RPC error (code, message, data),
     not a tool result; nothing ran, and the status and the audit keep the code."""
     from callgate.domain.scope import OPERATOR_ROLE
 
-    inject(gate.ledger, "write_note", "jsonrpc_error")
-    async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
+    inject(mcp_gate.ledger, "write_note", "jsonrpc_error")
+    async with mcp_gate.client(mcp_gate.token("alice", ALICE_ROLES)) as c:
         with pytest.raises(mcp.MCPError) as refused:
             await c.call_tool("notes.quick_write", {"note_id": "N-6", "text": "t"})
         assert refused.value.code == JSONRPC_FAULT_CODE
@@ -365,19 +280,19 @@ async def test_an_upstream_jsonrpc_error_reaches_the_agent_as_that_error(gate: G
         assert refused.value.data == JSONRPC_FAULT_DATA
         again = await c.call_tool("notes.quick_write", {"note_id": "N-6", "text": "t"})
         assert not again.is_error, again  # the fault was one call's; the session goes on
-    assert [e["note_id"] for e in effects(gate.ledger)] == ["N-6"]
-    operator = gate.token("olga", [OPERATOR_ROLE], tenant="ops")
-    records = cg(gate.state_dir, "audit", "--session", operator, profile=gate.profile)
+    assert [e["note_id"] for e in effects(mcp_gate.ledger)] == ["N-6"]
+    operator = mcp_gate.token("olga", [OPERATOR_ROLE], tenant="ops")
+    records = cg(mcp_gate.state_dir, "audit", "--session", operator, profile=mcp_gate.profile)
     [failed] = [r for r in records if r["outcome"] == "execution_failed"]
     assert failed["upstream_code"] == JSONRPC_FAULT_CODE
-    status = cg(gate.state_dir, "status", failed["invocation_id"], "--session", operator,
-                profile=gate.profile)  # fmt: skip
+    status = cg(mcp_gate.state_dir, "status", failed["invocation_id"], "--session", operator,
+                profile=mcp_gate.profile)  # fmt: skip
     assert status["error"]["details"]["upstream_error"] == {
         "code": JSONRPC_FAULT_CODE,
         "message": "write_note refused (injected)",
         "data": JSONRPC_FAULT_DATA,
     }
-    assert cg(gate.state_dir, "audit", "verify", profile=gate.profile)["ok"] is True
+    assert cg(mcp_gate.state_dir, "audit", "verify", profile=mcp_gate.profile)["ok"] is True
 
 
 async def test_upstream_over_streamable_http(tmp_path: Path) -> None:
@@ -411,10 +326,10 @@ async def test_upstream_over_streamable_http(tmp_path: Path) -> None:
         upstream.wait(timeout=20)
 
 
-@pytest.mark.parametrize("gate", ["http"], indirect=True)
-async def test_an_invalid_bearer_token_is_unauthenticated(gate: Gate) -> None:
-    forged = gate.token("alice", ALICE_ROLES)[:-6] + "AAAAAA"
-    async with gate.client(forged) as c:
+@pytest.mark.parametrize("mcp_gate", ["http"], indirect=True)
+async def test_an_invalid_bearer_token_is_unauthenticated(mcp_gate: Gate) -> None:
+    forged = mcp_gate.token("alice", ALICE_ROLES)[:-6] + "AAAAAA"
+    async with mcp_gate.client(forged) as c:
         with pytest.raises(mcp.MCPError, match="unauthenticated"):
             await c.list_tools()
         r = await c.call_tool("notes.read", {"note_id": "N-1"})
@@ -439,16 +354,16 @@ FULLWIDTH_ACME = "\uff41\uff43\uff4d\uff45"
     ],
 )
 async def test_other_spellings_of_tenant_and_role_get_nothing(
-    gate: Gate, tenant: str, roles: list[str], code: str
+    mcp_gate: Gate, tenant: str, roles: list[str], code: str
 ) -> None:
     """N-* notes are acme's and notes.read is support's: another spelling is another
     identifier (exact to grant), or not canonical (unauthenticated); never access."""
-    async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
+    async with mcp_gate.client(mcp_gate.token("alice", ALICE_ROLES)) as c:
         wrote = await c.call_tool(
             "notes.quick_write", {"note_id": "N-1", "text": "secret", "author": "alice"}
         )
         assert not wrote.is_error, wrote
-    async with gate.client(gate.token("ivan", roles, tenant)) as c:
+    async with mcp_gate.client(mcp_gate.token("ivan", roles, tenant)) as c:
         r = await c.call_tool("notes.read", {"note_id": "N-1"})
     assert r.is_error and outcome(r) == code, r
     assert "secret" not in json.dumps(body(r))
@@ -479,15 +394,15 @@ DUPLICATES = {
 }
 
 
-@pytest.mark.parametrize("gate", ["http"], indirect=True)
+@pytest.mark.parametrize("mcp_gate", ["http"], indirect=True)
 @pytest.mark.parametrize("where", sorted(DUPLICATES))
-def test_duplicate_keys_over_http_are_a_json_rpc_parse_error(gate: Gate, where: str) -> None:
-    assert gate.url is not None
+def test_duplicate_keys_over_http_are_a_json_rpc_parse_error(mcp_gate: Gate, where: str) -> None:
+    assert mcp_gate.url is not None
     r = httpx.post(
-        gate.url,
+        mcp_gate.url,
         content=DUPLICATES[where],
         headers={
-            "Authorization": f"Bearer {gate.token('alice', ALICE_ROLES)}",
+            "Authorization": f"Bearer {mcp_gate.token('alice', ALICE_ROLES)}",
             "Content-Type": "application/json",
             "Accept": "application/json, text/event-stream",
             "MCP-Protocol-Version": "2025-11-25",
@@ -497,11 +412,11 @@ def test_duplicate_keys_over_http_are_a_json_rpc_parse_error(gate: Gate, where: 
     error = r.json()["error"]
     assert r.json()["id"] == 7 and error["code"] == -32700
     assert error["data"]["code"] == "invalid_request" and "duplicate key" in error["message"]
-    assert effects(gate.ledger) == []
+    assert effects(mcp_gate.ledger) == []
 
 
-@pytest.mark.parametrize("gate", ["stdio"], indirect=True)
-def test_duplicate_keys_over_stdio_are_a_json_rpc_parse_error(gate: Gate) -> None:
+@pytest.mark.parametrize("mcp_gate", ["stdio"], indirect=True)
+def test_duplicate_keys_over_stdio_are_a_json_rpc_parse_error(mcp_gate: Gate) -> None:
     """Raw lines to ``callgate mcp``: each refused line gets its JSON-RPC error (by id) and
     the server goes on answering well-formed requests."""
     init = {
@@ -515,8 +430,8 @@ def test_duplicate_keys_over_stdio_are_a_json_rpc_parse_error(gate: Gate) -> Non
     ]
     lines.append(json.dumps({"jsonrpc": "2.0", "id": 99, "method": "tools/list", "params": {}}))
     proc = subprocess.Popen(
-        [str(CALLGATE), "--state-dir", str(gate.state_dir), "--profile", str(gate.profile),
-         "mcp", "--session", gate.token("alice", ALICE_ROLES)],
+        [str(CALLGATE), "--state-dir", str(mcp_gate.state_dir), "--profile", str(mcp_gate.profile),
+         "mcp", "--session", mcp_gate.token("alice", ALICE_ROLES)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**cli_env(), "CALLGATE_DEV": "1"},
     )  # fmt: skip
@@ -539,21 +454,21 @@ def test_duplicate_keys_over_stdio_are_a_json_rpc_parse_error(gate: Gate) -> Non
         assert error["code"] == -32700 and error["data"]["code"] == "invalid_request", error
         assert "duplicate key" in error["message"]
     assert "tools" in answers[99]["result"], answers
-    assert effects(gate.ledger) == []
+    assert effects(mcp_gate.ledger) == []
 
 
-@pytest.mark.parametrize("gate", ["stdio"], indirect=True)
-async def test_an_approver_under_a_look_alike_of_the_actor_is_refused(gate: Gate) -> None:
-    async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
+@pytest.mark.parametrize("mcp_gate", ["stdio"], indirect=True)
+async def test_an_approver_under_a_look_alike_of_the_actor_is_refused(mcp_gate: Gate) -> None:
+    async with mcp_gate.client(mcp_gate.token("alice", ALICE_ROLES)) as c:
         r = await c.call_tool("notes.write", {"note_id": "N-3", "text": "t", "author": "alice"})
     assert outcome(r) == "approval_required", r
     inv = str(body(r)["invocation_id"])
     for look_alike in ("Alice", "\uff41lice", "\u0430lice"):  # full width a, Cyrillic a
-        approver = gate.token(look_alike, ["notes-approver"])
-        refused = cg(gate.state_dir, "approve", inv, "--session", approver, rc=1)
+        approver = mcp_gate.token(look_alike, ["notes-approver"])
+        refused = cg(mcp_gate.state_dir, "approve", inv, "--session", approver, rc=1)
         assert refused["error"]["code"] == "approver_forbidden", refused
         assert "look-alike" in refused["error"]["message"]
-    assert effects(gate.ledger) == []
+    assert effects(mcp_gate.ledger) == []
 
 
 @contextlib.asynccontextmanager
@@ -664,8 +579,8 @@ async def refused(call: Any) -> dict[str, Any]:
     return data
 
 
-async def test_resources_are_read_after_the_acl_and_lists_are_filtered(gate: Gate) -> None:
-    async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
+async def test_resources_are_read_after_the_acl_and_lists_are_filtered(mcp_gate: Gate) -> None:
+    async with mcp_gate.client(mcp_gate.token("alice", ALICE_ROLES)) as c:
         listed = {str(r.uri) for r in (await c.list_resources()).resources}
         assert listed == {"notes://N-readme"}  # not globex's, not the uncatalogued secret
         templates = (await c.list_resource_templates()).resource_templates
@@ -683,18 +598,20 @@ async def test_resources_are_read_after_the_acl_and_lists_are_filtered(gate: Gat
         # a resource entry is not a tool
         as_tool = await c.call_tool("notes.resource", {"uri": "notes://N-readme"})
         assert as_tool.is_error and outcome(as_tool) == "unknown_tool"
-    assert reads(gate.ledger) == ["N-readme"]
+    assert reads(mcp_gate.ledger) == ["N-readme"]
     # the read's decision is recorded like a call's
-    status = cg(gate.state_dir, "status", invocation, "--session", gate.token("alice", ALICE_ROLES))
+    status = cg(
+        mcp_gate.state_dir, "status", invocation, "--session", mcp_gate.token("alice", ALICE_ROLES)
+    )
     assert status["outcome"] == "executed"
-    async with gate.client(gate.token("carol", ["auditor"])) as c:
+    async with mcp_gate.client(mcp_gate.token("carol", ["auditor"])) as c:
         assert (await c.list_resources()).resources == []  # no role for the entry
         assert (await refused(c.read_resource("notes://N-readme")))["code"] == "tool_forbidden"
-    assert reads(gate.ledger) == ["N-readme"]
+    assert reads(mcp_gate.ledger) == ["N-readme"]
 
 
-async def test_prompts_are_decided_like_calls(gate: Gate) -> None:
-    async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
+async def test_prompts_are_decided_like_calls(mcp_gate: Gate) -> None:
+    async with mcp_gate.client(mcp_gate.token("alice", ALICE_ROLES)) as c:
         assert [p.name for p in (await c.list_prompts()).prompts] == ["notes.summarize"]
         got = await c.get_prompt("notes.summarize", {"note_id": "N-1", "style": "long"})
         assert "Summarize note N-1 (long)." in json.dumps(got.model_dump(mode="json"))
@@ -708,7 +625,7 @@ async def test_prompts_are_decided_like_calls(gate: Gate) -> None:
         assert (await refused(c.get_prompt("summarize_note", {"note_id": "N-1"})))[
             "code"
         ] == "unknown_tool"  # the upstream's own name is not an entry
-    assert reads(gate.ledger) == ["N-1"]
+    assert reads(mcp_gate.ledger) == ["N-1"]
 
 
 async def test_the_documented_stdio_host_configuration_works(tmp_path: Path) -> None:
@@ -746,14 +663,21 @@ async def test_the_documented_stdio_host_configuration_works(tmp_path: Path) -> 
     assert [e["tenant"] for e in effects(ledger)] == ["acme"]
 
 
-async def test_a_frozen_tool_is_a_coded_tool_error_until_unfrozen(gate: Gate) -> None:
+async def test_a_frozen_tool_is_a_coded_tool_error_until_unfrozen(mcp_gate: Gate) -> None:
     """ADR 0054: the MCP surface is a translation of the same decision: ``frozen``."""
     from callgate.domain.scope import OPERATOR_ROLE
 
-    operator = gate.token("olga", [OPERATOR_ROLE], tenant="ops")
+    operator = mcp_gate.token("olga", [OPERATOR_ROLE], tenant="ops")
     freeze = ["--tool", "notes.read", "--session", operator]
-    cg(gate.state_dir, "freeze", *freeze, "--reason", "upstream incident", profile=gate.profile)
-    async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
+    cg(
+        mcp_gate.state_dir,
+        "freeze",
+        *freeze,
+        "--reason",
+        "upstream incident",
+        profile=mcp_gate.profile,
+    )
+    async with mcp_gate.client(mcp_gate.token("alice", ALICE_ROLES)) as c:
         wrote = await c.call_tool(
             "notes.quick_write", {"note_id": "N-1", "text": "hello", "author": "alice"}
         )
@@ -761,7 +685,7 @@ async def test_a_frozen_tool_is_a_coded_tool_error_until_unfrozen(gate: Gate) ->
         r = await c.call_tool("notes.read", {"note_id": "N-1"})
         assert r.is_error and outcome(r) == "frozen", r
         assert "upstream incident" in body(r)["error"]["message"]
-        cg(gate.state_dir, "unfreeze", *freeze, profile=gate.profile)
+        cg(mcp_gate.state_dir, "unfreeze", *freeze, profile=mcp_gate.profile)
         again = await c.call_tool("notes.read", {"note_id": "N-1"})
         assert not again.is_error, again
         assert again.structured_content == {"note_id": "N-1", "text": "hello", "author": None}

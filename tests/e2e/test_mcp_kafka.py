@@ -11,7 +11,6 @@ effect.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -21,36 +20,24 @@ import pytest
 
 from tests.e2e.helpers import CALLGATE, cli_env
 from tests.harness import without_continuation
-from tests.kafka_support import Deployment, KafkaServe, unique_prefix
+from tests.kafka_support import Deployment, DeploymentSpec
 from tests.mcp_support import effects, inject, write_profile
 from tests.mcp_upstream import JSONRPC_FAULT_CODE, JSONRPC_FAULT_DATA
 
 pytestmark = [pytest.mark.kafka, pytest.mark.e2e, pytest.mark.anyio]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def deployment(
-    kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Deployment, Path]]:
-    root = tmp_path_factory.mktemp("mcp-kafka")
-    ledger = root / "notes.jsonl"
+def notes_profile(root: Path) -> Path:
+    """The notes tools, writing to ``root/notes.jsonl`` (``LEDGER``)."""
     # The executor's upstream call gets 4 s here: a transaction commit under load can
     # take a second, and only the injected fault may time out.
-    profile = write_profile(root / "profile", ledger, timeout_s=4.0, with_defaults=True)
+    profile = write_profile(root / "profile", root / LEDGER, timeout_s=4.0, with_defaults=True)
     without_continuation(profile)  # the platform resubmits with the approval id here
-    dep = Deployment(kafka_bootstrap, unique_prefix("mcp"), root / "state", profile)
-    server = KafkaServe(dep, root / "serve.log")
-    try:
-        server.wait_ready()
-        yield dep, ledger
-    finally:
-        code = server.stop()
-    assert code == 0, server.log.read_text()
+    return profile
+
+
+LEDGER = "notes.jsonl"
+KAFKA_DEPLOYMENT = DeploymentSpec("mcp", profile=notes_profile)
 
 
 def _meta(key: str, approval_id: str | None = None) -> types.RequestParamsMeta:
@@ -68,8 +55,8 @@ def _outcome(r: types.CallToolResult) -> str:
     return str(r.structured_content["outcome"])
 
 
-async def test_mcp_surface_on_kafka(deployment: tuple[Deployment, Path]) -> None:
-    dep, ledger = deployment
+async def test_mcp_surface_on_kafka(kafka_deployment: Deployment) -> None:
+    dep, ledger = kafka_deployment, kafka_deployment.state_dir.parent / LEDGER
     gate = dep.connect()
     try:
         issue = gate.app.session_issuer.issue

@@ -9,13 +9,12 @@ call answers the same.
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
 import pytest
-import yaml
 
-from tests.e2e.test_mcp_gateway import ALICE_ROLES, Gate
-from tests.mcp_support import write_profile
+from tests.e2e.test_mcp_gateway import ALICE_ROLES
+from tests.mcp_support import Gate, MakeMcpGate
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 COUNT = {
@@ -37,30 +36,26 @@ COUNT = {
 }
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def g(tmp_path: Path) -> Gate:
-    ledger = tmp_path / "notes.jsonl"
-    profile = write_profile(tmp_path / "profile", ledger)
-    doc = yaml.safe_load(profile.read_text())
+def add_count(doc: dict[str, Any]) -> None:
     doc["tools"]["notes.count"] = COUNT
-    profile.write_text(yaml.safe_dump(doc, sort_keys=False))
-    gate = Gate(tmp_path / "state", profile, ledger, "stdio")
-    gate.state_dir.mkdir()
-    return gate
 
 
-async def test_the_upstreams_progress_reaches_the_agent_under_its_token(g: Gate) -> None:
+@pytest.fixture
+def counting_mcp_gate(make_mcp_gate: MakeMcpGate) -> Gate:
+    """The notes profile with ``notes.count`` (an upstream tool that reports progress), over
+    stdio."""
+    return make_mcp_gate("stdio", add_count)
+
+
+async def test_the_upstreams_progress_reaches_the_agent_under_its_token(
+    counting_mcp_gate: Gate,
+) -> None:
     seen: list[tuple[float, float | None, str | None]] = []
 
     async def progress(progress: float, total: float | None, message: str | None) -> None:
         seen.append((progress, total, message))
 
-    async with g.client(g.token("alice", ALICE_ROLES)) as c:
+    async with counting_mcp_gate.client(counting_mcp_gate.token("alice", ALICE_ROLES)) as c:
         result = await c.call_tool("notes.count", {"prefix": "N-"}, progress_callback=progress)
         assert not result.is_error, result
         assert result.structured_content == {"count": 0}

@@ -52,11 +52,6 @@ SIGN = {
 }
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @dataclass
 class Relay:
     url: str

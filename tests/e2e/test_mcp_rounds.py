@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -22,34 +21,32 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from tests.e2e.helpers import CALLGATE, cli_env
-from tests.e2e.test_mcp_gateway import ALICE_ROLES, CONSOLE, Gate, approve_when_pending
-from tests.mcp_support import effects, write_profile
+from tests.e2e.test_mcp_gateway import ALICE_ROLES, approve_when_pending
+from tests.mcp_support import CONSOLE, Gate, MakeMcpGate, effects
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 HOLD_S = 8  # one round: 1 s (ADR 0065: a hold is cut into 8 rounds, 1 s at least)
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def g(tmp_path: Path) -> Gate:
-    ledger = tmp_path / "notes.jsonl"
-    gate = Gate(tmp_path / "state", write_profile(tmp_path / "profile", ledger), ledger, "stdio")
-    gate.state_dir.mkdir()
-    return gate
+def stdio_mcp_gate(make_mcp_gate: MakeMcpGate) -> Gate:
+    """The notes profile's gate; each client starts ``callgate mcp`` over stdio."""
+    return make_mcp_gate("stdio")
 
 
 @contextlib.asynccontextmanager
 async def client(
-    g: Gate, token: str, hold_s: float = HOLD_S, **kw: Any
+    stdio_mcp_gate: Gate, token: str, hold_s: float = HOLD_S, **kw: Any
 ) -> AsyncIterator[mcp.Client]:
     params = mcp.StdioServerParameters(
         command=str(CALLGATE),
         args=[
-            *("--state-dir", str(g.state_dir), "--profile", str(g.profile)),
+            *(
+                "--state-dir",
+                str(stdio_mcp_gate.state_dir),
+                "--profile",
+                str(stdio_mcp_gate.profile),
+            ),
             *("mcp", "--session", token, "--console-url", CONSOLE, "--hold", str(hold_s)),
         ],
         env={**cli_env(), "CALLGATE_DEV": "1"},
@@ -64,10 +61,12 @@ async def url_taken(ctx: Any, params: types.ElicitRequestParams) -> types.Elicit
 
 
 async def test_the_retry_with_the_state_returns_the_outcome_and_a_tampered_one_is_refused(
-    g: Gate,
+    stdio_mcp_gate: Gate,
 ) -> None:
     args = {"note_id": "N-rounds", "text": "round trip", "author": "alice"}
-    async with client(g, g.token("alice", ALICE_ROLES), elicitation_callback=url_taken) as c:
+    async with client(
+        stdio_mcp_gate, stdio_mcp_gate.token("alice", ALICE_ROLES), elicitation_callback=url_taken
+    ) as c:
         first = await c.session.call_tool("notes.write", args, allow_input_required=True)
         assert isinstance(first, types.InputRequiredResult), first
         assert first.request_state and "N-rounds" not in first.request_state  # sealed
@@ -100,7 +99,9 @@ async def test_the_retry_with_the_state_returns_the_outcome_and_a_tampered_one_i
             )
         assert other_args.value.error.code == types.INVALID_PARAMS
 
-        assert await anyio.to_thread.run_sync(approve_when_pending, g, "N-rounds") == inv
+        assert (
+            await anyio.to_thread.run_sync(approve_when_pending, stdio_mcp_gate, "N-rounds") == inv
+        )
         done = await c.session.call_tool(
             "notes.write", args, request_state=again.request_state, allow_input_required=True
         )
@@ -109,14 +110,16 @@ async def test_the_retry_with_the_state_returns_the_outcome_and_a_tampered_one_i
         assert done.meta["callgate/outcome"] == "executed"
 
     # another principal replaying alice's state: refused before callgate reads it
-    async with client(g, g.token("carol", ALICE_ROLES)) as c:
+    async with client(stdio_mcp_gate, stdio_mcp_gate.token("carol", ALICE_ROLES)) as c:
         with pytest.raises(MCPError) as stranger:
             await c.session.call_tool("notes.write", args, request_state=first.request_state)
         assert stranger.value.error.code == types.INVALID_PARAMS
-    assert len(effects(g.ledger, "write_note")) == 1
+    assert len(effects(stdio_mcp_gate.ledger, "write_note")) == 1
 
 
-async def test_the_sdk_driver_completes_the_call_once_the_approver_acts(g: Gate) -> None:
+async def test_the_sdk_driver_completes_the_call_once_the_approver_acts(
+    stdio_mcp_gate: Gate,
+) -> None:
     """The user is shown the page (URL elicitation); the approver decides while the SDK's
     driver retries with the state: ``call_tool`` returns the upstream's result."""
     args = {"note_id": "N-driver", "text": "driven", "author": "alice"}
@@ -125,36 +128,40 @@ async def test_the_sdk_driver_completes_the_call_once_the_approver_acts(g: Gate)
     async def show_page(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
         assert isinstance(params, types.ElicitRequestURLParams)
         shown.append(params.url)
-        await anyio.to_thread.run_sync(approve_when_pending, g, "N-driver")
+        await anyio.to_thread.run_sync(approve_when_pending, stdio_mcp_gate, "N-driver")
         return types.ElicitResult(action="accept")
 
-    async with client(g, g.token("alice", ALICE_ROLES), elicitation_callback=show_page) as c:
+    async with client(
+        stdio_mcp_gate, stdio_mcp_gate.token("alice", ALICE_ROLES), elicitation_callback=show_page
+    ) as c:
         result = await c.call_tool("notes.write", args)
     assert not result.is_error, result
     assert result.structured_content == args
     assert len(shown) == 1 and shown[0].startswith(f"{CONSOLE}/#invocation=")
-    assert len(effects(g.ledger, "write_note")) == 1
+    assert len(effects(stdio_mcp_gate.ledger, "write_note")) == 1
 
 
-async def test_past_the_hold_the_answer_says_how_to_resume(g: Gate) -> None:
+async def test_past_the_hold_the_answer_says_how_to_resume(stdio_mcp_gate: Gate) -> None:
     """Nobody approves: after the hold the retry answers ``approval_required`` (a tool
     error that names the page), not an endless pause; nothing ran."""
     args = {"note_id": "N-late", "text": "late", "author": "alice"}
-    async with client(g, g.token("alice", ALICE_ROLES)) as c:
+    async with client(stdio_mcp_gate, stdio_mcp_gate.token("alice", ALICE_ROLES)) as c:
         result = await c.call_tool("notes.write", args)
     assert result.is_error, result
     assert isinstance(result.structured_content, dict)
     assert result.structured_content["outcome"] == "approval_required"
     assert result.structured_content["approve_at"].startswith(f"{CONSOLE}/#invocation=")
-    assert effects(g.ledger, "write_note") == []
+    assert effects(stdio_mcp_gate.ledger, "write_note") == []
 
 
-async def test_the_same_call_again_resumes_its_invocation_without_a_hold(g: Gate) -> None:
+async def test_the_same_call_again_resumes_its_invocation_without_a_hold(
+    stdio_mcp_gate: Gate,
+) -> None:
     """Any client, no ``--hold``, no ``_meta``: the same tool with the same arguments from
     the same principal is the same invocation, pending and then executed; other arguments
     are a new proposal (its own approval, V2)."""
     args = {"note_id": "N-again", "text": "again", "author": "alice"}
-    async with client(g, g.token("alice", ALICE_ROLES), hold_s=0) as c:
+    async with client(stdio_mcp_gate, stdio_mcp_gate.token("alice", ALICE_ROLES), hold_s=0) as c:
         first = await c.call_tool("notes.write", args)
         assert first.is_error and isinstance(first.structured_content, dict), first
         assert first.structured_content["outcome"] == "approval_required"
@@ -162,7 +169,9 @@ async def test_the_same_call_again_resumes_its_invocation_without_a_hold(g: Gate
         pending = await c.call_tool("notes.write", args)
         assert isinstance(pending.structured_content, dict)
         assert pending.structured_content["invocation_id"] == inv  # no second proposal
-        assert await anyio.to_thread.run_sync(approve_when_pending, g, "N-again") == inv
+        assert (
+            await anyio.to_thread.run_sync(approve_when_pending, stdio_mcp_gate, "N-again") == inv
+        )
         done = await c.call_tool("notes.write", args)
         assert not done.is_error, done
         assert done.meta is not None and done.meta["callgate/invocation_id"] == inv
@@ -170,7 +179,7 @@ async def test_the_same_call_again_resumes_its_invocation_without_a_hold(g: Gate
         assert isinstance(other.structured_content, dict)
         assert other.structured_content["outcome"] == "approval_required"
         assert other.structured_content["invocation_id"] != inv
-    assert len(effects(g.ledger, "write_note")) == 1
+    assert len(effects(stdio_mcp_gate.ledger, "write_note")) == 1
 
 
 @pytest.mark.parametrize(
@@ -178,36 +187,42 @@ async def test_the_same_call_again_resumes_its_invocation_without_a_hold(g: Gate
     ["", "v1.", "v1." + "A" * 1_000_000, '{"invocation_id": "x", "since_ms": 0}'],
     ids=["empty", "prefix-only", "oversized", "plaintext-forged"],
 )
-async def test_a_forged_request_state_is_refused_and_runs_nothing(g: Gate, state: str) -> None:
+async def test_a_forged_request_state_is_refused_and_runs_nothing(
+    stdio_mcp_gate: Gate, state: str
+) -> None:
     args = {"note_id": "N-forged", "text": "forged", "author": "alice"}
-    async with client(g, g.token("alice", ALICE_ROLES)) as c:
+    async with client(stdio_mcp_gate, stdio_mcp_gate.token("alice", ALICE_ROLES)) as c:
         with pytest.raises(MCPError) as refused:
             await c.session.call_tool("notes.write", args, request_state=state)
     assert refused.value.error.code in (types.INVALID_PARAMS, types.PARSE_ERROR)
-    assert effects(g.ledger) == []
+    assert effects(stdio_mcp_gate.ledger) == []
 
 
-async def test_the_same_call_resumes_its_pending_invocation_after_a_restart(g: Gate) -> None:
+async def test_the_same_call_resumes_its_pending_invocation_after_a_restart(
+    stdio_mcp_gate: Gate,
+) -> None:
     """A host restarts its stdio server (a new ``callgate mcp``, no memory of the call):
     the same call again finds its pending approval in the ``pending`` view and is the
     same invocation; once approved it runs once."""
     args = {"note_id": "N-restart", "text": "restart", "author": "alice"}
-    token = g.token("alice", ALICE_ROLES)
-    async with client(g, token, hold_s=0) as c:
+    token = stdio_mcp_gate.token("alice", ALICE_ROLES)
+    async with client(stdio_mcp_gate, token, hold_s=0) as c:
         first = await c.call_tool("notes.write", args)
         assert isinstance(first.structured_content, dict), first
         assert first.structured_content["outcome"] == "approval_required"
         inv = first.structured_content["invocation_id"]
-    async with client(g, token, hold_s=0) as c:  # another process
+    async with client(stdio_mcp_gate, token, hold_s=0) as c:  # another process
         again = await c.call_tool("notes.write", args)
         assert isinstance(again.structured_content, dict), again
         assert again.structured_content["outcome"] == "approval_required"
         assert again.structured_content["invocation_id"] == inv  # no second proposal
-    async with client(g, g.token("mallory", ALICE_ROLES), hold_s=0) as c:  # not her call
+    async with client(
+        stdio_mcp_gate, stdio_mcp_gate.token("mallory", ALICE_ROLES), hold_s=0
+    ) as c:  # not her call
         hers = await c.call_tool("notes.write", args)
         assert isinstance(hers.structured_content, dict)
         assert hers.structured_content["invocation_id"] != inv
-    assert await anyio.to_thread.run_sync(approve_when_pending, g, "N-restart") == inv
-    async with client(g, token, hold_s=0) as c:
+    assert await anyio.to_thread.run_sync(approve_when_pending, stdio_mcp_gate, "N-restart") == inv
+    async with client(stdio_mcp_gate, token, hold_s=0) as c:
         await c.call_tool("notes.write", args)
-    assert len(effects(g.ledger, "write_note")) == 1
+    assert len(effects(stdio_mcp_gate.ledger, "write_note")) == 1

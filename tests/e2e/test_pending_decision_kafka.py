@@ -122,8 +122,3 @@ async def test_mcp_answers_pending_decision_never_allowed(
     assert result.is_error, result
     assert isinstance(result.structured_content, dict), result
     assert result.structured_content["outcome"] == UNDECIDED, result.structured_content
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"

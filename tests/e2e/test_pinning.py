@@ -55,7 +55,7 @@ def seed_note(ledger: Path) -> None:
 
 
 @pytest.fixture
-def deployment(tmp_path: Path) -> Iterator[tuple[Path, Path, Path, Serve]]:
+def served_notes(tmp_path: Path) -> Iterator[tuple[Path, Path, Path, Serve]]:
     state, ledger = tmp_path / "state", tmp_path / "notes.jsonl"
     state.mkdir()
     seed_note(ledger)
@@ -84,9 +84,9 @@ def outcome_until(
 
 
 def test_a_changed_definition_stops_the_tool_until_it_is_pinned_again(
-    deployment: tuple[Path, Path, Path, Serve],
+    served_notes: tuple[Path, Path, Path, Serve],
 ) -> None:
-    state, profile, ledger, _ = deployment
+    state, profile, ledger, _ = served_notes
     ops = session(state, "olga", "ops", OPERATOR_ROLE)
     alice = session(state, "alice", "acme", "support")
     pinned = cg(state, "catalog", "pin", "--session", ops, "--reason", "reviewed",
@@ -163,12 +163,12 @@ def test_pin_refusals_are_coded_and_write_nothing(tmp_path: Path) -> None:
 
 
 def test_an_activated_version_that_adds_a_tool_runs_it_without_a_restart(
-    deployment: tuple[Path, Path, Path, Serve],
+    served_notes: tuple[Path, Path, Path, Serve],
 ) -> None:
     """Issue 29 part 1 (ADR 0067): the executor routes a call as the version that decided
     it describes the tool, so a new catalog entry on an existing upstream runs at once; a
     rollback makes it unknown again."""
-    state, profile, _, _ = deployment
+    state, profile, _, _ = served_notes
     ops = session(state, "olga", "ops", OPERATOR_ROLE)
     alice = session(state, "alice", "acme", "support")
     doc = yaml.safe_load(profile.read_text())

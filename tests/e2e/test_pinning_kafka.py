@@ -15,11 +15,12 @@ import yaml
 from tests.e2e.test_pinning import READ, seed_note
 from tests.kafka_support import (
     Deployment,
-    KafkaServe,
+    ServeSpec,
     cg,
     cli_ops,
     cli_propose,
     cli_session,
+    serving,
     unique_prefix,
 )
 from tests.mcp_support import redescribe, write_profile
@@ -28,7 +29,11 @@ pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
 
 
 @pytest.fixture
-def dep(kafka_bootstrap: str, tmp_path: Path) -> Iterator[tuple[Deployment, Path]]:
+def kafka_notes_deployment(
+    kafka_bootstrap: str, tmp_path: Path
+) -> Iterator[tuple[Deployment, Path]]:
+    """A deployment on the session's broker whose notes tools write to a ledger holding one
+    note, its pins checked every second, served for one test; and the ledger."""
     ledger = tmp_path / "notes.jsonl"
     seed_note(ledger)
     profile = write_profile(tmp_path / "profile", ledger, with_defaults=True)
@@ -36,13 +41,8 @@ def dep(kafka_bootstrap: str, tmp_path: Path) -> Iterator[tuple[Deployment, Path
     config.write_text("[pinning]\ncheck_interval_s = 1.0\n")
     deployment = Deployment(kafka_bootstrap, unique_prefix("pins"), tmp_path / "state",
                             profile, config=config)  # fmt: skip
-    server = KafkaServe(deployment, tmp_path / "serve.log")
-    try:
-        server.wait_ready()
+    with serving(deployment, tmp_path, [ServeSpec()]):
         yield deployment, ledger
-    finally:
-        code = server.stop()
-    assert code == 0, server.log.read_text()
 
 
 def _until(dep: Deployment, token: str, want: str, timeout_s: float = 60) -> dict[str, Any]:
@@ -56,9 +56,9 @@ def _until(dep: Deployment, token: str, want: str, timeout_s: float = 60) -> dic
 
 
 def test_a_changed_definition_stops_the_tool_on_kafka_until_pinned_again(
-    dep: tuple[Deployment, Path],
+    kafka_notes_deployment: tuple[Deployment, Path],
 ) -> None:
-    deployment, ledger = dep
+    deployment, ledger = kafka_notes_deployment
     ops = cli_ops(deployment)
     alice = cli_session(deployment, "alice", "acme", "support")
     pinned = cg(deployment, "catalog", "pin", "--session", ops, "--reason", "reviewed")["pinned"]
@@ -75,11 +75,11 @@ def test_a_changed_definition_stops_the_tool_on_kafka_until_pinned_again(
 
 
 def test_an_activated_version_that_adds_a_tool_runs_it_on_kafka(
-    dep: tuple[Deployment, Path],
+    kafka_notes_deployment: tuple[Deployment, Path],
 ) -> None:
     """ADR 0067 on Kafka: the executor workers read the published versions whole (their
     global input) and route the new tool as the deciding version describes it."""
-    deployment, _ = dep
+    deployment, _ = kafka_notes_deployment
     assert deployment.profile is not None
     ops = cli_ops(deployment)
     alice = cli_session(deployment, "alice", "acme", "support")

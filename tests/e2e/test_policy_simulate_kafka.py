@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,12 +11,12 @@ from tests.e2e.helpers import DEFAULT_PROFILE
 from tests.e2e.test_policy_simulate import FORBID_OVER_500_EUR, candidate_profile
 from tests.kafka_support import (
     Deployment,
-    KafkaServe,
+    DeploymentSpec,
+    ServeSpec,
     cg,
     cli_ops,
     cli_propose,
     cli_session,
-    unique_prefix,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
@@ -32,39 +31,40 @@ REFUNDS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def dep(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    root = tmp_path_factory.mktemp("simulate-kafka")
-    deployment = Deployment(kafka_bootstrap, unique_prefix("sim"), root / "state", DEFAULT_PROFILE)
-    server = KafkaServe(deployment, root / "serve.log", flags=True)
-    try:
-        server.wait_ready()
-        yield deployment
-    finally:
-        code = server.stop()
-    assert code == 0, server.log.read_text()
+KAFKA_DEPLOYMENT = DeploymentSpec("sim", profile=DEFAULT_PROFILE, serve=(ServeSpec(flags=True),))
 
 
-def test_simulation_reads_the_history_from_the_broker(dep: Deployment, tmp_path: Path) -> None:
+def test_simulation_reads_the_history_from_the_broker(
+    kafka_deployment: Deployment, tmp_path: Path
+) -> None:
     sessions = {
-        "acme": cli_session(dep, "alice", "acme", "support"),
-        "globex": cli_session(dep, "gina", "globex", "support"),
+        "acme": cli_session(kafka_deployment, "alice", "acme", "support"),
+        "globex": cli_session(kafka_deployment, "gina", "globex", "support"),
     }
-    cli_propose(dep, sessions["acme"], "tickets.read", {"ticket_id": "T-1"})
+    cli_propose(kafka_deployment, sessions["acme"], "tickets.read", {"ticket_id": "T-1"})
     expected = set()
     alices: list[str] = []
     for n, (tenant, amount, currency) in enumerate(REFUNDS):
         user = "alice" if tenant == "acme" else "gina"
         args = {"order_id": f"ORD-{n}", "amount_cents": amount, "currency": currency,
                 "issued_by": user}  # fmt: skip
-        answer = cli_propose(dep, sessions[tenant], "refunds.issue", args, key=f"sim-{n}")
+        answer = cli_propose(
+            kafka_deployment, sessions[tenant], "refunds.issue", args, key=f"sim-{n}"
+        )
         if tenant == "acme" and currency == "EUR" and amount > 50_000:
             expected.add(answer["invocation_id"])
         if user == "alice":
             alices.append(answer["invocation_id"])
     candidate = candidate_profile(tmp_path, FORBID_OVER_500_EUR)
 
-    report = cg(dep, "policy", "simulate", str(candidate), "--session", cli_ops(dep))
+    report = cg(
+        kafka_deployment,
+        "policy",
+        "simulate",
+        str(candidate),
+        "--session",
+        cli_ops(kafka_deployment),
+    )
 
     # Every call above, and the refund of 1 EUR that ``wait_ready`` proposes as its probe.
     assert report["decided"] == 1 + len(REFUNDS) + 1
@@ -81,7 +81,9 @@ def test_simulation_reads_the_history_from_the_broker(dep: Deployment, tmp_path:
                       "window": "24h", "per": ["actor"]}]  # fmt: skip
     limited.write_text(yaml.safe_dump(raw, sort_keys=False))
 
-    report = cg(dep, "policy", "simulate", str(limited), "--session", cli_ops(dep))
+    report = cg(
+        kafka_deployment, "policy", "simulate", str(limited), "--session", cli_ops(kafka_deployment)
+    )
 
     refused = report["limit_refusals"]
     assert [r["invocation_id"] for r in refused] == alices[2:]

@@ -55,7 +55,7 @@ def receiver() -> Iterator[tuple[str, otlp.Received]]:
 
 
 @pytest.fixture
-def served(tmp_path: Path, receiver: tuple[str, otlp.Received]) -> Iterator[HttpServe]:
+def traced_http_serve(tmp_path: Path, receiver: tuple[str, otlp.Received]) -> Iterator[HttpServe]:
     profile = sensitive_profile(tmp_path / "profile")
     state = tmp_path / "state"
     state.mkdir()
@@ -83,9 +83,9 @@ def first_sse_event(server: HttpServe, token: str) -> str:
 
 
 def test_sensitive_values_reach_no_output(
-    served: HttpServe, tmp_path: Path, receiver: tuple[str, otlp.Received]
+    traced_http_serve: HttpServe, tmp_path: Path, receiver: tuple[str, otlp.Received]
 ) -> None:
-    state, profile = served.state_dir, served.profile
+    state, profile = traced_http_serve.state_dir, traced_http_serve.profile
     outputs: dict[str, str] = {}
 
     def cli(label: str, *args: str) -> Any:
@@ -105,9 +105,9 @@ def test_sensitive_values_reach_no_output(
     [item] = [p for p in pending if p["invocation_id"] == inv]
     assert item["args"]["order_id"].startswith(PREFIX) and item["args"]["amount_cents"] == 5000
     assert item["args"]["reason"].startswith(PREFIX)
-    http = served.client(alice)
+    http = traced_http_serve.client(alice)
     outputs["http pending"] = http.get("/v1/pending").text
-    outputs["console feed"] = first_sse_event(served, alice)
+    outputs["console feed"] = first_sse_event(traced_http_serve, alice)
     outputs["console page"] = http.get("/").text
 
     approval = cli("approve", "approve", inv, "--session", alice)
@@ -135,7 +135,7 @@ def test_sensitive_values_reach_no_output(
     outputs["audit (human)"] = run(
         state, "audit", "--session", operator, profile=profile, json_mode=False
     ).stdout
-    outputs["http audit"] = served.client(operator).get("/v1/audit").text
+    outputs["http audit"] = traced_http_serve.client(operator).get("/v1/audit").text
     outputs["metrics"] = http.get("/metrics").text
     assert cli("replay", "replay")["equal"] is True
     for fmt in ("cloudevents", "ocsf"):
@@ -143,7 +143,7 @@ def test_sensitive_values_reach_no_output(
         cli(f"export {fmt}", "audit", "export", "--session", operator, "--format", fmt,
             "--output", str(out))  # fmt: skip
         outputs[f"export file {fmt}"] = out.read_text()
-    outputs["serve log"] = served.log.read_text()
+    outputs["serve log"] = traced_http_serve.log.read_text()
     received = receiver[1]
     wait_until(
         lambda: "callgate.provider execute" in {s.name for s in otlp.spans_of(received)},

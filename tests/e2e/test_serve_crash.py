@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from callgate.adapters.embedded.store import EmbeddedStore
+from callgate.application.replay import replay
 from callgate.domain.codes import Code
-from callgate.ops.replay import replay
 from tests.e2e.helpers import (
     Serve,
     cg,

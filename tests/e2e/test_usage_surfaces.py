@@ -41,7 +41,7 @@ TWO_TICKETS = {
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServe]:
+def limited_http_serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServe]:
     root = tmp_path_factory.mktemp("usage-http")
     serve = HttpServe(
         root / "state", root / "serve.log", profile=limited_profile(root / "p", TWO_TICKETS),
@@ -51,23 +51,28 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServe]:
         yield serve
 
 
-def create(server: HttpServe, token: str, user: str, i: int) -> Any:
-    with server.client(token) as c:
+def create(limited_http_serve: HttpServe, token: str, user: str, i: int) -> Any:
+    with limited_http_serve.client(token) as c:
         body = {"tool": "tickets.create", "args": {"title": f"t{i}", "requester_id": user}}
         return c.post("/v1/proposals", json=body)
 
 
-def cli(server: HttpServe, *args: str, rc: int = 0) -> Any:
-    return cg(server.state_dir, *args, rc=rc, profile=server.profile)
+def cli(limited_http_serve: HttpServe, *args: str, rc: int = 0) -> Any:
+    return cg(limited_http_serve.state_dir, *args, rc=rc, profile=limited_http_serve.profile)
 
 
-def test_http_429_retry_after_usage_metrics_and_operator_changes(server: HttpServe) -> None:
-    alice = server.token("alice", "acme", "support")
-    gina = server.token("gina", "globex", "support")
-    ops = server.token("olga", "ops", OPERATOR_ROLE)
-    assert [create(server, alice, "alice", i).status_code for i in range(2)] == [200, 200]
-    assert create(server, gina, "gina", 0).status_code == 200
-    refused = create(server, alice, "alice", 2)
+def test_http_429_retry_after_usage_metrics_and_operator_changes(
+    limited_http_serve: HttpServe,
+) -> None:
+    alice = limited_http_serve.token("alice", "acme", "support")
+    gina = limited_http_serve.token("gina", "globex", "support")
+    ops = limited_http_serve.token("olga", "ops", OPERATOR_ROLE)
+    assert [create(limited_http_serve, alice, "alice", i).status_code for i in range(2)] == [
+        200,
+        200,
+    ]
+    assert create(limited_http_serve, gina, "gina", 0).status_code == 200
+    refused = create(limited_http_serve, alice, "alice", 2)
     assert refused.status_code == 429, refused.text
     error = refused.json()["error"]
     assert error["code"] == "limit_exceeded"
@@ -79,15 +84,17 @@ def test_http_429_retry_after_usage_metrics_and_operator_changes(server: HttpSer
     assert retry == error["details"]["retry_after_s"] and 3_600 <= retry <= 3_661
     print(f"\n429 Retry-After: {retry} s; message: {error['message']}")
 
-    with server.client(alice) as c:  # the session's tenant only
+    with limited_http_serve.client(alice) as c:  # the session's tenant only
         [mine] = c.get("/v1/usage").json()
     assert mine["scope"] == {"tenant": "acme", "actor": "alice"}
     assert (mine["used"], mine["max"], mine["held"]) == (2, 2, 0)
-    with server.client(ops) as c:  # an operator sees every tenant
+    with limited_http_serve.client(ops) as c:  # an operator sees every tenant
         rows = c.get("/v1/usage").json()
         metrics = c.get("/metrics").text
     assert sorted(r["scope"]["tenant"] for r in rows) == ["acme", "globex"]
-    with server.client(ops) as c:  # what a call of a tool by an actor counts in (the console)
+    with limited_http_serve.client(
+        ops
+    ) as c:  # what a call of a tool by an actor counts in (the console)
         gina_tickets = c.get("/v1/usage", params={"actor": "gina", "tool": "tickets.create"})
         other_tool = c.get("/v1/usage", params={"actor": "gina", "tool": "refunds.issue"})
         exact = c.get("/v1/usage", params={"actor": "Gina", "tool": "tickets.create"})
@@ -97,24 +104,30 @@ def test_http_429_retry_after_usage_metrics_and_operator_changes(server: HttpSer
     assert 'callgate_limit_usage_ratio{limit="tickets-per-actor"} 1.0' in metrics
 
     scope = ("--tenant", "acme", "--actor", "alice")
-    denied = cli(server, "limits", "raise", "tickets-per-actor", *scope, "--by", "1",
+    denied = cli(limited_http_serve, "limits", "raise", "tickets-per-actor", *scope, "--by", "1",
                  "--reason", "x", "--session", alice, rc=1)  # fmt: skip
     assert denied["error"]["code"] == "operator_required"
-    raised = cli(server, "limits", "raise", "tickets-per-actor", *scope, "--by", "1",
+    raised = cli(limited_http_serve, "limits", "raise", "tickets-per-actor", *scope, "--by", "1",
                  "--reason", "launch day", "--session", ops)  # fmt: skip
     assert (raised["author"], raised["reason"], raised["raise_by"]) == ("olga", "launch day", 1)
-    assert create(server, alice, "alice", 3).status_code == 200  # 3 of 3
-    assert create(server, alice, "alice", 4).status_code == 429
-    cli(server, "limits", "reset", "tickets-per-actor", *scope, "--reason", "new quarter",
-        "--session", ops)  # fmt: skip
-    [row] = cli(server, "usage", "--limit", "tickets-per-actor", "--session", alice)["usage"]
+    assert create(limited_http_serve, alice, "alice", 3).status_code == 200  # 3 of 3
+    assert create(limited_http_serve, alice, "alice", 4).status_code == 429
+    cli(limited_http_serve, "limits", "reset", "tickets-per-actor", *scope,
+        "--reason", "new quarter", "--session", ops)  # fmt: skip
+    [row] = cli(limited_http_serve, "usage", "--limit", "tickets-per-actor", "--session", alice)[
+        "usage"
+    ]
     assert (row["used"], row["max"], row["raised"]) == (0, 2, 0)
     assert [(c["action"], c["author"], c["reason"]) for c in row["changes"]] == [
         ("raise", "olga", "launch day"), ("reset", "olga", "new quarter"),
     ]  # fmt: skip
-    assert create(server, alice, "alice", 5).status_code == 200
+    assert create(limited_http_serve, alice, "alice", 5).status_code == 200
 
-    app = bootstrap(Settings(state_dir=server.state_dir, profile=server.profile, dev=True))
+    app = bootstrap(
+        Settings(
+            state_dir=limited_http_serve.state_dir, profile=limited_http_serve.profile, dev=True
+        )
+    )
     gate = app.gateway()
     try:  # the changes are on the log, as the operator made them
         changes = [
@@ -126,27 +139,22 @@ def test_http_429_retry_after_usage_metrics_and_operator_changes(server: HttpSer
     assert [(e.action, e.author, e.tenant, e.reason) for e in changes] == [
         ("raise", "olga", "ops", "launch day"), ("reset", "olga", "ops", "new quarter"),
     ]  # fmt: skip
-    replayed = cli(server, "replay")
+    replayed = cli(limited_http_serve, "replay")
     assert replayed["views"]["usage"]["equal"] is True and replayed["views"]["usage"]["live"] == 2
 
 
-def test_a_limit_change_names_the_scope_the_limit_counts(server: HttpServe) -> None:
-    ops = server.token("olga", "ops", OPERATOR_ROLE)
-    wrong = cli(server, "limits", "reset", "tickets-per-actor", "--tenant", "acme",
+def test_a_limit_change_names_the_scope_the_limit_counts(limited_http_serve: HttpServe) -> None:
+    ops = limited_http_serve.token("olga", "ops", OPERATOR_ROLE)
+    wrong = cli(limited_http_serve, "limits", "reset", "tickets-per-actor", "--tenant", "acme",
                 "--reason", "x", "--session", ops, rc=1)  # fmt: skip
     assert wrong["error"]["code"] == "invalid_request"
     assert "per actor, tenant" in wrong["error"]["message"]
-    unknown = cli(server, "limits", "reset", "nope", "--tenant", "acme", "--reason", "x",
-                  "--session", ops, rc=1)  # fmt: skip
+    unknown = cli(limited_http_serve, "limits", "reset", "nope", "--tenant", "acme",
+                  "--reason", "x", "--session", ops, rc=1)  # fmt: skip
     assert unknown["error"]["code"] == "invalid_request"
 
 
 # --- MCP ------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @contextlib.asynccontextmanager

@@ -37,7 +37,7 @@ DEPLOY = {"service": "checkout", "version": "2.4.1", "environment": "production"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServe]:
+def embedded_http_serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServe]:
     root = tmp_path_factory.mktemp("http-embedded")
     profile = short_ttl_profile(root / "profile", "deploys.trigger", seconds=3)
     serve = HttpServe(root / "state", root / "serve.log", profile=profile, dev=True)
@@ -49,9 +49,11 @@ def post(c: httpx.Client, path: str, body: Any = None, **kw: Any) -> httpx.Respo
     return c.post(path, json=body, **kw)
 
 
-def propose(server: HttpServe, token: str, tool: str, args: dict[str, Any], **kw: Any) -> Any:
+def propose(
+    embedded_http_serve: HttpServe, token: str, tool: str, args: dict[str, Any], **kw: Any
+) -> Any:
     """``POST /v1/proposals``; the status is the outcome's (200 executed, 403 forbidden...)."""
-    with server.client(token) as c:
+    with embedded_http_serve.client(token) as c:
         r = post(c, "/v1/proposals", {"tool": tool, "args": args, **kw.pop("body", {})}, **kw)
     answer = r.json()
     assert r.status_code == STATUS[Code(answer["outcome"])], r.text
@@ -62,8 +64,8 @@ def propose(server: HttpServe, token: str, tool: str, args: dict[str, Any], **kw
 # --- operations and the guards ------------------------------------------------------------
 
 
-def test_health_ready_and_security_headers(server: HttpServe) -> None:
-    with server.client() as c:
+def test_health_ready_and_security_headers(embedded_http_serve: HttpServe) -> None:
+    with embedded_http_serve.client() as c:
         assert c.get("/healthz").json()["status"] == "ok"
         r = c.get("/readyz")
         assert r.status_code == 200 and r.json()["status"] == "ready"
@@ -87,9 +89,9 @@ def test_health_ready_and_security_headers(server: HttpServe) -> None:
     ],
 )
 def test_no_valid_session_is_401_unauthenticated(
-    server: HttpServe, headers: dict[str, str]
+    embedded_http_serve: HttpServe, headers: dict[str, str]
 ) -> None:
-    with httpx.Client(base_url=server.url, headers=headers) as c:
+    with httpx.Client(base_url=embedded_http_serve.url, headers=headers) as c:
         for method, path in [
             ("GET", "/v1/pending"),
             ("GET", "/v1/audit"),
@@ -103,16 +105,16 @@ def test_no_valid_session_is_401_unauthenticated(
         assert r.status_code == 401 and r.json()["error"]["code"] == "unauthenticated"
 
 
-def test_a_token_in_a_cookie_or_the_query_is_not_a_session(server: HttpServe) -> None:
-    token = server.token("alice", "acme", "support")
-    with httpx.Client(base_url=server.url, cookies={"session": token}) as c:
+def test_a_token_in_a_cookie_or_the_query_is_not_a_session(embedded_http_serve: HttpServe) -> None:
+    token = embedded_http_serve.token("alice", "acme", "support")
+    with httpx.Client(base_url=embedded_http_serve.url, cookies={"session": token}) as c:
         assert c.get("/v1/pending").status_code == 401
         assert c.get("/v1/pending", params={"token": token}).status_code == 401
 
 
-def test_malformed_and_oversized_requests_are_coded(server: HttpServe) -> None:
-    token = server.token("alice", "acme", "support")
-    with server.client(token) as c:
+def test_malformed_and_oversized_requests_are_coded(embedded_http_serve: HttpServe) -> None:
+    token = embedded_http_serve.token("alice", "acme", "support")
+    with embedded_http_serve.client(token) as c:
         r = c.post(
             "/v1/proposals", content=b"{not json", headers={"content-type": "application/json"}
         )
@@ -139,8 +141,8 @@ def test_malformed_and_oversized_requests_are_coded(server: HttpServe) -> None:
         assert "Traceback" not in response.text
 
 
-def test_cors_is_closed_by_default(server: HttpServe) -> None:
-    with server.client() as c:
+def test_cors_is_closed_by_default(embedded_http_serve: HttpServe) -> None:
+    with embedded_http_serve.client() as c:
         r = c.get("/healthz", headers={"Origin": "https://evil.example"})
         assert "access-control-allow-origin" not in r.headers
         r = c.options(
@@ -150,14 +152,14 @@ def test_cors_is_closed_by_default(server: HttpServe) -> None:
         assert r.status_code >= 400 and "access-control-allow-origin" not in r.headers
 
 
-def test_dev_sign_in_issues_tokens_of_sample_users(server: HttpServe) -> None:
-    with server.client() as c:
+def test_dev_sign_in_issues_tokens_of_sample_users(embedded_http_serve: HttpServe) -> None:
+    with embedded_http_serve.client() as c:
         users = c.get("/v1/dev/users").json()
         assert {"user": "fran", "tenant": "acme", "roles": ["finance-approver"]} in users
         token = c.post("/v1/dev/sessions", json={"user": "fran"}).json()["token"]
         r = c.post("/v1/dev/sessions", json={"user": "mallory"})
         assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
-    with server.client(token) as c:
+    with embedded_http_serve.client(token) as c:
         me = c.get("/v1/session").json()
     assert (me["user"], me["tenant"], me["roles"]) == ("fran", "acme", ["finance-approver"])
 
@@ -165,13 +167,15 @@ def test_dev_sign_in_issues_tokens_of_sample_users(server: HttpServe) -> None:
 # --- proposals ----------------------------------------------------------------------------
 
 
-def test_propose_answers_what_callgate_propose_answers(server: HttpServe) -> None:
-    token = server.token("alice", "acme", "support")
-    api = propose(server, token, "tickets.read", {"ticket_id": "T-5"})
-    cli = cg(server.state_dir, *propose_argv(token, "tickets.read", '{"ticket_id": "T-5"}'))
+def test_propose_answers_what_callgate_propose_answers(embedded_http_serve: HttpServe) -> None:
+    token = embedded_http_serve.token("alice", "acme", "support")
+    api = propose(embedded_http_serve, token, "tickets.read", {"ticket_id": "T-5"})
+    cli = cg(
+        embedded_http_serve.state_dir, *propose_argv(token, "tickets.read", '{"ticket_id": "T-5"}')
+    )
     assert api["outcome"] == cli["outcome"] == "executed"
     assert set(api) == set(cli) and api["result"] == cli["result"]
-    forbidden = propose(server, token, "users.delete", {"user_id": "U-1"})
+    forbidden = propose(embedded_http_serve, token, "users.delete", {"user_id": "U-1"})
     assert forbidden["outcome"] == "tool_forbidden"
     assert forbidden["error"]["code"] == "tool_forbidden"
 
@@ -211,10 +215,12 @@ def test_propose_waits_a_bounded_time_then_202_with_the_invocation_url(
         assert slow.stop() == 0, slow.log.read_text()
 
 
-def test_high_impact_refund_approved_over_http_executes_once(server: HttpServe) -> None:
+def test_high_impact_refund_approved_over_http_executes_once(
+    embedded_http_serve: HttpServe,
+) -> None:
     """ADR 0029: the agent's ``propose --wait`` prints ``executed`` after an approval over
     HTTP, without any resubmission; one effect; the resubmission replays (V2)."""
-    approval_flow.refund_approved_over_http_runs_without_resubmission(server)
+    approval_flow.refund_approved_over_http_runs_without_resubmission(embedded_http_serve)
 
 
 def test_deploy_to_production_needs_two_distinct_release_managers(tmp_path: Path) -> None:
@@ -225,20 +231,22 @@ def test_deploy_to_production_needs_two_distinct_release_managers(tmp_path: Path
         approval_flow.deploy_needs_two_distinct_release_managers(serve)
 
 
-def test_refusals_are_coded(server: HttpServe) -> None:
-    sue = server.token("sue", "acme", "support", "finance-approver")  # caller and approver
-    other = server.token("sam", "acme", "support")  # no approver role
-    fran = server.token("fran", "acme", "finance-approver")
-    big = propose(server, sue, "refunds.issue", {**REFUND_BIG, "order_id": "ORD-81"})
+def test_refusals_are_coded(embedded_http_serve: HttpServe) -> None:
+    sue = embedded_http_serve.token(
+        "sue", "acme", "support", "finance-approver"
+    )  # caller and approver
+    other = embedded_http_serve.token("sam", "acme", "support")  # no approver role
+    fran = embedded_http_serve.token("fran", "acme", "finance-approver")
+    big = propose(embedded_http_serve, sue, "refunds.issue", {**REFUND_BIG, "order_id": "ORD-81"})
     inv = big["invocation_id"]
-    with server.client(sue) as c:
+    with embedded_http_serve.client(sue) as c:
         r = c.post(f"/v1/invocations/{inv}/approve")  # self-approval of a high-impact call
         assert r.status_code == 403 and r.json()["error"]["code"] == "approver_forbidden"
         assert "own call" in r.json()["error"]["message"]
-    with server.client(other) as c:
+    with embedded_http_serve.client(other) as c:
         r = c.post(f"/v1/invocations/{inv}/approve")
         assert r.status_code == 403 and r.json()["error"]["code"] == "approver_forbidden"
-    with server.client(fran) as c:
+    with embedded_http_serve.client(fran) as c:
         r = c.post(f"/v1/invocations/{inv}/deny", json={"reason": "duplicate refund"})
         assert r.status_code == 200, r.text
         assert r.json() == {"invocation_id": inv, "denied": True, "reason": "duplicate refund"}
@@ -246,13 +254,13 @@ def test_refusals_are_coded(server: HttpServe) -> None:
         assert r.status_code == 409 and r.json()["error"]["code"] == "not_pending"
 
 
-def test_an_expired_approval_cannot_be_given(server: HttpServe) -> None:
-    rory = server.token("rory", "acme", "release")
-    rel = server.token("rel", "acme", "release-manager")
-    answer = propose(server, rory, "deploys.trigger", DEPLOY)
+def test_an_expired_approval_cannot_be_given(embedded_http_serve: HttpServe) -> None:
+    rory = embedded_http_serve.token("rory", "acme", "release")
+    rel = embedded_http_serve.token("rel", "acme", "release-manager")
+    answer = propose(embedded_http_serve, rory, "deploys.trigger", DEPLOY)
     assert answer["outcome"] == "approval_required"
     inv = answer["invocation_id"]
-    with server.client(rel) as c:
+    with embedded_http_serve.client(rel) as c:
         assert any(p["invocation_id"] == inv for p in c.get("/v1/pending").json())
         wait_until(
             lambda: all(p["invocation_id"] != inv for p in c.get("/v1/pending").json()),
@@ -268,12 +276,14 @@ def test_an_expired_approval_cannot_be_given(server: HttpServe) -> None:
 # --- tenants ------------------------------------------------------------------------------
 
 
-def test_reads_and_writes_are_scoped_to_the_bearers_tenant(server: HttpServe) -> None:
-    alice = server.token("alice", "acme", "support")
-    gina = server.token("gina", "globex", "support", "finance-approver")
-    mine = propose(server, alice, "refunds.issue", {**REFUND_BIG, "order_id": "ORD-90"})
+def test_reads_and_writes_are_scoped_to_the_bearers_tenant(embedded_http_serve: HttpServe) -> None:
+    alice = embedded_http_serve.token("alice", "acme", "support")
+    gina = embedded_http_serve.token("gina", "globex", "support", "finance-approver")
+    mine = propose(
+        embedded_http_serve, alice, "refunds.issue", {**REFUND_BIG, "order_id": "ORD-90"}
+    )
     inv = mine["invocation_id"]
-    with server.client(gina) as c:
+    with embedded_http_serve.client(gina) as c:
         for path in (f"/v1/invocations/{inv}",):
             r = c.get(path)
             assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
@@ -284,7 +294,7 @@ def test_reads_and_writes_are_scoped_to_the_bearers_tenant(server: HttpServe) ->
         assert c.get("/v1/audit", params={"invocation": inv}).json() == []
         tenants = {r["authorized_by"]["principal"]["tenant"] for r in c.get("/v1/audit").json()}
         assert tenants <= {"globex"}
-    with server.client(alice) as c:
+    with embedded_http_serve.client(alice) as c:
         assert c.get(f"/v1/invocations/{inv}").status_code == 200
         assert any(p["invocation_id"] == inv for p in c.get("/v1/pending").json())
 
@@ -292,12 +302,12 @@ def test_reads_and_writes_are_scoped_to_the_bearers_tenant(server: HttpServe) ->
 # --- the event stream and metrics -----------------------------------------------------------
 
 
-def test_the_pending_stream_follows_the_tenants_changes(server: HttpServe) -> None:
-    alice = server.token("alice", "acme", "support")
-    gina = server.token("gina", "globex", "support")
+def test_the_pending_stream_follows_the_tenants_changes(embedded_http_serve: HttpServe) -> None:
+    alice = embedded_http_serve.token("alice", "acme", "support")
+    gina = embedded_http_serve.token("gina", "globex", "support")
     seen: list[list[dict[str, Any]]] = []
     with (
-        httpx.Client(base_url=server.url, headers=bearer(alice), timeout=30) as c,
+        httpx.Client(base_url=embedded_http_serve.url, headers=bearer(alice), timeout=30) as c,
         c.stream("GET", "/v1/pending/events") as stream,
     ):
         assert stream.headers["content-type"].startswith("text/event-stream")
@@ -315,8 +325,12 @@ def test_the_pending_stream_follows_the_tenants_changes(server: HttpServe) -> No
             raise AssertionError("the stream ended")
 
         next_snapshot()
-        other = propose(server, gina, "refunds.issue", {**REFUND_BIG, "order_id": "GORD-1"})
-        new = propose(server, alice, "refunds.issue", {**REFUND_BIG, "order_id": "ORD-91"})
+        other = propose(
+            embedded_http_serve, gina, "refunds.issue", {**REFUND_BIG, "order_id": "GORD-1"}
+        )
+        new = propose(
+            embedded_http_serve, alice, "refunds.issue", {**REFUND_BIG, "order_id": "ORD-91"}
+        )
         # Earlier tests' items may expire or settle meanwhile, each a snapshot of its own;
         # the new item shows up in one of the next few.
         deadline = time.monotonic() + 20
@@ -324,26 +338,28 @@ def test_the_pending_stream_follows_the_tenants_changes(server: HttpServe) -> No
             assert time.monotonic() < deadline, "the new pending item never streamed"
         assert all(r["tenant"] == "acme" for snapshot in seen for r in snapshot)
         assert other["invocation_id"] not in {r["invocation_id"] for s in seen for r in s}
-    with server.client(server.token("fran", "acme", "finance-approver")) as c:
+    with embedded_http_serve.client(
+        embedded_http_serve.token("fran", "acme", "finance-approver")
+    ) as c:
         assert c.post(f"/v1/invocations/{new['invocation_id']}/deny").status_code == 200
 
 
-def test_metrics_in_the_prometheus_format(server: HttpServe) -> None:
-    alice = server.token("alice", "acme", "support")
-    propose(server, alice, "tickets.read", {"ticket_id": "T-77"})
-    with server.client() as c:
+def test_metrics_in_the_prometheus_format(embedded_http_serve: HttpServe) -> None:
+    alice = embedded_http_serve.token("alice", "acme", "support")
+    propose(embedded_http_serve, alice, "tickets.read", {"ticket_id": "T-77"})
+    with embedded_http_serve.client() as c:
         text = c.get("/metrics").text
     assert 'callgate_decisions{code="executed",tool="tickets.read"}' in text
     assert 'callgate_decision_latency_seconds_bucket{le="+Inf",tool="tickets.read"}' in text
     assert "callgate_pending_approvals" in text
     assert 'callgate_consumer_lag{process="invocations"}' in text
     assert "callgate_dead_letters 0.0" in text
-    poison = EmbeddedStore(server.state_dir)  # a record no decoder can read
+    poison = EmbeddedStore(embedded_http_serve.state_dir)  # a record no decoder can read
     try:
         poison.append_raw("requests", "i-poison", b"\x00not avro")
     finally:
         poison.close()
-    with server.client() as c:
+    with embedded_http_serve.client() as c:
         wait_until(
             lambda: "callgate_dead_letters 1.0" in c.get("/metrics").text, 20, "the dead letter"
         )
@@ -410,12 +426,12 @@ FULLWIDTH_ACME = "\uff41\uff43\uff4d\uff45"
     ids=["envelope", "arguments", "escaped-key", "nan", "lone-surrogate", "infinite"],
 )
 def test_the_strict_reader_refuses_what_parsers_could_read_differently(
-    server: HttpServe, body: bytes, says: str
+    embedded_http_serve: HttpServe, body: bytes, says: str
 ) -> None:
     """A proxy keeping the first duplicate would see another request than callgate: such a
     body is 422 invalid_request before any route runs, and nothing is published."""
-    token = server.token("alice", "acme", "support", "admin")
-    with server.client(token) as c:
+    token = embedded_http_serve.token("alice", "acme", "support", "admin")
+    with embedded_http_serve.client(token) as c:
         before = len(c.get("/v1/audit").json())
         r = c.post("/v1/proposals", content=body, headers={"content-type": "application/json"})
         assert r.status_code == 422, r.text
@@ -430,10 +446,10 @@ def test_the_strict_reader_refuses_what_parsers_could_read_differently(
      (FULLWIDTH_ACME, "tool_forbidden")],
 )  # fmt: skip
 def test_another_spelling_of_a_tenant_reads_nothing_of_it(
-    server: HttpServe, tenant: str, code: str
+    embedded_http_serve: HttpServe, tenant: str, code: str
 ) -> None:
-    token = server.token("alice", tenant, "support")
-    with server.client(token) as c:
+    token = embedded_http_serve.token("alice", tenant, "support")
+    with embedded_http_serve.client(token) as c:
         r = post(c, "/v1/proposals", {"tool": "tickets.read", "args": {"ticket_id": "T-1"}})
         assert r.json().get("outcome", r.json()["error"]["code"]) == code, r.text
         assert r.status_code == STATUS[Code(code)]
@@ -450,32 +466,38 @@ def test_another_spelling_of_a_tenant_reads_nothing_of_it(
     [("ADMIN", "tool_forbidden"), ("Admin", "tool_forbidden"), (" admin", "unauthenticated")],
 )
 def test_another_spelling_of_a_role_is_not_the_role(
-    server: HttpServe, role: str, code: str
+    embedded_http_serve: HttpServe, role: str, code: str
 ) -> None:
-    token = server.token("adam", "acme", role)
-    with server.client(token) as c:
+    token = embedded_http_serve.token("adam", "acme", role)
+    with embedded_http_serve.client(token) as c:
         r = post(c, "/v1/proposals", {"tool": "users.delete", "args": {"user_id": "U-1"}})
     assert r.json().get("outcome", r.json()["error"]["code"]) == code, r.text
 
 
-def test_an_approver_under_a_look_alike_of_the_actor_is_refused(server: HttpServe) -> None:
-    rita = server.token("rita", "acme", "release", "release-manager")
-    answer = propose(server, rita, "deploys.trigger", {**DEPLOY, "version": "9.9.9"})
+def test_an_approver_under_a_look_alike_of_the_actor_is_refused(
+    embedded_http_serve: HttpServe,
+) -> None:
+    rita = embedded_http_serve.token("rita", "acme", "release", "release-manager")
+    answer = propose(embedded_http_serve, rita, "deploys.trigger", {**DEPLOY, "version": "9.9.9"})
     assert answer["outcome"] == "approval_required"
     for look_alike in ("Rita", "\uff52\uff49\uff54\uff41", "r\u0456ta"):  # Cyrillic i
-        other = server.token(look_alike, "acme", "release-manager")
-        with server.client(other) as c:
+        other = embedded_http_serve.token(look_alike, "acme", "release-manager")
+        with embedded_http_serve.client(other) as c:
             r = c.post(f"/v1/invocations/{answer['invocation_id']}/approve")
         assert r.status_code == 403, r.text
         assert r.json()["error"]["code"] == "approver_forbidden"
         assert "look-alike" in r.json()["error"]["message"]
 
 
-def test_a_refusal_before_publishing_has_the_shape_of_a_decided_one(server: HttpServe) -> None:
-    alice = server.token("alice", "acme", "support")
+def test_a_refusal_before_publishing_has_the_shape_of_a_decided_one(
+    embedded_http_serve: HttpServe,
+) -> None:
+    alice = embedded_http_serve.token("alice", "acme", "support")
     deep: dict[str, Any] = {"x": 1}
     for _ in range(12):
         deep = {"d": deep}
-    answer = propose(server, alice, "records.update", {"record_id": "REC-1", "fields": deep})
+    answer = propose(
+        embedded_http_serve, alice, "records.update", {"record_id": "REC-1", "fields": deep}
+    )
     assert answer["outcome"] == answer["error"]["code"] == "invalid_arguments"
     assert answer["invocation_id"] is None

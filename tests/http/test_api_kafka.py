@@ -28,7 +28,9 @@ pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
 
 
 @pytest.fixture(scope="module")
-def server(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServe]:
+def kafka_http_serve(
+    kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[HttpServe]:
     root = tmp_path_factory.mktemp("http-kafka")
     dep = Deployment(kafka_bootstrap, unique_prefix("http"), root / "state")
     serve = HttpServe(dep.state_dir, root / "serve.log", env=dep.env(), dev=True)
@@ -55,9 +57,9 @@ def server(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> It
         assert "Traceback" not in serve.log.read_text(), serve.log.read_text()
 
 
-def propose(server: HttpServe, token: str, args: dict[str, Any], **body: Any) -> Any:
+def propose(kafka_http_serve: HttpServe, token: str, args: dict[str, Any], **body: Any) -> Any:
     key = body.pop("key", None)
-    with server.client(token) as c:
+    with kafka_http_serve.client(token) as c:
         r = c.post(
             "/v1/proposals",
             params={"wait": 30},
@@ -72,57 +74,59 @@ def pending_ids(c: httpx.Client) -> set[str]:
     return {p["invocation_id"] for p in c.get("/v1/pending").json()}
 
 
-def test_no_valid_session_is_401(server: HttpServe) -> None:
-    with server.client("nonsense") as c:
+def test_no_valid_session_is_401(kafka_http_serve: HttpServe) -> None:
+    with kafka_http_serve.client("nonsense") as c:
         r = c.get("/v1/pending")
     assert r.status_code == 401 and r.json()["error"]["code"] == "unauthenticated"
 
 
-def test_high_impact_refund_approved_over_http_executes_once(server: HttpServe) -> None:
+def test_high_impact_refund_approved_over_http_executes_once(kafka_http_serve: HttpServe) -> None:
     """ADR 0029 on Apache Kafka: ``propose --wait`` prints ``executed`` after an approval
     over HTTP, without any resubmission; one effect; the resubmission replays (V2)."""
-    approval_flow.refund_approved_over_http_runs_without_resubmission(server)
+    approval_flow.refund_approved_over_http_runs_without_resubmission(kafka_http_serve)
 
 
-def test_deploy_to_production_needs_two_distinct_release_managers(server: HttpServe) -> None:
+def test_deploy_to_production_needs_two_distinct_release_managers(
+    kafka_http_serve: HttpServe,
+) -> None:
     """ADR 0030 on Apache Kafka: pending after one grant, executed after the second."""
-    approval_flow.deploy_needs_two_distinct_release_managers(server)
+    approval_flow.deploy_needs_two_distinct_release_managers(kafka_http_serve)
 
 
-def test_reads_and_writes_are_scoped_to_the_bearers_tenant(server: HttpServe) -> None:
-    alice = server.token("alice", "acme", "support")
-    gina = server.token("gina", "globex", "support", "finance-approver")
-    mine = propose(server, alice, {**REFUND_BIG, "order_id": "ORD-93"})
+def test_reads_and_writes_are_scoped_to_the_bearers_tenant(kafka_http_serve: HttpServe) -> None:
+    alice = kafka_http_serve.token("alice", "acme", "support")
+    gina = kafka_http_serve.token("gina", "globex", "support", "finance-approver")
+    mine = propose(kafka_http_serve, alice, {**REFUND_BIG, "order_id": "ORD-93"})
     inv = mine["invocation_id"]
-    with server.client(alice) as c:
+    with kafka_http_serve.client(alice) as c:
         wait_until(lambda: inv in pending_ids(c), 30, "the pending view")
-    with server.client(gina) as c:
+    with kafka_http_serve.client(gina) as c:
         r = c.get(f"/v1/invocations/{inv}")
         assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
         r = c.post(f"/v1/invocations/{inv}/approve")
         assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
         assert inv not in pending_ids(c)
         assert c.get("/v1/audit", params={"invocation": inv}).json() == []
-    with server.client(server.token("fran", "acme", "finance-approver")) as c:
+    with kafka_http_serve.client(kafka_http_serve.token("fran", "acme", "finance-approver")) as c:
         assert c.post(f"/v1/invocations/{inv}/deny", json={"reason": "done"}).status_code == 200
 
 
-def test_stream_and_metrics_come_from_the_live_views(server: HttpServe) -> None:
-    alice = server.token("alice", "acme", "support")
+def test_stream_and_metrics_come_from_the_live_views(kafka_http_serve: HttpServe) -> None:
+    alice = kafka_http_serve.token("alice", "acme", "support")
     with (
-        httpx.Client(base_url=server.url, headers=bearer(alice), timeout=60) as c,
+        httpx.Client(base_url=kafka_http_serve.url, headers=bearer(alice), timeout=60) as c,
         c.stream("GET", "/v1/pending/events") as stream,
     ):
         lines = stream.iter_lines()
         snapshots: list[list[dict[str, Any]]] = []
-        new = propose(server, alice, {**REFUND_BIG, "order_id": "ORD-94"})
+        new = propose(kafka_http_serve, alice, {**REFUND_BIG, "order_id": "ORD-94"})
         for line in lines:
             if line.startswith("data:"):
                 snapshots.append(json.loads(line.split(":", 1)[1]))
                 if new["invocation_id"] in {r["invocation_id"] for r in snapshots[-1]}:
                     break
     assert all(r["tenant"] == "acme" for snap in snapshots for r in snap)
-    with server.client(server.token("fran", "acme", "finance-approver")) as c:
+    with kafka_http_serve.client(kafka_http_serve.token("fran", "acme", "finance-approver")) as c:
         assert c.post(f"/v1/invocations/{new['invocation_id']}/deny").status_code == 200
         text = c.get("/metrics").text
     assert 'callgate_decisions{code="approval_required",tool="refunds.issue"}' in text
@@ -131,12 +135,12 @@ def test_stream_and_metrics_come_from_the_live_views(server: HttpServe) -> None:
     assert 'callgate_decision_latency_seconds_count{tool="refunds.issue"}' in text
 
 
-def test_the_live_backend_follows_requests_in_memory(server: HttpServe) -> None:
+def test_the_live_backend_follows_requests_in_memory(kafka_http_serve: HttpServe) -> None:
     """The server's read model used directly: a request followed to its settled status,
     and the partition key of a pending invocation, without reading ``events``."""
-    env = server.env
+    env = kafka_http_serve.env
     settings = Settings(
-        state_dir=server.state_dir,
+        state_dir=kafka_http_serve.state_dir,
         backend="kafka",
         bootstrap_servers=env["CALLGATE_BOOTSTRAP_SERVERS"],
         topic_prefix=env["CALLGATE_TOPIC_PREFIX"],
@@ -148,7 +152,7 @@ def test_the_live_backend_follows_requests_in_memory(server: HttpServe) -> None:
     live.start()
     try:
         wait_until(lambda: live.caught_up, 60, "the tail to catch up")
-        alice = server.token("alice", "acme", "support")
+        alice = kafka_http_serve.token("alice", "acme", "support")
         inv = bound_id(alice, uuid.uuid4().hex)  # request ids are bound to the session
         request = ev.ToolCallProposed(
             event_id=str(uuid.uuid4()),
@@ -169,5 +173,5 @@ def test_the_live_backend_follows_requests_in_memory(server: HttpServe) -> None:
         assert live.partition_key_of("no-such-invocation") is None
     finally:
         live.close()
-    with server.client(server.token("fran", "acme", "finance-approver")) as c:
+    with kafka_http_serve.client(kafka_http_serve.token("fran", "acme", "finance-approver")) as c:
         assert c.post(f"/v1/invocations/{inv}/deny").status_code == 200

@@ -37,7 +37,7 @@ RICK, _, _, BETH, _ = ROLES
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServe]:
+def interop_http_serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServe]:
     root = tmp_path_factory.mktemp("authzen")
     serve = HttpServe(root / "state", root / "serve.log", profile=HERE / "interop.yaml", dev=True)
     with running(serve):
@@ -45,13 +45,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServe]:
 
 
 @pytest.fixture(scope="module")
-def tokens(server: HttpServe) -> dict[str, str]:
-    return {user: server.token(user, TENANT, *roles) for user, roles in ROLES.items()}
+def tokens(interop_http_serve: HttpServe) -> dict[str, str]:
+    return {user: interop_http_serve.token(user, TENANT, *roles) for user, roles in ROLES.items()}
 
 
 @pytest.fixture(scope="module")
-def pep(server: HttpServe) -> httpx.Client:
-    return server.client(server.token("todo-gateway", TENANT, "callgate-pep"))
+def pep(interop_http_serve: HttpServe) -> httpx.Client:
+    return interop_http_serve.client(
+        interop_http_serve.token("todo-gateway", TENANT, "callgate-pep")
+    )
 
 
 def forwarded(request: dict[str, Any], tokens: dict[str, str]) -> dict[str, Any]:
@@ -62,28 +64,30 @@ def forwarded(request: dict[str, Any], tokens: dict[str, str]) -> dict[str, Any]
     return out
 
 
-def audited(server: HttpServe) -> list[dict[str, Any]]:
-    with server.client(server.token("auditor", TENANT, "callgate-operator")) as c:
+def audited(interop_http_serve: HttpServe) -> list[dict[str, Any]]:
+    with interop_http_serve.client(
+        interop_http_serve.token("auditor", TENANT, "callgate-operator")
+    ) as c:
         r = c.get("/v1/audit")
     assert r.status_code == 200, r.text
     records: list[dict[str, Any]] = r.json()
     return records
 
 
-def test_metadata_names_the_evaluation_endpoints(server: HttpServe) -> None:
-    r = httpx.get(f"{server.url}/.well-known/authzen-configuration")
+def test_metadata_names_the_evaluation_endpoints(interop_http_serve: HttpServe) -> None:
+    r = httpx.get(f"{interop_http_serve.url}/.well-known/authzen-configuration")
     assert r.status_code == 200 and r.headers["content-type"] == "application/json"
     assert r.json() == {
-        "policy_decision_point": server.url,
-        "access_evaluation_endpoint": f"{server.url}/access/v1/evaluation",
-        "access_evaluations_endpoint": f"{server.url}/access/v1/evaluations",
-        "access_request_endpoint": f"{server.url}/access/v1/requests",
+        "policy_decision_point": interop_http_serve.url,
+        "access_evaluation_endpoint": f"{interop_http_serve.url}/access/v1/evaluation",
+        "access_evaluations_endpoint": f"{interop_http_serve.url}/access/v1/evaluations",
+        "access_request_endpoint": f"{interop_http_serve.url}/access/v1/requests",
         "capabilities": ["urn:openid:authzen:capability:access-request"],
     }
 
 
-def new_records(server: HttpServe, before: set[str]) -> list[dict[str, Any]]:
-    return [r for r in audited(server) if r["invocation_id"] not in before]
+def new_records(interop_http_serve: HttpServe, before: set[str]) -> list[dict[str, Any]]:
+    return [r for r in audited(interop_http_serve) if r["invocation_id"] not in before]
 
 
 def asked(case: dict[str, Any]) -> tuple[str, str, str]:
@@ -114,9 +118,9 @@ def assert_audited(records: list[dict[str, Any]], cases: list[dict[str, Any]]) -
 
 
 def test_every_interop_decision_one_by_one_each_in_the_audit(
-    server: HttpServe, pep: httpx.Client, tokens: dict[str, str]
+    interop_http_serve: HttpServe, pep: httpx.Client, tokens: dict[str, str]
 ) -> None:
-    before = {r["invocation_id"] for r in audited(server)}
+    before = {r["invocation_id"] for r in audited(interop_http_serve)}
     for case in DECISIONS:
         r = pep.post("/access/v1/evaluation", json=forwarded(case["request"], tokens))
         assert r.status_code == 200, r.text
@@ -124,19 +128,19 @@ def test_every_interop_decision_one_by_one_each_in_the_audit(
         if not case["expected"]:
             context = r.json()["context"]
             assert context["outcome"] == "tool_forbidden" and context["invocation_id"]
-    assert_audited(new_records(server, before), DECISIONS)
+    assert_audited(new_records(interop_http_serve, before), DECISIONS)
 
 
 def test_every_interop_decision_in_one_batch_round_trip(
-    server: HttpServe, pep: httpx.Client, tokens: dict[str, str]
+    interop_http_serve: HttpServe, pep: httpx.Client, tokens: dict[str, str]
 ) -> None:
-    before = {r["invocation_id"] for r in audited(server)}
+    before = {r["invocation_id"] for r in audited(interop_http_serve)}
     body = {"evaluations": [forwarded(c["request"], tokens) for c in DECISIONS]}
     r = pep.post("/access/v1/evaluations", json=body)
     assert r.status_code == 200, r.text
     got = [d["decision"] for d in r.json()["evaluations"]]
     assert got == [c["expected"] for c in DECISIONS]
-    assert_audited(new_records(server, before), DECISIONS)
+    assert_audited(new_records(interop_http_serve, before), DECISIONS)
 
 
 def beth_asks(tokens: dict[str, str], semantic: str, *methods: str) -> dict[str, Any]:
@@ -159,18 +163,18 @@ def beth_asks(tokens: dict[str, str], semantic: str, *methods: str) -> dict[str,
     ],
 )
 def test_batch_semantics_stop_where_the_specification_says(
-    server: HttpServe,
+    interop_http_serve: HttpServe,
     pep: httpx.Client,
     tokens: dict[str, str],
     semantic: str,
     methods: tuple[str, ...],
     decisions: list[bool],
 ) -> None:
-    before = {r["invocation_id"] for r in audited(server)}
+    before = {r["invocation_id"] for r in audited(interop_http_serve)}
     r = pep.post("/access/v1/evaluations", json=beth_asks(tokens, semantic, *methods))
     assert r.status_code == 200, r.text
     assert [d["decision"] for d in r.json()["evaluations"]] == decisions
-    assert len(new_records(server, before)) == len(decisions)  # nothing past the stop
+    assert len(new_records(interop_http_serve, before)) == len(decisions)  # nothing past the stop
 
 
 def test_evaluations_without_an_array_is_one_evaluation(
@@ -182,9 +186,9 @@ def test_evaluations_without_an_array_is_one_evaluation(
 
 
 def test_a_self_asserted_subject_is_refused_and_nothing_recorded(
-    server: HttpServe, pep: httpx.Client, tokens: dict[str, str]
+    interop_http_serve: HttpServe, pep: httpx.Client, tokens: dict[str, str]
 ) -> None:
-    before = {r["invocation_id"] for r in audited(server)}
+    before = {r["invocation_id"] for r in audited(interop_http_serve)}
     bare = copy.deepcopy(DECISIONS[0]["request"])  # Rick, no token: the harness's shape
     r = pep.post("/access/v1/evaluation", json=bare)
     assert r.status_code == 401 and r.json()["error"]["code"] == "unauthenticated", r.text
@@ -201,19 +205,23 @@ def test_a_self_asserted_subject_is_refused_and_nothing_recorded(
     batch = {"evaluations": [forwarded(DECISIONS[0]["request"], tokens), bare]}
     r = pep.post("/access/v1/evaluations", json=batch)
     assert r.status_code == 401, r.text
-    assert new_records(server, before) == []
+    assert new_records(interop_http_serve, before) == []
 
 
-def test_only_an_authenticated_pep_may_ask(server: HttpServe, tokens: dict[str, str]) -> None:
+def test_only_an_authenticated_pep_may_ask(
+    interop_http_serve: HttpServe, tokens: dict[str, str]
+) -> None:
     body = forwarded(DECISIONS[0]["request"], tokens)
-    r = httpx.post(f"{server.url}/access/v1/evaluation", json=body)
+    r = httpx.post(f"{interop_http_serve.url}/access/v1/evaluation", json=body)
     assert r.status_code == 401 and r.json()["error"]["code"] == "unauthenticated"
     # A subject's own session is no PEP: it cannot ask about itself or anyone.
-    with server.client(tokens[RICK]) as c:
+    with interop_http_serve.client(tokens[RICK]) as c:
         r = c.post("/access/v1/evaluation", json=body)
     assert r.status_code == 403 and r.json()["error"]["code"] == "pep_required"
     # A PEP of another tenant does not decide for this one.
-    with server.client(server.token("other-gw", "globex", "callgate-pep")) as c:
+    with interop_http_serve.client(
+        interop_http_serve.token("other-gw", "globex", "callgate-pep")
+    ) as c:
         r = c.post("/access/v1/evaluation", json=body)
     assert r.status_code == 403 and r.json()["error"]["code"] == "pep_required"
 
@@ -270,14 +278,14 @@ def test_unknown_members_are_ignored_and_the_request_id_echoed(
 
 
 def test_an_unknown_action_is_a_recorded_denial(
-    server: HttpServe, pep: httpx.Client, tokens: dict[str, str]
+    interop_http_serve: HttpServe, pep: httpx.Client, tokens: dict[str, str]
 ) -> None:
-    before = {r["invocation_id"] for r in audited(server)}
+    before = {r["invocation_id"] for r in audited(interop_http_serve)}
     body = forwarded(DECISIONS[0]["request"], tokens)
     body["action"]["name"] = "PATCH"
     r = pep.post("/access/v1/evaluation", json=body)
     assert r.status_code == 200, r.text
     assert r.json()["decision"] is False
     assert r.json()["context"]["outcome"] == "unknown_tool"
-    [record] = new_records(server, before)
+    [record] = new_records(interop_http_serve, before)
     assert record["outcome"] == "unknown_tool" and record["tool"] == "PATCH"

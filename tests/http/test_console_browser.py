@@ -21,21 +21,10 @@ from typing import Any
 
 import pytest
 
-from tests.http_support import REFUND_BIG, HttpServe, short_ttl_profile
+from tests.http_support import CHROMIUM, REFUND_BIG, HttpServe, short_ttl_profile
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 DEPLOY = {"service": "search", "version": "7.0.0", "environment": "production"}
 TTL_S = 8
 
@@ -44,11 +33,11 @@ if not CHROMIUM.exists():
     print(REASON, file=sys.stderr)
     pytest.skip(REASON, allow_module_level=True)
 
-from playwright.sync_api import Browser, Page, Route, expect, sync_playwright  # noqa: E402
+from playwright.sync_api import Browser, Page, Route, expect  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServe]:
+def console_http_serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServe]:
     root = tmp_path_factory.mktemp("console")
     profile = short_ttl_profile(root / "profile", "deploys.trigger", seconds=TTL_S)
     serve = HttpServe(root / "state", root / "serve.log", profile=profile, dev=True)
@@ -58,18 +47,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServe]:
     finally:
         assert serve.stop() == 0
         assert "Traceback" not in serve.log.read_text(), serve.log.read_text()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(
-            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
-        )
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 def new_page(browser: Browser, width: int = 1280, height: int = 800) -> Page:
@@ -95,9 +72,9 @@ def no_page_errors(page: Page) -> None:
     assert errors == [], errors
 
 
-def sign_in_as(page: Page, server: HttpServe, user: str, at: str = "/") -> None:
+def sign_in_as(page: Page, console_http_serve: HttpServe, user: str, at: str = "/") -> None:
     """Sign in as a sample user on the console at ``at`` (a link to an invocation too)."""
-    page.goto(server.url + at)
+    page.goto(console_http_serve.url + at)
     expect(page.locator("#dev-form")).to_be_visible()
     page.get_by_label("Sign in as a sample user").select_option(user)
     page.get_by_role("button", name="Sign in as this user").click()
@@ -105,18 +82,22 @@ def sign_in_as(page: Page, server: HttpServe, user: str, at: str = "/") -> None:
     expect(page.locator("#live")).to_have_text("live")
 
 
-def sign_in_with_token(page: Page, server: HttpServe, token: str) -> None:
-    page.goto(server.url + "/")
+def sign_in_with_token(page: Page, console_http_serve: HttpServe, token: str) -> None:
+    page.goto(console_http_serve.url + "/")
     page.get_by_label("Session token").fill(token)
     page.get_by_role("button", name="Sign in", exact=True).click()
     expect(page.locator("#workspace")).to_be_visible()
 
 
 def agent_proposes(
-    server: HttpServe, token: str, tool: str, args: dict[str, Any], key: str | None = None
+    console_http_serve: HttpServe,
+    token: str,
+    tool: str,
+    args: dict[str, Any],
+    key: str | None = None,
 ) -> dict[str, Any]:
     headers = {"Idempotency-Key": key} if key else {}
-    with server.client(token) as c:
+    with console_http_serve.client(token) as c:
         r = c.post("/v1/proposals", json={"tool": tool, "args": args}, headers=headers)
     answer: dict[str, Any] = r.json()
     assert answer["outcome"] == "approval_required", answer
@@ -135,15 +116,15 @@ def screenshot(page: Page, tmp_path: Path, name: str) -> None:
 
 
 def test_approver_approves_a_high_impact_refund_and_the_agent_executes(
-    server: HttpServe, browser: Browser, tmp_path: Path
+    console_http_serve: HttpServe, browser: Browser, tmp_path: Path
 ) -> None:
-    alice = server.token("alice", "acme", "support")
+    alice = console_http_serve.token("alice", "acme", "support")
     key = f"refund-{uuid.uuid4().hex[:8]}"
-    answer = agent_proposes(server, alice, "refunds.issue", REFUND_BIG, key)
+    answer = agent_proposes(console_http_serve, alice, "refunds.issue", REFUND_BIG, key)
     inv = answer["invocation_id"]
 
     page = new_page(browser)
-    sign_in_as(page, server, "fran")
+    sign_in_as(page, console_http_serve, "fran")
     expect(item(page, inv)).to_be_visible()
     expect(item(page, inv)).to_contain_text("refunds.issue")
     expect(item(page, inv)).to_contain_text("ORD-77")
@@ -170,7 +151,7 @@ def test_approver_approves_a_high_impact_refund_and_the_agent_executes(
     expect(live).to_contain_text("Approval id")
 
     # ADR 0029: the approved call ran without any resubmission
-    with server.client(alice) as c:
+    with console_http_serve.client(alice) as c:
         done = c.get(f"/v1/invocations/{inv}", params={"wait": 30}).json()
     assert done["outcome"] == "executed" and done["final"] is True, done
     assert done["result"]["amount_cents"] == 25000
@@ -185,13 +166,17 @@ def test_approver_approves_a_high_impact_refund_and_the_agent_executes(
 
 
 def test_approver_denies_with_a_reason_using_the_keyboard(
-    server: HttpServe, browser: Browser
+    console_http_serve: HttpServe, browser: Browser
 ) -> None:
-    alice = server.token("alice", "acme", "support")
-    answer = agent_proposes(server, alice, "refunds.issue", {**REFUND_BIG, "order_id": "ORD-78"})
+    alice = console_http_serve.token("alice", "acme", "support")
+    answer = agent_proposes(
+        console_http_serve, alice, "refunds.issue", {**REFUND_BIG, "order_id": "ORD-78"}
+    )
     inv = answer["invocation_id"]
     page = new_page(browser)
-    sign_in_with_token(page, server, server.token("fran", "acme", "finance-approver"))
+    sign_in_with_token(
+        page, console_http_serve, console_http_serve.token("fran", "acme", "finance-approver")
+    )
     expect(item(page, inv)).to_be_visible()
     item(page, inv).focus()
     page.keyboard.press("Enter")
@@ -204,7 +189,7 @@ def test_approver_denies_with_a_reason_using_the_keyboard(
         "Denied: order was already refunded. The call will not run."
     )
     expect(item(page, inv)).to_have_count(0)
-    with server.client(alice) as c:
+    with console_http_serve.client(alice) as c:
         approval = c.get(f"/v1/invocations/{inv}").json()["approval"]
     assert approval["state"] == "denied" and approval["approver"] == "fran"
     no_page_errors(page)
@@ -212,13 +197,13 @@ def test_approver_denies_with_a_reason_using_the_keyboard(
 
 
 def test_an_expired_item_counts_down_and_leaves_the_list(
-    server: HttpServe, browser: Browser, tmp_path: Path
+    console_http_serve: HttpServe, browser: Browser, tmp_path: Path
 ) -> None:
-    rory = server.token("rory", "acme", "release")
-    answer = agent_proposes(server, rory, "deploys.trigger", DEPLOY)
+    rory = console_http_serve.token("rory", "acme", "release")
+    answer = agent_proposes(console_http_serve, rory, "deploys.trigger", DEPLOY)
     inv = answer["invocation_id"]
     page = new_page(browser, 390, 844)
-    sign_in_as(page, server, "rel")
+    sign_in_as(page, console_http_serve, "rel")
     expect(item(page, inv)).to_be_visible()
     item(page, inv).click()
     expect(page.locator("#detail-h")).to_have_text("deploys.trigger on search")
@@ -230,18 +215,20 @@ def test_an_expired_item_counts_down_and_leaves_the_list(
         re.compile("approval window|no longer pending")
     )
     expect(page.get_by_role("button", name="Approve", exact=True)).to_be_hidden()
-    with server.client(rory) as c:
+    with console_http_serve.client(rory) as c:
         assert c.get(f"/v1/invocations/{inv}").json()["approval"]["state"] == "expired"
     no_page_errors(page)
     page.close()
 
 
-def test_refusals_are_shown_in_words(server: HttpServe, browser: Browser) -> None:
-    sue = server.token("sue", "acme", "support", "finance-approver")
-    answer = agent_proposes(server, sue, "refunds.issue", {**REFUND_BIG, "order_id": "ORD-79"})
+def test_refusals_are_shown_in_words(console_http_serve: HttpServe, browser: Browser) -> None:
+    sue = console_http_serve.token("sue", "acme", "support", "finance-approver")
+    answer = agent_proposes(
+        console_http_serve, sue, "refunds.issue", {**REFUND_BIG, "order_id": "ORD-79"}
+    )
     inv = answer["invocation_id"]
     page = new_page(browser)
-    sign_in_as(page, server, "sue")
+    sign_in_as(page, console_http_serve, "sue")
     item(page, inv).click()
     page.get_by_role("button", name="Approve", exact=True).click()
     result = page.locator("#detail-result")
@@ -249,12 +236,14 @@ def test_refusals_are_shown_in_words(server: HttpServe, browser: Browser) -> Non
     expect(item(page, inv)).to_be_visible()  # still pending: another approver must decide
 
     other = new_page(browser)
-    sign_in_as(other, server, "alice")  # a support agent: no approver role
+    sign_in_as(other, console_http_serve, "alice")  # a support agent: no approver role
     item(other, inv).click()
     other.get_by_role("button", name="Approve", exact=True).click()
     expect(other.locator("#detail-result")).to_contain_text("do not hold an approver role")
 
-    with server.client(server.token("fran", "acme", "finance-approver")) as c:
+    with console_http_serve.client(
+        console_http_serve.token("fran", "acme", "finance-approver")
+    ) as c:
         assert c.post(f"/v1/invocations/{inv}/deny", json={"reason": "x"}).status_code == 200
     # The stream removes it from both consoles; a stale click would be not_pending.
     expect(item(page, inv)).to_have_count(0)
@@ -265,9 +254,9 @@ def test_refusals_are_shown_in_words(server: HttpServe, browser: Browser) -> Non
     other.close()
 
 
-def test_a_bad_token_is_refused_in_words(server: HttpServe, browser: Browser) -> None:
+def test_a_bad_token_is_refused_in_words(console_http_serve: HttpServe, browser: Browser) -> None:
     page = new_page(browser)
-    page.goto(server.url + "/")
+    page.goto(console_http_serve.url + "/")
     page.get_by_label("Session token").fill("not-a-token")
     page.get_by_role("button", name="Sign in", exact=True).click()
     expect(page.get_by_role("alert")).to_contain_text("Your session is not valid")
@@ -275,17 +264,23 @@ def test_a_bad_token_is_refused_in_words(server: HttpServe, browser: Browser) ->
     page.close()
 
 
-def test_not_pending_is_shown_in_words(server: HttpServe, browser: Browser) -> None:
+def test_not_pending_is_shown_in_words(console_http_serve: HttpServe, browser: Browser) -> None:
     """A console whose stream is cut (so its list is stale) clicks after another approver."""
-    alice = server.token("alice", "acme", "support")
-    answer = agent_proposes(server, alice, "refunds.issue", {**REFUND_BIG, "order_id": "ORD-80"})
+    alice = console_http_serve.token("alice", "acme", "support")
+    answer = agent_proposes(
+        console_http_serve, alice, "refunds.issue", {**REFUND_BIG, "order_id": "ORD-80"}
+    )
     inv = answer["invocation_id"]
     page = new_page(browser)
     page.route("**/v1/pending/events", lambda route: route.abort())
-    sign_in_with_token(page, server, server.token("fran", "acme", "finance-approver"))
+    sign_in_with_token(
+        page, console_http_serve, console_http_serve.token("fran", "acme", "finance-approver")
+    )
     expect(page.locator("#live")).to_have_text("reconnecting…")
     item(page, inv).click()
-    with server.client(server.token("fern", "acme", "finance-approver")) as c:
+    with console_http_serve.client(
+        console_http_serve.token("fern", "acme", "finance-approver")
+    ) as c:
         assert c.post(f"/v1/invocations/{inv}/approve").status_code == 200
     page.get_by_role("button", name="Approve", exact=True).click()
     expect(page.locator("#detail-result")).to_contain_text(
@@ -381,7 +376,7 @@ def test_an_operator_sees_the_shadow_policys_disagreements(
 
 
 def test_signing_out_while_the_pending_list_loads_ends_that_sign_in_quietly(
-    server: HttpServe, browser: Browser
+    console_http_serve: HttpServe, browser: Browser
 ) -> None:
     """Signing in enters the workspace and asks for the pending list; the approver signs
     out before it comes (a slow backend): the late list neither re-enters the workspace
@@ -390,7 +385,7 @@ def test_signing_out_while_the_pending_list_loads_ends_that_sign_in_quietly(
     page = new_page(browser)
     held: list[Route] = []
     page.route("**/v1/pending", lambda route: held.append(route))
-    page.goto(server.url + "/")
+    page.goto(console_http_serve.url + "/")
     page.get_by_label("Sign in as a sample user").select_option("fran")
     page.get_by_role("button", name="Sign in as this user").click()
     expect(page.locator("#who-text")).to_contain_text("fran @")

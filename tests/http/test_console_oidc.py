@@ -24,22 +24,20 @@ from tools.ports import free_port
 
 from callgate.adapters.keyfiles import generate_key_pair
 from tests.http.approval_flow import effects_of, refund_waited_on_runs_once_approved
-from tests.http_support import HOSTILE_JSON, REFUND_BIG, HttpServe
+from tests.http_support import CHROMIUM, HOSTILE_JSON, REFUND_BIG, HttpServe
 from tests.idp import IdentityProvider
 from tests.oidc_support import OpenIdProvider, missing
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = Path("/usr/bin/chromium")
 WHY = missing() or (None if CHROMIUM.exists() else f"{CHROMIUM} is absent")
 if WHY:
     print(WHY, file=sys.stderr)
     pytest.skip(WHY, allow_module_level=True)
 
-from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
+from playwright.sync_api import Browser, Page, expect  # noqa: E402
 
 from tests.http.test_console_browser import (  # noqa: E402
-    CHROMIUM_ARGS,
     item,
     new_page,
     no_page_errors,
@@ -110,24 +108,12 @@ class Deployment:
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+def oidc_deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     d = Deployment(tmp_path_factory.mktemp("oidc"))
     try:
         yield d
     finally:
         d.stop()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(
-            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
-        )
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 def propose_refund(d: Deployment, order: str) -> str:
@@ -167,9 +153,9 @@ def sign_in_with_provider(page: Page, d: Deployment, login: str) -> None:
 
 
 def test_approver_signs_in_with_the_provider_approves_reloads_and_signs_out(
-    deployment: Deployment, browser: Browser
+    oidc_deployment: Deployment, browser: Browser
 ) -> None:
-    d = deployment
+    d = oidc_deployment
     invocation = propose_refund(d, "ORD-501")
     page = new_page(browser)
     sign_in_with_provider(page, d, "fran")
@@ -207,13 +193,13 @@ def test_approver_signs_in_with_the_provider_approves_reloads_and_signs_out(
 
 
 def test_a_refund_the_agent_waits_on_is_approved_in_the_console_and_runs_once(
-    deployment: Deployment, browser: Browser
+    oidc_deployment: Deployment, browser: Browser
 ) -> None:
     """Issue 27: the agent's ``callgate propose --wait`` (the installed command, its own
     process) waits; fran signs in through the provider, opens the link callgate hands out
     and approves; the refund runs without resubmission, the agent prints ``executed``;
     one effect, ``audit verify`` true, replay equal."""
-    d = deployment
+    d = oidc_deployment
     page = new_page(browser)
     sign_in_with_provider(page, d, "fran")
 
@@ -232,9 +218,9 @@ def test_a_refund_the_agent_waits_on_is_approved_in_the_console_and_runs_once(
 
 
 def test_a_cookie_request_without_its_csrf_token_is_refused_and_does_nothing(
-    deployment: Deployment, browser: Browser
+    oidc_deployment: Deployment, browser: Browser
 ) -> None:
-    d = deployment
+    d = oidc_deployment
     invocation = propose_refund(d, "ORD-502")
     page = new_page(browser)
     sign_in_with_provider(page, d, "fran")
@@ -253,22 +239,24 @@ def test_a_cookie_request_without_its_csrf_token_is_refused_and_does_nothing(
 
 
 def test_an_id_token_without_tenant_and_roles_signs_nobody_in(
-    deployment: Deployment, browser: Browser
+    oidc_deployment: Deployment, browser: Browser
 ) -> None:
     page = new_page(browser)
-    through_the_provider(page, deployment, "nobody")
+    through_the_provider(page, oidc_deployment, "nobody")
     expect(page.locator("#alert")).to_contain_text("Sign-in failed")
-    assert page.url == deployment.serve.url + "/"  # the error parameter is gone from the URL
+    assert page.url == oidc_deployment.serve.url + "/"  # the error parameter is gone from the URL
     expect(page.locator("#workspace")).to_be_hidden()
     names = {c["name"] for c in page.context.cookies()}
     assert "__Host-callgate-session" not in names
-    log = deployment.serve.log.read_text()
+    log = oidc_deployment.serve.log.read_text()
     assert "missing claims: tenant, roles" in log, log
     page.close()
 
 
-def test_a_callback_not_started_by_this_browser_signs_nobody_in(deployment: Deployment) -> None:
-    d = deployment
+def test_a_callback_not_started_by_this_browser_signs_nobody_in(
+    oidc_deployment: Deployment,
+) -> None:
+    d = oidc_deployment
     with httpx.Client(base_url=d.serve.url) as c:
         r = c.get("/v1/oidc/callback", params={"code": "stolen", "state": "guessed"})
         assert r.status_code == 303
@@ -316,12 +304,12 @@ SIGN_IN_ENDPOINTS = (
 
 
 def test_hostile_bodies_to_the_sign_in_endpoints_are_refused_and_change_nothing(
-    deployment: Deployment, browser: Browser
+    oidc_deployment: Deployment, browser: Browser
 ) -> None:
     """Each hostile class of body, sent with a signed-in session's cookies and its CSRF
     token, is refused with its code before any route runs: no cookie is set or cleared,
     the session still holds; the same sign-out with a plain body then does sign out."""
-    d = deployment
+    d = oidc_deployment
     page = new_page(browser)
     sign_in_with_provider(page, d, "fran")
     jar = {c["name"]: c["value"] for c in page.context.cookies()}
@@ -342,12 +330,12 @@ def test_hostile_bodies_to_the_sign_in_endpoints_are_refused_and_change_nothing(
     page.close()
 
 
-def test_a_hostile_callback_query_signs_nobody_in(deployment: Deployment) -> None:
+def test_a_hostile_callback_query_signs_nobody_in(oidc_deployment: Deployment) -> None:
     """The provider's redirect back, read strictly: an oversized query, a parameter given
     twice, a percent-escape that is not UTF-8 each end the sign-in with
     ``sign_in_error=unauthenticated`` and no session, even with this browser's own sign-in
     cookie and state; a sign-in path that is no provider's number is a coded 4xx."""
-    d = deployment
+    d = oidc_deployment
     with httpx.Client(base_url=d.serve.url, timeout=30) as c:
         begin = c.get("/v1/oidc/sign-in/0")
         assert begin.status_code == 303

@@ -11,7 +11,6 @@ import pytest
 
 from tests.http.test_console_oidc import (
     Deployment,
-    browser,
     test_a_callback_not_started_by_this_browser_signs_nobody_in,
     test_a_cookie_request_without_its_csrf_token_is_refused_and_does_nothing,
     test_a_hostile_callback_query_signs_nobody_in,
@@ -27,7 +26,6 @@ from tests.kafka_support import unique_prefix
 pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
 
 __all__ = [
-    "browser",
     "test_a_callback_not_started_by_this_browser_signs_nobody_in",
     "test_a_cookie_request_without_its_csrf_token_is_refused_and_does_nothing",
     "test_a_hostile_callback_query_signs_nobody_in",
@@ -39,7 +37,7 @@ __all__ = [
 
 
 @pytest.fixture(scope="module")
-def deployment(
+def oidc_deployment(
     kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Deployment]:
     root = tmp_path_factory.mktemp("oidc-kafka")

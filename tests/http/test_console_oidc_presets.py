@@ -28,14 +28,13 @@ from tools.ports import free_port
 
 from callgate.adapters.keyfiles import generate_key_pair
 from tests.e2e.helpers import DEFAULT_PROFILE
-from tests.http_support import REFUND_BIG, HttpServe, wait_until
+from tests.http_support import CHROMIUM, REFUND_BIG, HttpServe, wait_until
 from tests.idp import IdentityProvider
 from tests.oidc_support import OpenIdProvider, missing
 from tests.provider_shapes import ENTRA_TID, audit_records
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = Path("/usr/bin/chromium")
 WHY = missing() or (None if CHROMIUM.exists() else f"{CHROMIUM} is absent")
 if WHY:
     print(WHY, file=sys.stderr)
@@ -44,7 +43,6 @@ if WHY:
 from playwright.sync_api import Browser, expect  # noqa: E402
 
 from tests.http.test_console_browser import item, new_page, no_page_errors  # noqa: E402
-from tests.http.test_console_oidc import browser as browser  # noqa: E402
 from tests.http.test_console_oidc import through_the_provider  # noqa: E402
 
 
@@ -170,7 +168,7 @@ class Deployment:
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+def oidc_presets_deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     d = Deployment(tmp_path_factory.mktemp("oidc-presets"))
     try:
         yield d
@@ -180,9 +178,9 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
 
 @pytest.mark.parametrize("shape", SHAPES, ids=[s.name for s in SHAPES])
 def test_an_approver_signs_in_with_a_providers_id_token_and_approves(
-    deployment: Deployment, browser: Browser, shape: SignInShape
+    oidc_presets_deployment: Deployment, browser: Browser, shape: SignInShape
 ) -> None:
-    d = deployment
+    d = oidc_presets_deployment
     agent = d.agent(shape.tenant)
     refund = {**REFUND_BIG, "order_id": f"{shape.order}-{uuid.uuid4().hex[:6]}"}
     with d.serve.client(agent) as c:

@@ -38,7 +38,7 @@ def dashboard_names() -> set[str]:
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[HttpServe]:
+def http_serve(tmp_path: Path) -> Iterator[HttpServe]:
     server = HttpServe(tmp_path / "state", tmp_path / "serve.log", dev=True)
     try:
         server.wait_ready()
@@ -47,21 +47,21 @@ def served(tmp_path: Path) -> Iterator[HttpServe]:
         assert server.stop() == 0, server.log.read_text()
 
 
-def test_every_metric_of_the_dashboard_is_served(served: HttpServe) -> None:
-    alice = session(served.state_dir, "alice", "acme", "support")
-    answer = propose(served.state_dir, alice, "tickets.read", {"ticket_id": "T-1"})
+def test_every_metric_of_the_dashboard_is_served(http_serve: HttpServe) -> None:
+    alice = session(http_serve.state_dir, "alice", "acme", "support")
+    answer = propose(http_serve.state_dir, alice, "tickets.read", {"ticket_id": "T-1"})
     assert answer["outcome"] == "executed", answer
     refund = {"order_id": "ORD-42", "amount_cents": 5000, "currency": "EUR"}
-    asked = propose(served.state_dir, alice, "refunds.issue", refund, key="m-1")
+    asked = propose(http_serve.state_dir, alice, "refunds.issue", refund, key="m-1")
     assert asked["outcome"] == "approval_required", asked
-    cg(served.state_dir, "approve", asked["invocation_id"], "--session", alice)
+    cg(http_serve.state_dir, "approve", asked["invocation_id"], "--session", alice)
     waited = 'callgate_approval_wait_seconds_count{result="granted",tool="refunds.issue"} 1.0'
-    wait_until(lambda: waited in served.client().get("/metrics").text, 30, "the approval wait")
+    wait_until(lambda: waited in http_serve.client().get("/metrics").text, 30, "the approval wait")
     # A call through the API: its time to the final outcome is observed.
-    with served.client(alice) as c:
+    with http_serve.client(alice) as c:
         r = c.post("/v1/proposals", json={"tool": "tickets.read", "args": {"ticket_id": "T-2"}})
     assert r.status_code == 200, r.text
-    page = served.client().get("/metrics").text
+    page = http_serve.client().get("/metrics").text
     families = set(re.findall(r"^# TYPE (\S+) ", page, flags=re.M))
     served_names = families | {f"{f}_total" for f in families}
     wanted = dashboard_names()

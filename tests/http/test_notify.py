@@ -163,17 +163,17 @@ class Setup:
 
 
 @pytest.fixture(scope="module")
-def s(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
-    s = Setup(tmp_path_factory.mktemp("notify"))
+def notify_setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    notify_setup = Setup(tmp_path_factory.mktemp("notify"))
     try:
-        yield s
+        yield notify_setup
     finally:
-        s.stop()
+        notify_setup.stop()
 
 
-def propose(s: Setup, user: str, roles: tuple[str, ...], order: str) -> str:
-    token = s.serve.token(user, "acme", *roles)
-    with s.serve.client(token) as c:
+def propose(notify_setup: Setup, user: str, roles: tuple[str, ...], order: str) -> str:
+    token = notify_setup.serve.token(user, "acme", *roles)
+    with notify_setup.serve.client(token) as c:
         answer = c.post(
             "/v1/proposals",
             json={"tool": "refunds.issue", "args": {**REFUND_BIG, "order_id": order}},
@@ -184,8 +184,8 @@ def propose(s: Setup, user: str, roles: tuple[str, ...], order: str) -> str:
     return invocation
 
 
-def status(s: Setup, invocation: str) -> Any:
-    with s.serve.client(s.serve.token("alice", "acme", "support")) as c:
+def status(notify_setup: Setup, invocation: str) -> Any:
+    with notify_setup.serve.client(notify_setup.serve.token("alice", "acme", "support")) as c:
         return c.get(f"/v1/invocations/{invocation}").json()
 
 
@@ -201,7 +201,7 @@ def webhooks(recorder: Recorder, whsec: str, kind: str, invocation: str) -> list
 
 
 def slack_click(
-    s: Setup,
+    notify_setup: Setup,
     invocation: str,
     slack_user: str,
     action: str = "callgate_approve",
@@ -213,7 +213,7 @@ def slack_click(
     """POST an interaction the way Slack does: form-encoded ``payload``, signed."""
     payload = click_payload(invocation, slack_user, action, team)
     body = urlencode({"payload": json.dumps(payload)}).encode()
-    return slack_post(s, body, signing_secret=signing_secret, age_s=age_s)
+    return slack_post(notify_setup, body, signing_secret=signing_secret, age_s=age_s)
 
 
 def click_payload(invocation: str, slack_user: str, action: str, team: str) -> dict[str, Any]:
@@ -237,7 +237,7 @@ def click_payload(invocation: str, slack_user: str, action: str, team: str) -> d
 
 
 def slack_post(
-    s: Setup, body: bytes, *, signing_secret: str = SIGNING_SECRET, age_s: int = 0
+    notify_setup: Setup, body: bytes, *, signing_secret: str = SIGNING_SECRET, age_s: int = 0
 ) -> httpx.Response:
     """POST ``body`` to the interaction endpoint, signed as Slack signs (``v0:ts:body``;
     ``slack_sdk`` for a UTF-8 body, the same HMAC by hand for one that is not)."""
@@ -251,7 +251,7 @@ def slack_post(
         signature = "v0=" + mac.hexdigest()
     assert signature is not None
     return httpx.post(
-        f"{s.serve.url}/v1/slack/interactions",
+        f"{notify_setup.serve.url}/v1/slack/interactions",
         content=body,
         headers={
             "Content-Type": "application/x-www-form-urlencoded",
@@ -262,18 +262,24 @@ def slack_post(
     )
 
 
-def slack_calls(s: Setup, method: str) -> list[dict[str, Any]]:
-    calls = [r for r in s.slack.seen() if r["path"] == f"/api/{method}"]
+def slack_calls(notify_setup: Setup, method: str) -> list[dict[str, Any]]:
+    calls = [r for r in notify_setup.slack.seen() if r["path"] == f"/api/{method}"]
     for r in calls:
         assert r["headers"]["Authorization"] == "Bearer xoxb-test-token"
     return [json.loads(r["body"]) for r in calls]
 
 
-def test_a_pending_refund_is_told_by_webhook_and_slack_and_approved_in_slack(s: Setup) -> None:
-    inv = propose(s, "alice", ("support",), "ORD-601")
+def test_a_pending_refund_is_told_by_webhook_and_slack_and_approved_in_slack(
+    notify_setup: Setup,
+) -> None:
+    inv = propose(notify_setup, "alice", ("support",), "ORD-601")
 
-    wait_until(lambda: webhooks(s.hook, s.hook_secret, "approval.pending", inv), 15, "webhook")
-    [told] = webhooks(s.hook, s.hook_secret, "approval.pending", inv)
+    wait_until(
+        lambda: webhooks(notify_setup.hook, notify_setup.hook_secret, "approval.pending", inv),
+        15,
+        "webhook",
+    )
+    [told] = webhooks(notify_setup.hook, notify_setup.hook_secret, "approval.pending", inv)
     data = told["data"]
     assert (data["tool"], data["actor"], data["target"]) == ("refunds.issue", "alice", "ORD-601")
     assert data["tenant"] == "acme" and data["args"]["amount_cents"] == 25000
@@ -282,21 +288,23 @@ def test_a_pending_refund_is_told_by_webhook_and_slack_and_approved_in_slack(s: 
     assert data["console_url"] == f"https://callgate.example.com/#invocation={inv}"
     # What a receiver refuses: another endpoint's secret, a changed body, a replay of the
     # delivery more than five minutes later (its signature covers its timestamp).
-    r = next(r for r in s.hook.seen() if inv in r["body"].decode())
+    r = next(r for r in notify_setup.hook.seen() if inv in r["body"].decode())
     with pytest.raises(WebhookVerificationError):
-        Webhook(s.broken_secret).verify(r["body"], r["headers"])
+        Webhook(notify_setup.broken_secret).verify(r["body"], r["headers"])
     with pytest.raises(WebhookVerificationError):
-        Webhook(s.hook_secret).verify(r["body"].replace(b"ORD-601", b"ORD-999"), r["headers"])
+        Webhook(notify_setup.hook_secret).verify(
+            r["body"].replace(b"ORD-601", b"ORD-999"), r["headers"]
+        )
     old = int(r["headers"]["webhook-timestamp"]) - 600
     replayed = {**r["headers"], "webhook-timestamp": str(old)}
-    replayed["webhook-signature"] = Webhook(s.hook_secret).sign(
+    replayed["webhook-signature"] = Webhook(notify_setup.hook_secret).sign(
         r["headers"]["webhook-id"], datetime.fromtimestamp(old, UTC), r["body"]
     )
     with pytest.raises(WebhookVerificationError, match="too old"):
-        Webhook(s.hook_secret).verify(r["body"], replayed)
+        Webhook(notify_setup.hook_secret).verify(r["body"], replayed)
 
     def posted() -> list[dict[str, Any]]:
-        return [m for m in slack_calls(s, "chat.postMessage") if inv in json.dumps(m)]
+        return [m for m in slack_calls(notify_setup, "chat.postMessage") if inv in json.dumps(m)]
 
     wait_until(posted, 15, "the Slack message")
     [message] = posted()
@@ -311,100 +319,118 @@ def test_a_pending_refund_is_told_by_webhook_and_slack_and_approved_in_slack(s: 
         ("callgate_deny", inv),
     ]
 
-    answer = slack_click(s, inv, "U0FRAN")
+    answer = slack_click(notify_setup, inv, "U0FRAN")
     assert answer.status_code == 200, answer.text
     assert answer.json()["decision"] == "granted" and answer.json()["approver"] == "fran"
-    approval = status(s, inv)["approval"]
+    approval = status(notify_setup, inv)["approval"]
     assert approval["state"] == "granted" and approval["approver"] == "fran"
 
-    wait_until(lambda: webhooks(s.hook, s.hook_secret, "approval.decided", inv), 15, "decided")
-    [decided] = webhooks(s.hook, s.hook_secret, "approval.decided", inv)
+    wait_until(
+        lambda: webhooks(notify_setup.hook, notify_setup.hook_secret, "approval.decided", inv),
+        15,
+        "decided",
+    )
+    [decided] = webhooks(notify_setup.hook, notify_setup.hook_secret, "approval.decided", inv)
     assert decided["data"]["decision"] == "granted" and decided["data"]["approver"] == "fran"
     assert decided["data"]["approval_id"] == approval["approval_id"]
-    wait_until(lambda: slack_calls(s, "chat.update"), 15, "the Slack message's update")
-    update = slack_calls(s, "chat.update")[-1]
+    wait_until(lambda: slack_calls(notify_setup, "chat.update"), 15, "the Slack message's update")
+    update = slack_calls(notify_setup, "chat.update")[-1]
     assert update["ts"] == "1700000000.000100" and "granted by fran" in update["text"]
 
 
-def test_a_refund_the_agent_waits_on_is_approved_in_slack_and_runs_once(s: Setup) -> None:
+def test_a_refund_the_agent_waits_on_is_approved_in_slack_and_runs_once(
+    notify_setup: Setup,
+) -> None:
     """Issue 27: the agent's ``callgate propose --wait`` waits; fran's signed Approve click
     on the real interaction endpoint approves; the refund runs without resubmission and
     the agent prints ``executed``; one effect, ``audit verify`` true, replay equal."""
-    alice = s.serve.token("alice", "acme", "support")
+    alice = notify_setup.serve.token("alice", "acme", "support")
 
     def approve_in_slack(invocation: str) -> None:
-        answer = slack_click(s, invocation, "U0FRAN")
+        answer = slack_click(notify_setup, invocation, "U0FRAN")
         assert answer.status_code == 200, answer.text
         assert answer.json()["decision"] == "granted" and answer.json()["approver"] == "fran"
 
-    inv = refund_waited_on_runs_once_approved(s.serve, alice, alice, approve_in_slack)
-    assert status(s, inv)["approval"]["approver"] == "fran"
-    again = slack_click(s, inv, "U0FRAN")  # the same click again: decided, nothing more
+    inv = refund_waited_on_runs_once_approved(notify_setup.serve, alice, alice, approve_in_slack)
+    assert status(notify_setup, inv)["approval"]["approver"] == "fran"
+    again = slack_click(notify_setup, inv, "U0FRAN")  # the same click again: decided, nothing more
     assert again.status_code == 409 and again.json()["error"]["code"] == "not_pending"
-    assert len(effects_of(s.serve, inv)) == 1
+    assert len(effects_of(notify_setup.serve, inv)) == 1
 
 
-def test_a_decision_made_while_serve_is_down_is_told_after_it_starts_again(s: Setup) -> None:
+def test_a_decision_made_while_serve_is_down_is_told_after_it_starts_again(
+    notify_setup: Setup,
+) -> None:
     """ADR 0040: the notifier resumes from its stored position: fran approves with the
     command line while no server runs; the restarted server tells the decision, and does
     not tell the item as pending a second time."""
-    inv = propose(s, "alice", ("support",), "ORD-605")
-    wait_until(lambda: webhooks(s.hook, s.hook_secret, "approval.pending", inv), 15, "webhook")
+    inv = propose(notify_setup, "alice", ("support",), "ORD-605")
+    wait_until(
+        lambda: webhooks(notify_setup.hook, notify_setup.hook_secret, "approval.pending", inv),
+        15,
+        "webhook",
+    )
     time.sleep(0.5)  # the position is stored after the poll that told it
-    assert s.serve.stop() == 0, s.serve.log.read_text()
-    fran = s.serve.token("fran", "acme", "finance-approver")
-    approved = value_of(callgate(s.serve, "approve", inv, "--session", fran))
+    assert notify_setup.serve.stop() == 0, notify_setup.serve.log.read_text()
+    fran = notify_setup.serve.token("fran", "acme", "finance-approver")
+    approved = value_of(callgate(notify_setup.serve, "approve", inv, "--session", fran))
     assert approved["invocation_id"] == inv and approved["approval_id"], approved
-    assert webhooks(s.hook, s.hook_secret, "approval.decided", inv) == []
-    s.start_again()
-    wait_until(lambda: webhooks(s.hook, s.hook_secret, "approval.decided", inv), 15, "decided")
-    [decided] = webhooks(s.hook, s.hook_secret, "approval.decided", inv)
+    assert webhooks(notify_setup.hook, notify_setup.hook_secret, "approval.decided", inv) == []
+    notify_setup.start_again()
+    wait_until(
+        lambda: webhooks(notify_setup.hook, notify_setup.hook_secret, "approval.decided", inv),
+        15,
+        "decided",
+    )
+    [decided] = webhooks(notify_setup.hook, notify_setup.hook_secret, "approval.decided", inv)
     assert decided["data"]["decision"] == "granted" and decided["data"]["approver"] == "fran"
     time.sleep(1)
-    assert len(webhooks(s.hook, s.hook_secret, "approval.pending", inv)) == 1  # not again
-    assert len(webhooks(s.hook, s.hook_secret, "approval.decided", inv)) == 1
+    assert (
+        len(webhooks(notify_setup.hook, notify_setup.hook_secret, "approval.pending", inv)) == 1
+    )  # not again
+    assert len(webhooks(notify_setup.hook, notify_setup.hook_secret, "approval.decided", inv)) == 1
 
 
-def test_a_failing_receiver_is_retried_with_backoff_then_dead_lettered(s: Setup) -> None:
-    inv = propose(s, "alice", ("support",), "ORD-603")
+def test_a_failing_receiver_is_retried_with_backoff_then_dead_lettered(notify_setup: Setup) -> None:
+    inv = propose(notify_setup, "alice", ("support",), "ORD-603")
 
     def tries() -> list[dict[str, Any]]:
-        return [r for r in s.broken.seen() if inv in r["body"].decode()]
+        return [r for r in notify_setup.broken.seen() if inv in r["body"].decode()]
 
     wait_until(lambda: len(tries()) == 1 + len(RETRIES), 20, "every attempt")
     attempts = tries()
     for r in attempts:  # each attempt is signed anew, under the same webhook-id
-        assert Webhook(s.broken_secret).verify(r["body"], r["headers"])["type"] == (
+        assert Webhook(notify_setup.broken_secret).verify(r["body"], r["headers"])["type"] == (
             "approval.pending"
         )
         assert r["headers"]["webhook-id"] == f"approval.pending.{inv}"
 
     def dead() -> list[dict[str, Any]]:
-        if not s.dead_letters.exists():
+        if not notify_setup.dead_letters.exists():
             return []
-        lines = s.dead_letters.read_text().splitlines()
+        lines = notify_setup.dead_letters.read_text().splitlines()
         return [d for d in map(json.loads, lines) if d["invocation_id"] == inv]
 
     wait_until(dead, 10, "the dead letter")
     [letter] = dead()
-    assert letter["target"] == f"{s.broken.url}/broken"
+    assert letter["target"] == f"{notify_setup.broken.url}/broken"
     assert letter["attempts"] == 1 + len(RETRIES) and letter["error"] == "DeliveryError: HTTP 500"
     assert letter["message_id"] == f"approval.pending.{inv}"
     time.sleep(sum(RETRIES) + 0.5)
     assert len(tries()) == 1 + len(RETRIES)  # no attempt after the last
     # The healthy endpoint got it once.
-    assert len(webhooks(s.hook, s.hook_secret, "approval.pending", inv)) == 1
+    assert len(webhooks(notify_setup.hook, notify_setup.hook_secret, "approval.pending", inv)) == 1
 
 
-def test_slack_refusals_are_coded_and_approve_nothing(s: Setup) -> None:
-    inv = propose(s, "sue", ("support", "finance-approver"), "ORD-602")
+def test_slack_refusals_are_coded_and_approve_nothing(notify_setup: Setup) -> None:
+    inv = propose(notify_setup, "sue", ("support", "finance-approver"), "ORD-602")
     refusals = {
-        "bad signature": (slack_click(s, inv, "U0FRAN", signing_secret="x" * 32), 401),
-        "old timestamp": (slack_click(s, inv, "U0FRAN", age_s=600), 401),
-        "unmapped user": (slack_click(s, inv, "U0NOBODY"), 403),
-        "another team": (slack_click(s, inv, "U0FRAN", team="T0EVIL"), 403),
-        "the actor herself": (slack_click(s, inv, "U0SUE"), 403),
-        "no approver role": (slack_click(s, inv, "U0ALICE"), 403),
+        "bad signature": (slack_click(notify_setup, inv, "U0FRAN", signing_secret="x" * 32), 401),
+        "old timestamp": (slack_click(notify_setup, inv, "U0FRAN", age_s=600), 401),
+        "unmapped user": (slack_click(notify_setup, inv, "U0NOBODY"), 403),
+        "another team": (slack_click(notify_setup, inv, "U0FRAN", team="T0EVIL"), 403),
+        "the actor herself": (slack_click(notify_setup, inv, "U0SUE"), 403),
+        "no approver role": (slack_click(notify_setup, inv, "U0ALICE"), 403),
     }
     codes = {}
     for what, (answer, expected) in refusals.items():
@@ -418,22 +444,28 @@ def test_slack_refusals_are_coded_and_approve_nothing(s: Setup) -> None:
         "the actor herself": "approver_forbidden",
         "no approver role": "approver_forbidden",
     }
-    assert status(s, inv)["approval"]["state"] == "pending"  # nothing was approved
-    assert effects_of(s.serve, inv) == []  # nothing executed
+    assert status(notify_setup, inv)["approval"]["state"] == "pending"  # nothing was approved
+    assert effects_of(notify_setup.serve, inv) == []  # nothing executed
 
-    denied = slack_click(s, inv, "U0FRAN", "callgate_deny")
+    denied = slack_click(notify_setup, inv, "U0FRAN", "callgate_deny")
     assert denied.status_code == 200 and denied.json()["decision"] == "denied"
-    assert status(s, inv)["approval"]["state"] == "denied"
-    wait_until(lambda: webhooks(s.hook, s.hook_secret, "approval.decided", inv), 15, "decided")
-    [decided] = webhooks(s.hook, s.hook_secret, "approval.decided", inv)
+    assert status(notify_setup, inv)["approval"]["state"] == "denied"
+    wait_until(
+        lambda: webhooks(notify_setup.hook, notify_setup.hook_secret, "approval.decided", inv),
+        15,
+        "decided",
+    )
+    [decided] = webhooks(notify_setup.hook, notify_setup.hook_secret, "approval.decided", inv)
     assert decided["data"]["decision"] == "denied" and decided["data"]["approver"] == "fran"
 
 
-def test_hostile_interaction_bodies_are_refused_with_a_code_and_approve_nothing(s: Setup) -> None:
+def test_hostile_interaction_bodies_are_refused_with_a_code_and_approve_nothing(
+    notify_setup: Setup,
+) -> None:
     """Signed as Slack signs, so that the reader, not the signature, refuses: each hostile
     class in the ``payload`` JSON, a repeated form field (which one would Slack have
     meant?) and a form that is not UTF-8 get a coded refusal; nothing is approved."""
-    inv = propose(s, "alice", ("support",), "ORD-604")
+    inv = propose(notify_setup, "alice", ("support",), "ORD-604")
     click = click_payload(inv, "U0FRAN", "callgate_approve", TEAM)
     bodies = {
         name: (b"payload=" + quote_from_bytes(json_body).encode(), status, code)
@@ -448,10 +480,10 @@ def test_hostile_interaction_bodies_are_refused_with_a_code_and_approve_nothing(
     )
     bodies["a raw byte that is not UTF-8"] = (b"payload=\xff", 422, "invalid_request")
     for what, (body, expected, code) in bodies.items():
-        answer = slack_post(s, body)
+        answer = slack_post(notify_setup, body)
         assert answer.status_code == expected, (what, answer.text)
         assert answer.json()["error"]["code"] == code, (what, answer.text)
         assert "Traceback" not in answer.text
-    assert status(s, inv)["approval"]["state"] == "pending"  # nothing was decided
-    assert effects_of(s.serve, inv) == []  # nothing executed
-    assert "Traceback" not in s.serve.log.read_text()
+    assert status(notify_setup, inv)["approval"]["state"] == "pending"  # nothing was decided
+    assert effects_of(notify_setup.serve, inv) == []  # nothing executed
+    assert "Traceback" not in notify_setup.serve.log.read_text()

@@ -32,7 +32,7 @@ __all__ = [
 
 
 @pytest.fixture(scope="module")
-def s(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+def notify_setup(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     root = tmp_path_factory.mktemp("notify-kafka")
     dep = Deployment(kafka_bootstrap, unique_prefix("notify"), root / "state")
     setup = Setup(root, env=dep.env(), state_dir=dep.state_dir)

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from callgate.adapters.embedded.store import DB_FILE
+from callgate.application.replay import replay
 from callgate.bootstrap import Settings
 from callgate.domain.codes import Rejection
 from callgate.domain.identity import token_digest
-from callgate.ops.replay import replay
 from callgate.surfaces.sdk import Gateway, connect
 
 REFUND = {"order_id": "ORD-42", "amount_cents": 5000, "currency": "EUR"}

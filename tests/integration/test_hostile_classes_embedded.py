@@ -24,34 +24,36 @@ from callgate.surfaces.sdk import Gateway, connect
 
 
 @pytest.fixture
-def gate(tmp_path: Path) -> Iterator[Gateway]:
+def embedded_gateway(tmp_path: Path) -> Iterator[Gateway]:
     gateway = connect(Settings(state_dir=tmp_path / "state", dev=True))
     yield gateway
     gateway.close()
 
 
-def dead_letters(gate: Gateway) -> list[ev.EventDeadLettered]:
-    backend = gate.backend
+def dead_letters(embedded_gateway: Gateway) -> list[ev.EventDeadLettered]:
+    backend = embedded_gateway.backend
     assert isinstance(backend, EmbeddedBackend)
     rows = backend.store.read_log("dead-letter")
     decoded = [backend.codec.decode(row.payload) for row in rows]
     return [d for d in decoded if isinstance(d, ev.EventDeadLettered)]
 
 
-def test_poison_values_get_a_code_and_the_partition_moves_on(gate: Gateway) -> None:
-    poison_scenario(gate, lambda: dead_letters(gate))
+def test_poison_values_get_a_code_and_the_partition_moves_on(embedded_gateway: Gateway) -> None:
+    poison_scenario(embedded_gateway, lambda: dead_letters(embedded_gateway))
 
 
-def test_another_tenant_cannot_overwrite_or_block_an_invocation(gate: Gateway) -> None:
-    cross_tenant_scenario(gate, lambda: dead_letters(gate))
+def test_another_tenant_cannot_overwrite_or_block_an_invocation(embedded_gateway: Gateway) -> None:
+    cross_tenant_scenario(embedded_gateway, lambda: dead_letters(embedded_gateway))
 
 
-def test_the_actor_cannot_approve_their_own_call_under_another_spelling(gate: Gateway) -> None:
-    self_approval_scenario(gate)
+def test_the_actor_cannot_approve_their_own_call_under_another_spelling(
+    embedded_gateway: Gateway,
+) -> None:
+    self_approval_scenario(embedded_gateway)
 
 
-def test_the_sdk_refuses_arguments_over_the_limits_with_a_code(gate: Gateway) -> None:
-    limits_scenario(gate)
+def test_the_sdk_refuses_arguments_over_the_limits_with_a_code(embedded_gateway: Gateway) -> None:
+    limits_scenario(embedded_gateway)
 
 
 HOSTILE_CLI_ARGS = {
@@ -91,9 +93,11 @@ def test_command_line_reads_take_a_session_and_show_only_its_tenant(tmp_path: Pa
     assert len(run(state, "audit", "--session", ops(state)).value) == 1  # the operator role
 
 
-def test_other_spellings_of_tenant_and_role_get_nothing(gate: Gateway) -> None:
-    spelled_identity_scenario(gate)
+def test_other_spellings_of_tenant_and_role_get_nothing(embedded_gateway: Gateway) -> None:
+    spelled_identity_scenario(embedded_gateway)
 
 
-def test_unreadable_arguments_in_a_record_are_dead_lettered_never_decided(gate: Gateway) -> None:
-    strict_record_scenario(gate, lambda: dead_letters(gate))
+def test_unreadable_arguments_in_a_record_are_dead_lettered_never_decided(
+    embedded_gateway: Gateway,
+) -> None:
+    strict_record_scenario(embedded_gateway, lambda: dead_letters(embedded_gateway))

@@ -7,8 +7,6 @@ serve's children get a 6 s session timeout (``FAST_GROUP_SETTINGS``): a shorter 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from tests.hostile_scenarios import (
     cross_tenant_scenario,
@@ -18,7 +16,7 @@ from tests.hostile_scenarios import (
     spelled_identity_scenario,
     strict_record_scenario,
 )
-from tests.kafka_support import Deployment, KafkaServe, unique_prefix
+from tests.kafka_support import Deployment, DeploymentSpec
 
 from callgate.domain import events as ev
 from callgate.surfaces.sdk import Gateway
@@ -26,58 +24,44 @@ from callgate.surfaces.sdk import Gateway
 pytestmark = pytest.mark.kafka
 
 
-@pytest.fixture(scope="module")
-def dep(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Deployment:
-    state = tmp_path_factory.mktemp("kafka-hostile") / "state"
-    return Deployment(kafka_bootstrap, unique_prefix("hostile"), state)
+KAFKA_DEPLOYMENT = DeploymentSpec("hostile")
 
 
-@pytest.fixture(scope="module")
-def gate(dep: Deployment) -> Iterator[Gateway]:
-    server = KafkaServe(dep, dep.state_dir.parent / "serve.log")
-    try:
-        server.wait_ready()
-        gateway = dep.connect()
-        try:
-            yield gateway
-        finally:
-            gateway.close()
-    finally:
-        code = server.stop()
-    assert code == 0, server.log.read_text()
-
-
-def dead_letters(dep: Deployment) -> list[ev.EventDeadLettered]:
-    return [e for _, e in dep.events("dead-letter") if isinstance(e, ev.EventDeadLettered)]
+def dead_letters(kafka_deployment: Deployment) -> list[ev.EventDeadLettered]:
+    return [
+        e for _, e in kafka_deployment.events("dead-letter") if isinstance(e, ev.EventDeadLettered)
+    ]
 
 
 def test_poison_values_get_a_code_and_the_partition_moves_on(
-    dep: Deployment, gate: Gateway
+    kafka_deployment: Deployment, kafka_gateway: Gateway
 ) -> None:
-    poison_scenario(gate, lambda: dead_letters(dep))
+    poison_scenario(kafka_gateway, lambda: dead_letters(kafka_deployment))
 
 
 def test_another_tenant_cannot_overwrite_or_block_an_invocation(
-    dep: Deployment, gate: Gateway
+    kafka_deployment: Deployment, kafka_gateway: Gateway
 ) -> None:
-    cross_tenant_scenario(gate, lambda: dead_letters(dep))
+    cross_tenant_scenario(kafka_gateway, lambda: dead_letters(kafka_deployment))
 
 
-def test_the_actor_cannot_approve_their_own_call_under_another_spelling(gate: Gateway) -> None:
-    self_approval_scenario(gate)
+def test_the_actor_cannot_approve_their_own_call_under_another_spelling(
+    kafka_gateway: Gateway,
+) -> None:
+    self_approval_scenario(kafka_gateway)
 
 
-def test_the_sdk_refuses_arguments_over_the_limits_with_a_code(gate: Gateway) -> None:
+def test_the_sdk_refuses_arguments_over_the_limits_with_a_code(kafka_gateway: Gateway) -> None:
     """Oversized arguments included: refused with ``invalid_arguments`` before producing,
     never by the client library's raw exception."""
-    limits_scenario(gate)
+    limits_scenario(kafka_gateway)
 
 
-def test_other_spellings_of_tenant_and_role_get_nothing(gate: Gateway) -> None:
-    spelled_identity_scenario(gate)
+def test_other_spellings_of_tenant_and_role_get_nothing(kafka_gateway: Gateway) -> None:
+    spelled_identity_scenario(kafka_gateway)
 
 
 def test_unreadable_arguments_in_a_record_are_dead_lettered_never_decided(
-    dep: Deployment, gate: Gateway
+    kafka_deployment: Deployment, kafka_gateway: Gateway
 ) -> None:
-    strict_record_scenario(gate, lambda: dead_letters(dep))
+    strict_record_scenario(kafka_gateway, lambda: dead_letters(kafka_deployment))

@@ -35,10 +35,10 @@ from tests.harness import T0, write_profile
 
 from callgate.adapters.avro_codec import MARKER, AvroCodec
 from callgate.adapters.embedded.backend import EmbeddedBackend
+from callgate.application.replay import replay
 from callgate.bootstrap import Settings, bootstrap
 from callgate.domain import events as ev
 from callgate.domain.codes import Code, Rejection
-from callgate.ops.replay import replay
 from callgate.surfaces.sdk import Gateway, connect
 
 

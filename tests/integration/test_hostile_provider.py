@@ -53,7 +53,7 @@ class Hostile(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Gateway]:
+def hostile_provider_gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Gateway]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Hostile)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -69,26 +69,36 @@ def gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Gateway]:
         server.server_close()
 
 
-def test_unrecordable_answers_are_coded_outcomes_and_nothing_stalls(gate: Gateway) -> None:
-    alice = gate.app.session_issuer.issue("alice", "acme", ["support"], gate.app.clock())
+def test_unrecordable_answers_are_coded_outcomes_and_nothing_stalls(
+    hostile_provider_gateway: Gateway,
+) -> None:
+    alice = hostile_provider_gateway.app.session_issuer.issue(
+        "alice", "acme", ["support"], hostile_provider_gateway.app.clock()
+    )
 
     # describe: the attributes cannot be recorded in the decision, so nobody owns it.
-    read = gate.propose(alice, "crm.read", {"contact_id": "C-1"}, timeout_s=20)
+    read = hostile_provider_gateway.propose(alice, "crm.read", {"contact_id": "C-1"}, timeout_s=20)
     assert read["outcome"] == "tool_forbidden", read
     assert "provider answer unusable" in json.dumps(read), read
 
     # dry-run (C-2 is described soundly): no snapshot to confirm, so no approval either.
     update = {"contact_id": "C-2", "fields": {"tier": "gold"}}
-    dry = gate.propose(alice, "crm.update", update, "u-1", timeout_s=20)
+    dry = hostile_provider_gateway.propose(alice, "crm.update", update, "u-1", timeout_s=20)
     assert dry["outcome"] == "execution_failed", dry  # what a failed dry-run answers
     assert "provider answer unusable" in json.dumps(dry), dry
 
     # execute: the effect may exist; uncertain, then the retry's lookup answers the same.
-    create = gate.propose(alice, "crm.create", {"name": "Ada"}, "c-1", timeout_s=20)
+    create = hostile_provider_gateway.propose(
+        alice, "crm.create", {"name": "Ada"}, "c-1", timeout_s=20
+    )
     assert create["outcome"] == "outcome_uncertain", create
-    again = gate.propose(alice, "crm.create", {"name": "Ada"}, "c-1", timeout_s=20)
+    again = hostile_provider_gateway.propose(
+        alice, "crm.create", {"name": "Ada"}, "c-1", timeout_s=20
+    )
     assert again["outcome"] == "outcome_uncertain", again
 
     # The same executor still decides and runs the next call of another provider.
-    ticket = gate.propose(alice, "tickets.read", {"ticket_id": "T-77"}, timeout_s=20)
+    ticket = hostile_provider_gateway.propose(
+        alice, "tickets.read", {"ticket_id": "T-77"}, timeout_s=20
+    )
     assert ticket["outcome"] == "executed", ticket

@@ -77,7 +77,7 @@ def crm_profile(folder: Path, base_url: str) -> Path:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[ReferenceServer]:
+def reference_provider(tmp_path: Path) -> Iterator[ReferenceServer]:
     started = ReferenceServer(CREDENTIAL, tmp_path / "provider.log")
     try:
         yield started
@@ -86,11 +86,11 @@ def server(tmp_path: Path) -> Iterator[ReferenceServer]:
 
 
 @pytest.fixture
-def gate(
-    tmp_path: Path, server: ReferenceServer, monkeypatch: pytest.MonkeyPatch
+def reference_provider_gateway(
+    tmp_path: Path, reference_provider: ReferenceServer, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Gateway]:
     monkeypatch.setenv("CRM_TOKEN", CREDENTIAL)
-    profile = crm_profile(tmp_path / "profile", server.url)
+    profile = crm_profile(tmp_path / "profile", reference_provider.url)
     g = connect(Settings(state_dir=tmp_path / "state", profile=profile, dev=True))
     try:
         yield g
@@ -99,68 +99,79 @@ def gate(
 
 
 def test_the_whole_lifecycle_against_the_reference_server(
-    gate: Gateway, server: ReferenceServer
+    reference_provider_gateway: Gateway, reference_provider: ReferenceServer
 ) -> None:
     ada = {"id": "C-1", "tenant": "acme", "attributes": {"name": "Ada", "tier": "gold"}}
-    server.control("POST", "resources", ada)
-    alice = gate.app.session_issuer.issue("alice", "acme", ["support"], gate.app.clock())
+    reference_provider.control("POST", "resources", ada)
+    alice = reference_provider_gateway.app.session_issuer.issue(
+        "alice", "acme", ["support"], reference_provider_gateway.app.clock()
+    )
 
-    read = gate.propose(alice, "crm.read", {"contact_id": "C-1"})
+    read = reference_provider_gateway.propose(alice, "crm.read", {"contact_id": "C-1"})
     assert read["outcome"] == "executed", read
     assert read["result"] == {"id": "C-1", "name": "Ada", "tier": "gold"}
 
     # Dry-run (C5): what the owner confirms comes from the provider.
     update = {"contact_id": "C-1", "fields": {"tier": "platinum"}}
-    first = gate.propose(alice, "crm.update", update, idempotency_key="u-1")
+    first = reference_provider_gateway.propose(alice, "crm.update", update, idempotency_key="u-1")
     assert first["outcome"] == "approval_required", first
     assert first["dry_run"]["current"] == {"name": "Ada", "tier": "gold"}
     assert first["dry_run"]["changes"] == {"tier": "platinum"}
-    approval = gate.approve(first["invocation_id"], alice)
+    approval = reference_provider_gateway.approve(first["invocation_id"], alice)
     assert approval["outcome"] == "executed", approval  # the approved call ran (ADR 0029)
-    done = gate.wait(first["invocation_id"], alice)
+    done = reference_provider_gateway.wait(first["invocation_id"], alice)
     assert done["outcome"] == "executed", done
     assert done["result"]["tier"] == "platinum"
     # Replay (C8): the stored result, no second request to the provider.
-    again = gate.propose(alice, "crm.update", update, idempotency_key="u-1")
+    again = reference_provider_gateway.propose(alice, "crm.update", update, idempotency_key="u-1")
     assert again["outcome"] == "replayed" and again["result"] == done["result"]
-    seen = server.control("GET", "effects")
+    seen = reference_provider.control("GET", "effects")
     [effect] = seen["effects"]  # the read applied nothing
     assert effect["tool"] == "crm.update"
     assert seen["execute_requests"][effect["token"]] == 1
 
     # Timeout after the effect was applied (C12): uncertain, then reconciled, one effect.
-    server.control("POST", "faults", {"delay_after_apply_s": 2.5, "times": 1})
-    created = gate.propose(alice, "crm.create", {"name": "Grace"}, idempotency_key="c-1")
+    reference_provider.control("POST", "faults", {"delay_after_apply_s": 2.5, "times": 1})
+    created = reference_provider_gateway.propose(
+        alice, "crm.create", {"name": "Grace"}, idempotency_key="c-1"
+    )
     assert created["outcome"] == "outcome_uncertain", created
-    retry = gate.propose(alice, "crm.create", {"name": "Grace"}, idempotency_key="c-1")
+    retry = reference_provider_gateway.propose(
+        alice, "crm.create", {"name": "Grace"}, idempotency_key="c-1"
+    )
     assert retry["outcome"] == "replayed", retry
     assert retry["result"]["name"] == "Grace" and retry["result"]["id"].startswith("R-")
-    status = gate.status(created["invocation_id"], alice)
+    status = reference_provider_gateway.status(created["invocation_id"], alice)
     assert status is not None and status["outcome"] == "executed"
-    seen = server.control("GET", "effects")
+    seen = reference_provider.control("GET", "effects")
     creates = [e for e in seen["effects"] if e["tool"] == "crm.create"]
     assert len(creates) == 1 and creates[0]["result"] == retry["result"]
     assert seen["execute_requests"][creates[0]["token"]] == 1  # never a blind second execute
 
     # Ownership from the provider (C7): the created contact is the creator's tenant's.
     new_id = retry["result"]["id"]
-    assert gate.propose(alice, "crm.read", {"contact_id": new_id})["outcome"] == "executed"
-    gina = gate.app.session_issuer.issue("gina", "globex", ["support"], gate.app.clock())
-    theirs = gate.propose(gina, "crm.read", {"contact_id": "C-1"})
+    assert (
+        reference_provider_gateway.propose(alice, "crm.read", {"contact_id": new_id})["outcome"]
+        == "executed"
+    )
+    gina = reference_provider_gateway.app.session_issuer.issue(
+        "gina", "globex", ["support"], reference_provider_gateway.app.clock()
+    )
+    theirs = reference_provider_gateway.propose(gina, "crm.read", {"contact_id": "C-1"})
     assert theirs["outcome"] == "tool_forbidden", theirs
     vip = {"id": "C-2", "tenant": "acme", "attributes": {"name": "Bo", "vip": True}}
-    server.control("POST", "resources", vip)
-    refused = gate.propose(alice, "crm.read", {"contact_id": "C-2"})
+    reference_provider.control("POST", "resources", vip)
+    refused = reference_provider_gateway.propose(alice, "crm.read", {"contact_id": "C-2"})
     assert refused["outcome"] == "tool_forbidden", refused
-    [record] = gate.audit(refused["invocation_id"], session=alice)
+    [record] = reference_provider_gateway.audit(refused["invocation_id"], session=alice)
     assert record["authorized_by"]["determining_policies"] == ["vip-contacts-need-admin"]
 
 
 def test_a_wrong_credential_is_a_definite_failure(
-    tmp_path: Path, server: ReferenceServer, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, reference_provider: ReferenceServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CRM_TOKEN", "not-the-credential")
-    profile = crm_profile(tmp_path / "profile", server.url)
+    profile = crm_profile(tmp_path / "profile", reference_provider.url)
     g = connect(Settings(state_dir=tmp_path / "state", profile=profile, dev=True))
     try:
         alice = g.app.session_issuer.issue("alice", "acme", ["support"], g.app.clock())
@@ -169,4 +180,4 @@ def test_a_wrong_credential_is_a_definite_failure(
         assert "HTTP 401" in answer["error"]["message"]
     finally:
         g.close()
-    assert server.control("GET", "effects")["effects"] == []
+    assert reference_provider.control("GET", "effects")["effects"] == []

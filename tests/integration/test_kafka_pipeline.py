@@ -17,7 +17,6 @@ import random
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -30,12 +29,12 @@ from tests.kafka_support import (
     REFUND,
     Broker,
     Deployment,
+    DeploymentSpec,
     KafkaServe,
     committed_offsets,
     lifecycle_scenario,
     operator,
     token,
-    unique_prefix,
     v1_scenario,
     v2_scenario,
     wait_for,
@@ -43,10 +42,10 @@ from tests.kafka_support import (
 
 from callgate.adapters.kafka.client import make_producer, publish
 from callgate.adapters.kafka.state import HEADER_TXN, read_committed_changelog
+from callgate.application.replay import replay
 from callgate.domain import events as ev
 from callgate.domain.canonical import partition_key
 from callgate.domain.scope import bound_id
-from callgate.ops.replay import replay
 from callgate.surfaces.sdk import Gateway
 from callgate_projections.audit import verify_chain
 
@@ -57,62 +56,41 @@ DECISIONS = {"PolicyDecided", "ProposalRejected"}
 ONCE = (*DECISIONS, "ApprovalRequested", "DryRunRequested", "ExecutionSucceeded", "ReplayServed")
 
 
-@pytest.fixture(scope="module")
-def dep(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Deployment:
-    root = tmp_path_factory.mktemp("kafka-pipeline")
-    # The agent resubmits after an approval here (C4, C8, C11, V2: ADR 0029).
-    profile = write_profile(root / "profile")
-    return Deployment(kafka_bootstrap, unique_prefix("pipeline"), root / "state", profile)
+# The agent resubmits after an approval here (C4, C8, C11, V2: ADR 0029).
+KAFKA_DEPLOYMENT = DeploymentSpec("pipeline", profile=lambda root: write_profile(root / "profile"))
 
 
-@pytest.fixture(scope="module")
-def serve(dep: Deployment) -> Iterator[KafkaServe]:
-    server = KafkaServe(dep, dep.state_dir.parent / "serve.log")
-    try:
-        server.wait_ready()
-        yield server
-    finally:
-        code = server.stop()
-    assert code == 0, server.log.read_text()
-
-
-@pytest.fixture(scope="module")
-def gate(dep: Deployment, serve: KafkaServe) -> Iterator[Gateway]:
-    gateway = dep.connect()
-    yield gateway
-    gateway.close()
-
-
-# --- the lifecycle, V1, V2 (the scenarios live in kafka_support: Apache Kafka runs them too) ---
-
-
-def test_lifecycle_read_approve_confirm_replay(dep: Deployment, gate: Gateway) -> None:
+def test_lifecycle_read_approve_confirm_replay(
+    kafka_deployment: Deployment, kafka_gateway: Gateway
+) -> None:
     """C2, C4, C5, C8, C9, C11 (``lifecycle_scenario``)."""
-    lifecycle_scenario(dep, gate)
+    lifecycle_scenario(kafka_deployment, kafka_gateway)
 
 
-def test_v1_model_supplied_requester_is_identity_spoof(dep: Deployment, gate: Gateway) -> None:
+def test_v1_model_supplied_requester_is_identity_spoof(
+    kafka_deployment: Deployment, kafka_gateway: Gateway
+) -> None:
     """V1 / C6 (``v1_scenario``)."""
-    v1_scenario(dep, gate)
+    v1_scenario(kafka_deployment, kafka_gateway)
 
 
 def test_v2_swapped_arguments_are_approval_mismatch_and_one_effect(
-    dep: Deployment, gate: Gateway
+    kafka_deployment: Deployment, kafka_gateway: Gateway
 ) -> None:
     """V2 / C8, C11 (``v2_scenario``)."""
-    v2_scenario(dep, gate)
+    v2_scenario(kafka_deployment, kafka_gateway)
 
 
 # --- poison --------------------------------------------------------------------------------------
 
 
 def test_poison_is_dead_lettered_and_later_proposals_are_decided(
-    dep: Deployment, gate: Gateway
+    kafka_deployment: Deployment, kafka_gateway: Gateway
 ) -> None:
     """``malformed_event``: random bytes, and a service event (``ExecutionRequested``)
     injected through ``requests``, are dead-lettered with reason and original bytes; no
     provider runs it; proposals after them on every partition are still decided."""
-    requests = dep.topics.physical("requests")
+    requests = kafka_deployment.topics.physical("requests")
     garbage = random.Random(3).randbytes(64)
     forged = ev.ExecutionRequested(
         event_id=f"forged-{uuid.uuid4()}", invocation_id=f"forged-{uuid.uuid4()}",
@@ -126,7 +104,7 @@ def test_poison_is_dead_lettered_and_later_proposals_are_decided(
         assert err is None, err
         sent[(msg.partition(), msg.offset())] = msg.value()
 
-    producer = make_producer(dep.bootstrap)
+    producer = make_producer(kafka_deployment.bootstrap)
     for p in range(PARTITIONS):  # poison at the head of every partition
         producer.produce(requests, key=b"poison", value=garbage, partition=p, on_delivery=delivered)
         producer.produce(
@@ -134,26 +112,32 @@ def test_poison_is_dead_lettered_and_later_proposals_are_decided(
             on_delivery=delivered,
         )  # fmt: skip
     assert producer.flush(30) == 0 and len(sent) == 2 * PARTITIONS
-    before = gate.effects()
+    before = kafka_gateway.effects()
 
     # Later proposals, until every partition has one behind its poison.
-    alice = token(gate, "alice", "acme", "support")
+    alice = token(kafka_gateway, "alice", "acme", "support")
     later: dict[str, int] = {}
     while len(set(later.values())) < PARTITIONS and len(later) < 60:
         inv = bound_id(alice, uuid.uuid4().hex)  # as the SDK binds it (domain/scope.py)
         proposal = ev.ToolCallProposed(
             event_id=f"evt-{inv}", invocation_id=inv, partition_key=partition_key("", None, inv),
-            occurred_at=gate.app.clock(), producer="test", session_token=alice,
+            occurred_at=kafka_gateway.app.clock(), producer="test", session_token=alice,
             tool="tickets.read", args_json='{"ticket_id": "T-5"}',
         )  # fmt: skip
-        [(_, partition, _)] = publish(producer, CODEC, dep.topics, [proposal])
+        [(_, partition, _)] = publish(producer, CODEC, kafka_deployment.topics, [proposal])
         later[inv] = partition
     assert set(later.values()) == set(range(PARTITIONS))
-    settled = lambda: all((gate.status(inv, operator(gate)) or {}).get("settled") for inv in later)  # noqa: E731
-    assert gate.backend.wait(settled, 60), "proposals behind the poison were not decided"
-    assert {gate.answer(inv)["outcome"] for inv in later} == {"executed"}
 
-    letters = [e for _, e in dep.events("dead-letter") if isinstance(e, ev.EventDeadLettered)]
+    def settled() -> bool:
+        gate = kafka_gateway
+        return all((gate.status(inv, operator(gate)) or {}).get("settled") for inv in later)
+
+    assert kafka_gateway.backend.wait(settled, 60), "proposals behind the poison were not decided"
+    assert {kafka_gateway.answer(inv)["outcome"] for inv in later} == {"executed"}
+
+    letters = [
+        e for _, e in kafka_deployment.events("dead-letter") if isinstance(e, ev.EventDeadLettered)
+    ]
     by_source = {(d.source_partition, d.source_offset): d for d in letters}
     for where, raw in sent.items():
         letter = by_source.get(where)
@@ -164,26 +148,31 @@ def test_poison_is_dead_lettered_and_later_proposals_are_decided(
             assert "marker" in letter.reason, letter.reason
         else:
             assert "ExecutionRequested does not belong on topic requests" in letter.reason
-    assert gate.effects() == before  # the forged execution never reached a provider
-    assert gate.status(forged.invocation_id, operator(gate)) is None
+    assert kafka_gateway.effects() == before  # the forged execution never reached a provider
+    assert kafka_gateway.status(forged.invocation_id, operator(kafka_gateway)) is None
 
 
 # --- kill -9 of the decider mid-stream ---------------------------------------------------------
 
 
-def decider_positions(dep: Deployment) -> dict[int, int]:
+def decider_positions(kafka_deployment: Deployment) -> dict[int, int]:
     """The decider's committed offsets on ``requests``, per partition."""
-    group, requests = dep.topics.group("invocations"), dep.topics.physical("requests")
-    return committed_offsets(dep.bootstrap, group, requests, PARTITIONS)
+    group, requests = (
+        kafka_deployment.topics.group("invocations"),
+        kafka_deployment.topics.physical("requests"),
+    )
+    return committed_offsets(kafka_deployment.bootstrap, group, requests, PARTITIONS)
 
 
 class Stream:
     """Publishes slices of the plan, never waiting for decisions; tracks the log ends."""
 
-    def __init__(self, dep: Deployment, gate: Gateway, plan: list[Planned]) -> None:
-        self.producer = make_producer(dep.bootstrap)
-        self.topics = dep.topics
-        self.clock = gate.app.clock
+    def __init__(
+        self, kafka_deployment: Deployment, kafka_gateway: Gateway, plan: list[Planned]
+    ) -> None:
+        self.producer = make_producer(kafka_deployment.bootstrap)
+        self.topics = kafka_deployment.topics
+        self.clock = kafka_gateway.app.clock
         self.plan = plan
         self.sent = 0
         self.ends: dict[int, int] = {}  # partition -> one past the last published offset
@@ -197,7 +186,10 @@ class Stream:
 
 
 def test_sigkill_the_decider_mid_stream_settles_everything_exactly_once(
-    dep: Deployment, serve: KafkaServe, gate: Gateway, kafka_broker: Broker
+    kafka_deployment: Deployment,
+    kafka_serve: KafkaServe,
+    kafka_gateway: Gateway,
+    kafka_broker: Broker,
 ) -> None:
     """SIGKILL the decider child three times while 540 proposals flow; serve's supervisor
     restarts it, the new child fences
@@ -205,26 +197,26 @@ def test_sigkill_the_decider_mid_stream_settles_everything_exactly_once(
     proposal settles once with the outcome it would have had anyway, every ticket exists
     exactly once, no invocation is decided twice."""
     rng = random.Random(0xDEC1DE)
-    alice = token(gate, "alice", "acme", "support")
-    gina = token(gate, "gina", "globex", "support")
+    alice = token(kafka_gateway, "alice", "acme", "support")
+    gina = token(kafka_gateway, "gina", "globex", "support")
     tag = f"kill-{uuid.uuid4().hex[:6]}"
     plan = make_plan(rng, alice, gina, 540, tag, keyed_deploys=True)
     ids = {p.invocation_id for p in plan}
     by_id = {p.invocation_id: p for p in plan}
-    effects_before = {e["seq"] for e in gate.effects()}
+    effects_before = {e["seq"] for e in kafka_gateway.effects()}
 
     # Per kill: a few proposals until the (restarted) decider commits again, then a burst,
     # and the kill lands a random moment later, while the burst is being decided. What
     # is left flows in while the last replacement is still joining its group.
-    stream = Stream(dep, gate, plan)
+    stream = Stream(kafka_deployment, kafka_gateway, plan)
     kills: list[tuple[dict[int, int], dict[int, int]]] = []  # (committed, published)
     for _ in range(3):
-        before = decider_positions(dep)
+        before = decider_positions(kafka_deployment)
         deadline, trickled = time.monotonic() + 120, 0
-        while decider_positions(dep) == before:
+        while decider_positions(kafka_deployment) == before:
             assert time.monotonic() < deadline, (
                 f"the decider made no progress in 120 s after {len(kills)} kill(s); "
-                f"serve's log ends:\n{serve.log.read_text()[-4000:]}"
+                f"serve's log ends:\n{kafka_serve.log.read_text()[-4000:]}"
             )
             if trickled < 30:
                 stream.publish(1)
@@ -233,36 +225,38 @@ def test_sigkill_the_decider_mid_stream_settles_everything_exactly_once(
         stream.publish(150)
         time.sleep(rng.uniform(0.0, 0.1))  # the decider commits such a burst after 0.1-0.2 s
         published = dict(stream.ends)
-        serve.kill_worker("invocations")
-        kills.append((decider_positions(dep), published))
+        kafka_serve.kill_worker("invocations")
+        kills.append((decider_positions(kafka_deployment), published))
     stream.publish(len(plan))
     assert stream.sent == len(plan)
 
     def settled() -> int:
-        rows = gate.backend.view_items("status")
+        rows = kafka_gateway.backend.view_items("status")
         return sum(bool(value.get("settled")) for key, value in rows if key in ids)
 
     try:
         wait_for(lambda: settled() == len(ids), 120, f"all {len(ids)} proposals to settle", 0.5)
     except AssertionError:
-        raise AssertionError(unsettled_report(dep, gate, plan)) from None
+        raise AssertionError(unsettled_report(kafka_deployment, kafka_gateway, plan)) from None
     mid_stream = [any(c.get(p, 0) < end for p, end in pub.items()) for c, pub in kills]
     assert any(mid_stream), f"every kill landed with nothing in flight: {kills}"
 
     # Every proposal: one settled status, with the outcome it would have had anyway.
     for p in plan:
-        status = gate.status(p.invocation_id, operator(gate))
+        status = kafka_gateway.status(p.invocation_id, operator(kafka_gateway))
         assert status is not None and status["settled"] is True, (p, status)
         assert status["outcome"] == p.expect, (p, status)
 
     # C9: exactly one audit record per invocation, with its outcome.
-    audit = [r for r in gate.audit(session=operator(gate)) if r["invocation_id"] in ids]
+    audit = [
+        r for r in kafka_gateway.audit(session=operator(kafka_gateway)) if r["invocation_id"] in ids
+    ]
     per_invocation = Counter(r["invocation_id"] for r in audit)
     assert set(per_invocation) == ids and set(per_invocation.values()) == {1}
     assert all(r["outcome"] == by_id[r["invocation_id"]].expect for r in audit)
 
     # C12: every ticket that executed exists exactly once; nothing else ran.
-    effects = [e for e in gate.effects() if e["seq"] not in effects_before]
+    effects = [e for e in kafka_gateway.effects() if e["seq"] not in effects_before]
     assert {e["tool"] for e in effects} == {"tickets.create"}, effects
     per_call = Counter(e["invocation_id"] for e in effects)
     assert not {i: n for i, n in per_call.items() if n > 1}, "a call ran twice"
@@ -274,27 +268,29 @@ def test_sigkill_the_decider_mid_stream_settles_everything_exactly_once(
     assert set(per_key.values()) == {1}
     assert set(Counter(e["token"] for e in effects).values()) == {1}
 
-    leftovers = assert_no_second_decision(dep, ids)
+    leftovers = assert_no_second_decision(kafka_deployment, ids)
     print(f"decider kills (committed, published): {kills}; aborted leftovers seen: {leftovers}")
     assert leftovers == 0  # read_committed hides the killed decider's open transaction
 
     # Replays serve the original result (C8); the approval UI sees every refund once.
     first_result = {
-        (p.tenant, p.key): (gate.status(p.invocation_id, operator(gate)) or {})["result"]
+        (p.tenant, p.key): (kafka_gateway.status(p.invocation_id, operator(kafka_gateway)) or {})[
+            "result"
+        ]
         for p in plan
         if p.invocation_id in executed
     }
     for p in plan:
         if p.expect == "replayed":
-            assert (gate.status(p.invocation_id, operator(gate)) or {})["result"] == first_result[
-                (p.tenant, p.key)
-            ]
+            assert (kafka_gateway.status(p.invocation_id, operator(kafka_gateway)) or {})[
+                "result"
+            ] == first_result[(p.tenant, p.key)]
     refunds = {p.invocation_id for p in plan if p.expect == "approval_required"}
-    assert refunds <= {r["invocation_id"] for r in gate.pending(operator(gate))}
-    assert gate.verify_audit().ok
+    assert refunds <= {r["invocation_id"] for r in kafka_gateway.pending(operator(kafka_gateway))}
+    assert kafka_gateway.verify_audit().ok
 
 
-def assert_no_second_decision(dep: Deployment, ids: set[str]) -> int:
+def assert_no_second_decision(kafka_deployment: Deployment, ids: set[str]) -> int:
     """No invocation of ``ids`` was decided twice; returns how many leftover copies the
     ``events`` topic shows (``read_committed``: none expected).
 
@@ -305,10 +301,12 @@ def assert_no_second_decision(dep: Deployment, ids: set[str]) -> int:
     different transactions, at most one of which the decider's changelog names as
     committed (it names every committed transaction that changed the decider's state).
     """
-    committed_tokens = read_committed_changelog(dep.bootstrap, dep.topics, "invocations").tokens
+    committed_tokens = read_committed_changelog(
+        kafka_deployment.bootstrap, kafka_deployment.topics, "invocations"
+    ).tokens
     copies: dict[str, list[tuple[str, ev.Event]]] = defaultdict(list)
     ids_per_type: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for record, event in dep.events():
+    for record, event in kafka_deployment.events():
         if event.invocation_id not in ids:
             continue
         txn = record.headers.get(HEADER_TXN, b"").decode()
@@ -335,17 +333,19 @@ def assert_no_second_decision(dep: Deployment, ids: set[str]) -> int:
 # --- replay and the audit chain ----------------------------------------------------------------
 
 
-def test_replay_rebuilds_identical_projections(gate: Gateway) -> None:
+def test_replay_rebuilds_identical_projections(kafka_gateway: Gateway) -> None:
     """docs/contract.md "Shape": folding the ``events`` log from offset 0 through the projections
     gives, byte for byte, the live compacted views (after the kills above, too)."""
-    alice = token(gate, "alice", "acme", "support")
-    assert gate.propose(alice, "tickets.read", {"ticket_id": "T-77"})["outcome"] == "executed"
+    alice = token(kafka_gateway, "alice", "acme", "support")
+    assert (
+        kafka_gateway.propose(alice, "tickets.read", {"ticket_id": "T-77"})["outcome"] == "executed"
+    )
     # The views are eventually consistent: the pending and decisions projections may still
     # be folding the tail of the log. Nothing is in flight, so they converge within a few
     # seconds or never (a real difference). Replay equality is what is asserted, so
     # it is what is waited for.
     deadline = time.monotonic() + 30
-    while not (report := replay(gate))["equal"] and time.monotonic() < deadline:
+    while not (report := replay(kafka_gateway))["equal"] and time.monotonic() < deadline:
         time.sleep(0.5)
     assert report["events"] > 0
     assert report["equal"] is True, report
@@ -354,31 +354,38 @@ def test_replay_rebuilds_identical_projections(gate: Gateway) -> None:
     assert all(v["records"] > 0 for v in written.values()), report
 
 
-def test_audit_chain_detects_a_changed_or_dropped_record(gate: Gateway) -> None:
+def test_audit_chain_detects_a_changed_or_dropped_record(kafka_gateway: Gateway) -> None:
     """C9: the audit view's hash chains verify against their heads; changing one field
     of one record, or dropping the last record of a chain, is detected."""
-    alice = token(gate, "alice", "acme", "support")
+    alice = token(kafka_gateway, "alice", "acme", "support")
     key = f"audit-{uuid.uuid4().hex[:8]}"
-    first = gate.propose(alice, "refunds.issue", {**REFUND, "order_id": "ORD-9"}, key)
-    approval = gate.approve(first["invocation_id"], alice)
-    done = gate.propose(alice, "refunds.issue", {**REFUND, "order_id": "ORD-9"}, key,
+    first = kafka_gateway.propose(alice, "refunds.issue", {**REFUND, "order_id": "ORD-9"}, key)
+    approval = kafka_gateway.approve(first["invocation_id"], alice)
+    done = kafka_gateway.propose(alice, "refunds.issue", {**REFUND, "order_id": "ORD-9"}, key,
                         approval["approval_id"])  # fmt: skip
     assert done["outcome"] == "executed", done
     # The answer follows the events; the status view is a projection that may lag them.
     wait_for(
-        lambda: "partition_key" in (gate.status(done["invocation_id"], operator(gate)) or {}),
+        lambda: (
+            "partition_key"
+            in (kafka_gateway.status(done["invocation_id"], operator(kafka_gateway)) or {})
+        ),
         30,
         "the executed call's status",
     )
-    chain_key = str((gate.status(done["invocation_id"], operator(gate)) or {})["partition_key"])
+    chain_key = str(
+        (kafka_gateway.status(done["invocation_id"], operator(kafka_gateway)) or {})[
+            "partition_key"
+        ]
+    )
     wait_for(
-        lambda: bool(gate.audit(done["invocation_id"], session=operator(gate))),
+        lambda: bool(kafka_gateway.audit(done["invocation_id"], session=operator(kafka_gateway))),
         30,
         "the executed call's record",
     )
 
-    records = gate.audit(session=operator(gate))
-    heads = [value for _, value in gate.backend.view_items("audit_head")]
+    records = kafka_gateway.audit(session=operator(kafka_gateway))
+    heads = [value for _, value in kafka_gateway.backend.view_items("audit_head")]
     assert verify_chain(records, heads=heads).ok
 
     chain = [i for i, r in enumerate(records) if r["partition_key"] == chain_key]
@@ -395,16 +402,18 @@ def test_audit_chain_detects_a_changed_or_dropped_record(gate: Gateway) -> None:
     assert verify_chain(records, heads=heads).ok  # the untouched records still verify
 
 
-def unsettled_report(dep: Deployment, gate: Gateway, plan: list[Planned]) -> str:
+def unsettled_report(
+    kafka_deployment: Deployment, kafka_gateway: Gateway, plan: list[Planned]
+) -> str:
     """Which planned proposals never settled, with their events: the failure message."""
-    rows = dict(gate.backend.view_items("status"))
+    rows = dict(kafka_gateway.backend.view_items("status"))
     stuck = [p for p in plan if not rows.get(p.invocation_id, {}).get("settled")]
     events = defaultdict(list)
-    for record, event in dep.events():
+    for record, event in kafka_deployment.events():
         events[event.invocation_id].append(f"{event.event_type}@{record.partition}:{record.offset}")
     lines = [f"{len(stuck)} of {len(plan)} unsettled:"]
     for p in stuck[:8]:
         lines.append(f"  {p.tool} key={p.key} expect={p.expect}: {rows.get(p.invocation_id)}")
         lines.append(f"    events: {events.get(p.invocation_id)}")
-    lines.append(dep.readable_ends())
+    lines.append(kafka_deployment.readable_ends())
     return "\n".join(lines)

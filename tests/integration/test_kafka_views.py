@@ -22,7 +22,6 @@ import hashlib
 import io
 import json
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,9 +35,8 @@ from tests.harness import write_profile
 from tests.kafka_support import (
     REFUND,
     Deployment,
-    KafkaServe,
+    DeploymentSpec,
     token,
-    unique_prefix,
 )
 
 from callgate.adapters.kafka.backend import KafkaBackend
@@ -64,65 +62,55 @@ class Run:
     denied: str
 
 
-@pytest.fixture(scope="module")
-def dep(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Deployment:
-    root = tmp_path_factory.mktemp("kafka-views")
-    # The agent resubmits after an approval here (C4, C8, C11, V2: ADR 0029).
-    profile = write_profile(root / "profile")
-    return Deployment(kafka_bootstrap, unique_prefix("views"), root / "state", profile)
+# The agent resubmits after an approval here (C4, C8, C11, V2: ADR 0029).
+KAFKA_DEPLOYMENT = DeploymentSpec("views", profile=lambda root: write_profile(root / "profile"))
 
 
 @pytest.fixture(scope="module")
-def gate(dep: Deployment) -> Iterator[Gateway]:
-    server = KafkaServe(dep, dep.state_dir.parent / "serve.log")
-    try:
-        server.wait_ready()
-        gateway = dep.connect()
-        yield gateway
-        gateway.close()
-    finally:
-        code = server.stop()
-    assert code == 0, server.log.read_text()
-
-
-@pytest.fixture(scope="module")
-def run(dep: Deployment, gate: Gateway) -> Run:
-    alice = token(gate, "alice", "acme", "support")
-    bob = token(gate, "bob", "acme", "finance-approver")
-    gina = token(gate, "gina", "globex", "support")
-    assert gate.propose(alice, "tickets.read", {"ticket_id": "T-1"})["outcome"] == "executed"
+def run(kafka_deployment: Deployment, kafka_gateway: Gateway) -> Run:
+    alice = token(kafka_gateway, "alice", "acme", "support")
+    bob = token(kafka_gateway, "bob", "acme", "finance-approver")
+    gina = token(kafka_gateway, "gina", "globex", "support")
+    assert (
+        kafka_gateway.propose(alice, "tickets.read", {"ticket_id": "T-1"})["outcome"] == "executed"
+    )
 
     key = f"views-{uuid.uuid4().hex[:8]}"
-    first = gate.propose(alice, "refunds.issue", REFUND, idempotency_key=key)
+    first = kafka_gateway.propose(alice, "refunds.issue", REFUND, idempotency_key=key)
     assert first["outcome"] == "approval_required", first
     with pytest.raises(Rejection) as refused:  # owner confirmation: only alice may
-        gate.approve(first["invocation_id"], bob)
+        kafka_gateway.approve(first["invocation_id"], bob)
     assert refused.value.code is Code.APPROVER_FORBIDDEN
-    approval = gate.approve(first["invocation_id"], alice)
-    done = gate.propose(alice, "refunds.issue", REFUND, key, approval["approval_id"])
+    approval = kafka_gateway.approve(first["invocation_id"], alice)
+    done = kafka_gateway.propose(alice, "refunds.issue", REFUND, key, approval["approval_id"])
     assert done["outcome"] == "executed", done
 
     other = {**REFUND, "order_id": "ORD-9"}
-    denied = gate.propose(alice, "refunds.issue", other, idempotency_key=f"d-{key}")
-    gate.deny(denied["invocation_id"], alice, reason="not today")
+    denied = kafka_gateway.propose(alice, "refunds.issue", other, idempotency_key=f"d-{key}")
+    kafka_gateway.deny(denied["invocation_id"], alice, reason="not today")
 
-    left = gate.propose(gina, "refunds.issue", GLOBEX_REFUND, idempotency_key=f"g-{key}")
+    left = kafka_gateway.propose(gina, "refunds.issue", GLOBEX_REFUND, idempotency_key=f"g-{key}")
     assert left["outcome"] == "approval_required", left
     with pytest.raises(Rejection) as hidden:  # another tenant's: not even revealed
-        gate.approve(left["invocation_id"], bob)
+        kafka_gateway.approve(left["invocation_id"], bob)
     assert hidden.value.code is Code.NOT_PENDING
 
-    producer = make_producer(dep.bootstrap)  # poison, for the dead-letter topic
-    producer.produce(dep.topics.physical("requests"), key=b"poison", value=b"\x00not avro")
+    producer = make_producer(kafka_deployment.bootstrap)  # poison, for the dead-letter topic
+    producer.produce(
+        kafka_deployment.topics.physical("requests"), key=b"poison", value=b"\x00not avro"
+    )
     assert producer.flush(30) == 0
 
     pending = {denied["invocation_id"], left["invocation_id"]}
     still = {first["invocation_id"]} | pending
-    assert gate.backend.wait(
-        lambda: {k for k in still if gate.backend.view("pending", k)} == {left["invocation_id"]},
+    assert kafka_gateway.backend.wait(
+        lambda: (
+            {k for k in still if kafka_gateway.backend.view("pending", k)}
+            == {left["invocation_id"]}
+        ),
         60,
     ), "the pending view did not settle"
-    assert gate.backend.wait(lambda: bool(dep.records("dead-letter")), 60)
+    assert kafka_gateway.backend.wait(lambda: bool(kafka_deployment.records("dead-letter")), 60)
     return Run(
         tokens={"alice": alice, "bob": bob, "gina": gina},
         pending_globex=left["invocation_id"],
@@ -131,35 +119,42 @@ def run(dep: Deployment, gate: Gateway) -> Run:
     )
 
 
-def our_topics(dep: Deployment) -> list[str]:
-    admin = AdminClient({"bootstrap.servers": dep.bootstrap})
+def our_topics(kafka_deployment: Deployment) -> list[str]:
+    admin = AdminClient({"bootstrap.servers": kafka_deployment.bootstrap})
     names = admin.list_topics(timeout=30).topics
-    return sorted(t for t in names if t.startswith(dep.prefix + "."))
+    return sorted(t for t in names if t.startswith(kafka_deployment.prefix + "."))
 
 
-def everything(dep: Deployment, topic: str) -> list[Record]:
+def everything(kafka_deployment: Deployment, topic: str) -> list[Record]:
     """Every record, aborted transactions' included (``read_uncommitted``)."""
-    return read_partitions_to_end(dep.bootstrap, topic, isolation="read_uncommitted")
+    return read_partitions_to_end(kafka_deployment.bootstrap, topic, isolation="read_uncommitted")
 
 
 # --- a call follows its own request ----------------------------------------------------------
 
 
-def test_a_call_reads_its_own_partition_not_the_views(dep: Deployment, run: Run) -> None:
+def test_a_call_reads_its_own_partition_not_the_views(
+    kafka_deployment: Deployment, run: Run
+) -> None:
     """``propose`` reads no view; ``approve`` reads the pending view (compacted) and, after a
     grant, the invocation's status by its key (what became of the call, ADR 0029)."""
-    gate = dep.connect()
+    kafka_gateway = kafka_deployment.connect()
     try:
         alice = run.tokens["alice"]
-        assert gate.propose(alice, "tickets.read", {"ticket_id": "T-2"})["outcome"] == "executed"
-        first = gate.propose(alice, "refunds.issue", REFUND, idempotency_key=uuid.uuid4().hex)
+        assert (
+            kafka_gateway.propose(alice, "tickets.read", {"ticket_id": "T-2"})["outcome"]
+            == "executed"
+        )
+        first = kafka_gateway.propose(
+            alice, "refunds.issue", REFUND, idempotency_key=uuid.uuid4().hex
+        )
         assert first["outcome"] == "approval_required"
-        backend = gate.backend
+        backend = kafka_gateway.backend
         assert isinstance(backend, KafkaBackend) and backend.views_read == frozenset()
-        assert gate.approve(first["invocation_id"], alice)["approval_id"]
+        assert kafka_gateway.approve(first["invocation_id"], alice)["approval_id"]
         assert backend.views_read == {"pending", "status"}
     finally:
-        gate.close()
+        kafka_gateway.close()
 
 
 # --- interoperability: Apache avro and the .avsc files only -----------------------------------
@@ -201,15 +196,15 @@ def decode_single_object(data: bytes, schemas: dict[bytes, tuple[str, Any]]) -> 
 
 
 def test_every_topic_decodes_with_apache_avro_and_the_published_schemas(
-    dep: Deployment, run: Run
+    kafka_deployment: Deployment, run: Run
 ) -> None:
     schemas = published_schemas()
     decoded: dict[str, int] = {}
-    for topic in our_topics(dep):
-        kind = topic[len(dep.prefix) + 1 :]
+    for topic in our_topics(kafka_deployment):
+        kind = topic[len(kafka_deployment.prefix) + 1 :]
         if kind.startswith("changelog."):
             continue  # a process's own state (canonical JSON), not a published interface
-        for record in read_partitions_to_end(dep.bootstrap, topic):
+        for record in read_partitions_to_end(kafka_deployment.bootstrap, topic):
             if record.value is None:
                 continue  # a view tombstone
             if kind == "requests" and record.key == b"poison":
@@ -230,11 +225,11 @@ def test_every_topic_decodes_with_apache_avro_and_the_published_schemas(
 
 
 def test_pending_record_decoded_by_avro_carries_what_the_approval_binds(
-    dep: Deployment, run: Run
+    kafka_deployment: Deployment, run: Run
 ) -> None:
     schemas = published_schemas()
-    topic = dep.topics.view("pending")
-    mine = [r for r in read_partitions_to_end(dep.bootstrap, topic)]
+    topic = kafka_deployment.topics.view("pending")
+    mine = [r for r in read_partitions_to_end(kafka_deployment.bootstrap, topic)]
     values = [
         decode_single_object(r.value, schemas)[1]
         for r in mine
@@ -255,51 +250,57 @@ def test_pending_record_decoded_by_avro_carries_what_the_approval_binds(
 # --- no bearer credentials kept ----------------------------------------------------------------
 
 
-def test_no_session_token_on_any_topic_but_requests(dep: Deployment, run: Run) -> None:
+def test_no_session_token_on_any_topic_but_requests(kafka_deployment: Deployment, run: Run) -> None:
     found: dict[str, set[str]] = {}
-    for topic in our_topics(dep):
-        for record in everything(dep, topic):
+    for topic in our_topics(kafka_deployment):
+        for record in everything(kafka_deployment, topic):
             blobs = [record.key or b"", record.value or b"", *record.headers.values()]
             for who, tok in run.tokens.items():
                 if any(tok.encode() in blob for blob in blobs):
                     found.setdefault(topic, set()).add(who)
-    assert set(found) == {dep.topics.physical("requests")}, found
-    assert found[dep.topics.physical("requests")] == {"alice", "bob", "gina"}
+    assert set(found) == {kafka_deployment.topics.physical("requests")}, found
+    assert found[kafka_deployment.topics.physical("requests")] == {"alice", "bob", "gina"}
 
 
-def test_events_record_the_principal_and_the_token_digest(dep: Deployment, run: Run) -> None:
+def test_events_record_the_principal_and_the_token_digest(
+    kafka_deployment: Deployment, run: Run
+) -> None:
     def digest(who: str) -> str:
         return "sha256:" + hashlib.sha256(run.tokens[who].encode()).hexdigest()
 
-    decided = [e for _, e in dep.events() if isinstance(e, ev.PolicyDecided)]
+    decided = [e for _, e in kafka_deployment.events() if isinstance(e, ev.PolicyDecided)]
     alice = [e for e in decided if e.actor == "alice"]
     assert alice and {e.session_digest for e in alice} == {digest("alice")}
     assert all(e.session_id and e.tenant == "acme" for e in alice)
-    granted = [e for _, e in dep.events() if isinstance(e, ev.ApprovalGranted)]
+    granted = [e for _, e in kafka_deployment.events() if isinstance(e, ev.ApprovalGranted)]
     assert granted and {e.session_digest for e in granted} == {digest("alice")}
-    refused = [e for _, e in dep.events() if isinstance(e, ev.ApprovalDecisionRejected)]
+    refused = [
+        e for _, e in kafka_deployment.events() if isinstance(e, ev.ApprovalDecisionRejected)
+    ]
     assert [e.session_digest for e in refused] == [digest("bob")]
 
 
-def test_requests_topic_has_the_bounded_retention(dep: Deployment, run: Run) -> None:
-    admin = AdminClient({"bootstrap.servers": dep.bootstrap})
-    resource = ConfigResource("topic", dep.topics.physical("requests"))
+def test_requests_topic_has_the_bounded_retention(kafka_deployment: Deployment, run: Run) -> None:
+    admin = AdminClient({"bootstrap.servers": kafka_deployment.bootstrap})
+    resource = ConfigResource("topic", kafka_deployment.topics.physical("requests"))
     configs = admin.describe_configs([resource])[resource].result(timeout=30)
     assert configs["retention.ms"].value == str(SEVEN_DAYS_MS)
-    events = ConfigResource("topic", dep.topics.physical("events"))
+    events = ConfigResource("topic", kafka_deployment.topics.physical("events"))
     assert admin.describe_configs([events])[events].result(timeout=30)["retention.ms"].value == "-1"
 
 
 # --- tenant-scoped consumption -----------------------------------------------------------------
 
 
-def tenant_ui(dep: Deployment, tenant: str) -> dict[str, dict[str, Any]]:
+def tenant_ui(kafka_deployment: Deployment, tenant: str) -> dict[str, dict[str, Any]]:
     """An approval UI for one tenant, as README "Views" tells it to consume ``view.pending``:
     keep the records whose ``cg-tenant`` header is yours, apply the tombstones of keys you
     hold. It never decodes another tenant's value."""
     schemas = published_schemas()
     table: dict[str, dict[str, Any]] = {}
-    for record in read_partitions_to_end(dep.bootstrap, dep.topics.view("pending")):
+    for record in read_partitions_to_end(
+        kafka_deployment.bootstrap, kafka_deployment.topics.view("pending")
+    ):
         key = (record.key or b"").decode()
         if record.headers.get("cg-tenant") != tenant.encode():
             continue
@@ -310,11 +311,15 @@ def tenant_ui(dep: Deployment, tenant: str) -> dict[str, dict[str, Any]]:
     return table
 
 
-def test_each_pending_record_and_tombstone_names_its_tenant(dep: Deployment, run: Run) -> None:
+def test_each_pending_record_and_tombstone_names_its_tenant(
+    kafka_deployment: Deployment, run: Run
+) -> None:
     schemas = published_schemas()
     tenant_of: dict[str, str] = {}
     tombstones = 0
-    for record in read_partitions_to_end(dep.bootstrap, dep.topics.view("pending")):
+    for record in read_partitions_to_end(
+        kafka_deployment.bootstrap, kafka_deployment.topics.view("pending")
+    ):
         key = (record.key or b"").decode()
         header = record.headers.get("cg-tenant", b"").decode()
         if record.value is None:
@@ -326,14 +331,16 @@ def test_each_pending_record_and_tombstone_names_its_tenant(dep: Deployment, run
     assert tombstones >= 2  # the approved and the denied refund
 
 
-def test_one_tenants_ui_sees_only_its_own_items(dep: Deployment, run: Run) -> None:
-    assert list(tenant_ui(dep, "globex")) == [run.pending_globex]
-    assert run.pending_globex not in tenant_ui(dep, "acme")
-    assert {run.approved, run.denied}.isdisjoint(tenant_ui(dep, "acme"))
+def test_one_tenants_ui_sees_only_its_own_items(kafka_deployment: Deployment, run: Run) -> None:
+    assert list(tenant_ui(kafka_deployment, "globex")) == [run.pending_globex]
+    assert run.pending_globex not in tenant_ui(kafka_deployment, "acme")
+    assert {run.approved, run.denied}.isdisjoint(tenant_ui(kafka_deployment, "acme"))
 
 
-def test_status_records_name_their_tenant(dep: Deployment, run: Run) -> None:
-    for record in read_partitions_to_end(dep.bootstrap, dep.topics.view("status")):
+def test_status_records_name_their_tenant(kafka_deployment: Deployment, run: Run) -> None:
+    for record in read_partitions_to_end(
+        kafka_deployment.bootstrap, kafka_deployment.topics.view("status")
+    ):
         if record.key == run.pending_globex.encode():
             assert record.headers.get("cg-tenant") == b"globex"
         if record.key == run.approved.encode():

@@ -23,23 +23,23 @@ NOTE = {"note_id": "N-1", "text": "hello", "author": "alice"}
 
 
 @pytest.fixture
-def app(tmp_path: Path) -> Iterator[App]:
+def notes_app(tmp_path: Path) -> Iterator[App]:
     # 3 s: only the injected fault may time out, even on a loaded machine
     profile = write_profile(tmp_path / "profile", tmp_path / "notes.jsonl", timeout_s=3.0)
-    app = bootstrap(Settings(state_dir=tmp_path / "state", profile=profile))
+    notes_app = bootstrap(Settings(state_dir=tmp_path / "state", profile=profile))
     try:
-        yield app
+        yield notes_app
     finally:
-        app.providers.close()
+        notes_app.providers.close()
 
 
-def notes(app: App) -> McpProvider:
-    (provider,) = (p for p in app.providers.of_kind(McpProvider) if p.name == "notes")
+def notes(notes_app: App) -> McpProvider:
+    (provider,) = (p for p in notes_app.providers.of_kind(McpProvider) if p.name == "notes")
     return provider
 
 
-def test_dry_run_execute_lookup_map_to_the_declared_tools(app: App, tmp_path: Path) -> None:
-    p = notes(app)
+def test_dry_run_execute_lookup_map_to_the_declared_tools(notes_app: App, tmp_path: Path) -> None:
+    p = notes(notes_app)
     preview = p.dry_run("notes.write", "N-1", NOTE, "acme").snapshot
     assert preview["structuredContent"] == {"note_id": "N-1", "before": None, "after": "hello"}
     assert effects(tmp_path / "notes.jsonl") == []  # a dry-run applies nothing
@@ -58,8 +58,8 @@ def test_dry_run_execute_lookup_map_to_the_declared_tools(app: App, tmp_path: Pa
     assert not p.lookup("tok-other", "notes.write").found
 
 
-def test_failures_split_by_what_is_known_about_the_effect(app: App, tmp_path: Path) -> None:
-    p = notes(app)
+def test_failures_split_by_what_is_known_about_the_effect(notes_app: App, tmp_path: Path) -> None:
+    p = notes(notes_app)
     ledger = tmp_path / "notes.jsonl"
     inject(ledger, "write_note", "timeout_after_apply")
     with pytest.raises(ProviderTimeout):  # applied, then silent: outcome unknown
@@ -80,12 +80,12 @@ def test_an_unreachable_upstream_is_a_definite_failure(tmp_path: Path) -> None:
     doc = yaml.safe_load(profile.read_text())
     doc["providers"]["notes"]["connect_timeout_s"] = 5
     profile.write_text(yaml.safe_dump(doc))
-    app = bootstrap(Settings(state_dir=tmp_path / "s", profile=profile))
+    notes_app = bootstrap(Settings(state_dir=tmp_path / "s", profile=profile))
     try:
         with pytest.raises(ProviderError, match="cannot connect"):  # nothing was sent
-            notes(app).execute("notes.quick_write", "N-1", NOTE, "acme", "t", "i")
+            notes(notes_app).execute("notes.quick_write", "N-1", NOTE, "acme", "t", "i")
     finally:
-        app.providers.close()
+        notes_app.providers.close()
 
 
 def test_startup_check_names_what_no_longer_fits(tmp_path: Path) -> None:
@@ -96,19 +96,19 @@ def test_startup_check_names_what_no_longer_fits(tmp_path: Path) -> None:
     props = {**schema["properties"], "shelf": {"type": "string"}}
     doc["tools"]["notes.read"]["args_schema"] = {**schema, "properties": props}
     profile.write_text(yaml.safe_dump(doc))
-    app = bootstrap(Settings(state_dir=tmp_path / "s", profile=profile))
+    notes_app = bootstrap(Settings(state_dir=tmp_path / "s", profile=profile))
     try:
-        warnings = upstream_drift(app)
+        warnings = upstream_drift(notes_app)
     finally:
-        app.providers.close()
+        notes_app.providers.close()
     assert warnings == [
         "notes.read: the catalog allows arguments the upstream does not take: ['shelf']",
         "notes.send: upstream_tool 'send_fax' is not listed by the upstream",
     ]
 
 
-def test_the_test_profile_fits_its_upstream(app: App) -> None:
-    assert upstream_drift(app) == []
+def test_the_test_profile_fits_its_upstream(notes_app: App) -> None:
+    assert upstream_drift(notes_app) == []
 
 
 @pytest.mark.parametrize(

@@ -225,11 +225,6 @@ async def test_mcp_continues_the_callers_traceparent_in_meta(
     assert {s.context.trace_id for s in spans} == {int(CALLER_TRACE, 16)}
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def test_tracing_settings_from_callgate_toml(tmp_path: Path) -> None:
     """``[tracing]`` builds the SDK's provider in the composition root; a bad exporter is
     a configuration error naming the key; ``config check`` redacts the headers."""

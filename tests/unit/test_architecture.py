@@ -16,6 +16,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
+from itertools import pairwise
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,14 +50,14 @@ LAYERS: dict[str, int] = {
     "callgate.surfaces": SURFACE,
     "callgate.bootstrap": ROOT_LAYER,
     # Entry points: each turns an invocation into a wired application (they call the root).
-    "callgate.kafka_worker": ENTRY,
-    "callgate.surfaces.cli": ENTRY,
+    # They live together in ``surfaces`` (``test_the_entry_points_live_in_surfaces``).
+    "callgate.surfaces.cli": ENTRY,  # the command line
     "callgate.surfaces.commands": ENTRY,
-    "callgate.surfaces.sdk": ENTRY,
-    "callgate.surfaces.http.server": ENTRY,
-    "callgate.surfaces.mcp.serve": ENTRY,
-    "callgate.ops": ENTRY,  # commands' work: demo
-    "callgate.ops.replay": SURFACE,  # folds a gateway's log (``records rebuild``)
+    "callgate.surfaces.sdk": ENTRY,  # ``connect``
+    "callgate.surfaces.http.server": ENTRY,  # HTTP
+    "callgate.surfaces.mcp.serve": ENTRY,  # MCP
+    "callgate.surfaces.kafka_worker": ENTRY,  # one process on Kafka, spawned by ``serve``
+    "callgate.surfaces.demo": ENTRY,  # ``callgate demo``
 }
 PURE = (DOMAIN, CORE)
 # What a pure module may not import or call: files, processes, sockets, the environment.
@@ -217,6 +218,39 @@ def test_no_import_runs_upward() -> None:
         f"({LAYER_NAMES[layer_of(i.target)]})"
         for i in upward()
     ] == []
+
+
+def spawned_modules() -> list[tuple[str, str]]:
+    """``(module, spawned)`` for every ``[..., "-m", "<module>", ...]`` in the packages: the
+    modules the product runs as programs of their own."""
+    found = []
+    for module, _, tree in trees():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.List | ast.Tuple):
+                continue
+            items = [e.value if isinstance(e, ast.Constant) else None for e in node.elts]
+            for flag, name in pairwise(items):
+                if flag == "-m" and isinstance(name, str):
+                    found.append((module, name))
+    return found
+
+
+def test_the_entry_points_live_in_surfaces() -> None:
+    """The command line, the SDK's ``connect``, HTTP, MCP, the Kafka worker and the demo
+    live together: every entry point is a module of ``callgate.surfaces``, and so is every
+    program the product starts (``pyproject.toml``'s scripts, the ``-m`` of a spawned
+    process)."""
+    import tomllib
+
+    entries = [m for m in modules() if layer_of(m) == ENTRY]
+    assert "callgate.surfaces.kafka_worker" in entries
+    assert [m for m in entries if not m.startswith("callgate.surfaces.")] == []
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    scripts = [target.partition(":")[0] for target in pyproject["project"]["scripts"].values()]
+    spawned = spawned_modules()
+    assert spawned, "serve spawns its Kafka workers with -m"
+    started = [*scripts, *(name for _, name in spawned)]
+    assert [m for m in started if m not in modules() or layer_of(m) != ENTRY] == []
 
 
 def test_no_import_circle() -> None:

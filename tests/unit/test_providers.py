@@ -550,7 +550,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def server(ledger: EffectLedger) -> Iterator[_Server]:
+def provider_http_server(ledger: EffectLedger) -> Iterator[_Server]:
     srv = _Server(("127.0.0.1", 0), _Handler)
     srv.provider, srv.keys = sims(ledger).get("refunds"), []
     thread = threading.Thread(target=srv.serve_forever, args=(0.02,), daemon=True)
@@ -564,58 +564,62 @@ def _http(srv: _Server, timeout_s: float = 5.0) -> HttpProvider:
     return HttpProvider("refunds", f"http://127.0.0.1:{srv.server_address[1]}/api/", timeout_s)
 
 
-def test_http_provider_round_trip(server: _Server, ledger: EffectLedger) -> None:
-    http = _http(server)
+def test_http_provider_round_trip(provider_http_server: _Server, ledger: EffectLedger) -> None:
+    http = _http(provider_http_server)
     snap = http.dry_run("refunds.issue", "o-1", REFUND, T).snapshot
     assert snap["refundable_after_cents"] == DEFAULT_ORDER_TOTAL_CENTS - 2500
     token = "key/with spaces?&"
     result = http.execute("refunds.issue", "o-1", REFUND, T, token, "inv-1").result
     assert result["refund_id"] == derived_id("RF", token)
-    assert server.keys == [token], "the idempotency token travels as Idempotency-Key"
+    assert provider_http_server.keys == [token], "the idempotency token travels as Idempotency-Key"
     assert [e["invocation_id"] for e in ledger.effects()] == ["inv-1"]
     looked = http.lookup(token)
     assert looked.found and looked.result == result
     assert http.lookup("unknown").found is False
 
 
-def test_http_provider_timeout_is_provider_timeout(server: _Server, ledger: EffectLedger) -> None:
+def test_http_provider_timeout_is_provider_timeout(
+    provider_http_server: _Server, ledger: EffectLedger
+) -> None:
     """C12: a socket timeout means "outcome unknown"; the effect may be applied anyway."""
-    server.sleep_s = 0.5
-    http = _http(server, timeout_s=0.1)
+    provider_http_server.sleep_s = 0.5
+    http = _http(provider_http_server, timeout_s=0.1)
     with pytest.raises(ProviderTimeout):
         http.execute("refunds.issue", "o-1", REFUND, T, "slow", "inv")
     with pytest.raises(ProviderTimeout):
         http.lookup("slow")
-    server.sleep_s = 0.0
+    provider_http_server.sleep_s = 0.0
     deadline = time.monotonic() + 5
     while not ledger.count("slow") and time.monotonic() < deadline:
         time.sleep(0.02)  # the server finishes applying after the client gave up
-    assert _http(server).lookup("slow").found
+    assert _http(provider_http_server).lookup("slow").found
 
 
 @pytest.mark.parametrize(
     ("status", "expected"),
     [(400, ProviderError), (500, ProviderError), (504, ProviderTimeout), (302, ProviderError)],
 )
-def test_http_status_mapping_on_execute(server: _Server, status: int, expected: type) -> None:
-    server.status = status
+def test_http_status_mapping_on_execute(
+    provider_http_server: _Server, status: int, expected: type
+) -> None:
+    provider_http_server.status = status
     with pytest.raises(expected):
-        _http(server).execute("refunds.issue", "o-1", REFUND, T, "k", "i")
-    assert server.hits == 1, "no retry, no redirect followed"
+        _http(provider_http_server).execute("refunds.issue", "o-1", REFUND, T, "k", "i")
+    assert provider_http_server.hits == 1, "no retry, no redirect followed"
 
 
-def test_http_error_status_on_dry_run_and_provider_rejection(server: _Server) -> None:
-    http = _http(server)
+def test_http_error_status_on_dry_run_and_provider_rejection(provider_http_server: _Server) -> None:
+    http = _http(provider_http_server)
     with pytest.raises(ProviderError, match="422"):
         http.execute("refunds.issue", "o-1", {**REFUND, "amount_cents": -1}, T, "k", "i")
-    server.status = 504
+    provider_http_server.status = 504
     with pytest.raises(ProviderError):
         http.dry_run("refunds.issue", "o-1", REFUND, T)
 
 
-def test_http_unreadable_success_on_execute_is_uncertain(server: _Server) -> None:
-    server.raw_body = b"<html>ok</html>"
-    http = _http(server)
+def test_http_unreadable_success_on_execute_is_uncertain(provider_http_server: _Server) -> None:
+    provider_http_server.raw_body = b"<html>ok</html>"
+    http = _http(provider_http_server)
     with pytest.raises(ProviderTimeout):
         http.execute("refunds.issue", "o-1", REFUND, T, "k", "i")
     with pytest.raises(ProviderError):

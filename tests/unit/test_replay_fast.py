@@ -25,6 +25,7 @@ from tests.unit.test_projections import WORD, payload_fields
 import callgate.domain.canonical as canonical
 from callgate.adapters.avro_codec import AvroCodec, MalformedEvent
 from callgate.adapters.embedded.store import EmbeddedStore
+from callgate.application.replay import Table, _Unshardable, fold, merge, rebuild, rebuild_sharded
 from callgate.domain.canonical import canonical_json, canonical_json_reference, is_plain, plain_json
 from callgate.domain.codes import Code
 from callgate.domain.events import (
@@ -35,7 +36,6 @@ from callgate.domain.events import (
     ToolCallProposed,
 )
 from callgate.domain.process_port import Process, ViewRecord
-from callgate.ops.replay import Table, _Unshardable, fold, merge, rebuild, rebuild_sharded
 from callgate_projections import LOG_EVENTS, Projection
 from callgate_projections.audit import AuditProjection, AuditState, verify_chain
 from callgate_projections.decisions import DecisionsProjection

@@ -13,9 +13,9 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rich import box
 from rich.console import Console
@@ -25,6 +25,8 @@ from rich.table import Table
 from callgate.domain.codes import Code
 from callgate.logs import LogFormat, iso_utc, serve_line
 from callgate.surfaces.report import report_error
+
+T = TypeVar("T")
 
 _OUTCOME_STYLE = {
     "executed": "green",
@@ -164,6 +166,24 @@ class Renderer:
                 + f"[/] ({value['records']} records){reason}"
             ),
         )
+
+    def counting(self, items: Iterator[T], shards: int = 1) -> Iterator[T]:
+        """``items`` unchanged, with a spinner and their count on a terminal's stderr (a
+        replay's events; ``shards``: only the first shard's are seen); into a pipe, nothing."""
+        if not self.shows_progress:
+            yield from items
+            return
+        from rich.progress import Progress, SpinnerColumn, TextColumn
+
+        label = "replaying {task.completed} events" + (
+            f" (shard 1 of {shards} shown)" if shards > 1 else ""
+        )
+        with Progress(SpinnerColumn(), TextColumn(label), console=self.err) as bar:
+            task = bar.add_task("replay", total=None)
+            for n, item in enumerate(items, 1):
+                if n % 1000 == 0:
+                    bar.update(task, completed=n)
+                yield item
 
     def replay(self, report: dict[str, Any]) -> None:
         """``views rebuilt from N events equal the live views``, or which differ and where."""

@@ -203,7 +203,7 @@ class Supervisor:
     def spawn(self, name: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         from callgate.adapters.kafka.worker import RESTARTED_ENV
 
-        cmd = [sys.executable, "-m", "callgate.kafka_worker", name, *self.extra_args]
+        cmd = [sys.executable, "-m", "callgate.surfaces.kafka_worker", name, *self.extra_args]
         env = {k: v for k, v in self.env.items() if k != RESTARTED_ENV}
         child = self.launch(name, cmd, {**env, **(extra_env or {})})
         self.children[name] = child

@@ -1,7 +1,7 @@
 """One callgate process on Kafka, as its own OS process (``callgate serve`` spawns these).
 
 Settings come from the ``CALLGATE_*`` environment; the composition root builds the
-process exactly as for the embedded backend (``callgate.kafka_worker`` is the command that
+process exactly as for the embedded backend (``callgate.surfaces.kafka_worker`` is the command that
 passes it in: this adapter never imports the root); the process is chosen by name.
 ``CALLGATE_KAFKA_CONSUMER`` (``key=value,key=value``) adds consumer settings, like ``-X``,
 so that ``callgate serve`` can hand them to every child: tests set

@@ -24,7 +24,7 @@ MODULES: tuple[str, ...] = (
     "records",
     "config",
     "mcp",
-    "ops",
+    "demo",
     "freeze",
     "limits",
 )
@@ -41,7 +41,7 @@ COMMANDS: dict[str, str] = {
     **dict.fromkeys(("audit", "replay", "effects"), "records"),
     **dict.fromkeys(("config", "keys"), "config"),
     "mcp": "mcp",
-    "demo": "ops",
+    "demo": "demo",
     **dict.fromkeys(("freeze", "unfreeze"), "freeze"),
     **dict.fromkeys(("usage", "limits"), "limits"),
 }

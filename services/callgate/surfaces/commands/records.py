@@ -146,9 +146,9 @@ def export(ctx: Context) -> int:
 
 
 def replay(ctx: Context) -> int:
-    from callgate.ops.replay import replay as rebuild
+    from callgate.application.replay import replay as rebuild
 
-    report = rebuild(ctx.gateway(), ctx.out)
+    report = rebuild(ctx.gateway(), ctx.out.counting)
     ctx.out.replay(report)
     return EXIT_OK if report["equal"] else EXIT_FAILED
 

@@ -16,8 +16,8 @@ def register(sub: Subcommands, common: argparse.ArgumentParser) -> None:  # type
 
 
 def demo(ctx: Context) -> int:
-    from callgate.ops.demo import run_demo
     from callgate.surfaces.commands.serve import DEV_MODE_NOTICE
+    from callgate.surfaces.demo import run_demo
 
     ctx.needs_kafka_servers()
     print(DEV_MODE_NOTICE, file=sys.stderr, flush=True)  # the demo always runs in it

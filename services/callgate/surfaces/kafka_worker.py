@@ -1,4 +1,4 @@
-"""``python -m callgate.kafka_worker <process>``: one callgate process on Kafka, as its own
+"""``python -m callgate.surfaces.kafka_worker <process>``: one callgate process on Kafka, as its own
 OS process (``callgate serve`` spawns one per process). An entry point: it hands the
 composition root to the worker adapter (``callgate.adapters.kafka.worker``)."""
 

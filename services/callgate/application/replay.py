@@ -1,5 +1,7 @@
 """``callgate replay``: rebuild every projection from the log and compare (docs/contract.md
-"Shape").
+"Shape"). The operator's use case: it reads the log through the client's backend
+(``read_events``, ``view_items_raw``) or, embedded, the store's ``read_shard``, folds it
+through the pure projections and writes nothing; the surface that asks shows progress.
 
 Compliance replays the authoritative ``events`` log from the start through the same
 pure projections and checks that the result equals, byte for byte, the live views.
@@ -21,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from callgate.domain.events import Event
 from callgate.domain.process_port import Process, ViewRecord, reacts_to
@@ -29,12 +31,13 @@ from callgate.domain.process_port import Process, ViewRecord, reacts_to
 if TYPE_CHECKING:
     from callgate.adapters.embedded.store import EmbeddedStore, EventCodec
     from callgate.application.client import Gateway
-    from callgate.surfaces.render import Renderer
 
-T = TypeVar("T")
 # A view while rebuilding: key -> its last value (None: a tombstone).
 Table = dict[str, str | None]
 Step = Callable[[Any, Event], tuple[Any, Sequence[object]]]
+# What a surface wraps the events of a rebuild in to show them go by, given the number of
+# shards (only the events of the first are seen here): the same events, in the same order.
+Progress = Callable[[Iterator[Event], int], Iterator[Event]]
 
 EVENTS = "events"
 # Below this many log rows one process is quicker than starting others.
@@ -145,7 +148,7 @@ def _live(table: Table) -> dict[str, str]:
 
 
 def replay(
-    gate: Gateway, out: Renderer | None = None, workers: int | None = None
+    gate: Gateway, progress: Progress | None = None, workers: int | None = None
 ) -> dict[str, Any]:
     """Rebuild every projection from the log, time it, and compare with the live views.
 
@@ -155,7 +158,7 @@ def replay(
     """
     projections = gate.app.projections()
     started = time.perf_counter()
-    count, rebuilt, processes = _rebuild_backend(gate, projections, out, workers)
+    count, rebuilt, processes = _rebuild_backend(gate, projections, progress, workers)
     seconds = time.perf_counter() - started
     views: dict[str, Any] = {}
     names = sorted({v for p in projections for v in getattr(p, "views", ())})
@@ -180,7 +183,7 @@ def replay(
 
 
 def _rebuild_backend(
-    gate: Gateway, projections: list[Process[Any]], out: Renderer | None, workers: int | None
+    gate: Gateway, projections: list[Process[Any]], progress: Progress | None, workers: int | None
 ) -> Rebuilt:
     from callgate.adapters.embedded.store import EmbeddedStore
 
@@ -190,8 +193,8 @@ def _rebuild_backend(
         shards = workers or _cores()
         if workers is None and store.last_seq() < PARALLEL_FROM:
             shards = 1
-        return rebuild_sharded(store, codec, projections, max(1, shards), out)
-    return Rebuilt(*rebuild(projections, _progress(gate.backend.read_events(), out)), 1)
+        return rebuild_sharded(store, codec, projections, max(1, shards), progress)
+    return Rebuilt(*rebuild(projections, _progress(gate.backend.read_events(), progress)), 1)
 
 
 def _cores() -> int:
@@ -208,7 +211,7 @@ def rebuild_sharded(
     codec: EventCodec,
     projections: list[Process[Any]],
     shards: int,
-    out: Renderer | None = None,
+    progress: Progress | None = None,
 ) -> Rebuilt:
     """``rebuild`` of an embedded log, split by partition key over ``shards`` processes.
 
@@ -220,10 +223,10 @@ def rebuild_sharded(
     through = store.last_seq()  # every shard folds the same prefix of a growing log
     if shards > 1:
         try:
-            return _rebuild_parallel(store, codec, projections, shards, through, out)
+            return _rebuild_parallel(store, codec, projections, shards, through, progress)
         except _Unshardable:
             pass
-    mine = _progress(_shard_events(store, codec, (0, 1), through), out)
+    mine = _progress(_shard_events(store, codec, (0, 1), through), progress)
     count, tables = fold(projections, mine)
     return Rebuilt(count, merge([tables]), 1)
 
@@ -234,7 +237,7 @@ def _rebuild_parallel(
     projections: list[Process[Any]],
     shards: int,
     through: int,
-    out: Renderer | None,
+    progress: Progress | None,
 ) -> Rebuilt:
     context = multiprocessing.get_context("fork")
     children: list[tuple[Any, Connection]] = []
@@ -249,7 +252,7 @@ def _rebuild_parallel(
             child.start()
             send.close()
             children.append((child, receive))
-        mine = _progress(_shard_events(store, codec, (0, shards), through), out, shards)
+        mine = _progress(_shard_events(store, codec, (0, shards), through), progress, shards)
         parts = [fold(projections, mine)]
         for _, receive in children:
             kind, payload = receive.recv()
@@ -319,19 +322,7 @@ def _shard_events(
         after = rows[-1][0]
 
 
-def _progress(items: Iterator[T], out: Renderer | None, shards: int = 1) -> Iterator[T]:
-    """A spinner with the count on a terminal's stderr; into a pipe or a file, nothing."""
-    if out is None or not out.shows_progress:
-        yield from items
-        return
-    from rich.progress import Progress, SpinnerColumn, TextColumn
-
-    label = "replaying {task.completed} events" + (
-        f" (shard 1 of {shards} shown)" if shards > 1 else ""
-    )
-    with Progress(SpinnerColumn(), TextColumn(label), console=out.err) as bar:
-        task = bar.add_task("replay", total=None)
-        for n, item in enumerate(items, 1):
-            if n % 1000 == 0:
-                bar.update(task, completed=n)
-            yield item
+def _progress(
+    items: Iterator[Event], progress: Progress | None, shards: int = 1
+) -> Iterator[Event]:
+    return items if progress is None else progress(items, shards)

@@ -1,1 +1,0 @@
-"""Operations tooling: demo, replay, benchmarks and the chaos run."""
