@@ -44,9 +44,12 @@ from callgate.domain.canonical import canonical_json
 from callgate.domain.catalog import ProfileError
 from callgate.domain.codes import Code, Rejection, failure_code
 from callgate.domain.freeze import FREEZE_EVENTS, FREEZE_KEY
+from callgate.domain.freeze import evolve as evolve_freezes
 from callgate.domain.pins import PIN_EVENTS, PINS_KEY
+from callgate.domain.pins import evolve as evolve_pins
 from callgate.domain.policy import PolicyEngine
 from callgate.domain.policy_versions import POLICY_EVENTS, PolicyVersions, profile_of
+from callgate.domain.policy_versions import evolve as evolve_versions
 from callgate.domain.process_port import Output
 from callgate.domain.simulation import Simulator, recorded_gate
 
@@ -90,12 +93,13 @@ class Decider:
         self.deps = deps
         # The policy versions folded from the log in order (ADR 0050): process-wide, not a
         # key's state, so every key decides with the version active at its input's position.
+        # Control state is immutable: each control event replaces these references.
         self.versions = PolicyVersions()
-        self._base = deps  # the profile file's: decides until a version is activated
         self._shadow: Simulator | None = None
         # Control events folded, by id: one may arrive twice (at start and again from the
         # log; on Kafka from the global input and from the partition this worker owns),
-        # and folding an older one again would undo a later one.
+        # and folding an older one again would undo a later one. Delivery bookkeeping, not
+        # state: a set, so seeding many control events stays linear.
         self._folded: set[str] = set()
 
     def seed(self, events: Sequence[ev.Event]) -> None:
@@ -109,14 +113,15 @@ class Decider:
             return
         self._folded.add(event.event_id)
         if isinstance(event, FREEZE_EVENTS):
-            self.deps.freezes.apply(event)
+            self.deps = replace(self.deps, freezes=evolve_freezes(self.deps.freezes, event))
         elif isinstance(event, PIN_EVENTS):
-            self.deps.pins.apply(event)
+            self.deps = replace(self.deps, pins=evolve_pins(self.deps.pins, event))
         else:
             self._on_policy(event)
 
     def _on_policy(self, event: ev.Event) -> None:
-        if not self.versions.apply(event):
+        before, self.versions = self.versions, evolve_versions(self.versions, event)
+        if (before.active, before.shadow) == (self.versions.active, self.versions.shadow):
             return
         # Content whose digest is not its version (only a forged event: the gateway checks)
         # is not decided with: the version before it stays (``profile_of`` refuses it).
@@ -124,9 +129,9 @@ class Decider:
         if active and active != self.deps.profile.digest:
             try:
                 profile = profile_of(self.versions.published[active])
-                self.deps = replace(self._base, profile=profile, policy=PolicyEngine(profile))
+                self.deps = replace(self.deps, profile=profile, policy=PolicyEngine(profile))
             except (Rejection, ProfileError):
-                self.versions.active = self.deps.profile.digest
+                self.versions = replace(self.versions, active=self.deps.profile.digest)
         shadow = self.versions.shadow
         try:
             if not shadow:
@@ -134,7 +139,7 @@ class Decider:
             elif self._shadow is None or self._shadow.profile.digest != shadow:
                 self._shadow = Simulator(profile_of(self.versions.published[shadow]))
         except (Rejection, ProfileError):
-            self.versions.shadow, self._shadow = "", None
+            self.versions, self._shadow = replace(self.versions, shadow=""), None
 
     def _shadow_decisions(self, out: Emitter) -> None:
         """Decide each ``PolicyDecided`` just emitted again under the shadow version, with
