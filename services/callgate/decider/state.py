@@ -1,9 +1,12 @@
-"""The decider's per-partition-key state, folded from the events it emitted and consumed.
+"""The decider's per-partition-key state: immutable values, folded from the events it
+consumed and emitted by ``decider.evolve`` alone (ADR 0092).
 
 Everything here is derived from the log (docs/contract.md "Shape"): the runner stores it next to
 the consumed position (embedded) or in a changelog inside the same transaction (Kafka),
-so it can always be rebuilt. Serialization is sorted-key JSON so that equal states are
-equal bytes.
+so it can always be rebuilt, and restoring it calls no provider. The records are frozen;
+their sequences are tuples and their dicts are never changed in place (``evolve`` builds
+new ones), so a state handed to a rule, a runner or a test stays what it was.
+Serialization is sorted-key JSON so that equal states are equal bytes.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ class ApprovalStatus:
     EXPIRED = "expired"
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Invocation:
     invocation_id: str
     phase: str
@@ -68,7 +71,7 @@ class Invocation:
     policy_version: str = ""
     idempotency_key: str | None = None
     confirmation: str = "none"
-    approver_roles: list[str] = field(default_factory=list)
+    approver_roles: tuple[str, ...] = ()
     allow_self_approval: bool = False
     approval_ttl_ms: int = 0
     # Taken from the catalog entry when the call is decided (ADR 0029, 0030): a profile
@@ -76,7 +79,7 @@ class Invocation:
     continue_on_approval: bool = False
     require_dry_run: bool = False
     approvals_required: int = 1
-    grants: list[str] = field(default_factory=list)  # approvers so far (quorum, ADR 0030)
+    grants: tuple[str, ...] = ()  # approvers so far (quorum, ADR 0030)
     dry_run_json: str = ""
     dry_run_hash: str = ""
     approval_status: str = ""  # for the approval requested *for* this invocation
@@ -87,32 +90,32 @@ class Invocation:
     attempt: int = 0
     result_json: str = ""
     # ExecutionReconciled events already acted on: a redelivered one must not retry (C12).
-    reconciliations: list[str] = field(default_factory=list)
+    reconciliations: tuple[str, ...] = ()
     # The last attempt the executor reported started: a lookup that finds nothing retries
     # only the current attempt, once (two lookups of one attempt, one retry; C12).
     started_attempt: int = 0
     # While DESCRIBING: the verified session and the proposal, to decide once described;
     # ``agent`` and ``delegation`` are kept after (recorded on the events the call leads to).
-    roles: list[str] = field(default_factory=list)
+    roles: tuple[str, ...] = ()
     session_id: str = ""
     session_expires_at: int = 0
     agent: str = ""
-    delegation: list[str] = field(default_factory=list)  # ``Principal.delegation``
+    delegation: tuple[str, ...] = ()  # ``Principal.delegation``
     approval_id: str | None = None
     proposal_event_id: str = ""
     # While RESERVING: the resource facts the policy will read (``ResourceFacts.to_json``;
     # empty for a call that creates a resource).
     facts_json: str = ""
     # The reservations of the limits that cover the call (``decider.limits``): plain
-    # dicts of str and int, so the state stays sorted-key JSON.
-    usage: list[dict[str, Any]] = field(default_factory=list)
+    # dicts of str and int, so the state stays sorted-key JSON; never changed in place.
+    usage: tuple[dict[str, Any], ...] = ()
     # An evaluation only (AuthZEN, ADR 0083): settled by its policy decision.
     evaluate_only: bool = False
     # An ARAP access request (ADR 0090): an evaluation whose confirmation is asked for.
     access_request: bool = False
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class KeyRecord:
     """The original authorized call behind an idempotency key (C8)."""
 
@@ -125,10 +128,10 @@ class KeyRecord:
     execution_token: str = ""
     outcome: str = ""
     result_json: str = ""
-    waiters: list[str] = field(default_factory=list)
+    waiters: tuple[str, ...] = ()
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class ApprovalUse:
     """A granted approval artifact: single use (C11)."""
 
@@ -140,12 +143,15 @@ class ApprovalUse:
     approver: str = ""  # who granted it (C9: a retry that takes over names it too)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class DeciderState:
+    """A partition key's invocations, idempotency keys and approval artifacts. The dicts
+    are never changed in place: ``evolve`` copies the one it changes."""
+
     invocations: dict[str, Invocation] = field(default_factory=dict)
     keys: dict[str, KeyRecord] = field(default_factory=dict)
     approvals: dict[str, ApprovalUse] = field(default_factory=dict)
-    decisions_seen: list[str] = field(default_factory=list)  # ApprovalDecisionSubmitted ids
+    decisions_seen: tuple[str, ...] = ()  # ApprovalDecisionSubmitted ids
 
     def next_due(self) -> int | None:
         times = [
@@ -193,10 +199,24 @@ def load_state(data: bytes) -> DeciderState:
 
 
 def state_from(raw: dict[str, Any]) -> DeciderState:
-    """The state ``dump_state`` wrote, parsed."""
+    """The state ``dump_state`` wrote, parsed (its JSON arrays back to tuples)."""
     return DeciderState(
-        invocations={k: Invocation(**v) for k, v in raw["invocations"].items()},
-        keys={k: KeyRecord(**v) for k, v in raw["keys"].items()},
+        invocations={k: _invocation(v) for k, v in raw["invocations"].items()},
+        keys={
+            k: KeyRecord(**{**v, "waiters": tuple(v["waiters"])}) for k, v in raw["keys"].items()
+        },
         approvals={k: ApprovalUse(**v) for k, v in raw["approvals"].items()},
-        decisions_seen=list(raw.get("decisions_seen", [])),
+        decisions_seen=tuple(raw.get("decisions_seen", ())),
     )
+
+
+def _invocation(raw: dict[str, Any]) -> Invocation:
+    for name in _INVOCATION_SEQUENCES:
+        if name in raw:
+            raw[name] = tuple(raw[name])
+    return Invocation(**raw)
+
+
+_INVOCATION_SEQUENCES = tuple(
+    f.name for f in dataclasses.fields(Invocation) if str(f.type).startswith("tuple")
+)
