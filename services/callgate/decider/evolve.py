@@ -15,7 +15,6 @@ second delivery). An event that changes nothing returns the same object.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any, TypeVar
 
 from callgate.decider.state import (
@@ -26,6 +25,7 @@ from callgate.decider.state import (
     KeyRecord,
     KeyStatus,
     Phase,
+    evolved,
 )
 from callgate.domain import events as ev
 from callgate.domain.canonical import canonical_json
@@ -52,8 +52,13 @@ def evolve(state: DeciderState, event: ev.Event) -> DeciderState:
 # -- copy-on-write helpers -------------------------------------------------------------
 
 
+# The state is built positionally (its frozen ``__init__`` is what each event pays for it);
+# a record is changed by ``evolved`` (a named tuple's ``_replace``, without its Python work).
+
+
 def _put(state: DeciderState, inv: Invocation) -> DeciderState:
-    return replace(state, invocations={**state.invocations, inv.invocation_id: inv})
+    invocations = {**state.invocations, inv.invocation_id: inv}
+    return DeciderState(invocations, state.keys, state.approvals, state.decisions_seen)
 
 
 def _put_key(state: DeciderState, key: str, rec: KeyRecord | None) -> DeciderState:
@@ -62,11 +67,12 @@ def _put_key(state: DeciderState, key: str, rec: KeyRecord | None) -> DeciderSta
         del keys[key]
     else:
         keys[key] = rec
-    return replace(state, keys=keys)
+    return DeciderState(state.invocations, keys, state.approvals, state.decisions_seen)
 
 
 def _put_use(state: DeciderState, jti: str, use: ApprovalUse) -> DeciderState:
-    return replace(state, approvals={**state.approvals, jti: use})
+    approvals = {**state.approvals, jti: use}
+    return DeciderState(state.invocations, state.keys, approvals, state.decisions_seen)
 
 
 def _key_of(state: DeciderState, inv: Invocation) -> KeyRecord | None:
@@ -78,7 +84,7 @@ def _with_key(state: DeciderState, inv: Invocation, **changes: Any) -> DeciderSt
     rec = _key_of(state, inv)
     if rec is None:
         return state
-    return _put_key(state, inv.idempotency_key or "", replace(rec, **changes))
+    return _put_key(state, inv.idempotency_key or "", evolved(rec, **changes))
 
 
 def _key_status(state: DeciderState, inv: Invocation, status: str) -> DeciderState:
@@ -86,7 +92,7 @@ def _key_status(state: DeciderState, inv: Invocation, status: str) -> DeciderSta
     rec = _key_of(state, inv)
     if rec is None or rec.invocation_id != inv.invocation_id:
         return state
-    return _put_key(state, inv.idempotency_key or "", replace(rec, status=status))
+    return _put_key(state, inv.idempotency_key or "", evolved(rec, status=status))
 
 
 def _authorized(state: DeciderState, inv: Invocation) -> DeciderState:
@@ -116,7 +122,7 @@ def _without_waiter(state: DeciderState, inv: Invocation) -> DeciderState:
     if rec is None or inv.invocation_id not in rec.waiters:
         return state
     waiters = tuple(w for w in rec.waiters if w != inv.invocation_id)
-    return _put_key(state, inv.idempotency_key or "", replace(rec, waiters=waiters))
+    return _put_key(state, inv.idempotency_key or "", evolved(rec, waiters=waiters))
 
 
 def _consume(state: DeciderState, jti: str, inv: Invocation) -> DeciderState:
@@ -125,7 +131,7 @@ def _consume(state: DeciderState, jti: str, inv: Invocation) -> DeciderState:
     if use is None:
         return state
     return _put_use(
-        state, jti, replace(use, consumed_by=inv.invocation_id, consumer_key=inv.idempotency_key)
+        state, jti, evolved(use, consumed_by=inv.invocation_id, consumer_key=inv.idempotency_key)
     )
 
 
@@ -149,11 +155,11 @@ def _rejected(state: DeciderState, e: ev.ProposalRejected) -> DeciderState:
             delegation=e.delegation,
         )
         return _put(state, fresh)
-    inv = replace(inv, phase=Phase.SETTLED, outcome=e.code)
+    inv = evolved(inv, phase=Phase.SETTLED, outcome=e.code)
     state = _put(state, inv)
     use = state.approvals.get(inv.approval_jti) if inv.approval_jti else None
     if use is not None and use.consumed_by == inv.invocation_id:
-        state = _put_use(state, inv.approval_jti, replace(use, consumed_by="", consumer_key=None))
+        state = _put_use(state, inv.approval_jti, evolved(use, consumed_by="", consumer_key=None))
     rec = _key_of(state, inv)
     if rec is not None and inv.invocation_id in rec.waiters:
         return _without_waiter(state, inv)
@@ -245,7 +251,7 @@ def _reserving(state: DeciderState, e: ev.UsageReserveRequested) -> DeciderState
     }
     inv = state.invocations.get(e.invocation_id)
     if inv is not None and inv.phase == Phase.RESERVING:
-        return _put(state, replace(inv, usage=(*inv.usage, entry)))
+        return _put(state, evolved(inv, usage=(*inv.usage, entry)))
     parked = Invocation(
         e.invocation_id,
         Phase.RESERVING,
@@ -280,11 +286,11 @@ def _confirmed(state: DeciderState, e: ev.ConfirmationAccepted) -> DeciderState:
     if inv is None:
         return state
     if inv.phase == Phase.WAITING:  # a retry taking over the original's call
-        return _put(state, replace(inv, approval_jti=e.approval_jti))
+        return _put(state, evolved(inv, approval_jti=e.approval_jti))
     state = _authorized(state, inv)
-    inv = replace(inv, approval_jti=e.approval_jti, approved_dry_run_hash=e.dry_run_hash)
+    inv = evolved(inv, approval_jti=e.approval_jti, approved_dry_run_hash=e.dry_run_hash)
     if e.evaluate_only:
-        inv = replace(inv, phase=Phase.SETTLED, outcome=Code.PERMITTED.value)
+        inv = evolved(inv, phase=Phase.SETTLED, outcome=Code.PERMITTED.value)
     return _consume(_put(state, inv), e.approval_jti, inv)
 
 
@@ -295,7 +301,7 @@ def _dry_run_requested(state: DeciderState, e: ev.DryRunRequested) -> DeciderSta
     if inv is None:
         return state
     if e.approval_jti:
-        inv = replace(
+        inv = evolved(
             inv,
             phase=Phase.CONFIRMING,
             approval_jti=e.approval_jti,
@@ -303,10 +309,10 @@ def _dry_run_requested(state: DeciderState, e: ev.DryRunRequested) -> DeciderSta
         )
         return _consume(_put(_authorized(state, inv), inv), e.approval_jti, inv)
     if e.confirmation and e.confirmation != "none":
-        inv = replace(inv, phase=Phase.AWAITING_DRY_RUN, confirmation=e.confirmation)
+        inv = evolved(inv, phase=Phase.AWAITING_DRY_RUN, confirmation=e.confirmation)
         state = _put(_authorized(state, inv), inv)
         return _key_status(state, inv, KeyStatus.PENDING_APPROVAL)
-    inv = replace(inv, phase=Phase.DRY_RUN_THEN_EXECUTE)
+    inv = evolved(inv, phase=Phase.DRY_RUN_THEN_EXECUTE)
     return _put(_authorized(state, inv), inv)
 
 
@@ -314,7 +320,7 @@ def _approval_requested(state: DeciderState, e: ev.ApprovalRequested) -> Decider
     inv = state.invocations.get(e.invocation_id)
     if inv is None:
         return state
-    inv = replace(
+    inv = evolved(
         inv,
         phase=Phase.PENDING_APPROVAL,
         outcome=Code.APPROVAL_REQUIRED.value,
@@ -333,28 +339,34 @@ def _execution_requested(state: DeciderState, e: ev.ExecutionRequested) -> Decid
     inv = state.invocations.get(e.invocation_id)
     if inv is None:
         return state
-    inv = replace(
+    inv = evolved(
         inv,
         phase=Phase.EXECUTING,
         outcome=Code.ALLOWED.value,
         execution_token=e.execution_token,
         attempt=e.attempt,
     )
-    state = _without_waiter(_put(_authorized(state, inv), inv), inv)
-    return _with_key(
-        state,
-        inv,
+    invocations = {**state.invocations, inv.invocation_id: inv}
+    key = inv.idempotency_key
+    if key is None:  # one state built per event: this is every call's path
+        return DeciderState(invocations, state.keys, state.approvals, state.decisions_seen)
+    rec = _authorized(state, inv).keys[key]
+    rec = evolved(
+        rec,
         status=KeyStatus.EXECUTING,
         execution_token=e.execution_token,
         invocation_id=inv.invocation_id,
+        waiters=tuple(w for w in rec.waiters if w != inv.invocation_id),
     )
+    keys = {**state.keys, key: rec}
+    return DeciderState(invocations, keys, state.approvals, state.decisions_seen)
 
 
 def _replayed(state: DeciderState, e: ev.ReplayServed) -> DeciderState:
     inv = state.invocations.get(e.invocation_id)
     if inv is None:
         return state
-    inv = replace(inv, phase=Phase.SETTLED, outcome=Code.REPLAYED.value)
+    inv = evolved(inv, phase=Phase.SETTLED, outcome=Code.REPLAYED.value)
     return _without_waiter(_put(state, inv), inv)
 
 
@@ -363,7 +375,7 @@ def _awaiting(state: DeciderState, e: ev.ReplayAwaited) -> DeciderState:
     inv = state.invocations.get(e.invocation_id)
     if inv is None:
         return state
-    inv = replace(inv, phase=Phase.WAITING, outcome=Code.ALLOWED.value)
+    inv = evolved(inv, phase=Phase.WAITING, outcome=Code.ALLOWED.value)
     state = _put(state, inv)
     rec = _key_of(state, inv)
     if rec is None or inv.invocation_id in rec.waiters:
@@ -382,14 +394,14 @@ def _grant_recorded(state: DeciderState, e: ev.ApprovalGrantRecorded) -> Decider
     inv = state.invocations.get(e.invocation_id)
     if inv is None:
         return state
-    return _put(state, replace(inv, grants=(*inv.grants, e.approver)))
+    return _put(state, evolved(inv, grants=(*inv.grants, e.approver)))
 
 
 def _granted(state: DeciderState, e: ev.ApprovalGranted) -> DeciderState:
     inv = state.invocations.get(e.invocation_id)
     if inv is None:
         return state
-    inv = replace(inv, approval_status=ApprovalStatus.GRANTED)
+    inv = evolved(inv, approval_status=ApprovalStatus.GRANTED)
     use = ApprovalUse(inv.invocation_id, ApprovalStatus.GRANTED, e.expires_at, approver=e.approver)
     state = _put_use(_put(state, inv), e.approval_jti, use)
     return _key_status(state, inv, KeyStatus.APPROVED)
@@ -399,7 +411,7 @@ def _denied(state: DeciderState, e: ev.ApprovalDenied) -> DeciderState:
     inv = state.invocations.get(e.invocation_id)
     if inv is None:
         return state
-    inv = replace(inv, approval_status=ApprovalStatus.DENIED)
+    inv = evolved(inv, approval_status=ApprovalStatus.DENIED)
     return _key_status(_put(state, inv), inv, KeyStatus.DENIED)
 
 
@@ -409,7 +421,7 @@ def _expired(state: DeciderState, e: ev.ApprovalExpired) -> DeciderState:
         use = state.approvals.get(e.approval_jti)
         if use is None:
             return state
-        state = _put_use(state, e.approval_jti, replace(use, status=ApprovalStatus.EXPIRED))
+        state = _put_use(state, e.approval_jti, evolved(use, status=ApprovalStatus.EXPIRED))
         held = KeyStatus.APPROVED
         owner = state.invocations.get(use.invocation_id)
     else:
@@ -417,7 +429,7 @@ def _expired(state: DeciderState, e: ev.ApprovalExpired) -> DeciderState:
         owner = state.invocations.get(e.invocation_id)
     if owner is None:
         return state
-    owner = replace(owner, approval_status=ApprovalStatus.EXPIRED)
+    owner = evolved(owner, approval_status=ApprovalStatus.EXPIRED)
     state = _put(state, owner)
     rec = _key_of(state, owner)
     if rec is None or rec.status != held:
@@ -435,7 +447,7 @@ def _usage_settled(state: DeciderState, e: ev.UsageCommitted | ev.UsageReleased)
         {**u, "state": to} if u["id"] == e.reservation_id and u["state"] == RESERVED else u
         for u in inv.usage
     )
-    return state if usage == inv.usage else _put(state, replace(inv, usage=usage))
+    return state if usage == inv.usage else _put(state, evolved(inv, usage=usage))
 
 
 # -- inputs that change state by themselves ----------------------------------------------
@@ -444,14 +456,15 @@ def _usage_settled(state: DeciderState, e: ev.UsageCommitted | ev.UsageReleased)
 def _decision_seen(state: DeciderState, e: ev.ApprovalDecisionSubmitted) -> DeciderState:
     if e.event_id in state.decisions_seen:
         return state
-    return replace(state, decisions_seen=(*state.decisions_seen, e.event_id))
+    seen = (*state.decisions_seen, e.event_id)
+    return DeciderState(state.invocations, state.keys, state.approvals, seen)
 
 
 def _started(state: DeciderState, e: ev.ExecutionStarted) -> DeciderState:
     inv = state.invocations.get(e.invocation_id)
     if inv is None or inv.started_attempt >= e.attempt:
         return state
-    return _put(state, replace(inv, started_attempt=e.attempt))
+    return _put(state, evolved(inv, started_attempt=e.attempt))
 
 
 def _dry_run_recorded(state: DeciderState, e: ev.DryRunRecorded) -> DeciderState:
@@ -460,7 +473,7 @@ def _dry_run_recorded(state: DeciderState, e: ev.DryRunRecorded) -> DeciderState
     inv = state.invocations.get(e.invocation_id)
     if inv is None or inv.phase not in (Phase.CONFIRMING, Phase.DRY_RUN_THEN_EXECUTE):
         return state
-    return _put(state, replace(inv, dry_run_json=e.snapshot_json, dry_run_hash=e.snapshot_hash))
+    return _put(state, evolved(inv, dry_run_json=e.snapshot_json, dry_run_hash=e.snapshot_hash))
 
 
 def _settled(state: DeciderState, invocation_id: str, outcome: str, result: str) -> DeciderState:
@@ -468,7 +481,7 @@ def _settled(state: DeciderState, invocation_id: str, outcome: str, result: str)
     inv = state.invocations.get(invocation_id)
     if inv is None or (inv.phase == Phase.SETTLED and inv.outcome != Code.OUTCOME_UNCERTAIN):
         return state
-    inv = replace(inv, phase=Phase.SETTLED, outcome=outcome, result_json=result)
+    inv = evolved(inv, phase=Phase.SETTLED, outcome=outcome, result_json=result)
     state = _put(state, inv)
     rec = _key_of(state, inv)
     if rec is None or rec.invocation_id != invocation_id:
@@ -495,7 +508,7 @@ def _uncertain(state: DeciderState, e: ev.ExecutionUncertain) -> DeciderState:
     # has started even if its ExecutionStarted was not seen: the decider's two input
     # topics (``requests``, ``events``) are not ordered with each other. Without this the
     # reconciliation would never retry (calls left waiting forever).
-    inv = replace(
+    inv = evolved(
         inv,
         phase=Phase.SETTLED,
         outcome=Code.OUTCOME_UNCERTAIN.value,
@@ -522,7 +535,7 @@ def _lookup_failed(
         or waiter.invocation_id not in rec.waiters
     ):
         return state
-    waiter = replace(waiter, phase=Phase.SETTLED, outcome=Code.OUTCOME_UNCERTAIN.value)
+    waiter = evolved(waiter, phase=Phase.SETTLED, outcome=Code.OUTCOME_UNCERTAIN.value)
     state = _without_waiter(_put(state, waiter), waiter)
     rec = _key_of(state, waiter)
     if rec is None or any(w in state.invocations for w in rec.waiters):
@@ -536,11 +549,11 @@ def _reconciled(state: DeciderState, e: ev.ExecutionReconciled) -> DeciderState:
     original = state.invocations.get(original_id)
     if original is None or e.event_id in original.reconciliations:
         return state
-    original = replace(original, reconciliations=(*original.reconciliations, e.event_id))
+    original = evolved(original, reconciliations=(*original.reconciliations, e.event_id))
     state = _put(state, original)
     if not e.found:
         return state
-    original = replace(
+    original = evolved(
         original, phase=Phase.SETTLED, outcome=Code.EXECUTED.value, result_json=e.result_json
     )
     state = _put(state, original)
@@ -571,7 +584,7 @@ def _usage_answered(state: DeciderState, e: ev.UsageReserved | ev.UsageRefused) 
             else:
                 u = {**u, "used": e.used, "state": REFUSED, "retry_after_ms": e.retry_after_ms}
         usage.append(u)
-    return _put(state, replace(inv, usage=tuple(usage))) if changed else state
+    return _put(state, evolved(inv, usage=tuple(usage))) if changed else state
 
 
 def _fold(

@@ -3,20 +3,21 @@ consumed and emitted by ``decider.evolve`` alone (ADR 0092).
 
 Everything here is derived from the log (docs/contract.md "Shape"): the runner stores it next to
 the consumed position (embedded) or in a changelog inside the same transaction (Kafka),
-so it can always be rebuilt, and restoring it calls no provider. The records are frozen;
-their sequences are tuples and their dicts are never changed in place (``evolve`` builds
-new ones), so a state handed to a rule, a runner or a test stays what it was.
+so it can always be rebuilt, and restoring it calls no provider. The records are typed named
+tuples (``Invocation``, ``KeyRecord``, ``ApprovalUse``) in a frozen ``DeciderState``; their
+sequences are tuples and the state's dicts are never changed in place (``evolve`` builds
+new ones), so a state handed to a rule, a runner or a test stays what it was. Named tuples
+rather than frozen dataclasses: a frozen dataclass's ``__init__`` sets each of an
+``Invocation``'s forty-odd fields through ``object.__setattr__``, about five times the cost
+of a tuple built in C, and ``evolve`` builds one per event.
 Serialization is sorted-key JSON so that equal states are equal bytes.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import operator
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple, TypeVar
 
 from callgate.domain.canonical import state_json
 
@@ -55,8 +56,7 @@ class ApprovalStatus:
     EXPIRED = "expired"
 
 
-@dataclass(frozen=True, slots=True)
-class Invocation:
+class Invocation(NamedTuple):
     invocation_id: str
     phase: str
     outcome: str
@@ -115,8 +115,7 @@ class Invocation:
     access_request: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class KeyRecord:
+class KeyRecord(NamedTuple):
     """The original authorized call behind an idempotency key (C8)."""
 
     actor: str
@@ -131,8 +130,7 @@ class KeyRecord:
     waiters: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class ApprovalUse:
+class ApprovalUse(NamedTuple):
     """A granted approval artifact: single use (C11)."""
 
     invocation_id: str  # the invocation it was requested for
@@ -166,32 +164,40 @@ class DeciderState:
 
 
 def _plain(record: Invocation | KeyRecord | ApprovalUse) -> dict[str, Any]:
-    # Shallow on purpose: every field is a str, int, bool, None or list of str, which json
-    # encodes as it is (a nested dataclass would make state_json raise, never pass silently).
-    # ``dataclasses.asdict`` deep-copies every value and cost the decider about a fifth of
-    # its CPU time on Kafka (docs/benchmarks.md).
-    # The values are read in C, all at once (``attrgetter`` of the class's fields).
-    cls = type(record)
-    return dict(zip(_FIELDS[cls], _VALUES[cls](record), strict=True))
+    # Shallow on purpose: every field is a str, int, bool, None or tuple of str, which json
+    # encodes as it is (a nested record would make state_json raise, never pass silently).
+    # A deep copy (``dataclasses.asdict``) cost the decider about a fifth of its CPU time on
+    # Kafka (docs/benchmarks.md); a record is a tuple, zipped with its names in C.
+    return dict(zip(record._fields, record, strict=True))
 
 
-_FIELDS = {
-    cls: tuple(f.name for f in dataclasses.fields(cls))
-    for cls in (DeciderState, Invocation, KeyRecord, ApprovalUse)
+_Record = TypeVar("_Record", Invocation, KeyRecord, ApprovalUse)
+_INDEX: dict[type, dict[str, int]] = {
+    cls: {name: i for i, name in enumerate(cls._fields)}
+    for cls in (Invocation, KeyRecord, ApprovalUse)
 }
-_VALUES: dict[type, Callable[[Any], tuple[Any, ...]]] = {
-    cls: operator.attrgetter(*names) for cls, names in _FIELDS.items()
-}
+
+
+def evolved(record: _Record, **changes: Any) -> _Record:
+    """``record`` with ``changes`` (``_replace`` without its per-field Python work)."""
+    values = list(record)
+    index = _INDEX[type(record)]
+    for name, value in changes.items():
+        values[index[name]] = value
+    return tuple.__new__(type(record), values)
 
 
 def dump_state(state: DeciderState) -> bytes:
     """Sorted-key JSON of ``state`` (what ``dataclasses.asdict`` holds): equal states are
     equal bytes (``canonical.state_json``)."""
-    value: dict[str, Any] = {}
-    for name in _FIELDS[DeciderState]:
-        item = getattr(state, name)
-        value[name] = {k: _plain(v) for k, v in item.items()} if isinstance(item, dict) else item
-    return state_json(value)
+    return state_json(
+        {
+            "invocations": {k: _plain(v) for k, v in state.invocations.items()},
+            "keys": {k: _plain(v) for k, v in state.keys.items()},
+            "approvals": {k: _plain(v) for k, v in state.approvals.items()},
+            "decisions_seen": state.decisions_seen,
+        }
+    )
 
 
 def load_state(data: bytes) -> DeciderState:
@@ -218,5 +224,5 @@ def _invocation(raw: dict[str, Any]) -> Invocation:
 
 
 _INVOCATION_SEQUENCES = tuple(
-    f.name for f in dataclasses.fields(Invocation) if str(f.type).startswith("tuple")
+    name for name, default in Invocation._field_defaults.items() if default == ()
 )
