@@ -6,6 +6,10 @@ a control event), then the events it emitted for that input, in emission order; 
 expiries likewise. Only what was committed counts: the work of a step that was killed
 before its commit is redone after the restart, and counted then.
 
+The same holds for the limits' keyed process (``usage_process``): a scope's stored usage
+is the fold of its ``evolve`` over the requests, settlements and limit changes it handled
+and the answers it gave.
+
 For random programs of the invariant tests (``test_invariants``: several actors and
 tenants, keys, approvals, time, re-sends, retries, provider faults, executor crashes and
 restarts, any interleaving and duplicate deliveries) on the in-memory runner, and for
@@ -33,6 +37,7 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from tests.harness import DAY_S, Gate
+from tests.limits_support import REFUND_LIMIT, TICKET_LIMIT, limited_profile
 from tests.unit.test_invariants import (
     ACTORS,
     CALLS,
@@ -48,9 +53,12 @@ from tests.unit.test_invariants import program as invariant_programs
 from callgate.adapters.avro_codec import AvroCodec
 from callgate.adapters.embedded.runner import EmbeddedRunner
 from callgate.adapters.embedded.store import EmbeddedStore, StoreTx
+from callgate.adapters.memory import Chaos
 from callgate.bootstrap import App, bootstrap
 from callgate.decider.evolve import evolve
 from callgate.decider.state import DeciderState, dump_state
+from callgate.decider.usage_process import Usage, UsageState
+from callgate.decider.usage_process import evolve as usage_evolve
 from callgate.domain import events as ev
 from callgate.domain.process_port import Output
 from callgate.executor.invocations import Invocations, InvocationsState
@@ -58,6 +66,18 @@ from callgate.providers.base import DryRunResult, ExecutionResult, Lookup, Provi
 from callgate.providers.registry import ProviderRegistry
 
 CODEC = AvroCodec.default()
+# Small enough that the programs' calls go over them: refused, and held then given back.
+LIMITS: tuple[dict[str, Any], ...] = (
+    {**REFUND_LIMIT, "max": 1_500, "window": "1h"},
+    {**TICKET_LIMIT, "max": 2},
+    {
+        "name": "records-per-actor",
+        "tools": ["records.update"],
+        "max": 1,
+        "window": "1m",
+        "per": ["actor"],
+    },
+)
 
 
 def fold(events: Sequence[ev.Event]) -> DeciderState:
@@ -184,16 +204,29 @@ def check_folds(
     rng=st.randoms(use_true_random=False),
     duplicate=st.sampled_from([0.0, 0.3]),
     faults=fault_plans,
+    limited=st.booleans(),
 )
 def test_the_stored_state_of_every_key_is_the_fold_of_its_events(
-    ops: list[tuple[Any, ...]], rng: random.Random, duplicate: float, faults: dict[str, Any]
+    ops: list[tuple[Any, ...]],
+    rng: random.Random,
+    duplicate: float,
+    faults: dict[str, Any],
+    limited: bool,
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        g, tokens = new_gate(Path(tmp), rng, duplicate, faults)
-        journal = Journal()
+        if limited:  # usage limits too: proposals parked until each limit answers
+            profile = limited_profile(Path(tmp) / "profile", *LIMITS)
+            chaos = Chaos(rng, interleave=True, duplicate=duplicate)
+            g = Gate(Path(tmp), faults=faults, chaos=chaos, profile=profile)
+            tokens = {u: g.session(u, t, r, ttl=30 * DAY_S) for u, (t, r) in ACTORS.items()}
+        else:
+            g, tokens = new_gate(Path(tmp), rng, duplicate, faults)
+        journal, counted = Journal(), Journal()
         pair = next(p for p in g.runner.processes if isinstance(p, Invocations))
+        usage = next(p for p in g.runner.processes if isinstance(p, Usage))
         watch(pair, journal)
-        _commit_on_store(g, pair, journal)
+        watch_usage(usage, counted)
+        _commit_on_store(g, {pair.name: journal, usage.name: counted}, [pair, usage])
         run = Run(g, tokens)
         for op in ops:
             run.execute(op)
@@ -206,27 +239,56 @@ def test_the_stored_state_of_every_key_is_the_fold_of_its_events(
         }
         logged = {e.event_id: e for e in g.runner.log.events}
         check_folds(stored, journal, logged, restoring_process(g.app))
+        refused = sum(isinstance(e, ev.UsageRefused) for e in g.runner.log.events)
+        event(
+            f"limits: {'refused' if refused else 'none refused' if counted.committed else 'none'}"
+        )
+        # The limits' keyed process too: each scope's usage is the fold of its events.
+        for (name, key), state in g.runner._state.items():
+            if name == usage.name:
+                events = [logged[e.event_id] for e in counted.committed.get(key, [])]
+                folded = functools.reduce(usage_evolve, events, UsageState())
+                assert usage.dump_state(state) == usage.dump_state(folded), key
 
 
-def _commit_on_store(g: Gate, pair: Invocations, journal: Journal) -> None:
+def watch_usage(usage: Usage, journal: Journal) -> None:
+    """Note every input the usage process handles and the answer it gives, in order."""
+    handle = usage.handle
+
+    def handled(
+        state: UsageState, event: ev.Event, now_ms: int
+    ) -> tuple[UsageState, Sequence[Output]]:
+        after, outputs = handle(state, event, now_ms)
+        if type(event) in usage.reacts_to:
+            journal.note(event.partition_key, [event, *_events(outputs)])
+        return after, outputs
+
+    usage.handle = handled  # type: ignore[method-assign]
+
+
+def _commit_on_store(
+    g: Gate, journals: Mapping[str, Journal], processes: Sequence[Invocations | Usage]
+) -> None:
     """On the in-memory runner a step's work is committed when its key's state is stored;
     a step that dies (an executor crash) is abandoned when the next one starts."""
 
     class Stored(dict[tuple[str, str], Any]):
         def __setitem__(self, key: tuple[str, str], value: Any) -> None:
             super().__setitem__(key, value)
-            if key[0] == pair.name:
-                journal.commit(key[1])
+            if key[0] in journals:
+                journals[key[0]].commit(key[1])
 
     g.runner._state = Stored(g.runner._state)
-    for name in ("handle", "due", "follow_up", "recover"):
-        method = getattr(pair, name)
+    for process in processes:
+        for name in ("handle", "due", "follow_up", "recover"):
+            method = getattr(process, name)
 
-        def starting(*args: Any, _method: Callable[..., Any] = method) -> Any:
-            journal.drop()
-            return _method(*args)
+            def starting(*args: Any, _method: Callable[..., Any] = method) -> Any:
+                for journal in journals.values():
+                    journal.drop()
+                return _method(*args)
 
-        setattr(pair, name, starting)
+            setattr(process, name, starting)
 
 
 # --- (b, c) the embedded runner, killed and restarted --------------------------------------
@@ -306,12 +368,18 @@ embedded_op = st.one_of(
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=st.lists(embedded_op, min_size=6, max_size=24), seed=st.integers(0, 2**16))
+@given(
+    ops=st.lists(embedded_op, min_size=6, max_size=24),
+    seed=st.integers(0, 2**16),
+    limited=st.booleans(),
+)
 def test_after_kills_and_restarts_every_key_is_the_fold_of_its_logged_events(
-    ops: list[tuple[Any, ...]], seed: int
+    ops: list[tuple[Any, ...]], seed: int, limited: bool
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        g = Gate(Path(tmp), faults={"*": {"timeout_after_apply": 0.2}, "seed": seed})
+        profile = limited_profile(Path(tmp) / "profile", *LIMITS) if limited else None
+        faults = {"*": {"timeout_after_apply": 0.2}, "seed": seed}
+        g = Gate(Path(tmp), faults=faults, profile=profile)
         tokens = {u: g.session(u, t, roles, ttl=30 * DAY_S) for u, (t, roles) in ACTORS.items()}
         store = EmbeddedStore(Path(tmp) / "embedded", CODEC)
         journal, kills = Journal(), Kills()
