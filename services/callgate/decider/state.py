@@ -3,10 +3,10 @@ consumed and emitted by ``decider.evolve`` alone (ADR 0092).
 
 Everything here is derived from the log (docs/contract.md "Shape"): the runner stores it next to
 the consumed position (embedded) or in a changelog inside the same transaction (Kafka),
-so it can always be rebuilt, and restoring it calls no provider. The records are typed named
-tuples (``Invocation``, ``KeyRecord``, ``ApprovalUse``) in a frozen ``DeciderState``; their
-sequences are tuples and the state's dicts are never changed in place (``evolve`` builds
-new ones), so a state handed to a rule, a runner or a test stays what it was. Named tuples
+so it can always be rebuilt, and restoring it calls no provider. The records and the state
+are typed named tuples (``Invocation``, ``KeyRecord``, ``ApprovalUse``, ``DeciderState``);
+their sequences are tuples and the state's mappings are never changed in place (``evolve``
+builds new ones), so a state handed to a rule, a runner or a test stays what it was. Named tuples
 rather than frozen dataclasses: a frozen dataclass's ``__init__`` sets each of an
 ``Invocation``'s forty-odd fields through ``object.__setattr__``, about five times the cost
 of a tuple built in C, and ``evolve`` builds one per event.
@@ -16,10 +16,13 @@ Serialization is sorted-key JSON so that equal states are equal bytes.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, NamedTuple, TypeVar
 
 from callgate.domain.canonical import state_json
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 class Phase:
@@ -141,14 +144,14 @@ class ApprovalUse(NamedTuple):
     approver: str = ""  # who granted it (C9: a retry that takes over names it too)
 
 
-@dataclass(frozen=True, slots=True)
-class DeciderState:
-    """A partition key's invocations, idempotency keys and approval artifacts. The dicts
-    are never changed in place: ``evolve`` copies the one it changes."""
+class DeciderState(NamedTuple):
+    """A partition key's invocations, idempotency keys and approval artifacts. The mappings
+    are never changed in place: ``evolve`` builds a new one for each it changes (the empty
+    ones are read-only)."""
 
-    invocations: dict[str, Invocation] = field(default_factory=dict)
-    keys: dict[str, KeyRecord] = field(default_factory=dict)
-    approvals: dict[str, ApprovalUse] = field(default_factory=dict)
+    invocations: Mapping[str, Invocation] = _EMPTY
+    keys: Mapping[str, KeyRecord] = _EMPTY
+    approvals: Mapping[str, ApprovalUse] = _EMPTY
     decisions_seen: tuple[str, ...] = ()  # ApprovalDecisionSubmitted ids
 
     def next_due(self) -> int | None:
