@@ -525,8 +525,12 @@ def test_two_lookups_of_one_attempt_retry_it_once(tmp_path: Path) -> None:
     xt = request.execution_token
     state, _ = feed(state, answer(ev.ExecutionStarted, P1, execution_token=xt, attempt=1))
     state, _ = feed(state, answer(ev.ExecutionUncertain, P1, execution_token=xt, reason="t"))
-    state, out = feed(state, proposal(P2))  # the agent retries: reconcile first
-    assert [type(e) for e in out] == [ev.PolicyDecided, ev.ReconciliationRequested]
+    state, out = feed(state, proposal(P2))  # the agent retries: it waits, reconciled first
+    assert [type(e) for e in out] == [
+        ev.PolicyDecided,
+        ev.ReplayAwaited,
+        ev.ReconciliationRequested,
+    ]
     nothing = {"execution_token": xt, "found": False, "original_invocation_id": P1}
     state, out = feed(state, answer(ev.ExecutionReconciled, P1, **nothing))  # recover
     retries = [e for e in out if isinstance(e, ev.ExecutionRequested)]

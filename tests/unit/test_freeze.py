@@ -8,7 +8,7 @@ from tests.harness import Gate
 
 from callgate.domain import events as ev
 from callgate.domain.codes import Code, Rejection
-from callgate.domain.freeze import FREEZE_KEY, Freezes, checked_request
+from callgate.domain.freeze import FREEZE_KEY, Freezes, checked_request, evolve
 from callgate.executor.invocations import Invocations
 
 REFUND = {"order_id": "ORD-1", "amount_cents": 15000, "currency": "USD"}
@@ -30,15 +30,15 @@ def freeze_event(scope: str, value: str, lift: bool = False, n: int = 1) -> ev.E
 
 def test_the_fold_applies_and_lifts_exactly() -> None:
     freezes = Freezes()
-    freezes.apply(freeze_event("tool", "refunds.issue"))
-    freezes.apply(freeze_event("actor", "mallory", n=2))
+    freezes = evolve(freezes, freeze_event("tool", "refunds.issue"))
+    freezes = evolve(freezes, freeze_event("actor", "mallory", n=2))
     assert freezes.matching("refunds.issue", "acme", "alice") is not None
     assert freezes.matching("Refunds.issue", "acme", "alice") is None  # exact names
     assert freezes.matching("tickets.read", "acme", "mallory") is not None
     with pytest.raises(Rejection) as refused:
         freezes.check("refunds.issue", "acme", "alice")
     assert refused.value.code == Code.FROZEN and "incident" in refused.value.message
-    freezes.apply(freeze_event("tool", "refunds.issue", lift=True, n=3))
+    freezes = evolve(freezes, freeze_event("tool", "refunds.issue", lift=True, n=3))
     assert freezes.matching("refunds.issue", "acme", "alice") is None
     assert freezes.matching("x", "acme", "mallory") is not None  # the other freeze stays
 

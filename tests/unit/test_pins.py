@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from callgate.domain import events as ev
 from callgate.domain.codes import Code, Rejection
-from callgate.domain.pins import PINS_KEY, Pins, definition_digest
+from callgate.domain.pins import PINS_KEY, Pins, definition_digest, evolve
 
 TOOL = {
     "name": "read_note",
@@ -50,27 +50,27 @@ def test_the_digest_covers_the_four_fields_and_nothing_else(
 def test_a_changed_definition_is_refused_until_pinned_again() -> None:
     pins = Pins()
     pins.check("notes.read", None)  # unpinned: not checked
-    pins.apply(pinned(A))
+    pins = evolve(pins, pinned(A))
     pins.check("notes.read", None)
-    pins.apply(changed(A, B))
+    pins = evolve(pins, changed(A, B))
     with pytest.raises(Rejection) as refused:
         pins.check("notes.read", None)
     assert refused.value.code == Code.TOOL_DEFINITION_CHANGED
     assert A in refused.value.message and B in refused.value.message
-    pins.apply(pinned(B, n=3))  # the operator reviewed and pinned the new one
+    pins = evolve(pins, pinned(B, n=3))  # the operator reviewed and pinned the new one
     pins.check("notes.read", None)
-    pins.apply(changed(B, A, n=4))  # and the upstream went back: refused again
+    pins = evolve(pins, changed(B, A, n=4))  # and the upstream went back: refused again
     with pytest.raises(Rejection):
         pins.check("notes.read", None)
 
 
 def test_the_catalog_pin_counts_until_an_event_pins_the_tool() -> None:
     pins = Pins()
-    pins.apply(changed(A, B))
+    pins = evolve(pins, changed(A, B))
     with pytest.raises(Rejection):
         pins.check("notes.read", A)  # the catalog's pin, not what is served
     pins.check("notes.read", B)
-    pins.apply(pinned(B, n=3))
+    pins = evolve(pins, pinned(B, n=3))
     pins.check("notes.read", A)  # the event's pin wins over the file's
 
 
@@ -86,10 +86,10 @@ def test_the_tool_is_refused_exactly_when_the_last_seen_definition_is_not_the_pi
     pins, pin, seen = Pins(), catalog_pin, None
     for n, (is_pin, digest) in enumerate(steps):
         if is_pin and digest != "absent":
-            pins.apply(pinned(digest, n))
+            pins = evolve(pins, pinned(digest, n))
             pin = seen = digest
         else:
-            pins.apply(changed(pin or A, digest, n))
+            pins = evolve(pins, changed(pin or A, digest, n))
             seen = digest
     refused = pin is not None and seen is not None and seen != pin
     try:

@@ -9,7 +9,7 @@ import pytest
 from callgate.domain import events as ev
 from callgate.domain.catalog import default_profile_path
 from callgate.domain.codes import Code, Rejection
-from callgate.domain.policy_versions import PolicyVersions, content_of, fold, profile_of
+from callgate.domain.policy_versions import PolicyVersions, content_of, evolve, fold, profile_of
 
 PATH = default_profile_path()
 YAML = PATH.read_text(encoding="utf-8")
@@ -45,13 +45,14 @@ def test_activation_follows_log_order_and_rollback_is_an_earlier_version() -> No
 
 def test_an_unpublished_activation_or_a_redelivery_changes_nothing() -> None:
     a = _published("a")
-    versions = PolicyVersions()
-    versions.apply(a)
-    assert not versions.apply(ev.PolicyActivated(**_common("x", "f" * 64)))  # never published
+    versions = evolve(PolicyVersions(), a)
+    forged = ev.PolicyActivated(**_common("x", "f" * 64))  # never published
+    assert evolve(versions, forged).history == versions.history
     assert versions.active == ""
     activation = ev.PolicyActivated(**_common("y", a.version))
-    assert versions.apply(activation)
-    assert not versions.apply(activation)  # the same event again
+    versions = evolve(versions, activation)
+    assert versions.active == a.version
+    assert evolve(versions, activation) is versions  # the same event again
     assert len(versions.history) == 2
     with pytest.raises(Rejection) as unknown:
         versions.require_published(a.version.upper())  # exact: a digest as written

@@ -9,6 +9,7 @@ whose served definition is not the one last recorded. The decider refuses such a
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import uuid
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from callgate.domain import events as ev
 from callgate.domain.catalog import Profile
 from callgate.domain.pins import PIN_EVENTS, PINS_KEY, Pins, definition_digest
+from callgate.domain.pins import evolve as pins_evolve
 from callgate.providers.registry import ProviderRegistry
 
 log = logging.getLogger(__name__)
@@ -52,10 +54,7 @@ def served(providers: ProviderRegistry, only: str | None = None) -> dict[str, st
 
 
 def fold(events: Iterable[ev.Event]) -> Pins:
-    pins = Pins()
-    for event in events:
-        pins.apply(event)
-    return pins
+    return functools.reduce(pins_evolve, events, Pins())
 
 
 def changes(profile: Profile, pins: Pins, now: Mapping[str, str], at: int) -> list[ev.Event]:

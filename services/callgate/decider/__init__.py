@@ -26,8 +26,12 @@ Only ``Decider`` and ``DeciderDeps`` are the package's interface; its state live
 - V2 swapped arguments → ``approval_mismatch``, one side effect: ``approvals``
   (``require_match``), ``outcomes`` (dry-run hash), ``idempotency`` (replay)
 
-The other modules: ``decider`` (the ``Decider`` class: Process protocol, ``reacts_to``,
-``handle`` dispatch, ``due`` timers) and ``emitter`` (follow-on event envelopes).
+The rule modules decide: they read state and emit events. ``evolve`` alone changes the
+immutable state (``state``), one event at a time, so a key's state is the fold of its events
+(ADR 0092). The other modules: ``decider`` (the ``Decider`` class: Process protocol,
+``reacts_to``, ``handle`` as decide then fold, ``due`` timers), ``emitter`` (follow-on event
+envelopes, each folded as it is emitted) and ``usage_process`` (the limits' keyed process,
+decide and evolve too).
 """
 
 from callgate.decider.decider import Decider

@@ -13,15 +13,7 @@ from __future__ import annotations
 
 from callgate.decider.deps import DeciderDeps
 from callgate.decider.emitter import Emitter
-from callgate.decider.key_records import set_key_status
-from callgate.decider.state import (
-    ApprovalStatus,
-    ApprovalUse,
-    DeciderState,
-    Invocation,
-    KeyStatus,
-    Phase,
-)
+from callgate.decider.state import ApprovalStatus, Invocation, Phase
 from callgate.domain import events as ev
 from callgate.domain.approvals import (
     ApprovalBinding,
@@ -49,16 +41,13 @@ def presented_approval(
 
 
 def check_approval(
-    state: DeciderState,
-    inv: Invocation,
-    claims: ApprovalClaims,
-    p: ev.ToolCallProposed,
-    out: Emitter,
+    inv: Invocation, claims: ApprovalClaims, p: ev.ToolCallProposed, out: Emitter
 ) -> bool:
     """C4, C11: the approval must be for this exact call, still usable, and unused.
 
     Returns True when the call was settled here (a replay of the call it authorized).
     """
+    state = out.state
     presented = claims.binding
     expected = binding_of(inv, presented.dry_run_hash, p.partition_key, presented.invocation_id)
     require_match(expected, presented)  # approval_mismatch naming the bindings
@@ -95,7 +84,6 @@ def check_approval(
             and consumer.outcome in _REPLAYABLE
         ):
             # The very call it authorized, resubmitted: serve the stored result.
-            inv.phase, inv.outcome = Phase.SETTLED, Code.REPLAYED.value
             out.emit(
                 ev.ReplayServed,
                 original_invocation_id=consumer.invocation_id,
@@ -109,13 +97,11 @@ def check_approval(
                 f"approval {claims.jti} was already used by invocation {use.consumed_by}",
                 {"used_by": use.consumed_by},
             )
-    inv.approval_jti = claims.jti
-    inv.approved_dry_run_hash = presented.dry_run_hash
-    return False
+    return False  # the call's ``ConfirmationAccepted`` records the approval it uses
 
 
 def on_approval_decision(
-    deps: DeciderDeps, state: DeciderState, d: ev.ApprovalDecisionSubmitted, out: Emitter
+    deps: DeciderDeps, d: ev.ApprovalDecisionSubmitted, out: Emitter
 ) -> ApprovalClaims | None:
     """A human's decision on a pending approval; the artifact's claims when it was issued
     (the caller continues the invocation, ADR 0029), else None."""
@@ -126,13 +112,12 @@ def on_approval_decision(
             Code.MALFORMED_EVENT,
             "the decision's event id is not bound to the session token (domain/scope.py)",
         )
-    if d.event_id in state.decisions_seen:
+    if d.event_id in out.before.decisions_seen:
         return None  # the same decision delivered twice: already answered
-    state.decisions_seen.append(d.event_id)
     digest = token_digest(d.session_token)  # recorded instead of the token (ADR 0016)
     try:
         approver = deps.sessions.verify(d.session_token, out.now_ms)
-        inv = state.invocations.get(d.invocation_id)
+        inv = out.state.invocations.get(d.invocation_id)
         if inv is None or inv.approval_status != ApprovalStatus.PENDING:
             raise Rejection(
                 Code.NOT_PENDING, f"invocation {d.invocation_id} has no pending approval"
@@ -168,8 +153,6 @@ def on_approval_decision(
         )
         return None
     if d.decision in ("deny", ev.WITHDRAW):  # a withdrawal is the actor's own denial
-        inv.approval_status = ApprovalStatus.DENIED
-        set_key_status(state, inv, KeyStatus.DENIED)
         out.emit(
             ev.ApprovalDenied,
             approver=approver.user,
@@ -181,11 +164,10 @@ def on_approval_decision(
         return None
     if inv.approvals_required > 1:
         # ADR 0030: each grant is an event bound to what the invocation asks to confirm.
-        inv.grants.append(approver.user)
         out.emit(
             ev.ApprovalGrantRecorded,
             approver=approver.user,
-            granted=len(inv.grants),
+            granted=len(inv.grants) + 1,
             required=inv.approvals_required,
             args_hash=inv.args_hash,
             dry_run_hash=inv.dry_run_hash,
@@ -194,6 +176,7 @@ def on_approval_decision(
             agent=approver.agent,
             delegation=approver.delegation,
         )
+        inv = out.state.invocations[d.invocation_id]
         if len(inv.grants) < inv.approvals_required:
             return None  # still pending: no artifact before the quorum
     jti = approval_jti(inv.invocation_id, approver.user, d.event_id)
@@ -206,11 +189,6 @@ def on_approval_decision(
         issued_at=out.now_ms,
         expires_at=expires_at,
     )
-    inv.approval_status = ApprovalStatus.GRANTED
-    state.approvals[jti] = ApprovalUse(
-        inv.invocation_id, ApprovalStatus.GRANTED, expires_at, approver=approver.user
-    )
-    set_key_status(state, inv, KeyStatus.APPROVED)
     out.emit(
         ev.ApprovalGranted,
         approval_id=deps.approval_signer.sign(claims),

@@ -12,16 +12,9 @@ from __future__ import annotations
 from callgate.decider.approvals import binding_of, mismatch, no_dry_run_hash, presented_approval
 from callgate.decider.deps import DeciderDeps
 from callgate.decider.emitter import Emitter
-from callgate.decider.key_records import key_record, set_key_status
+from callgate.decider.key_records import key_record
 from callgate.decider.limits import usage_shown
-from callgate.decider.state import (
-    ApprovalStatus,
-    DeciderState,
-    Invocation,
-    KeyRecord,
-    KeyStatus,
-    Phase,
-)
+from callgate.decider.state import ApprovalStatus, Invocation, Phase
 from callgate.domain import events as ev
 from callgate.domain.approvals import ApprovalClaims, require_match
 from callgate.domain.canonical import canonical_json, execution_token
@@ -30,58 +23,47 @@ from callgate.domain.codes import Code, Rejection
 
 
 def authorize(
-    state: DeciderState,
     inv: Invocation,
     spec: ToolSpec,
     claims: ApprovalClaims | None,
     out: Emitter,
+    confirmation: str | None = None,
 ) -> None:
-    """The call passed every check: dry-run, ask for approval, or execute (C2-C5)."""
-    if inv.idempotency_key is not None and inv.idempotency_key not in state.keys:
-        state.keys[inv.idempotency_key] = KeyRecord(
-            actor=inv.actor,
-            tool=inv.tool,
-            target=inv.target,
-            fingerprint=inv.fingerprint,
-            invocation_id=inv.invocation_id,
-            status=KeyStatus.EXECUTING,
-        )
+    """The call passed every check: dry-run, ask for approval, or execute (C2-C5); its
+    idempotency key now names it (``evolve``). ``confirmation``: the one it needs when
+    not its own (a limit an approver may lift, ADR 0079)."""
     if claims is not None:
         # C5/C11: confirm against what the human saw: re-run the dry-run and compare.
+        approved = claims.binding.dry_run_hash
         out.emit(
             ev.ConfirmationAccepted,
             approval_jti=claims.jti,
             approved_invocation_id=claims.binding.invocation_id,
             approver=claims.approver,
+            dry_run_hash=approved,
         )
-        use = state.approvals[claims.jti]
-        use.consumed_by, use.consumer_key = inv.invocation_id, inv.idempotency_key
+        inv = out.state.invocations[inv.invocation_id]
         if spec.require_dry_run:
-            inv.phase = Phase.CONFIRMING
-            _request_dry_run(inv, out)
-        elif claims.binding.dry_run_hash != no_dry_run_hash(inv):
-            reject_late(state, inv, mismatch(["dry_run_hash"]), out)
+            _request_dry_run(inv, out, approval_jti=claims.jti, approved_dry_run_hash=approved)
+        elif approved != no_dry_run_hash(inv):
+            reject_late(inv, mismatch(["dry_run_hash"]), out)
         else:
-            request_execution(state, inv, out)
+            request_execution(inv, out)
         return
-    if Confirmation(inv.confirmation) is not Confirmation.NONE:
-        inv.phase = Phase.AWAITING_DRY_RUN
-        set_key_status(state, inv, KeyStatus.PENDING_APPROVAL)
+    needed = confirmation or inv.confirmation
+    if Confirmation(needed) is not Confirmation.NONE:
         if spec.require_dry_run:
-            _request_dry_run(inv, out)
+            _request_dry_run(inv, out, confirmation=needed)
         else:
-            request_approval(state, inv, "{}", no_dry_run_hash(inv), out)
+            request_approval(inv, "{}", no_dry_run_hash(inv), out, confirmation=needed)
         return
     if spec.require_dry_run:
-        inv.phase = Phase.DRY_RUN_THEN_EXECUTE
-        _request_dry_run(inv, out)
+        _request_dry_run(inv, out, confirmation=Confirmation.NONE.value)
         return
-    request_execution(state, inv, out)
+    request_execution(inv, out)
 
 
-def continue_approved(
-    state: DeciderState, inv: Invocation, claims: ApprovalClaims, out: Emitter
-) -> None:
+def continue_approved(inv: Invocation, claims: ApprovalClaims, out: Emitter) -> None:
     """ADR 0029: the invocation that asked for ``claims`` runs exactly the approved call.
 
     The same path as a resubmission presenting the artifact (C5, C11): the approval is
@@ -91,28 +73,25 @@ def continue_approved(
     """
     if not inv.continue_on_approval or inv.phase != Phase.PENDING_APPROVAL:
         return  # the agent resubmits with the approval_id (C4)
-    use = state.approvals[claims.jti]
-    if use.consumed_by:
+    if out.state.approvals[claims.jti].consumed_by:
         return
-    inv.approval_jti = claims.jti
-    inv.approved_dry_run_hash = claims.binding.dry_run_hash
-    use.consumed_by, use.consumer_key = inv.invocation_id, inv.idempotency_key
+    approved = claims.binding.dry_run_hash
     out.emit(
         ev.ConfirmationAccepted,
         approval_jti=claims.jti,
         approved_invocation_id=inv.invocation_id,
         approver=claims.approver,
+        dry_run_hash=approved,
     )
+    inv = out.state.invocations[inv.invocation_id]
     if inv.require_dry_run:
-        inv.phase = Phase.CONFIRMING
-        _request_dry_run(inv, out)
+        _request_dry_run(inv, out, approval_jti=claims.jti, approved_dry_run_hash=approved)
     else:
-        request_execution(state, inv, out)
+        request_execution(inv, out)
 
 
 def confirm_evaluation(
     deps: DeciderDeps,
-    state: DeciderState,
     inv: Invocation,
     spec: ToolSpec,
     p: ev.ToolCallProposed,
@@ -129,8 +108,8 @@ def confirm_evaluation(
     presented = claims.binding
     expected = binding_of(inv, presented.dry_run_hash, p.partition_key, presented.invocation_id)
     require_match(expected, presented)  # approval_mismatch naming the bindings
-    use = state.approvals.get(claims.jti)
-    owner = state.invocations.get(presented.invocation_id)
+    use = out.state.approvals.get(claims.jti)
+    owner = out.state.invocations.get(presented.invocation_id)
     if use is None or owner is None or presented.partition_key != p.partition_key:
         raise Rejection(Code.APPROVAL_MISSING, f"approval {claims.jti} is not known here")
     if not owner.access_request:
@@ -148,32 +127,43 @@ def confirm_evaluation(
             f"approval {claims.jti} was already used by invocation {use.consumed_by}",
             {"used_by": use.consumed_by},
         )
-    use.consumed_by, use.consumer_key = inv.invocation_id, None
-    inv.approval_jti = claims.jti
-    inv.approved_dry_run_hash = presented.dry_run_hash
     if spec.require_dry_run:
-        inv.phase = Phase.CONFIRMING  # ``on_dry_run`` compares, then ``accept_evaluation``
-        _request_dry_run(inv, out)
+        # The approval is used from here (``evolve``); ``on_dry_run`` compares, then
+        # ``accept_evaluation``.
+        _request_dry_run(
+            inv, out, approval_jti=claims.jti, approved_dry_run_hash=presented.dry_run_hash
+        )
     elif presented.dry_run_hash != no_dry_run_hash(inv):
-        reject_late(state, inv, mismatch(["dry_run_hash"]), out)
+        reject_late(inv, mismatch(["dry_run_hash"]), out)
     else:
-        accept_evaluation(state, inv, out)
+        accept_evaluation(inv, claims.jti, presented.dry_run_hash, out)
 
 
-def accept_evaluation(state: DeciderState, inv: Invocation, out: Emitter) -> None:
-    """ADR 0090: the approval the evaluation presented holds: it is ``permitted``."""
-    use = state.approvals[inv.approval_jti]
-    inv.phase, inv.outcome = Phase.SETTLED, Code.PERMITTED.value
+def accept_evaluation(inv: Invocation, jti: str, approved: str, out: Emitter) -> None:
+    """ADR 0090: the approval ``jti`` the evaluation presented holds: it is ``permitted``
+    and the approval used."""
+    use = out.state.approvals[jti]
     out.emit(
         ev.ConfirmationAccepted,
-        approval_jti=inv.approval_jti,
+        invocation_id=inv.invocation_id,
+        approval_jti=jti,
         approved_invocation_id=use.invocation_id,
         approver=use.approver,
         evaluate_only=True,
+        dry_run_hash=approved,
     )
 
 
-def _request_dry_run(inv: Invocation, out: Emitter) -> None:
+def _request_dry_run(
+    inv: Invocation,
+    out: Emitter,
+    *,
+    confirmation: str | None = None,
+    approval_jti: str = "",
+    approved_dry_run_hash: str = "",
+) -> None:
+    """The phase follows from the event (``evolve``): confirming ``approval_jti``, else
+    before asking for ``confirmation``, else (``none``) before the execution."""
     out.emit(
         ev.DryRunRequested,
         invocation_id=inv.invocation_id,
@@ -185,17 +175,19 @@ def _request_dry_run(inv: Invocation, out: Emitter) -> None:
         target=inv.target,
         args_json=inv.args_json,
         policy_version=inv.policy_version,
+        confirmation=confirmation or inv.confirmation,
+        approval_jti=approval_jti,
+        approved_dry_run_hash=approved_dry_run_hash,
     )
 
 
 def request_approval(
-    state: DeciderState, inv: Invocation, snapshot_json: str, snapshot_hash: str, out: Emitter
+    inv: Invocation,
+    snapshot_json: str,
+    snapshot_hash: str,
+    out: Emitter,
+    confirmation: str | None = None,
 ) -> None:
-    inv.phase, inv.outcome = Phase.PENDING_APPROVAL, Code.APPROVAL_REQUIRED.value
-    inv.dry_run_json, inv.dry_run_hash = snapshot_json, snapshot_hash
-    inv.approval_status = ApprovalStatus.PENDING
-    inv.approval_expires_at = out.now_ms + inv.approval_ttl_ms
-    set_key_status(state, inv, KeyStatus.PENDING_APPROVAL)
     out.emit(
         ev.ApprovalRequested,
         invocation_id=inv.invocation_id,
@@ -210,29 +202,18 @@ def request_approval(
         dry_run_json=snapshot_json,
         dry_run_hash=snapshot_hash,
         policy_version=inv.policy_version,
-        confirmation=inv.confirmation,
+        confirmation=confirmation or inv.confirmation,
         approver_roles=tuple(inv.approver_roles),
-        expires_at=inv.approval_expires_at,
+        expires_at=out.now_ms + inv.approval_ttl_ms,
         allow_self_approval=inv.allow_self_approval,
         approvals_required=inv.approvals_required,
         usage_json=usage_shown(inv) if any(u["over_limit"] for u in inv.usage) else "",
     )
 
 
-def request_execution(state: DeciderState, inv: Invocation, out: Emitter) -> None:
+def request_execution(inv: Invocation, out: Emitter, attempt: int | None = None) -> None:
+    """Execute ``inv`` (``attempt``: the next of its own unless it retries another's)."""
     pk = out.cause.partition_key
-    inv.phase, inv.outcome = Phase.EXECUTING, Code.ALLOWED.value
-    inv.execution_token = execution_token(
-        pk, inv.fingerprint, inv.invocation_id, inv.idempotency_key
-    )
-    inv.attempt += 1
-    rec = key_record(state, inv)
-    if rec is not None:
-        rec.status, rec.execution_token, rec.invocation_id = (
-            KeyStatus.EXECUTING,
-            inv.execution_token,
-            inv.invocation_id,
-        )
     out.emit(
         ev.ExecutionRequested,
         invocation_id=inv.invocation_id,
@@ -243,32 +224,24 @@ def request_execution(state: DeciderState, inv: Invocation, out: Emitter) -> Non
         tool=inv.tool,
         target=inv.target,
         args_json=inv.args_json,
-        execution_token=inv.execution_token,
-        attempt=inv.attempt,
+        execution_token=execution_token(
+            pk, inv.fingerprint, inv.invocation_id, inv.idempotency_key
+        ),
+        attempt=inv.attempt + 1 if attempt is None else attempt,
         policy_version=inv.policy_version,
     )
 
 
-def reject_late(state: DeciderState, inv: Invocation, r: Rejection, out: Emitter) -> None:
-    """A rejection after authorization began: release what the invocation held."""
-    inv.phase, inv.outcome = Phase.SETTLED, r.code.value
-    if inv.approval_jti and inv.approval_jti in state.approvals:
-        use = state.approvals[inv.approval_jti]
-        if use.consumed_by == inv.invocation_id:
-            use.consumed_by, use.consumer_key = "", None
-    rec = key_record(state, inv)
-    waiters: list[str] = []
-    if rec is not None and rec.invocation_id == inv.invocation_id:
-        # Nothing was authorized under this key: free it so a corrected call can use it.
+def reject_late(inv: Invocation, r: Rejection, out: Emitter) -> None:
+    """A rejection after authorization began: what the invocation held is released as its
+    ``ProposalRejected`` is folded (the approval it used, its idempotency key); the calls
+    waiting on its key fail with it when nothing was authorized under the key, or when a
+    confirmation failed."""
+    rec = key_record(out.state, inv)
+    waiters: tuple[str, ...] = ()
+    if rec is not None and (rec.invocation_id == inv.invocation_id or inv.approval_jti):
         waiters = rec.waiters
-        del state.keys[inv.idempotency_key or ""]
-    elif rec is not None and inv.approval_jti:
-        # A confirmation failed: the same-key calls waiting on it fail with it.
-        waiters, rec.waiters = rec.waiters, []
     for waiter in waiters:
-        w = state.invocations.get(waiter)
-        if w is not None:
-            w.phase, w.outcome = Phase.SETTLED, r.code.value
         out.emit(
             ev.ProposalRejected,
             invocation_id=waiter,

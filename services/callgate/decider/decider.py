@@ -1,10 +1,11 @@
 """The invocation decider: every rule of the contract, as one pure process (C1-C12).
 
-``handle(state, event, now_ms) -> (state, events)`` folds the partition key's state
-and returns the follow-on events. No I/O, no clock (``now_ms`` is passed in), no
-random ids (event ids derive from the causing event; Ed25519 signatures are
-deterministic). ``handle`` takes ownership of ``state`` and may update it in place;
-runners discard it if their transaction aborts.
+``handle(state, event, now_ms) -> (state, events)`` is decide then evolve (ADR 0092): the
+rules read the partition key's state and emit the follow-on events, and the new state is
+the fold of ``evolve`` over the input and those events, in that order. No I/O, no clock
+(``now_ms`` is passed in), no random ids (event ids derive from the causing event;
+Ed25519 signatures are deterministic). States are immutable: ``handle`` returns a new one
+and never changes the one it was given, so a runner whose transaction aborts keeps it.
 
 This module holds the Process protocol, what the decider reacts to, the dispatch to
 the modules that hold the rules (see the package docstring), and the expiry timers
@@ -21,7 +22,6 @@ from callgate.decider.approvals import on_approval_decision
 from callgate.decider.authorization import continue_approved, reject_late
 from callgate.decider.deps import DeciderDeps
 from callgate.decider.emitter import Emitter, tick_event
-from callgate.decider.key_records import key_record
 from callgate.decider.outcomes import (
     on_dry_run,
     on_dry_run_failed,
@@ -34,19 +34,20 @@ from callgate.decider.state import (
     ApprovalStatus,
     DeciderState,
     Invocation,
-    KeyStatus,
     Phase,
     dump_state,
     load_state,
 )
 from callgate.domain import events as ev
-from callgate.domain.canonical import canonical_json
 from callgate.domain.catalog import ProfileError
-from callgate.domain.codes import Code, Rejection, failure_code
+from callgate.domain.codes import Rejection
 from callgate.domain.freeze import FREEZE_EVENTS, FREEZE_KEY
+from callgate.domain.freeze import evolve as evolve_freezes
 from callgate.domain.pins import PIN_EVENTS, PINS_KEY
+from callgate.domain.pins import evolve as evolve_pins
 from callgate.domain.policy import PolicyEngine
 from callgate.domain.policy_versions import POLICY_EVENTS, PolicyVersions, profile_of
+from callgate.domain.policy_versions import evolve as evolve_versions
 from callgate.domain.process_port import Output
 from callgate.domain.simulation import Simulator, recorded_gate
 
@@ -90,12 +91,13 @@ class Decider:
         self.deps = deps
         # The policy versions folded from the log in order (ADR 0050): process-wide, not a
         # key's state, so every key decides with the version active at its input's position.
+        # Control state is immutable: each control event replaces these references.
         self.versions = PolicyVersions()
-        self._base = deps  # the profile file's: decides until a version is activated
         self._shadow: Simulator | None = None
         # Control events folded, by id: one may arrive twice (at start and again from the
         # log; on Kafka from the global input and from the partition this worker owns),
-        # and folding an older one again would undo a later one.
+        # and folding an older one again would undo a later one. Delivery bookkeeping, not
+        # state: a set, so seeding many control events stays linear.
         self._folded: set[str] = set()
 
     def seed(self, events: Sequence[ev.Event]) -> None:
@@ -109,14 +111,15 @@ class Decider:
             return
         self._folded.add(event.event_id)
         if isinstance(event, FREEZE_EVENTS):
-            self.deps.freezes.apply(event)
+            self.deps = replace(self.deps, freezes=evolve_freezes(self.deps.freezes, event))
         elif isinstance(event, PIN_EVENTS):
-            self.deps.pins.apply(event)
+            self.deps = replace(self.deps, pins=evolve_pins(self.deps.pins, event))
         else:
             self._on_policy(event)
 
     def _on_policy(self, event: ev.Event) -> None:
-        if not self.versions.apply(event):
+        before, self.versions = self.versions, evolve_versions(self.versions, event)
+        if (before.active, before.shadow) == (self.versions.active, self.versions.shadow):
             return
         # Content whose digest is not its version (only a forged event: the gateway checks)
         # is not decided with: the version before it stays (``profile_of`` refuses it).
@@ -124,9 +127,9 @@ class Decider:
         if active and active != self.deps.profile.digest:
             try:
                 profile = profile_of(self.versions.published[active])
-                self.deps = replace(self._base, profile=profile, policy=PolicyEngine(profile))
+                self.deps = replace(self.deps, profile=profile, policy=PolicyEngine(profile))
             except (Rejection, ProfileError):
-                self.versions.active = self.deps.profile.digest
+                self.versions = replace(self.versions, active=self.deps.profile.digest)
         shadow = self.versions.shadow
         try:
             if not shadow:
@@ -134,7 +137,7 @@ class Decider:
             elif self._shadow is None or self._shadow.profile.digest != shadow:
                 self._shadow = Simulator(profile_of(self.versions.published[shadow]))
         except (Rejection, ProfileError):
-            self.versions.shadow, self._shadow = "", None
+            self.versions, self._shadow = replace(self.versions, shadow=""), None
 
     def _shadow_decisions(self, out: Emitter) -> None:
         """Decide each ``PolicyDecided`` just emitted again under the shadow version, with
@@ -197,52 +200,48 @@ class Decider:
     def handle(
         self, state: DeciderState, event: ev.Event, now_ms: int
     ) -> tuple[DeciderState, Sequence[Output]]:
-        out = Emitter(event, now_ms)
+        """Decide, then evolve: ``out.state`` starts as ``state`` with ``event`` folded and
+        folds each follow-on event as it is emitted (``Emitter``)."""
+        if type(event) not in self.reacts_to:
+            return (
+                state,
+                (),
+            )  # its own output read back (folded when emitted), or none of its concern
+        out = Emitter(event, now_ms, state)
         if isinstance(event, CONTROL_EVENTS):
             self._on_control(event)
         elif isinstance(event, ev.ToolCallProposed):
-            on_proposed(self.deps, state, event, out)
+            on_proposed(self.deps, event, out)
             self._shadow_decisions(out)
         elif isinstance(event, ev.ResourceDescribed):
-            on_described(self.deps, state, event, out)
+            on_described(self.deps, event, out)
             self._shadow_decisions(out)
         elif isinstance(event, ev.ApprovalDecisionSubmitted):
-            granted = on_approval_decision(self.deps, state, event, out)
-            inv = state.invocations.get(event.invocation_id)
+            granted = on_approval_decision(self.deps, event, out)
+            inv = out.state.invocations.get(event.invocation_id)
             # ADR 0029; a freeze stops a continuation too (ADR 0054)
-            if granted is not None and inv is not None and not self._stopped(state, inv, out):
-                continue_approved(state, inv, granted, out)
+            if granted is not None and inv is not None and not self._stopped(inv, out):
+                continue_approved(inv, granted, out)
         elif isinstance(event, ev.DryRunRecorded):
-            inv = state.invocations.get(event.invocation_id)
-            if (
-                inv is None
-                or inv.phase not in _BEFORE_EXECUTION
-                or not self._stopped(state, inv, out)
-            ):
-                on_dry_run(state, event, out)
+            inv = out.state.invocations.get(event.invocation_id)
+            if inv is None or inv.phase not in _BEFORE_EXECUTION or not self._stopped(inv, out):
+                on_dry_run(event, out)
         elif isinstance(event, ev.DryRunFailed):
-            on_dry_run_failed(state, event, out)
-        elif isinstance(event, ev.ExecutionSucceeded):
-            settle_execution(state, event.invocation_id, Code.EXECUTED, event.result_json, out)
-        elif isinstance(event, ev.ExecutionFailed):
-            code = failure_code(event.code)
-            settle_execution(state, event.invocation_id, code, _message_json(event.message), out)
+            on_dry_run_failed(event, out)
+        elif isinstance(event, ev.ExecutionSucceeded | ev.ExecutionFailed):
+            settle_execution(event.invocation_id, out)
         elif isinstance(event, ev.ExecutionUncertain):
-            on_uncertain(state, event, out)
+            on_uncertain(event, out)
         elif isinstance(event, ev.ExecutionReconciled):
-            on_reconciled(state, event, out)
-        elif isinstance(event, ev.ExecutionStarted):
-            started = state.invocations.get(event.invocation_id)
-            if started is not None:
-                started.started_attempt = max(started.started_attempt, event.attempt)
+            on_reconciled(event, out)
         elif isinstance(event, ev.UsageReserved | ev.UsageRefused):
-            on_usage(self.deps, state, event, out)
+            on_usage(self.deps, event, out)
             self._shadow_decisions(out)
-        # Every other event on the log is the decider's own output or not its concern.
-        usage.settle(state, usage.touched(event, out.out), out)  # ADR 0079
-        return state, out.out
+        # ExecutionStarted changes the state alone (``evolve``).
+        usage.settle(usage.touched(event, out.out), out)  # ADR 0079
+        return out.state, out.out
 
-    def _stopped(self, state: DeciderState, inv: Invocation, out: Emitter) -> bool:
+    def _stopped(self, inv: Invocation, out: Emitter) -> bool:
         """Refuse ``inv`` with ``frozen`` when a freeze now stops it (ADR 0054), or with
         ``tool_definition_changed`` when its upstream tool no longer matches its pin (ADR
         0066): an approved call that would go on to run is checked again at that step."""
@@ -251,22 +250,20 @@ class Decider:
             spec = self.deps.profile.tool(inv.tool)
             self.deps.pins.check(inv.tool, spec.pin if spec is not None else None)
         except Rejection as r:
-            reject_late(state, inv, r, out)
+            reject_late(inv, r, out)
             return True
         return False
 
     def due(self, state: DeciderState, now_ms: int) -> tuple[DeciderState, Sequence[Output]]:
-        """Expire pending approvals and unused artifacts on schedule (C11), as events."""
+        """Expire pending approvals and unused artifacts on schedule (C11), as events
+        (folded by ``evolve`` like any)."""
         outputs: list[Output] = []
         for inv in sorted(state.invocations.values(), key=lambda i: i.invocation_id):
             if inv.approval_status == ApprovalStatus.PENDING and inv.approval_expires_at <= now_ms:
                 tick = tick_event(inv.invocation_id, "pending", now_ms)
-                out = Emitter(replace(tick, partition_key=_pk_of(state, inv)), now_ms)
+                out = Emitter(replace(tick, partition_key=inv.partition_key), now_ms, state)
                 out.emit(ev.ApprovalExpired, stage="pending")
-                inv.approval_status = ApprovalStatus.EXPIRED
-                rec = key_record(state, inv)
-                if rec is not None and rec.status == KeyStatus.PENDING_APPROVAL:
-                    rec.status = KeyStatus.EXPIRED
+                state = out.state
                 outputs += out.out
         for jti, use in sorted(state.approvals.items()):
             if (
@@ -276,18 +273,15 @@ class Decider:
             ):
                 owner = state.invocations.get(use.invocation_id)
                 tick = tick_event(use.invocation_id, jti, now_ms)
-                out = Emitter(replace(tick, partition_key=_pk_of(state, owner)), now_ms)
+                out = Emitter(replace(tick, partition_key=_pk_of(owner)), now_ms, state)
                 out.emit(ev.ApprovalExpired, stage="granted", approval_jti=jti)
-                use.status = ApprovalStatus.EXPIRED
-                if owner is not None:
-                    owner.approval_status = ApprovalStatus.EXPIRED
-                    rec = key_record(state, owner)
-                    if rec is not None and rec.status == KeyStatus.APPROVED:
-                        rec.status = KeyStatus.EXPIRED
+                state = out.state
                 outputs += out.out
         for expired in [o for o in outputs if isinstance(o, ev.ApprovalExpired)]:
-            out = Emitter(expired, now_ms)  # ADR 0079: what the expired call held goes back
-            usage.settle(state, [expired.invocation_id], out)
+            # ADR 0079: what the expired call held goes back (``expired`` is folded already)
+            out = Emitter(expired, now_ms, state, state)
+            usage.settle([expired.invocation_id], out)
+            state = out.state
             outputs += out.out
         return state, outputs
 
@@ -296,11 +290,7 @@ class Decider:
 _BEFORE_EXECUTION = frozenset({Phase.CONFIRMING, Phase.DRY_RUN_THEN_EXECUTE})
 
 
-def _message_json(message: str) -> str:
-    return canonical_json({"error": message})
-
-
-def _pk_of(state: DeciderState, inv: Invocation | None) -> str:
+def _pk_of(inv: Invocation | None) -> str:
     return inv.partition_key if inv is not None else ""
 
 

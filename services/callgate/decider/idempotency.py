@@ -12,8 +12,8 @@ from __future__ import annotations
 from callgate.decider.authorization import authorize
 from callgate.decider.deps import DeciderDeps
 from callgate.decider.emitter import Emitter
-from callgate.decider.key_records import request_reconciliation
-from callgate.decider.state import DeciderState, Invocation, KeyRecord, KeyStatus, Phase
+from callgate.decider.key_records import key_record, request_reconciliation
+from callgate.decider.state import Invocation, KeyRecord, KeyStatus
 from callgate.domain import events as ev
 from callgate.domain.approvals import ApprovalClaims
 from callgate.domain.codes import Code, Rejection
@@ -21,7 +21,6 @@ from callgate.domain.codes import Code, Rejection
 
 def on_known_key(
     deps: DeciderDeps,
-    state: DeciderState,
     inv: Invocation,
     rec: KeyRecord,
     claims: ApprovalClaims | None,
@@ -45,7 +44,6 @@ def on_known_key(
             {"differs": ",".join(differing), "original_invocation_id": rec.invocation_id},
         )
     if rec.status == KeyStatus.DONE:
-        inv.phase, inv.outcome = Phase.SETTLED, Code.REPLAYED.value
         out.emit(
             ev.ReplayServed,
             original_invocation_id=rec.invocation_id,
@@ -66,29 +64,27 @@ def on_known_key(
                 "resubmit with its approval_id",
                 {"pending_invocation_id": rec.invocation_id},
             )
-        use = state.approvals[claims.jti]
+        use = out.state.approvals[claims.jti]
         if use.consumed_by and use.consumed_by != inv.invocation_id:
             # C8: the same key and approval are being confirmed by another invocation
             # right now; wait for it and replay its outcome, never confirm twice.
-            inv.phase, inv.outcome = Phase.WAITING, Code.ALLOWED.value
-            rec.waiters.append(inv.invocation_id)
+            out.emit(ev.ReplayAwaited, original_invocation_id=rec.invocation_id)
             return
         spec = deps.profile.tool(inv.tool)
         assert spec is not None  # checked before policy
-        authorize(state, inv, spec, claims, out)
+        authorize(inv, spec, claims, out)
     elif rec.status == KeyStatus.EXPIRED:
+        # The expired approval's call gives the key up: this call's authorization takes it.
         spec = deps.profile.tool(inv.tool)
         assert spec is not None
-        del state.keys[inv.idempotency_key or ""]
-        authorize(state, inv, spec, claims, out)
+        authorize(inv, spec, claims, out)
     elif rec.status == KeyStatus.UNCERTAIN:
         # C12: reconcile the original operation before anything else.
-        inv.phase, inv.outcome = Phase.WAITING, Code.ALLOWED.value
-        rec.waiters.append(inv.invocation_id)
-        request_reconciliation(state, rec, inv, out)
+        out.emit(ev.ReplayAwaited, original_invocation_id=rec.invocation_id)
+        waiting = out.state.invocations[inv.invocation_id]
+        request_reconciliation(key_record(out.state, waiting) or rec, waiting, out)
     else:  # executing or reconciling: wait for the original to settle, then replay it
-        inv.phase, inv.outcome = Phase.WAITING, Code.ALLOWED.value
-        rec.waiters.append(inv.invocation_id)
+        out.emit(ev.ReplayAwaited, original_invocation_id=rec.invocation_id)
 
 
 __all__ = ["on_known_key"]

@@ -2,32 +2,23 @@
 
 A key's record names the call it authorized; calls that reuse the key while that call
 is in flight wait on it and get its stored result replayed (``replayed``), never a
-second authorization.
+second authorization. The record changes only by ``evolve``; these rules emit.
 """
 
 from __future__ import annotations
 
 from callgate.decider.emitter import Emitter
-from callgate.decider.state import DeciderState, Invocation, KeyRecord, KeyStatus, Phase
+from callgate.decider.state import DeciderState, Invocation, KeyRecord, KeyStatus
 from callgate.domain import events as ev
-from callgate.domain.codes import Code
 
 
 def key_record(state: DeciderState, inv: Invocation) -> KeyRecord | None:
     return state.keys.get(inv.idempotency_key) if inv.idempotency_key is not None else None
 
 
-def set_key_status(state: DeciderState, inv: Invocation, status: str) -> None:
-    rec = key_record(state, inv)
-    if rec is not None and rec.invocation_id == inv.invocation_id:
-        rec.status = status
-
-
-def serve_waiters(state: DeciderState, rec: KeyRecord, out: Emitter) -> None:
+def serve_waiters(rec: KeyRecord, out: Emitter) -> None:
+    """Replay the settled original to each call waiting on its key (each leaves the list)."""
     for waiter in rec.waiters:
-        w = state.invocations.get(waiter)
-        if w is not None:
-            w.phase, w.outcome = Phase.SETTLED, Code.REPLAYED.value
         out.emit(
             ev.ReplayServed,
             invocation_id=waiter,
@@ -35,16 +26,12 @@ def serve_waiters(state: DeciderState, rec: KeyRecord, out: Emitter) -> None:
             original_outcome=rec.outcome,
             result_json=rec.result_json,
         )
-    rec.waiters = []
 
 
-def request_reconciliation(
-    state: DeciderState, rec: KeyRecord, waiter: Invocation, out: Emitter
-) -> None:
+def request_reconciliation(rec: KeyRecord, waiter: Invocation, out: Emitter) -> None:
     """C12: ask the provider what became of the key's uncertain call before ``waiter`` (a
     retry under the key, waiting on it) may run; the key is ``reconciling`` meanwhile."""
-    rec.status = KeyStatus.RECONCILING
-    original = state.invocations.get(rec.invocation_id)
+    original = out.state.invocations.get(rec.invocation_id)
     out.emit(
         ev.ReconciliationRequested,
         invocation_id=waiter.invocation_id,
@@ -63,36 +50,26 @@ def request_reconciliation(
     )
 
 
-def on_lookup_failed(
-    state: DeciderState, waiter: Invocation, e: ev.ExecutionUncertain, out: Emitter
-) -> None:
+def on_lookup_failed(waiter: Invocation, e: ev.ExecutionUncertain, out: Emitter) -> None:
     """C12: a retry's reconciliation could not learn what became of the original call (the
     provider unreachable, reset, timed out): the executor answered that retry
-    ``outcome_uncertain``. The original stays uncertain: the next call waiting on the key
-    asks again, or, none waiting, the next retry under the key does; a key left
-    ``reconciling`` would keep every later retry under it waiting with no answer."""
-    rec = key_record(state, waiter)
+    ``outcome_uncertain`` (folded by ``evolve``). The original stays uncertain: the next
+    call waiting on the key asks again, or, none waiting, the next retry under the key
+    does; a key left ``reconciling`` would keep every later retry under it waiting with no
+    answer. ``waiter`` is the call as it was before ``e``."""
+    asked = key_record(out.before, waiter)
     if (
-        rec is None
-        or rec.status != KeyStatus.RECONCILING
-        or rec.execution_token != e.execution_token
-        or waiter.invocation_id not in rec.waiters
+        asked is None
+        or asked.status != KeyStatus.RECONCILING
+        or asked.execution_token != e.execution_token
+        or waiter.invocation_id not in asked.waiters
     ):
         return
-    waiter.phase, waiter.outcome = Phase.SETTLED, Code.OUTCOME_UNCERTAIN.value
-    rec.waiters.remove(waiter.invocation_id)
-    following = [state.invocations.get(w) for w in rec.waiters]
+    rec = key_record(out.state, waiter)
+    following = [out.state.invocations.get(w) for w in rec.waiters] if rec is not None else []
     nxt = next((w for w in following if w is not None), None)
-    if nxt is None:
-        rec.status = KeyStatus.UNCERTAIN
-        return
-    request_reconciliation(state, rec, nxt, out)
+    if rec is not None and nxt is not None:
+        request_reconciliation(rec, nxt, out)
 
 
-__all__ = [
-    "key_record",
-    "on_lookup_failed",
-    "request_reconciliation",
-    "serve_waiters",
-    "set_key_status",
-]
+__all__ = ["key_record", "on_lookup_failed", "request_reconciliation", "serve_waiters"]

@@ -7,10 +7,11 @@ usage known: the policy reads it (``context.usage``), and after idempotency (a r
 counts nothing) a refused limit is ``limit_exceeded``; a limit whose ``over`` is
 ``approve`` turns the call into one an approver confirms.
 
-Each invocation keeps its reservations (``Invocation.usage``); ``settle`` gives each one
-back exactly once when the invocation's fate is known: committed when it executed (or may
-have: ``outcome_uncertain``), released otherwise (refused, replayed, waiting on its key,
-denied, expired, failed). The decider emits those from ``handle`` and ``due`` alike.
+Each invocation keeps its reservations (``Invocation.usage``, changed by ``evolve`` alone);
+``settle`` gives each one back exactly once when the invocation's fate is known: committed
+when it executed (or may have: ``outcome_uncertain``), released otherwise (refused,
+replayed, waiting on its key, denied, expired, failed). The decider emits those from
+``handle`` and ``due`` alike.
 """
 
 from __future__ import annotations
@@ -19,77 +20,77 @@ from collections.abc import Iterable
 from typing import Any
 
 from callgate.decider.emitter import Emitter
-from callgate.decider.state import ApprovalStatus, DeciderState, Invocation, Phase
+from callgate.decider.evolve import ASKED, REFUSED, RESERVED
+from callgate.decider.state import ApprovalStatus, Invocation, Phase
 from callgate.domain import events as ev
 from callgate.domain.canonical import canonical_json, derive_id
 from callgate.domain.codes import Code
 from callgate.domain.principal import Principal
 from callgate.domain.usage import UsageLimit, cedar_usage, exceeded
 
-# A reservation's states in ``Invocation.usage``.
-ASKED, RESERVED, REFUSED, COMMITTED, RELEASED = (
-    "asked",
-    "reserved",
-    "refused",
-    "committed",
-    "released",
-)
 _RAN = frozenset({Code.EXECUTED.value, Code.OUTCOME_UNCERTAIN.value})
 
 
 def ask(
-    inv: Invocation,
-    limits: list[UsageLimit],
+    p: ev.ToolCallProposed,
+    tool: str,
     principal: Principal,
+    target: str,
     args: dict[str, Any],
+    facts_json: str,
+    limits: list[UsageLimit],
     out: Emitter,
 ) -> None:
-    """Park ``inv`` and ask each limit's scope to hold what the call uses."""
-    inv.phase = Phase.RESERVING
+    """Park the proposal ``p`` (``Phase.RESERVING``) and ask each limit's scope to hold
+    what the call uses; each request carries what the proposal is decided from once every
+    limit answers (``evolve``)."""
+    parked: dict[str, Any] = {
+        "tenant": principal.tenant,
+        "target": target,
+        "actor": principal.user,
+        "agent": principal.agent,
+        "delegation": principal.delegation,
+        "args_json": canonical_json(args),
+        "idempotency_key": p.idempotency_key,
+        "roles": principal.roles,
+        "session_id": principal.session_id,
+        "session_expires_at": principal.expires_at,
+        "approval_id": p.approval_id,
+        "evaluate_only": p.evaluate_only,
+        "access_request": p.access_request,
+        "facts_json": facts_json,
+    }
     for limit in limits:
-        key = limit.scope_key(principal.tenant, principal.user, principal.agent, inv.tool)
-        rid = derive_id("reservation", inv.invocation_id, limit.name)
-        amount = limit.amount(args)
-        inv.usage.append(
-            {
-                "limit": limit.name,
-                "id": rid,
-                "key": key,
-                "amount": amount,
-                "max": limit.max,
-                "window_ms": limit.window_ms,
-                "window": limit.window_name,
-                "over": limit.over,
-                "state": ASKED,
-                "used": 0,
-                "retry_after_ms": 0,
-                "over_limit": False,
-            }
-        )
+        key = limit.scope_key(principal.tenant, principal.user, principal.agent, tool)
         out.emit(
             ev.UsageReserveRequested,
             partition_key=key,
             limit=limit.name,
-            reservation_id=rid,
-            amount=amount,
+            reservation_id=derive_id("reservation", p.invocation_id, limit.name),
+            amount=limit.amount(args),
             limit_max=limit.max,
             window_ms=limit.window_ms,
             over=limit.over,
-            reply_key=inv.partition_key,
-            tool=inv.tool,
+            reply_key=p.partition_key,
+            tool=tool,
             scope_json=canonical_json(
-                limit.scope_of(principal.tenant, principal.user, principal.agent, inv.tool)
+                limit.scope_of(principal.tenant, principal.user, principal.agent, tool)
             ),
+            window=limit.window_name,
+            **parked,
         )
 
 
-def answered(
-    state: DeciderState, e: ev.UsageReserved | ev.UsageRefused, out: Emitter
-) -> Invocation | None:
-    """Record an answer; the invocation when it was the last one it waited for."""
-    inv = state.invocations.get(e.invocation_id)
-    entry = _entry(inv, e.reservation_id)
-    if inv is None or entry is None or entry["state"] != ASKED or inv.phase != Phase.RESERVING:
+def answered(e: ev.UsageReserved | ev.UsageRefused, out: Emitter) -> Invocation | None:
+    """The invocation when ``e`` (recorded by ``evolve``) was the last answer it waited for."""
+    waited = out.before.invocations.get(e.invocation_id)
+    entry = _entry(waited, e.reservation_id)
+    if (
+        waited is None
+        or entry is None
+        or entry["state"] != ASKED
+        or waited.phase != Phase.RESERVING
+    ):
         if isinstance(e, ev.UsageReserved) and (entry is None or entry["state"] != RESERVED):
             # Held for nothing that waits for it: give it back at once.
             out.emit(
@@ -100,11 +101,7 @@ def answered(
                 reason="not waited for",
             )
         return None
-    entry["used"] = e.used
-    if isinstance(e, ev.UsageReserved):
-        entry["state"], entry["over_limit"] = RESERVED, e.over_limit
-    else:
-        entry["state"], entry["retry_after_ms"] = REFUSED, e.retry_after_ms
+    inv = out.state.invocations[e.invocation_id]
     if any(u["state"] == ASKED for u in inv.usage):
         return None
     return inv
@@ -163,11 +160,11 @@ def _fate(inv: Invocation) -> str | None:
     return None
 
 
-def settle(state: DeciderState, ids: Iterable[str], out: Emitter) -> None:
+def settle(ids: Iterable[str], out: Emitter) -> None:
     """Commit or release, once, the reservations of the invocations ``ids`` whose fate is
     known (a concurrency limit is released either way: the call is no longer in flight)."""
     for inv_id in dict.fromkeys(ids):
-        inv = state.invocations.get(inv_id)
+        inv = out.state.invocations.get(inv_id)
         if inv is None or not inv.usage:
             continue
         fate = _fate(inv)
@@ -177,7 +174,6 @@ def settle(state: DeciderState, ids: Iterable[str], out: Emitter) -> None:
             if u["state"] != RESERVED:
                 continue
             if fate == "commit" and u["window_ms"] > 0:
-                u["state"] = COMMITTED
                 out.emit(
                     ev.UsageCommitted,
                     invocation_id=inv_id,
@@ -187,7 +183,6 @@ def settle(state: DeciderState, ids: Iterable[str], out: Emitter) -> None:
                     window_ms=u["window_ms"],
                 )
             else:
-                u["state"] = RELEASED
                 out.emit(
                     ev.UsageReleased,
                     invocation_id=inv_id,

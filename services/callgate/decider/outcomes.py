@@ -23,33 +23,32 @@ from callgate.decider.key_records import (
     request_reconciliation,
     serve_waiters,
 )
-from callgate.decider.state import DeciderState, KeyStatus, Phase
+from callgate.decider.state import KeyStatus, Phase
 from callgate.domain import events as ev
-from callgate.domain.codes import Code, Rejection, failure_code
+from callgate.domain.codes import Rejection, failure_code
 
 
-def on_dry_run(state: DeciderState, e: ev.DryRunRecorded, out: Emitter) -> None:
-    inv = state.invocations.get(e.invocation_id)
+def on_dry_run(e: ev.DryRunRecorded, out: Emitter) -> None:
+    """The snapshot came (kept on the call by ``evolve`` unless a human is asked about it)."""
+    inv = out.state.invocations.get(e.invocation_id)
     if inv is None:
         return
     if inv.phase == Phase.AWAITING_DRY_RUN:
-        request_approval(state, inv, e.snapshot_json, e.snapshot_hash, out)
+        request_approval(inv, e.snapshot_json, e.snapshot_hash, out)
     elif inv.phase == Phase.CONFIRMING:
-        inv.dry_run_json, inv.dry_run_hash = e.snapshot_json, e.snapshot_hash
         if e.snapshot_hash != inv.approved_dry_run_hash:
             # The world changed since the human confirmed: that approval no longer covers it.
-            reject_late(state, inv, mismatch(["dry_run_hash"]), out)
-        elif inv.evaluate_only:
-            accept_evaluation(state, inv, out)  # ADR 0090: a re-evaluation runs nothing
+            reject_late(inv, mismatch(["dry_run_hash"]), out)
+        elif inv.evaluate_only:  # ADR 0090: a re-evaluation runs nothing
+            accept_evaluation(inv, inv.approval_jti, inv.approved_dry_run_hash, out)
         else:
-            request_execution(state, inv, out)
+            request_execution(inv, out)
     elif inv.phase == Phase.DRY_RUN_THEN_EXECUTE:
-        inv.dry_run_json, inv.dry_run_hash = e.snapshot_json, e.snapshot_hash
-        request_execution(state, inv, out)
+        request_execution(inv, out)
 
 
-def on_dry_run_failed(state: DeciderState, e: ev.DryRunFailed, out: Emitter) -> None:
-    inv = state.invocations.get(e.invocation_id)
+def on_dry_run_failed(e: ev.DryRunFailed, out: Emitter) -> None:
+    inv = out.state.invocations.get(e.invocation_id)
     if inv is None or inv.phase not in (
         Phase.AWAITING_DRY_RUN,
         Phase.CONFIRMING,
@@ -57,66 +56,46 @@ def on_dry_run_failed(state: DeciderState, e: ev.DryRunFailed, out: Emitter) -> 
     ):
         return
     code = failure_code(e.code)
-    reject_late(state, inv, Rejection(code, f"dry-run failed: {e.message}"), out)
+    reject_late(inv, Rejection(code, f"dry-run failed: {e.message}"), out)
 
 
-def settle_execution(
-    state: DeciderState,
-    invocation_id: str,
-    outcome: Code,
-    result_json: str,
-    out: Emitter,
-) -> None:
-    inv = state.invocations.get(invocation_id)
-    if inv is None or (inv.phase == Phase.SETTLED and inv.outcome != Code.OUTCOME_UNCERTAIN):
+def settle_execution(invocation_id: str, out: Emitter) -> None:
+    """C8: the outcome (folded on the call and its key by ``evolve``) is replayed to the
+    calls waiting on the key."""
+    inv = out.state.invocations.get(invocation_id)
+    rec = key_record(out.state, inv) if inv is not None else None
+    if rec is not None and rec.invocation_id == invocation_id and rec.status == KeyStatus.DONE:
+        serve_waiters(rec, out)
+
+
+def on_uncertain(e: ev.ExecutionUncertain, out: Emitter) -> None:
+    before = out.before.invocations.get(e.invocation_id)
+    if before is not None and before.phase == Phase.WAITING:  # its reconciliation's lookup
+        on_lookup_failed(before, e, out)
         return
-    inv.phase, inv.outcome, inv.result_json = Phase.SETTLED, outcome.value, result_json
-    rec = key_record(state, inv)
-    if rec is not None and rec.invocation_id == invocation_id:
-        rec.status, rec.outcome, rec.result_json = KeyStatus.DONE, outcome.value, result_json
-        serve_waiters(state, rec, out)
-
-
-def on_uncertain(state: DeciderState, e: ev.ExecutionUncertain, out: Emitter) -> None:
-    inv = state.invocations.get(e.invocation_id)
-    if inv is not None and inv.phase == Phase.WAITING:  # its reconciliation's lookup failed
-        on_lookup_failed(state, inv, e, out)
+    if before is None or before.phase != Phase.EXECUTING:
         return
-    if inv is None or inv.phase != Phase.EXECUTING:
-        return
-    inv.phase, inv.outcome = Phase.SETTLED, Code.OUTCOME_UNCERTAIN.value
-    # The executor reports an outcome only for a run it started, so the attempt in force
-    # has started even if its ExecutionStarted was not seen: the decider's two input
-    # topics (``requests``, ``events``) are not ordered with each other. Without this the
-    # reconciliation below would never retry (calls left waiting forever).
-    inv.started_attempt = max(inv.started_attempt, inv.attempt)
-    rec = key_record(state, inv)
+    inv = out.state.invocations[e.invocation_id]  # settled ``outcome_uncertain``
+    rec = key_record(out.state, inv)
     if rec is None or rec.invocation_id != inv.invocation_id:
         return
-    rec.status = KeyStatus.UNCERTAIN
     if rec.waiters:  # someone is already waiting: reconcile now (C12)
-        first = state.invocations.get(rec.waiters[0])
-        request_reconciliation(state, rec, first or inv, out)
+        first = out.state.invocations.get(rec.waiters[0])
+        request_reconciliation(rec, first or inv, out)
 
 
-def on_reconciled(state: DeciderState, e: ev.ExecutionReconciled, out: Emitter) -> None:
-    """C12: the provider said what happened; record it, then replay or execute once."""
+def on_reconciled(e: ev.ExecutionReconciled, out: Emitter) -> None:
+    """C12: the provider said what happened (recorded by ``evolve``); replay or execute
+    once."""
     original_id = e.original_invocation_id or e.invocation_id
-    original = state.invocations.get(original_id)
-    if original is None or e.event_id in original.reconciliations:
+    before = out.before.invocations.get(original_id)
+    if before is None or e.event_id in before.reconciliations:
         return  # unknown, or a duplicate delivery: one reconciliation, one retry at most
-    original.reconciliations.append(e.event_id)
-    rec = key_record(state, original)
+    original = out.state.invocations[original_id]
+    rec = key_record(out.state, original)
     if e.found:
-        original.phase, original.outcome = Phase.SETTLED, Code.EXECUTED.value
-        original.result_json = e.result_json
         if rec is not None and rec.invocation_id == original_id:
-            rec.status, rec.outcome, rec.result_json = (
-                KeyStatus.DONE,
-                Code.EXECUTED.value,
-                e.result_json,
-            )
-            serve_waiters(state, rec, out)
+            serve_waiters(rec, out)
         return
     # Not applied: execute exactly once more with the same token. Only for the attempt
     # in force: the executor's restart (recover) and a retry's ReconciliationRequested
@@ -127,15 +106,13 @@ def on_reconciled(state: DeciderState, e: ev.ExecutionReconciled, out: Emitter) 
         return
     target = original
     if rec is not None and rec.waiters and original.phase == Phase.SETTLED:
-        target = state.invocations.get(rec.waiters.pop(0), original)
-        target.execution_token = original.execution_token
-        target.attempt = original.attempt
-        rec.invocation_id = target.invocation_id
-        use = state.approvals.get(original.approval_jti)
-        if target is not original and use is not None:
+        # The first call waiting on the key takes the original's call over (``evolve``:
+        # the key names it, its attempt follows the original's).
+        target = out.state.invocations.get(rec.waiters[0], original)
+        use = out.state.approvals.get(original.approval_jti)
+        if target.invocation_id != original_id and use is not None:
             # C9: the retry completes the original's confirmed call; its audit record
             # names the approval that authorizes the effect (found by the chaos run).
-            target.approval_jti = original.approval_jti
             out.emit(
                 ev.ConfirmationAccepted,
                 invocation_id=target.invocation_id,
@@ -143,7 +120,8 @@ def on_reconciled(state: DeciderState, e: ev.ExecutionReconciled, out: Emitter) 
                 approved_invocation_id=use.invocation_id,
                 approver=use.approver,
             )
-    request_execution(state, target, out)
+            target = out.state.invocations[target.invocation_id]
+    request_execution(target, out, attempt=original.attempt + 1)
 
 
 __all__ = ["on_dry_run", "on_dry_run_failed", "on_reconciled", "on_uncertain", "settle_execution"]

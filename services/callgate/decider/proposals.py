@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from callgate.decider import limits as usage
@@ -20,14 +21,14 @@ from callgate.decider.authorization import authorize, confirm_evaluation
 from callgate.decider.deps import DeciderDeps
 from callgate.decider.emitter import Emitter
 from callgate.decider.idempotency import on_known_key
-from callgate.decider.state import DeciderState, Invocation, Phase
+from callgate.decider.state import Invocation, Phase
 from callgate.domain import events as ev
 from callgate.domain.access_requests import TASK_PREFIX
 from callgate.domain.approvals import peek_claim, peek_partition_key
 from callgate.domain.arguments import normalize_args, target_of
 from callgate.domain.canonical import args_hash, canonical_json, partition_key, request_fingerprint
 from callgate.domain.catalog import Confirmation, ToolSpec
-from callgate.domain.codes import Code, Rejection, Unanswerable, evaluation_outcome
+from callgate.domain.codes import Code, Rejection, Unanswerable
 from callgate.domain.identity import token_digest
 from callgate.domain.identity_args import check_identity
 from callgate.domain.limits import MAX_RECORD_BYTES, parse_json
@@ -36,9 +37,7 @@ from callgate.domain.principal import Principal
 from callgate.domain.scope import is_bound
 
 
-def on_proposed(
-    deps: DeciderDeps, state: DeciderState, p: ev.ToolCallProposed, out: Emitter
-) -> None:
+def on_proposed(deps: DeciderDeps, p: ev.ToolCallProposed, out: Emitter) -> None:
     if not is_bound(p.invocation_id, p.session_token):
         # Before anything else: an id another session formed is never answered or decided
         # here (docs/contract.md, "Tenant scope of identifiers"); the runner dead-letters it.
@@ -46,9 +45,18 @@ def on_proposed(
             Code.MALFORMED_EVENT,
             "the invocation id is not bound to the session token (domain/scope.py)",
         )
-    if p.invocation_id in state.invocations:
+    if p.invocation_id in out.state.invocations:
         return  # the same proposal delivered twice: already decided
-    _rejecting(state, p, out, lambda: _decide_proposal(deps, state, p, out))
+    who = _Who()
+    _rejecting(p, out, who, lambda: _decide_proposal(deps, p, out, who))
+
+
+@dataclass(slots=True)
+class _Who:
+    """The verified session of the proposal being decided, once known: a rejection names
+    who asked (C9) before any record of the call exists."""
+
+    principal: Principal | None = None
 
 
 class UnreadableRecord(Rejection):
@@ -71,11 +79,9 @@ def _strict_record(deps: DeciderDeps, p: ev.ToolCallProposed) -> None:
             raise UnreadableRecord(Code.INVALID_ARGUMENTS, message, r.details) from None
 
 
-def on_described(
-    deps: DeciderDeps, state: DeciderState, e: ev.ResourceDescribed, out: Emitter
-) -> None:
+def on_described(deps: DeciderDeps, e: ev.ResourceDescribed, out: Emitter) -> None:
     """The provider answered who owns the target: decide the proposal that waited (C7)."""
-    inv = state.invocations.get(e.invocation_id)
+    inv = out.state.invocations.get(e.invocation_id)
     if inv is None or inv.phase != Phase.DESCRIBING:
         return  # a redelivered description: the proposal was decided on the first one
     facts = ResourceFacts(
@@ -84,28 +90,20 @@ def on_described(
         attributes=json.loads(e.attributes_json) if e.found else {},
         message=e.message,
     )
-    _resume(deps, state, inv, facts, out)
+    _resume(deps, inv, facts, out)
 
 
-def on_usage(
-    deps: DeciderDeps, state: DeciderState, e: ev.UsageReserved | ev.UsageRefused, out: Emitter
-) -> None:
+def on_usage(deps: DeciderDeps, e: ev.UsageReserved | ev.UsageRefused, out: Emitter) -> None:
     """A limit's usage answered (ADR 0079): once every limit has, decide the proposal that
     waited, with the usage known."""
-    inv = usage.answered(state, e, out)
+    inv = usage.answered(e, out)
     if inv is None:
         return
     facts = NEW_RESOURCE if not inv.facts_json else ResourceFacts.from_json(inv.facts_json)
-    _resume(deps, state, inv, facts, out)
+    _resume(deps, inv, facts, out)
 
 
-def _resume(
-    deps: DeciderDeps,
-    state: DeciderState,
-    inv: Invocation,
-    facts: ResourceFacts,
-    out: Emitter,
-) -> None:
+def _resume(deps: DeciderDeps, inv: Invocation, facts: ResourceFacts, out: Emitter) -> None:
     """Decide a proposal that waited for an answer (a description, the usage), from what
     its invocation kept; the checks that may have changed meanwhile run again."""
     p = ev.ToolCallProposed(
@@ -139,76 +137,52 @@ def _resume(
         deps.freezes.check(spec.name, principal.tenant, principal.user)  # ADR 0054
         deps.pins.check(spec.name, spec.pin)  # ADR 0066
         args = json.loads(inv.args_json)
-        _decide_policy(deps, state, p, principal, spec, args, inv.target, facts, out)
+        _decide_policy(deps, p, principal, spec, args, inv.target, facts, out)
 
-    _rejecting(state, p, out, decide)
-
-
-def _parked(
-    p: ev.ToolCallProposed,
-    phase: str,
-    tool: str,
-    principal: Principal,
-    target: str,
-    args: dict[str, Any],
-) -> Invocation:
-    """A proposal that waits for an answer (a description, the usage) before its policy
-    decision: what ``_resume`` decides it from once the answer comes."""
-    return Invocation(
-        p.invocation_id,
-        phase,
-        "",
-        partition_key=p.partition_key,
-        tool=tool,
-        actor=principal.user,
-        tenant=principal.tenant,
-        target=target,
-        args_json=canonical_json(args),
-        idempotency_key=p.idempotency_key,
-        roles=list(principal.roles),
-        session_id=principal.session_id,
-        session_expires_at=principal.expires_at,
-        agent=principal.agent,
-        delegation=list(principal.delegation),
-        approval_id=p.approval_id,
-        proposal_event_id=p.event_id,
-        evaluate_only=p.evaluate_only,
-        access_request=p.access_request,
-    )
+    _rejecting(p, out, _Who(principal), decide)
 
 
-def _rejecting(
-    state: DeciderState, p: ev.ToolCallProposed, out: Emitter, decide: Callable[[], None]
-) -> None:
-    """Run ``decide``; a ``Rejection`` settles the invocation with its code (first failure)."""
+def _rejecting(p: ev.ToolCallProposed, out: Emitter, who: _Who, decide: Callable[[], None]) -> None:
+    """Run ``decide``; a ``Rejection`` settles the invocation with its code (first failure),
+    naming who asked as far as known (C9: the call's record, else its verified session)."""
     try:
         decide()
     except UnreadableRecord:
         raise  # dead-lettered by the runner, never decided
     except Rejection as r:
-        known = state.invocations.get(p.invocation_id)
+        known = out.state.invocations.get(p.invocation_id)
+        principal = who.principal
+        if known is not None:
+            actor, tenant, agent, delegation = (
+                known.actor,
+                known.tenant,
+                known.agent,
+                tuple(known.delegation),
+            )
+        elif principal is not None:
+            actor, tenant, agent, delegation = (
+                principal.user,
+                principal.tenant,
+                principal.agent,
+                principal.delegation,
+            )
+        else:
+            actor, tenant, agent, delegation = "", "", "", ()
         out.emit(
             ev.ProposalRejected,
             code=r.code.value,
             message=r.message,
             tool=p.tool,
-            actor=_actor_of(state, p),
-            tenant=_tenant_of(state, p),
+            actor=actor,
+            tenant=tenant,
             details_json=canonical_json(r.details),
             session_digest=token_digest(p.session_token),
-            agent=known.agent if known else "",
-            delegation=tuple(known.delegation) if known else (),
+            agent=agent,
+            delegation=delegation,
         )
-        inv = state.invocations.setdefault(
-            p.invocation_id,
-            Invocation(p.invocation_id, Phase.SETTLED, r.code.value, tool=p.tool),
-        )
-        inv.phase, inv.outcome = Phase.SETTLED, r.code.value
 
 
-def _decide_proposal(
-    deps: DeciderDeps, state: DeciderState, p: ev.ToolCallProposed, out: Emitter
-) -> None:
+def _decide_proposal(deps: DeciderDeps, p: ev.ToolCallProposed, out: Emitter, who: _Who) -> None:
     now = out.now_ms
     try:
         principal = deps.sessions.verify(p.session_token, now)  # C6: identity from the session
@@ -219,18 +193,8 @@ def _decide_proposal(
         if claimed is not None or p.idempotency_key is None:
             _check_routing(p, claimed or "")
         raise
-    # Record who is acting as early as we know it, so rejections are attributable (C9).
-    state.invocations[p.invocation_id] = Invocation(
-        p.invocation_id,
-        Phase.SETTLED,
-        "",
-        partition_key=p.partition_key,
-        tool=p.tool,
-        actor=principal.user,
-        tenant=principal.tenant,
-        agent=principal.agent,
-        delegation=list(principal.delegation),
-    )
+    # Who is acting, as early as we know it, so rejections are attributable (C9).
+    who.principal = principal
     _check_routing(p, principal.tenant)
     if p.evaluate_only and p.idempotency_key is not None:
         # An evaluation is a question, never a call: nothing to replay.
@@ -260,8 +224,8 @@ def _decide_proposal(
     if facts is None:
         # C7: the profile does not say who owns the target; its system of record does.
         # Ask it through an event (the decider stays pure; replay reads the answer).
-        parked = _parked(p, Phase.DESCRIBING, spec.name, principal, target, args)
-        state.invocations[p.invocation_id] = parked
+        # The request carries what the proposal is decided from once described (parked:
+        # ``Phase.DESCRIBING``, ``evolve``).
         out.emit(
             ev.ResourceDescriptionRequested,
             tenant=principal.tenant,
@@ -271,9 +235,17 @@ def _decide_proposal(
             actor=principal.user,
             agent=principal.agent,
             delegation=principal.delegation,
+            args_json=canonical_json(args),
+            idempotency_key=p.idempotency_key,
+            roles=principal.roles,
+            session_id=principal.session_id,
+            session_expires_at=principal.expires_at,
+            approval_id=p.approval_id,
+            evaluate_only=p.evaluate_only,
+            access_request=p.access_request,
         )
         return
-    _decide_policy(deps, state, p, principal, spec, args, target, facts, out)
+    _decide_policy(deps, p, principal, spec, args, target, facts, out)
 
 
 def _static_facts(deps: DeciderDeps, spec: ToolSpec, target: str) -> ResourceFacts | None:
@@ -291,7 +263,6 @@ def _static_facts(deps: DeciderDeps, spec: ToolSpec, target: str) -> ResourceFac
 
 def _decide_policy(
     deps: DeciderDeps,
-    state: DeciderState,
     p: ev.ToolCallProposed,
     principal: Principal,
     spec: ToolSpec,
@@ -302,16 +273,14 @@ def _decide_policy(
 ) -> None:
     now = out.now_ms
     limits = deps.profile.limits_of(spec.name)
-    waited = state.invocations.get(p.invocation_id)
+    waited = out.state.invocations.get(p.invocation_id)
     # An evaluation reserves no usage: it is a question, and answers the policy alone.
     if limits and not p.evaluate_only and (waited is None or not waited.usage):
         # ADR 0079: ask the usage first, so that the policy decides with it in one step.
-        parked = _parked(p, Phase.RESERVING, spec.name, principal, target, args)
-        parked.facts_json = "" if facts is NEW_RESOURCE else facts.to_json()
-        state.invocations[p.invocation_id] = parked
-        usage.ask(parked, limits, principal, args, out)
+        facts_json = "" if facts is NEW_RESOURCE else facts.to_json()
+        usage.ask(p, spec.name, principal, target, args, facts_json, limits, out)
         return
-    held = [] if waited is None else waited.usage
+    held = () if waited is None else waited.usage
     decision = deps.policy.decide(  # C1, C2, C3, C7
         principal, spec, target, args, facts, usage=usage.context(waited) if held else None
     )
@@ -319,35 +288,6 @@ def _decide_policy(
     fingerprint = request_fingerprint(spec.name, target, args)
     high = spec.is_high_impact(args)
     confirmation = spec.confirmation_for(args)
-    inv = Invocation(
-        p.invocation_id,
-        Phase.SETTLED,
-        Code.ALLOWED.value if decision.allowed else Code.TOOL_FORBIDDEN.value,
-        partition_key=p.partition_key,
-        tool=spec.name,
-        actor=principal.user,
-        tenant=principal.tenant,
-        target=target,
-        args_json=canonical_json(args),
-        args_hash=a_hash,
-        fingerprint=fingerprint,
-        policy_version=decision.policy_version,
-        idempotency_key=p.idempotency_key,
-        confirmation=confirmation.value,
-        approver_roles=list(spec.approvers),
-        allow_self_approval=spec.allow_self_approval,
-        approval_ttl_ms=spec.approval_ttl_seconds * 1000,
-        # An evaluation never runs: an access request's approval continues nothing.
-        continue_on_approval=spec.continue_on_approval and not p.evaluate_only,
-        require_dry_run=spec.require_dry_run,
-        approvals_required=spec.approvals_for(args),
-        usage=held,
-        agent=principal.agent,
-        delegation=list(principal.delegation),
-        evaluate_only=p.evaluate_only,
-        access_request=p.access_request,
-    )
-    state.invocations[p.invocation_id] = inv
     jti = _peek_jti(p.approval_id)
     out.emit(
         ev.PolicyDecided,
@@ -356,7 +296,7 @@ def _decide_policy(
         roles=principal.roles,
         tool=spec.name,
         target=target,
-        args_json=inv.args_json,
+        args_json=canonical_json(args),
         args_hash=a_hash,
         fingerprint=fingerprint,
         idempotency_key=p.idempotency_key,
@@ -373,11 +313,21 @@ def _decide_policy(
         agent=principal.agent,
         delegation=principal.delegation,
         evaluate_only=p.evaluate_only,
+        # Taken from the catalog entry now (ADR 0029, 0030): a profile reloaded while the
+        # approval is pending does not change what was asked.
+        approver_roles=tuple(spec.approvers),
+        allow_self_approval=spec.allow_self_approval,
+        approval_ttl_ms=spec.approval_ttl_seconds * 1000,
+        # An evaluation never runs: an access request's approval continues nothing.
+        continue_on_approval=spec.continue_on_approval and not p.evaluate_only,
+        require_dry_run=spec.require_dry_run,
+        approvals_required=spec.approvals_for(args),
+        access_request=p.access_request,
     )
+    inv = out.state.invocations[p.invocation_id]
     if p.evaluate_only:
         # ADR 0083: the decision is the answer, recorded like any; nothing runs, no
-        # provider is asked for an execution, no key is held.
-        inv.outcome = evaluation_outcome(decision.allowed, confirmation.value).value
+        # provider is asked for an execution, no key is held (the outcome: ``evolve``).
         if inv.outcome != Code.APPROVAL_REQUIRED.value:
             return
         if p.access_request:
@@ -385,27 +335,28 @@ def _decide_policy(
             # the dry-run the approvers see); its approval continues nothing.
             if (missing := deps.profile.dry_run_missing(spec)) is not None:
                 raise Rejection(Code.DRY_RUN_UNAVAILABLE, missing)
-            authorize(state, inv, spec, None, out)
+            authorize(inv, spec, None, out)
         elif p.approval_id is not None:
             # ADR 0090: a re-evaluation presenting an access request's approval.
-            confirm_evaluation(deps, state, inv, spec, p, out)
+            confirm_evaluation(deps, inv, spec, p, out)
         return
     if not decision.allowed:
         return  # C12: tool_forbidden never reaches a provider
     claims = presented_approval(deps, p, now)  # approval_missing / approval_expired
-    if claims is not None and check_approval(state, inv, claims, p, out):
+    if claims is not None and check_approval(inv, claims, p, out):
         return  # a replay of the very call the approval authorized
-    rec = state.keys.get(p.idempotency_key) if p.idempotency_key is not None else None
+    rec = out.state.keys.get(p.idempotency_key) if p.idempotency_key is not None else None
     if rec is not None:
-        on_known_key(deps, state, inv, rec, claims, out)
+        on_known_key(deps, inv, rec, claims, out)
         return
     if (missing := deps.profile.dry_run_missing(spec)) is not None:
         raise Rejection(Code.DRY_RUN_UNAVAILABLE, missing)  # C5: no dry-run, no call
     by_approver = claims is not None and claims.confirmation == "approver"
+    needed = None
     if usage.check(inv, by_approver):  # limit_exceeded (ADR 0079)
         # Over a limit an approver may lift: this call needs one, who sees the usage.
-        inv.confirmation = Confirmation.APPROVER.value
-    authorize(state, inv, spec, claims, out)
+        needed = Confirmation.APPROVER.value
+    authorize(inv, spec, claims, out, confirmation=needed)
 
 
 def _check_routing(p: ev.ToolCallProposed, tenant: str) -> None:
@@ -432,16 +383,6 @@ def _check_routing(p: ev.ToolCallProposed, tenant: str) -> None:
 def _peek_jti(approval_id: str | None) -> str | None:
     """The presented approval's id for the record; verification happens after policy."""
     return peek_claim(approval_id, "jti") if approval_id is not None else None
-
-
-def _actor_of(state: DeciderState, p: ev.ToolCallProposed) -> str:
-    inv = state.invocations.get(p.invocation_id)
-    return inv.actor if inv else ""
-
-
-def _tenant_of(state: DeciderState, p: ev.ToolCallProposed) -> str:
-    inv = state.invocations.get(p.invocation_id)
-    return inv.tenant if inv else ""
 
 
 __all__ = ["on_described", "on_proposed"]

@@ -1,21 +1,28 @@
-"""The decider's per-partition-key state, folded from the events it emitted and consumed.
+"""The decider's per-partition-key state: immutable values, folded from the events it
+consumed and emitted by ``decider.evolve`` alone (ADR 0092).
 
 Everything here is derived from the log (docs/contract.md "Shape"): the runner stores it next to
 the consumed position (embedded) or in a changelog inside the same transaction (Kafka),
-so it can always be rebuilt. Serialization is sorted-key JSON so that equal states are
-equal bytes.
+so it can always be rebuilt, and restoring it calls no provider. The records and the state
+are typed named tuples (``Invocation``, ``KeyRecord``, ``ApprovalUse``, ``DeciderState``);
+their sequences are tuples and the state's mappings are never changed in place (``evolve``
+builds new ones), so a state handed to a rule, a runner or a test stays what it was. Named tuples
+rather than frozen dataclasses: a frozen dataclass's ``__init__`` sets each of an
+``Invocation``'s forty-odd fields through ``object.__setattr__``, about five times the cost
+of a tuple built in C, and ``evolve`` builds one per event.
+Serialization is sorted-key JSON so that equal states are equal bytes.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import operator
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, NamedTuple, TypeVar
 
 from callgate.domain.canonical import state_json
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 class Phase:
@@ -52,8 +59,7 @@ class ApprovalStatus:
     EXPIRED = "expired"
 
 
-@dataclass(slots=True)
-class Invocation:
+class Invocation(NamedTuple):
     invocation_id: str
     phase: str
     outcome: str
@@ -68,7 +74,7 @@ class Invocation:
     policy_version: str = ""
     idempotency_key: str | None = None
     confirmation: str = "none"
-    approver_roles: list[str] = field(default_factory=list)
+    approver_roles: tuple[str, ...] = ()
     allow_self_approval: bool = False
     approval_ttl_ms: int = 0
     # Taken from the catalog entry when the call is decided (ADR 0029, 0030): a profile
@@ -76,7 +82,7 @@ class Invocation:
     continue_on_approval: bool = False
     require_dry_run: bool = False
     approvals_required: int = 1
-    grants: list[str] = field(default_factory=list)  # approvers so far (quorum, ADR 0030)
+    grants: tuple[str, ...] = ()  # approvers so far (quorum, ADR 0030)
     dry_run_json: str = ""
     dry_run_hash: str = ""
     approval_status: str = ""  # for the approval requested *for* this invocation
@@ -87,33 +93,32 @@ class Invocation:
     attempt: int = 0
     result_json: str = ""
     # ExecutionReconciled events already acted on: a redelivered one must not retry (C12).
-    reconciliations: list[str] = field(default_factory=list)
+    reconciliations: tuple[str, ...] = ()
     # The last attempt the executor reported started: a lookup that finds nothing retries
     # only the current attempt, once (two lookups of one attempt, one retry; C12).
     started_attempt: int = 0
     # While DESCRIBING: the verified session and the proposal, to decide once described;
     # ``agent`` and ``delegation`` are kept after (recorded on the events the call leads to).
-    roles: list[str] = field(default_factory=list)
+    roles: tuple[str, ...] = ()
     session_id: str = ""
     session_expires_at: int = 0
     agent: str = ""
-    delegation: list[str] = field(default_factory=list)  # ``Principal.delegation``
+    delegation: tuple[str, ...] = ()  # ``Principal.delegation``
     approval_id: str | None = None
     proposal_event_id: str = ""
     # While RESERVING: the resource facts the policy will read (``ResourceFacts.to_json``;
     # empty for a call that creates a resource).
     facts_json: str = ""
     # The reservations of the limits that cover the call (``decider.limits``): plain
-    # dicts of str and int, so the state stays sorted-key JSON.
-    usage: list[dict[str, Any]] = field(default_factory=list)
+    # dicts of str and int, so the state stays sorted-key JSON; never changed in place.
+    usage: tuple[dict[str, Any], ...] = ()
     # An evaluation only (AuthZEN, ADR 0083): settled by its policy decision.
     evaluate_only: bool = False
     # An ARAP access request (ADR 0090): an evaluation whose confirmation is asked for.
     access_request: bool = False
 
 
-@dataclass(slots=True)
-class KeyRecord:
+class KeyRecord(NamedTuple):
     """The original authorized call behind an idempotency key (C8)."""
 
     actor: str
@@ -125,11 +130,10 @@ class KeyRecord:
     execution_token: str = ""
     outcome: str = ""
     result_json: str = ""
-    waiters: list[str] = field(default_factory=list)
+    waiters: tuple[str, ...] = ()
 
 
-@dataclass(slots=True)
-class ApprovalUse:
+class ApprovalUse(NamedTuple):
     """A granted approval artifact: single use (C11)."""
 
     invocation_id: str  # the invocation it was requested for
@@ -140,12 +144,15 @@ class ApprovalUse:
     approver: str = ""  # who granted it (C9: a retry that takes over names it too)
 
 
-@dataclass(slots=True)
-class DeciderState:
-    invocations: dict[str, Invocation] = field(default_factory=dict)
-    keys: dict[str, KeyRecord] = field(default_factory=dict)
-    approvals: dict[str, ApprovalUse] = field(default_factory=dict)
-    decisions_seen: list[str] = field(default_factory=list)  # ApprovalDecisionSubmitted ids
+class DeciderState(NamedTuple):
+    """A partition key's invocations, idempotency keys and approval artifacts. The mappings
+    are never changed in place: ``evolve`` builds a new one for each it changes (the empty
+    ones are read-only)."""
+
+    invocations: Mapping[str, Invocation] = _EMPTY
+    keys: Mapping[str, KeyRecord] = _EMPTY
+    approvals: Mapping[str, ApprovalUse] = _EMPTY
+    decisions_seen: tuple[str, ...] = ()  # ApprovalDecisionSubmitted ids
 
     def next_due(self) -> int | None:
         times = [
@@ -160,32 +167,40 @@ class DeciderState:
 
 
 def _plain(record: Invocation | KeyRecord | ApprovalUse) -> dict[str, Any]:
-    # Shallow on purpose: every field is a str, int, bool, None or list of str, which json
-    # encodes as it is (a nested dataclass would make state_json raise, never pass silently).
-    # ``dataclasses.asdict`` deep-copies every value and cost the decider about a fifth of
-    # its CPU time on Kafka (docs/benchmarks.md).
-    # The values are read in C, all at once (``attrgetter`` of the class's fields).
-    cls = type(record)
-    return dict(zip(_FIELDS[cls], _VALUES[cls](record), strict=True))
+    # Shallow on purpose: every field is a str, int, bool, None or tuple of str, which json
+    # encodes as it is (a nested record would make state_json raise, never pass silently).
+    # A deep copy (``dataclasses.asdict``) cost the decider about a fifth of its CPU time on
+    # Kafka (docs/benchmarks.md); a record is a tuple, zipped with its names in C.
+    return dict(zip(record._fields, record, strict=True))
 
 
-_FIELDS = {
-    cls: tuple(f.name for f in dataclasses.fields(cls))
-    for cls in (DeciderState, Invocation, KeyRecord, ApprovalUse)
+_Record = TypeVar("_Record", Invocation, KeyRecord, ApprovalUse)
+_INDEX: dict[type, dict[str, int]] = {
+    cls: {name: i for i, name in enumerate(cls._fields)}
+    for cls in (Invocation, KeyRecord, ApprovalUse)
 }
-_VALUES: dict[type, Callable[[Any], tuple[Any, ...]]] = {
-    cls: operator.attrgetter(*names) for cls, names in _FIELDS.items()
-}
+
+
+def evolved(record: _Record, **changes: Any) -> _Record:
+    """``record`` with ``changes`` (``_replace`` without its per-field Python work)."""
+    values = list(record)
+    index = _INDEX[type(record)]
+    for name, value in changes.items():
+        values[index[name]] = value
+    return tuple.__new__(type(record), values)
 
 
 def dump_state(state: DeciderState) -> bytes:
     """Sorted-key JSON of ``state`` (what ``dataclasses.asdict`` holds): equal states are
     equal bytes (``canonical.state_json``)."""
-    value: dict[str, Any] = {}
-    for name in _FIELDS[DeciderState]:
-        item = getattr(state, name)
-        value[name] = {k: _plain(v) for k, v in item.items()} if isinstance(item, dict) else item
-    return state_json(value)
+    return state_json(
+        {
+            "invocations": {k: _plain(v) for k, v in state.invocations.items()},
+            "keys": {k: _plain(v) for k, v in state.keys.items()},
+            "approvals": {k: _plain(v) for k, v in state.approvals.items()},
+            "decisions_seen": state.decisions_seen,
+        }
+    )
 
 
 def load_state(data: bytes) -> DeciderState:
@@ -193,10 +208,24 @@ def load_state(data: bytes) -> DeciderState:
 
 
 def state_from(raw: dict[str, Any]) -> DeciderState:
-    """The state ``dump_state`` wrote, parsed."""
+    """The state ``dump_state`` wrote, parsed (its JSON arrays back to tuples)."""
     return DeciderState(
-        invocations={k: Invocation(**v) for k, v in raw["invocations"].items()},
-        keys={k: KeyRecord(**v) for k, v in raw["keys"].items()},
+        invocations={k: _invocation(v) for k, v in raw["invocations"].items()},
+        keys={
+            k: KeyRecord(**{**v, "waiters": tuple(v["waiters"])}) for k, v in raw["keys"].items()
+        },
         approvals={k: ApprovalUse(**v) for k, v in raw["approvals"].items()},
-        decisions_seen=list(raw.get("decisions_seen", [])),
+        decisions_seen=tuple(raw.get("decisions_seen", ())),
     )
+
+
+def _invocation(raw: dict[str, Any]) -> Invocation:
+    for name in _INVOCATION_SEQUENCES:
+        if name in raw:
+            raw[name] = tuple(raw[name])
+    return Invocation(**raw)
+
+
+_INVOCATION_SEQUENCES = tuple(
+    name for name, default in Invocation._field_defaults.items() if default == ()
+)

@@ -1,15 +1,18 @@
 """Freezes: an operator's stop of one tool, tenant or actor on every instance (ADR 0054).
 
 ``FreezeApplied`` and ``FreezeLifted`` are events on the log; the set of freezes in force
-is their fold in log order (``Freezes.apply``), pure, so every decider that reads the
-same events holds the same freezes after the same event. Matching is exact: a freeze of
-``refund`` does not stop ``Refund`` (identifiers compare exactly, ADR 0023).
+is their fold in log order (``evolve``), pure and on an immutable value, so every decider
+that reads the same events holds the same freezes after the same event. Matching is
+exact: a freeze of ``refund`` does not stop ``Refund`` (identifiers compare exactly, ADR
+0023).
 """
 
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from callgate.domain import events as ev
 from callgate.domain.codes import Code, Rejection
@@ -42,20 +45,12 @@ class Freeze:
         }
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Freezes:
-    """The freezes in force, by ``(scope, value)``; folded from the log by ``apply``."""
+    """The freezes in force, by ``(scope, value)``; an immutable value folded from the log
+    by ``evolve`` (a decider holds a reference and replaces it)."""
 
-    active: dict[tuple[str, str], Freeze] = field(default_factory=dict)
-
-    def apply(self, event: ev.Event) -> None:
-        """Fold one event (any other type changes nothing)."""
-        if isinstance(event, ev.FreezeApplied):
-            self.active[(event.scope, event.value)] = Freeze(
-                event.scope, event.value, event.reason, event.author, event.occurred_at
-            )
-        elif isinstance(event, ev.FreezeLifted):
-            self.active.pop((event.scope, event.value), None)
+    active: Mapping[tuple[str, str], Freeze] = field(default_factory=lambda: MappingProxyType({}))
 
     def matching(self, tool: str, tenant: str, actor: str) -> Freeze | None:
         """The freeze that stops a call of ``tool`` by ``actor`` of ``tenant``, if any."""
@@ -76,6 +71,19 @@ class Freezes:
                 f"{found.scope} {found.value!r} is frozen: {found.reason}",
                 {"scope": found.scope, "value": found.value},
             )
+
+
+def evolve(freezes: Freezes, event: ev.Event) -> Freezes:
+    """``freezes`` after ``event`` (any other type changes nothing: the same value)."""
+    if isinstance(event, ev.FreezeApplied):
+        freeze = Freeze(event.scope, event.value, event.reason, event.author, event.occurred_at)
+        active = {**freezes.active, (event.scope, event.value): freeze}
+    elif isinstance(event, ev.FreezeLifted) and (event.scope, event.value) in freezes.active:
+        active = dict(freezes.active)
+        del active[(event.scope, event.value)]
+    else:
+        return freezes
+    return Freezes(MappingProxyType(active))
 
 
 def checked_request(scope: str, value: str, reason: str, *, lifting: bool) -> None:
@@ -101,4 +109,12 @@ def _printable(text: str) -> bool:
     return all(unicodedata.category(c)[0] != "C" for c in text)
 
 
-__all__ = ["FREEZE_EVENTS", "FREEZE_KEY", "SCOPES", "Freeze", "Freezes", "checked_request"]
+__all__ = [
+    "FREEZE_EVENTS",
+    "FREEZE_KEY",
+    "SCOPES",
+    "Freeze",
+    "Freezes",
+    "checked_request",
+    "evolve",
+]

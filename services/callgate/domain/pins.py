@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from callgate.domain import events as ev
@@ -25,6 +26,19 @@ PIN_EVENTS: tuple[type[ev.Event], ...] = (ev.ToolPinned, ev.ToolDefinitionChange
 # Every pin event shares one partition key, so on Kafka they keep one order (ADR 0064).
 PINS_KEY = "pins"
 PIN_PREFIX = "sha256:"
+
+
+def evolve(pins: Pins, event: ev.Event) -> Pins:
+    """``pins`` after ``event`` (any other type changes nothing: the same value)."""
+    if isinstance(event, ev.ToolPinned):
+        return Pins(
+            MappingProxyType({**pins.pinned, event.tool: event.digest}),
+            # pinned as the operator saw it served
+            MappingProxyType({**pins.seen, event.tool: event.digest}),
+        )
+    if isinstance(event, ev.ToolDefinitionChanged):
+        return Pins(pins.pinned, MappingProxyType({**pins.seen, event.tool: event.seen_digest}))
+    return pins
 
 
 def definition_digest(tool: Mapping[str, Any]) -> str:
@@ -39,20 +53,13 @@ def definition_digest(tool: Mapping[str, Any]) -> str:
     return PIN_PREFIX + hashlib.sha256(canonical_json(definition).encode()).hexdigest()
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Pins:
-    """The pins recorded on the log and the definitions last seen, by catalog tool."""
+    """The pins recorded on the log and the definitions last seen, by catalog tool: an
+    immutable value folded by ``evolve`` (a decider holds a reference and replaces it)."""
 
-    pinned: dict[str, str] = field(default_factory=dict)
-    seen: dict[str, str] = field(default_factory=dict)
-
-    def apply(self, event: ev.Event) -> None:
-        """Fold one event (any other type changes nothing)."""
-        if isinstance(event, ev.ToolPinned):
-            self.pinned[event.tool] = event.digest
-            self.seen[event.tool] = event.digest  # pinned as the operator saw it served
-        elif isinstance(event, ev.ToolDefinitionChanged):
-            self.seen[event.tool] = event.seen_digest
+    pinned: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    seen: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def pin_of(self, tool: str, catalog_pin: str | None) -> str | None:
         """The pin in force: the last ``ToolPinned``, else the catalog entry's."""

@@ -11,8 +11,11 @@ under a name that is not what it holds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import functools
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 
 from callgate.domain import events as ev
 from callgate.domain.catalog import Profile, ProfileError, parse_profile
@@ -79,50 +82,18 @@ class HistoryEntry:
         }
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class PolicyVersions:
-    """The fold of the policy-version events: published content, active and shadow."""
+    """The fold of the policy-version events (``evolve``): published content, active and
+    shadow, as an immutable value (a decider holds a reference and replaces it)."""
 
-    published: dict[str, ev.PolicyPublished] = field(default_factory=dict)
+    published: Mapping[str, ev.PolicyPublished] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
     active: str = ""  # "" : none activated on the log (the profile file decides)
     shadow: str = ""
-    history: list[HistoryEntry] = field(default_factory=list)
-    seen: set[str] = field(default_factory=set)
-
-    def apply(self, event: ev.Event) -> bool:
-        """Fold one event; whether it changed the active or shadow version. A redelivered
-        event (same ``event_id``) changes nothing."""
-        if not isinstance(event, POLICY_EVENTS) or event.event_id in self.seen:
-            return False
-        self.seen.add(event.event_id)
-        if isinstance(event, ev.PolicyPublished):
-            self.published.setdefault(event.version, event)
-            self._note(event, "published", event.version)
-            return False
-        if isinstance(event, ev.PolicyActivated):
-            if event.version not in self.published:
-                return False  # refused at the gateway; a forged one is ignored
-            self._note(event, "activated", event.version)
-            changed = self.active != event.version
-            self.active = event.version
-            return changed
-        assert isinstance(event, ev.PolicyShadowSet)
-        if event.version and event.version not in self.published:
-            return False
-        self._note(event, "shadow" if event.version else "shadow_off", event.version)
-        changed = self.shadow != event.version
-        self.shadow = event.version
-        return changed
-
-    def _note(
-        self, event: ev.PolicyPublished | ev.PolicyActivated | ev.PolicyShadowSet, action: str,
-        version: str,
-    ) -> None:  # fmt: skip
-        self.history.append(
-            HistoryEntry(
-                event.occurred_at, action, version, event.author, event.tenant, event.reason
-            )
-        )
+    history: tuple[HistoryEntry, ...] = ()
+    seen: frozenset[str] = frozenset()
 
     def require_published(self, version: str) -> ev.PolicyPublished:
         """The published version named ``version`` (``policy_version_unknown`` otherwise).
@@ -133,11 +104,44 @@ class PolicyVersions:
         return found
 
 
-def fold(events: list[ev.Event]) -> PolicyVersions:
-    versions = PolicyVersions()
-    for event in events:
-        versions.apply(event)
-    return versions
+def evolve(versions: PolicyVersions, event: ev.Event) -> PolicyVersions:
+    """``versions`` after ``event``. An event of another type or redelivered (same
+    ``event_id``) changes nothing; an activation or shadow of a version never published
+    (refused at the gateway: a forged one) is ignored."""
+    if not isinstance(event, POLICY_EVENTS) or event.event_id in versions.seen:
+        return versions
+    seen = versions.seen | {event.event_id}
+    if isinstance(event, ev.PolicyPublished):
+        published = versions.published
+        if event.version not in published:
+            published = MappingProxyType({**published, event.version: event})
+        entry = _entry(event, "published", event.version)
+        return replace(versions, published=published, history=(*versions.history, entry), seen=seen)
+    if isinstance(event, ev.PolicyActivated):
+        if event.version not in versions.published:
+            return replace(versions, seen=seen)
+        entry = _entry(event, "activated", event.version)
+        return replace(
+            versions, active=event.version, history=(*versions.history, entry), seen=seen
+        )
+    assert isinstance(event, ev.PolicyShadowSet)
+    if event.version and event.version not in versions.published:
+        return replace(versions, seen=seen)
+    entry = _entry(event, "shadow" if event.version else "shadow_off", event.version)
+    return replace(versions, shadow=event.version, history=(*versions.history, entry), seen=seen)
+
+
+def _entry(
+    event: ev.PolicyPublished | ev.PolicyActivated | ev.PolicyShadowSet, action: str,
+    version: str,
+) -> HistoryEntry:  # fmt: skip
+    return HistoryEntry(
+        event.occurred_at, action, version, event.author, event.tenant, event.reason
+    )
+
+
+def fold(events: Iterable[ev.Event]) -> PolicyVersions:
+    return functools.reduce(evolve, events, PolicyVersions())
 
 
 __all__ = [
@@ -145,6 +149,7 @@ __all__ = [
     "HistoryEntry",
     "PolicyVersions",
     "content_of",
+    "evolve",
     "fold",
     "profile_of",
 ]

@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from callgate.decider.decider import Decider
@@ -45,9 +45,10 @@ from callgate.executor.executor import Executor, ExecutorState, executor_state_f
 EARLIER_LAYOUT = (Decider.name, Executor.name)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class InvocationsState:
-    """One partition key's decider state and executor state."""
+    """One partition key's decider state and executor state (replaced, never changed in
+    place: each part returns its new state)."""
 
     decider: DeciderState
     executor: ExecutorState
@@ -125,38 +126,38 @@ class Invocations:
     ) -> tuple[InvocationsState, Sequence[Output]]:
         if type(event) not in self.reacts_to:
             return state, ()  # its own event read back: folded when it was written
-        outputs: list[Output] = []
         if isinstance(event, self.control_events):
-            state.decider, out = self.decider.handle(state.decider, event, now_ms)
-            outputs += out
-            state.executor, out = self.executor.handle(state.executor, event, now_ms)
-            outputs += out
-            return state, outputs
-        state.decider, out = self.decider.handle(state.decider, event, now_ms)
-        return state, self._carry(state, out, now_ms)
+            decider, first = self.decider.handle(state.decider, event, now_ms)
+            executor, more = self.executor.handle(state.executor, event, now_ms)
+            return InvocationsState(decider, executor), [*first, *more]
+        decider, out = self.decider.handle(state.decider, event, now_ms)
+        return self._carry(replace(state, decider=decider), out, now_ms)
 
     def due(
         self, state: InvocationsState, now_ms: int
     ) -> tuple[InvocationsState, Sequence[Output]]:
-        state.decider, out = self.decider.due(state.decider, now_ms)
-        return state, self._carry(state, out, now_ms)
+        decider, out = self.decider.due(state.decider, now_ms)
+        return self._carry(replace(state, decider=decider), out, now_ms)
 
     def follow_up(
         self, state: InvocationsState, committed: Sequence[ev.Event], now_ms: int
     ) -> tuple[InvocationsState, Sequence[Output]]:
-        state.executor, out = self.executor.follow_up(state.executor, committed, now_ms)
-        return state, self._carry(state, out, now_ms)
+        executor, out = self.executor.follow_up(state.executor, committed, now_ms)
+        return self._carry(replace(state, executor=executor), out, now_ms)
 
     def recover(
         self, state: InvocationsState, now_ms: int
     ) -> tuple[InvocationsState, Sequence[Output]]:
-        state.executor, out = self.executor.recover(state.executor, now_ms)
-        return state, self._carry(state, out, now_ms)
+        executor, out = self.executor.recover(state.executor, now_ms)
+        return self._carry(replace(state, executor=executor), out, now_ms)
 
-    def _carry(self, state: InvocationsState, first: Sequence[Output], now_ms: int) -> list[Output]:
+    def _carry(
+        self, state: InvocationsState, first: Sequence[Output], now_ms: int
+    ) -> tuple[InvocationsState, list[Output]]:
         """``first`` and everything it leads to: each event one part emits that the other
         reacts to is handled by it, in emission order, until neither emits more. Every
         event is returned (written to the log); each is handled here exactly once."""
+        decider, executor = state.decider, state.executor
         outputs: list[Output] = []
         pending: deque[Output] = deque(first)
         while pending:
@@ -166,13 +167,13 @@ class Invocations:
                 continue  # a view record
             kind = type(item)
             if kind in self._to_executor:
-                state.executor, out = self.executor.handle(state.executor, item, now_ms)
+                executor, out = self.executor.handle(executor, item, now_ms)
             elif kind in self._to_decider:
-                state.decider, out = self.decider.handle(state.decider, item, now_ms)
+                decider, out = self.decider.handle(decider, item, now_ms)
             else:
                 continue
             pending.extend(out)
-        return outputs
+        return InvocationsState(decider, executor), outputs
 
 
 __all__ = ["EARLIER_LAYOUT", "Invocations", "InvocationsState"]

@@ -19,7 +19,7 @@ from callgate.adapters.embedded.runner import EmbeddedRunner
 from callgate.adapters.embedded.store import EmbeddedStore, StoreTx
 from callgate.domain.codes import Code, Rejection
 from callgate.domain.process_port import Process
-from callgate.executor.invocations import EARLIER_LAYOUT, Invocations
+from callgate.executor.invocations import EARLIER_LAYOUT, Invocations, InvocationsState
 
 PAGE = 1_000
 
@@ -79,10 +79,11 @@ def adopt_earlier_layout(store: EmbeddedStore, invocations: Invocations) -> int:
             executed = tx.load_states(executor.name, [key for key, _ in page])
             rows = []
             for key, blob in page:
-                state = invocations.initial_state()
-                state.decider = decider.load_state(blob)
-                if (found := executed.get(key)) is not None:
-                    state.executor = executor.load_state(found)
+                found = executed.get(key)
+                state = InvocationsState(
+                    decider.load_state(blob),
+                    executor.initial_state() if found is None else executor.load_state(found),
+                )
                 rows.append((key, invocations.dump_state(state), invocations.next_due(state)))
             tx.put_states(name, rows)
             moved += len(rows)

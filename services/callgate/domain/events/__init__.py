@@ -54,6 +54,7 @@ from callgate.domain.events.executions import (
     ExecutionSucceeded,
     ExecutionUncertain,
     ReconciliationRequested,
+    ReplayAwaited,
     ReplayServed,
 )
 from callgate.domain.events.freezes import FreezeApplied, FreezeLifted
@@ -109,6 +110,7 @@ __all__ = [
     "PolicyShadowSet",
     "ProposalRejected",
     "ReconciliationRequested",
+    "ReplayAwaited",
     "ReplayServed",
     "ResourceDescribed",
     "ResourceDescriptionRequested",
@@ -144,6 +146,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ApprovalDecisionRejected,
     ExecutionRequested,
     ReconciliationRequested,
+    ReplayAwaited,
     ReplayServed,
     DryRunRecorded,
     DryRunFailed,

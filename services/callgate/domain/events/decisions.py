@@ -57,6 +57,16 @@ class PolicyDecided(Event):
     delegation: tuple[str, ...] = ()
     # The decision of an evaluation only (ADR 0083): it settles the invocation.
     evaluate_only: bool = False
+    # What the catalog entry says of the confirmation, taken when the call is decided (ADR
+    # 0029, 0030): a profile reloaded while the approval is pending does not change what
+    # was asked. The decider's state is a fold of its events (ADR 0092), so they travel here.
+    approver_roles: tuple[str, ...] = ()
+    allow_self_approval: bool = False
+    approval_ttl_ms: int = 0
+    continue_on_approval: bool = False  # false for an evaluation: it continues nothing
+    require_dry_run: bool = False
+    approvals_required: int = 1
+    access_request: bool = False  # ADR 0090: an evaluation whose confirmation is asked for
 
 
 @event_class
@@ -72,6 +82,16 @@ class ResourceDescriptionRequested(Event):
     actor: str = ""
     agent: str = ""
     delegation: tuple[str, ...] = ()
+    # What the proposal is decided from once the answer comes (ADR 0092: the decider's
+    # state is a fold of its events). Empty in records written before.
+    args_json: str = ""  # normalized, canonical JSON
+    idempotency_key: str | None = None
+    roles: tuple[str, ...] = ()
+    session_id: str = ""
+    session_expires_at: int = 0  # the session is checked again when the proposal is decided
+    approval_id: str | None = None
+    evaluate_only: bool = False
+    access_request: bool = False
 
 
 @event_class
@@ -101,6 +121,8 @@ class ConfirmationAccepted(Event):
     # The approval confirmed an evaluation (ARAP re-evaluation, ADR 0090): it settles the
     # evaluation as ``permitted``; nothing runs.
     evaluate_only: bool = False
+    # The dry-run snapshot hash the approval bound (what its approver saw).
+    dry_run_hash: str = ""
 
 
 @event_class
@@ -120,3 +142,9 @@ class DryRunRequested(Event):
     # ``Principal.agent`` and ``Principal.delegation``; empty in records written before.
     agent: str = ""
     delegation: tuple[str, ...] = ()
+    # The confirmation the call needs after this dry-run ("none": its execution follows)
+    # and the approval it confirms, with the snapshot hash that approval bound (C5, C11;
+    # empty when none). Empty in records written before.
+    confirmation: str = ""
+    approval_jti: str = ""
+    approved_dry_run_hash: str = ""

@@ -62,6 +62,14 @@ class ReplayServed(Event):
 
 
 @event_class
+class ReplayAwaited(Event):
+    """C8: a call under an idempotency key waits for the key's original call to settle; it
+    is then served that call's outcome (``ReplayServed``) or fails with it."""
+
+    original_invocation_id: str
+
+
+@event_class
 class DryRunRecorded(Event):
     snapshot_json: str
     snapshot_hash: str

@@ -25,6 +25,23 @@ class UsageReserveRequested(Event):
     reply_key: str
     tool: str
     scope_json: str  # the scope's exact values, canonical JSON
+    window: str = ""  # ``UsageLimit.window_name``
+    # What the proposal is decided from once every limit answers (ADR 0092: the decider's
+    # state is a fold of its events). Empty in records written before.
+    tenant: str = ""
+    target: str = ""
+    actor: str = ""
+    agent: str = ""
+    delegation: tuple[str, ...] = ()
+    args_json: str = ""  # normalized, canonical JSON
+    idempotency_key: str | None = None
+    roles: tuple[str, ...] = ()
+    session_id: str = ""
+    session_expires_at: int = 0  # the session is checked again when the proposal is decided
+    approval_id: str | None = None
+    evaluate_only: bool = False
+    access_request: bool = False
+    facts_json: str = ""  # ``ResourceFacts.to_json``; empty for a call that creates one
 
 
 @event_class
