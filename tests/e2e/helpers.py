@@ -45,7 +45,8 @@ def cli_env(dev: bool = True) -> dict[str, str]:
     """The caller's environment without ``CALLGATE_*`` settings that would leak in.
 
     ``dev``: development mode (``CALLGATE_DEV=1``), on by default because the tests mint
-    their sessions with ``callgate session issue``; tests of production mode turn it off.
+    their sessions from the development issuer (``session``, ``callgate session issue``);
+    tests of production mode turn it off.
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith("CALLGATE_")}
     env["CALLGATE_DEV"] = "1" if dev else "0"
