@@ -45,7 +45,8 @@ def cli_env(dev: bool = True) -> dict[str, str]:
     """The caller's environment without ``CALLGATE_*`` settings that would leak in.
 
     ``dev``: development mode (``CALLGATE_DEV=1``), on by default because the tests mint
-    their sessions with ``callgate session issue``; tests of production mode turn it off.
+    their sessions from the development issuer (``session``, ``callgate session issue``);
+    tests of production mode turn it off.
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith("CALLGATE_")}
     env["CALLGATE_DEV"] = "1" if dev else "0"
@@ -131,9 +132,16 @@ def ops(state_dir: Path) -> str:
 
 
 def session(state_dir: Path, user: str, tenant: str, roles: str) -> str:
-    """A development session token from ``callgate session issue``."""
-    value = cg(state_dir, "session", "issue", "--user", user, "--tenant", tenant, "--roles", roles)
-    token = value["token"]
+    """A development session token of the state directory's development issuer, as
+    ``callgate session issue --user U --tenant T --roles R`` makes it: the same settings
+    (this state directory, its ``callgate.toml``, the clean environment in development
+    mode), the same issuer and key, made in this process instead of a command start-up per
+    token (the tests of ``session issue`` itself run the command: test_cli_surface.py)."""
+    from callgate.bootstrap import Settings, bootstrap
+
+    settings = Settings.from_env(state_dir=state_dir, environ=cli_env(dev=True))
+    app = bootstrap(settings)
+    token = app.session_issuer.issue(user, tenant, [r for r in roles.split(",") if r], app.clock())
     assert isinstance(token, str) and token
     return token
 

@@ -14,10 +14,11 @@ import contextlib
 import json
 import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, cast
 
+import anyio
 import httpx
 import mcp
 import mcp_types as types
@@ -31,6 +32,7 @@ from tests.mcp_support import (
     MakeMcpGate,
     effects,
     inject,
+    running_gate,
     upstream_command,
     write_profile,
 )
@@ -338,6 +340,28 @@ async def test_an_invalid_bearer_token_is_unauthenticated(mcp_gate: Gate) -> Non
 
 # --- one strict reader, exact identifiers (issue 25) ----------------------------------------
 
+
+@pytest.fixture(scope="module", params=["stdio", "http"])
+def secret_note_gate(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gate]:
+    """A gate per transport holding alice's note N-1 ("secret"), shared by the module's
+    spellings: each only reads (and is refused), so none changes what another sees, and the
+    gate and the note are made once instead of once per spelling."""
+
+    async def write_secret(gate: Gate) -> None:
+        async with gate.client(gate.token("alice", ALICE_ROLES)) as c:
+            wrote = await c.call_tool(
+                "notes.quick_write", {"note_id": "N-1", "text": "secret", "author": "alice"}
+            )
+        assert not wrote.is_error, wrote
+
+    folder = tmp_path_factory.mktemp(f"secret-{request.param}")
+    with running_gate(folder, request.param) as gate:
+        anyio.run(write_secret, gate)
+        yield gate
+
+
 FULLWIDTH_ACME = "\uff41\uff43\uff4d\uff45"
 
 
@@ -354,16 +378,11 @@ FULLWIDTH_ACME = "\uff41\uff43\uff4d\uff45"
     ],
 )
 async def test_other_spellings_of_tenant_and_role_get_nothing(
-    mcp_gate: Gate, tenant: str, roles: list[str], code: str
+    secret_note_gate: Gate, tenant: str, roles: list[str], code: str
 ) -> None:
     """N-* notes are acme's and notes.read is support's: another spelling is another
     identifier (exact to grant), or not canonical (unauthenticated); never access."""
-    async with mcp_gate.client(mcp_gate.token("alice", ALICE_ROLES)) as c:
-        wrote = await c.call_tool(
-            "notes.quick_write", {"note_id": "N-1", "text": "secret", "author": "alice"}
-        )
-        assert not wrote.is_error, wrote
-    async with mcp_gate.client(mcp_gate.token("ivan", roles, tenant)) as c:
+    async with secret_note_gate.client(secret_note_gate.token("ivan", roles, tenant)) as c:
         r = await c.call_tool("notes.read", {"note_id": "N-1"})
     assert r.is_error and outcome(r) == code, r
     assert "secret" not in json.dumps(body(r))
@@ -394,9 +413,19 @@ DUPLICATES = {
 }
 
 
-@pytest.mark.parametrize("mcp_gate", ["http"], indirect=True)
+@pytest.fixture(scope="module")
+def http_refusing_gate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gate]:
+    """One ``callgate mcp --http`` for the duplicate-key cases: each is refused before
+    anything runs (each checks the ledger stays empty), so they share it."""
+    with running_gate(tmp_path_factory.mktemp("duplicates"), "http") as gate:
+        yield gate
+
+
 @pytest.mark.parametrize("where", sorted(DUPLICATES))
-def test_duplicate_keys_over_http_are_a_json_rpc_parse_error(mcp_gate: Gate, where: str) -> None:
+def test_duplicate_keys_over_http_are_a_json_rpc_parse_error(
+    http_refusing_gate: Gate, where: str
+) -> None:
+    mcp_gate = http_refusing_gate
     assert mcp_gate.url is not None
     r = httpx.post(
         mcp_gate.url,

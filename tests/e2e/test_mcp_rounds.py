@@ -143,9 +143,11 @@ async def test_the_sdk_driver_completes_the_call_once_the_approver_acts(
 
 async def test_past_the_hold_the_answer_says_how_to_resume(stdio_mcp_gate: Gate) -> None:
     """Nobody approves: after the hold the retry answers ``approval_required`` (a tool
-    error that names the page), not an endless pause; nothing ran."""
+    error that names the page), not an endless pause; nothing ran. The shortest hold of
+    more than one round (two rounds of 1 s): the test waits out the whole hold."""
     args = {"note_id": "N-late", "text": "late", "author": "alice"}
-    async with client(stdio_mcp_gate, stdio_mcp_gate.token("alice", ALICE_ROLES)) as c:
+    token = stdio_mcp_gate.token("alice", ALICE_ROLES)
+    async with client(stdio_mcp_gate, token, hold_s=2) as c:
         result = await c.call_tool("notes.write", args)
     assert result.is_error, result
     assert isinstance(result.structured_content, dict)

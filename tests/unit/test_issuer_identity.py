@@ -24,11 +24,28 @@ NOW_S = int(time.time())
 NOW_MS = NOW_S * 1000
 
 
+# The key files of each (provider, algorithm), generated once per run: an RS256 key is
+# 3072 bits and takes up to seconds to generate, and what a test checks needs only that
+# each provider of the test has its own key (distinct names, distinct keys), not a key no
+# other test saw.
+_GENERATED: dict[tuple[str, str], dict[str, bytes]] = {}
+
+
 def keys(root: Path, name: str, alg: str = "RS256") -> Path:
     """A provider's key pair ``<name>-1`` in ``root/name`` (with its JWKS file)."""
-    if not (root / name / f"{name}-1.pem").exists():
-        generate_key_pair(root / name, "session", alg, f"{name}-1")
-    return root / name / "session-jwks.json"
+    folder = root / name
+    if not (folder / f"{name}-1.pem").exists():
+        files = _GENERATED.get((name, alg))
+        if files is None:
+            generate_key_pair(folder, "session", alg, f"{name}-1")
+            _GENERATED[(name, alg)] = {p.name: p.read_bytes() for p in folder.iterdir()}
+        else:
+            folder.mkdir(parents=True, exist_ok=True)
+            for file_name, content in files.items():
+                (folder / file_name).write_bytes(content)
+                if file_name.endswith(".pem") and not file_name.endswith(".pub.pem"):
+                    (folder / file_name).chmod(0o600)  # as generated: private
+    return folder / "session-jwks.json"
 
 
 def sign(jwks: Path, claims: dict[str, Any], kid: str | None = None, alg: str = "RS256") -> str:
