@@ -101,6 +101,14 @@ def run_uvicorn(ctx: ServerContext, dev_mode: bool, stop: threading.Event) -> No
 def serve_http(
     app: App, options: HttpOptions, stop: threading.Event, out: Renderer, only: Sequence[str] = ()
 ) -> int:
+    # The HTTP server's modules are imported here, before any thread starts: the runner's
+    # thread may import the MCP SDK (an MCP upstream's first call), which imports uvicorn
+    # too, and two threads importing uvicorn at once can meet its circular import half
+    # done ("cannot import name 'Server' from partially initialized module").
+    import uvicorn  # noqa: F401
+
+    import callgate.surfaces.http.app  # noqa: F401
+
     surface = app.again()
     if app.settings.backend == "kafka":
         return _serve_kafka(app, surface, options, stop, out, only)
