@@ -290,7 +290,7 @@ bench-guard: $(STAMP)
 ## run: sections alternated ABBA over BENCH_ROUNDS rounds, each measure's medians compared;
 ## fails when one is worse by more than 5%. A refactor shows here that it costs no speed.
 BEFORE ?= origin/main
-BENCH_ROUNDS ?= 3
+BENCH_ROUNDS ?= 5
 .PHONY: bench-compare
 bench-compare: $(STAMP)
 	$(PY) -m tools.bench_compare --before $(BEFORE) --rounds $(BENCH_ROUNDS)
