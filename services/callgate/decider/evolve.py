@@ -207,13 +207,20 @@ def _decided(state: DeciderState, e: ev.PolicyDecided) -> DeciderState:
     return _put(state, inv)
 
 
-def _describing(state: DeciderState, e: ev.ResourceDescriptionRequested) -> DeciderState:
-    """C7: parked until the provider says who owns the target."""
-    parked = Invocation(
+def _parked(
+    e: ev.ResourceDescriptionRequested | ev.UsageReserveRequested,
+    phase: str,
+    partition_key: str,
+    proposal_event_id: str,
+    **extra: Any,
+) -> Invocation:
+    """A proposal parked until a provider or a limit answers: what it is decided from
+    once answered, as the request carries it."""
+    return Invocation(
         e.invocation_id,
-        Phase.DESCRIBING,
+        phase,
         "",
-        partition_key=e.partition_key,
+        partition_key=partition_key,
         tool=e.tool,
         actor=e.actor,
         tenant=e.tenant,
@@ -226,11 +233,16 @@ def _describing(state: DeciderState, e: ev.ResourceDescriptionRequested) -> Deci
         agent=e.agent,
         delegation=e.delegation,
         approval_id=e.approval_id,
-        proposal_event_id=e.causation_id,
+        proposal_event_id=proposal_event_id,
         evaluate_only=e.evaluate_only,
         access_request=e.access_request,
+        **extra,
     )
-    return _put(state, parked)
+
+
+def _describing(state: DeciderState, e: ev.ResourceDescriptionRequested) -> DeciderState:
+    """C7: parked until the provider says who owns the target."""
+    return _put(state, _parked(e, Phase.DESCRIBING, e.partition_key, e.causation_id))
 
 
 def _reserving(state: DeciderState, e: ev.UsageReserveRequested) -> DeciderState:
@@ -252,29 +264,10 @@ def _reserving(state: DeciderState, e: ev.UsageReserveRequested) -> DeciderState
     inv = state.invocations.get(e.invocation_id)
     if inv is not None and inv.phase == Phase.RESERVING:
         return _put(state, evolved(inv, usage=(*inv.usage, entry)))
-    parked = Invocation(
-        e.invocation_id,
-        Phase.RESERVING,
-        "",
-        partition_key=e.reply_key,
-        tool=e.tool,
-        actor=e.actor,
-        tenant=e.tenant,
-        target=e.target,
-        args_json=e.args_json,
-        idempotency_key=e.idempotency_key,
-        roles=e.roles,
-        session_id=e.session_id,
-        session_expires_at=e.session_expires_at,
-        agent=e.agent,
-        delegation=e.delegation,
-        approval_id=e.approval_id,
-        # A described proposal keeps the id of the proposal it was described for.
-        proposal_event_id=e.causation_id if inv is None else inv.proposal_event_id,
-        facts_json=e.facts_json,
-        usage=(entry,),
-        evaluate_only=e.evaluate_only,
-        access_request=e.access_request,
+    # A described proposal keeps the id of the proposal it was described for.
+    proposal = e.causation_id if inv is None else inv.proposal_event_id
+    parked = _parked(
+        e, Phase.RESERVING, e.reply_key, proposal, facts_json=e.facts_json, usage=(entry,)
     )
     return _put(state, parked)
 
