@@ -20,8 +20,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from callgate.decider.emitter import Emitter
-from callgate.decider.evolve import ASKED, REFUSED, RESERVED
-from callgate.decider.state import ApprovalStatus, Invocation, Phase
+from callgate.decider.state import ASKED, REFUSED, RESERVED, ApprovalStatus, Invocation, Phase
 from callgate.domain import events as ev
 from callgate.domain.canonical import canonical_json, derive_id
 from callgate.domain.codes import Code

@@ -39,6 +39,16 @@ class Phase:
     SETTLED = "settled"
 
 
+# A reservation's states in ``Invocation.usage`` (``decider.limits``, ADR 0079).
+ASKED, RESERVED, REFUSED, COMMITTED, RELEASED = (
+    "asked",
+    "reserved",
+    "refused",
+    "committed",
+    "released",
+)
+
+
 class KeyStatus:
     """Status of an idempotency key's original authorized call (C8)."""
 
