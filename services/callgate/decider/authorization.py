@@ -12,9 +12,8 @@ from __future__ import annotations
 from callgate.decider.approvals import binding_of, mismatch, no_dry_run_hash, presented_approval
 from callgate.decider.deps import DeciderDeps
 from callgate.decider.emitter import Emitter
-from callgate.decider.key_records import key_record
 from callgate.decider.limits import usage_shown
-from callgate.decider.state import ApprovalStatus, Invocation, Phase
+from callgate.decider.state import ApprovalStatus, Invocation, Phase, key_record
 from callgate.domain import events as ev
 from callgate.domain.approvals import ApprovalClaims, require_match
 from callgate.domain.canonical import canonical_json, execution_token

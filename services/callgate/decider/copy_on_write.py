@@ -12,10 +12,11 @@ from callgate.decider.state import (
     KeyRecord,
     KeyStatus,
     evolved,
+    key_record,
 )
 
-# The state is built positionally (its frozen ``__init__`` is what each event pays for it);
-# a record is changed by ``evolved`` (a named tuple's ``_replace``, without its Python work).
+# The state is built positionally, with only the mapping that changed copied; a record is
+# changed by ``evolved`` (a named tuple's ``_replace``, without its Python work).
 
 
 def put(state: DeciderState, inv: Invocation) -> DeciderState:
@@ -37,24 +38,20 @@ def put_use(state: DeciderState, jti: str, use: ApprovalUse) -> DeciderState:
     return DeciderState(state.invocations, state.keys, approvals, state.decisions_seen)
 
 
-def key_of(state: DeciderState, inv: Invocation) -> KeyRecord | None:
-    return state.keys.get(inv.idempotency_key) if inv.idempotency_key is not None else None
-
-
 def with_key(state: DeciderState, inv: Invocation, **changes: Any) -> DeciderState:
     """``inv``'s key record with ``changes`` (none: unchanged)."""
-    rec = key_of(state, inv)
+    rec = key_record(state, inv)
     if rec is None:
         return state
     return put_key(state, inv.idempotency_key or "", evolved(rec, **changes))
 
 
-def key_status(state: DeciderState, inv: Invocation, status: str) -> DeciderState:
-    """The key's status, when ``inv`` is the call its key names."""
-    rec = key_of(state, inv)
+def with_own_key(state: DeciderState, inv: Invocation, **changes: Any) -> DeciderState:
+    """``inv``'s key record with ``changes``, when ``inv`` is the call its key names."""
+    rec = key_record(state, inv)
     if rec is None or rec.invocation_id != inv.invocation_id:
         return state
-    return put_key(state, inv.idempotency_key or "", evolved(rec, status=status))
+    return put_key(state, inv.idempotency_key or "", evolved(rec, **changes))
 
 
 def authorized(state: DeciderState, inv: Invocation) -> DeciderState:
@@ -80,7 +77,7 @@ def authorized(state: DeciderState, inv: Invocation) -> DeciderState:
 
 
 def without_waiter(state: DeciderState, inv: Invocation) -> DeciderState:
-    rec = key_of(state, inv)
+    rec = key_record(state, inv)
     if rec is None or inv.invocation_id not in rec.waiters:
         return state
     waiters = tuple(w for w in rec.waiters if w != inv.invocation_id)
@@ -100,11 +97,10 @@ def consume(state: DeciderState, jti: str, inv: Invocation) -> DeciderState:
 __all__ = [
     "authorized",
     "consume",
-    "key_of",
-    "key_status",
     "put",
     "put_key",
     "put_use",
     "with_key",
+    "with_own_key",
     "without_waiter",
 ]

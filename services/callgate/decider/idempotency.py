@@ -12,8 +12,8 @@ from __future__ import annotations
 from callgate.decider.authorization import authorize
 from callgate.decider.deps import DeciderDeps
 from callgate.decider.emitter import Emitter
-from callgate.decider.key_records import key_record, request_reconciliation
-from callgate.decider.state import Invocation, KeyRecord, KeyStatus
+from callgate.decider.key_records import request_reconciliation
+from callgate.decider.state import Invocation, KeyRecord, KeyStatus, key_record
 from callgate.domain import events as ev
 from callgate.domain.approvals import ApprovalClaims
 from callgate.domain.codes import Code, Rejection

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from callgate.decider.copy_on_write import key_of, put, with_key, without_waiter
+from callgate.decider.copy_on_write import put, with_key, with_own_key, without_waiter
 from callgate.decider.state import (
     ASKED,
     REFUSED,
@@ -15,6 +15,7 @@ from callgate.decider.state import (
     KeyStatus,
     Phase,
     evolved,
+    key_record,
 )
 from callgate.domain import events as ev
 from callgate.domain.canonical import canonical_json
@@ -51,10 +52,7 @@ def _settled(state: DeciderState, invocation_id: str, outcome: str, result: str)
         return state
     inv = evolved(inv, phase=Phase.SETTLED, outcome=outcome, result_json=result)
     state = put(state, inv)
-    rec = key_of(state, inv)
-    if rec is None or rec.invocation_id != invocation_id:
-        return state
-    return with_key(state, inv, status=KeyStatus.DONE, outcome=outcome, result_json=result)
+    return with_own_key(state, inv, status=KeyStatus.DONE, outcome=outcome, result_json=result)
 
 
 def succeeded(state: DeciderState, e: ev.ExecutionSucceeded) -> DeciderState:
@@ -82,11 +80,7 @@ def uncertain(state: DeciderState, e: ev.ExecutionUncertain) -> DeciderState:
         outcome=Code.OUTCOME_UNCERTAIN.value,
         started_attempt=max(inv.started_attempt, inv.attempt),
     )
-    state = put(state, inv)
-    rec = key_of(state, inv)
-    if rec is None or rec.invocation_id != inv.invocation_id:
-        return state
-    return with_key(state, inv, status=KeyStatus.UNCERTAIN)
+    return with_own_key(put(state, inv), inv, status=KeyStatus.UNCERTAIN)
 
 
 def _lookup_failed(
@@ -95,7 +89,7 @@ def _lookup_failed(
     """C12: a retry's reconciliation could not learn what became of the original call: the
     retry is ``outcome_uncertain``; the key stays uncertain when no one else waits (the
     next waiter, if any, asks again: ``key_records.on_lookup_failed``)."""
-    rec = key_of(state, waiter)
+    rec = key_record(state, waiter)
     if (
         rec is None
         or rec.status != KeyStatus.RECONCILING
@@ -105,7 +99,7 @@ def _lookup_failed(
         return state
     waiter = evolved(waiter, phase=Phase.SETTLED, outcome=Code.OUTCOME_UNCERTAIN.value)
     state = without_waiter(put(state, waiter), waiter)
-    rec = key_of(state, waiter)
+    rec = key_record(state, waiter)
     if rec is None or any(w in state.invocations for w in rec.waiters):
         return state
     return with_key(state, waiter, status=KeyStatus.UNCERTAIN)
@@ -124,12 +118,8 @@ def reconciled(state: DeciderState, e: ev.ExecutionReconciled) -> DeciderState:
     original = evolved(
         original, phase=Phase.SETTLED, outcome=Code.EXECUTED.value, result_json=e.result_json
     )
-    state = put(state, original)
-    rec = key_of(state, original)
-    if rec is None or rec.invocation_id != original_id:
-        return state
-    return with_key(
-        state,
+    return with_own_key(
+        put(state, original),
         original,
         status=KeyStatus.DONE,
         outcome=Code.EXECUTED.value,

@@ -8,12 +8,8 @@ second authorization. The record changes only by ``evolve``; these rules emit.
 from __future__ import annotations
 
 from callgate.decider.emitter import Emitter
-from callgate.decider.state import DeciderState, Invocation, KeyRecord, KeyStatus
+from callgate.decider.state import Invocation, KeyRecord, KeyStatus, key_record
 from callgate.domain import events as ev
-
-
-def key_record(state: DeciderState, inv: Invocation) -> KeyRecord | None:
-    return state.keys.get(inv.idempotency_key) if inv.idempotency_key is not None else None
 
 
 def serve_waiters(rec: KeyRecord, out: Emitter) -> None:
@@ -72,4 +68,4 @@ def on_lookup_failed(waiter: Invocation, e: ev.ExecutionUncertain, out: Emitter)
         request_reconciliation(rec, nxt, out)
 
 
-__all__ = ["key_record", "on_lookup_failed", "request_reconciliation", "serve_waiters"]
+__all__ = ["on_lookup_failed", "request_reconciliation", "serve_waiters"]

@@ -18,12 +18,11 @@ from callgate.decider.authorization import (
 )
 from callgate.decider.emitter import Emitter
 from callgate.decider.key_records import (
-    key_record,
     on_lookup_failed,
     request_reconciliation,
     serve_waiters,
 )
-from callgate.decider.state import KeyStatus, Phase
+from callgate.decider.state import KeyStatus, Phase, key_record
 from callgate.domain import events as ev
 from callgate.domain.codes import Rejection, failure_code
 

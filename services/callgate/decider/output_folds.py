@@ -7,12 +7,11 @@ from typing import Any
 from callgate.decider.copy_on_write import (
     authorized,
     consume,
-    key_of,
-    key_status,
     put,
     put_key,
     put_use,
     with_key,
+    with_own_key,
     without_waiter,
 )
 from callgate.decider.state import (
@@ -27,6 +26,7 @@ from callgate.decider.state import (
     KeyStatus,
     Phase,
     evolved,
+    key_record,
 )
 from callgate.domain import events as ev
 from callgate.domain.codes import Code, evaluation_outcome
@@ -54,7 +54,7 @@ def rejected(state: DeciderState, e: ev.ProposalRejected) -> DeciderState:
     use = state.approvals.get(inv.approval_jti) if inv.approval_jti else None
     if use is not None and use.consumed_by == inv.invocation_id:
         state = put_use(state, inv.approval_jti, evolved(use, consumed_by="", consumer_key=None))
-    rec = key_of(state, inv)
+    rec = key_record(state, inv)
     if rec is not None and inv.invocation_id in rec.waiters:
         return without_waiter(state, inv)
     if rec is not None and rec.invocation_id == inv.invocation_id:
@@ -198,7 +198,7 @@ def dry_run_requested(state: DeciderState, e: ev.DryRunRequested) -> DeciderStat
     if e.confirmation and e.confirmation != "none":
         inv = evolved(inv, phase=Phase.AWAITING_DRY_RUN, confirmation=e.confirmation)
         state = put(authorized(state, inv), inv)
-        return key_status(state, inv, KeyStatus.PENDING_APPROVAL)
+        return with_own_key(state, inv, status=KeyStatus.PENDING_APPROVAL)
     inv = evolved(inv, phase=Phase.DRY_RUN_THEN_EXECUTE)
     return put(authorized(state, inv), inv)
 
@@ -218,7 +218,7 @@ def approval_requested(state: DeciderState, e: ev.ApprovalRequested) -> DeciderS
         approval_expires_at=e.expires_at,
     )
     state = put(authorized(state, inv), inv)
-    return key_status(state, inv, KeyStatus.PENDING_APPROVAL)
+    return with_own_key(state, inv, status=KeyStatus.PENDING_APPROVAL)
 
 
 def execution_requested(state: DeciderState, e: ev.ExecutionRequested) -> DeciderState:
@@ -264,7 +264,7 @@ def awaiting(state: DeciderState, e: ev.ReplayAwaited) -> DeciderState:
         return state
     inv = evolved(inv, phase=Phase.WAITING, outcome=Code.ALLOWED.value)
     state = put(state, inv)
-    rec = key_of(state, inv)
+    rec = key_record(state, inv)
     if rec is None or inv.invocation_id in rec.waiters:
         return state
     return with_key(state, inv, waiters=(*rec.waiters, inv.invocation_id))
@@ -291,7 +291,7 @@ def granted(state: DeciderState, e: ev.ApprovalGranted) -> DeciderState:
     inv = evolved(inv, approval_status=ApprovalStatus.GRANTED)
     use = ApprovalUse(inv.invocation_id, ApprovalStatus.GRANTED, e.expires_at, approver=e.approver)
     state = put_use(put(state, inv), e.approval_jti, use)
-    return key_status(state, inv, KeyStatus.APPROVED)
+    return with_own_key(state, inv, status=KeyStatus.APPROVED)
 
 
 def denied(state: DeciderState, e: ev.ApprovalDenied) -> DeciderState:
@@ -299,7 +299,7 @@ def denied(state: DeciderState, e: ev.ApprovalDenied) -> DeciderState:
     if inv is None:
         return state
     inv = evolved(inv, approval_status=ApprovalStatus.DENIED)
-    return key_status(put(state, inv), inv, KeyStatus.DENIED)
+    return with_own_key(put(state, inv), inv, status=KeyStatus.DENIED)
 
 
 def expired(state: DeciderState, e: ev.ApprovalExpired) -> DeciderState:
@@ -318,7 +318,7 @@ def expired(state: DeciderState, e: ev.ApprovalExpired) -> DeciderState:
         return state
     owner = evolved(owner, approval_status=ApprovalStatus.EXPIRED)
     state = put(state, owner)
-    rec = key_of(state, owner)
+    rec = key_record(state, owner)
     if rec is None or rec.status != held:
         return state
     return with_key(state, owner, status=KeyStatus.EXPIRED)

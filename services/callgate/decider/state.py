@@ -176,6 +176,11 @@ class DeciderState(NamedTuple):
         return min(times) if times else None
 
 
+def key_record(state: DeciderState, inv: Invocation) -> KeyRecord | None:
+    """The record of ``inv``'s idempotency key, if it has one and the key is held (C8)."""
+    return state.keys.get(inv.idempotency_key) if inv.idempotency_key is not None else None
+
+
 def _plain(record: Invocation | KeyRecord | ApprovalUse) -> dict[str, Any]:
     # Shallow on purpose: every field is a str, int, bool, None or tuple of str, which json
     # encodes as it is (a nested record would make state_json raise, never pass silently).
