@@ -34,31 +34,14 @@ def ask(
     p: ev.ToolCallProposed,
     tool: str,
     principal: Principal,
-    target: str,
     args: dict[str, Any],
-    facts_json: str,
+    parked: dict[str, Any],
     limits: list[UsageLimit],
     out: Emitter,
 ) -> None:
     """Park the proposal ``p`` (``Phase.RESERVING``) and ask each limit's scope to hold
     what the call uses; each request carries what the proposal is decided from once every
-    limit answers (``evolve``)."""
-    parked: dict[str, Any] = {
-        "tenant": principal.tenant,
-        "target": target,
-        "actor": principal.user,
-        "agent": principal.agent,
-        "delegation": principal.delegation,
-        "args_json": canonical_json(args),
-        "idempotency_key": p.idempotency_key,
-        "roles": principal.roles,
-        "session_id": principal.session_id,
-        "session_expires_at": principal.expires_at,
-        "approval_id": p.approval_id,
-        "evaluate_only": p.evaluate_only,
-        "access_request": p.access_request,
-        "facts_json": facts_json,
-    }
+    limit answers (``parked``: ``state.parked_fields`` and the resource facts)."""
     for limit in limits:
         key = limit.scope_key(principal.tenant, principal.user, principal.agent, tool)
         out.emit(

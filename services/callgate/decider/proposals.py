@@ -21,7 +21,7 @@ from callgate.decider.authorization import authorize, confirm_evaluation
 from callgate.decider.deps import DeciderDeps
 from callgate.decider.emitter import Emitter
 from callgate.decider.idempotency import on_known_key
-from callgate.decider.state import Invocation, Phase
+from callgate.decider.state import Invocation, Phase, parked_fields
 from callgate.domain import events as ev
 from callgate.domain.access_requests import TASK_PREFIX
 from callgate.domain.approvals import peek_claim, peek_partition_key
@@ -228,21 +228,9 @@ def _decide_proposal(deps: DeciderDeps, p: ev.ToolCallProposed, out: Emitter, wh
         # ``Phase.DESCRIBING``, ``evolve``).
         out.emit(
             ev.ResourceDescriptionRequested,
-            tenant=principal.tenant,
             tool=spec.name,
-            target=target,
             provider=spec.provider,
-            actor=principal.user,
-            agent=principal.agent,
-            delegation=principal.delegation,
-            args_json=canonical_json(args),
-            idempotency_key=p.idempotency_key,
-            roles=principal.roles,
-            session_id=principal.session_id,
-            session_expires_at=principal.expires_at,
-            approval_id=p.approval_id,
-            evaluate_only=p.evaluate_only,
-            access_request=p.access_request,
+            **parked_fields(p, principal, target, args),
         )
         return
     _decide_policy(deps, p, principal, spec, args, target, facts, out)
@@ -278,7 +266,8 @@ def _decide_policy(
     if limits and not p.evaluate_only and (waited is None or not waited.usage):
         # ADR 0079: ask the usage first, so that the policy decides with it in one step.
         facts_json = "" if facts is NEW_RESOURCE else facts.to_json()
-        usage.ask(p, spec.name, principal, target, args, facts_json, limits, out)
+        parked = parked_fields(p, principal, target, args) | {"facts_json": facts_json}
+        usage.ask(p, spec.name, principal, args, parked, limits, out)
         return
     held = () if waited is None else waited.usage
     decision = deps.policy.decide(  # C1, C2, C3, C7

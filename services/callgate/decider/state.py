@@ -20,7 +20,9 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple, TypeVar
 
-from callgate.domain.canonical import state_json
+from callgate.domain import events as ev
+from callgate.domain.canonical import canonical_json, state_json
+from callgate.domain.principal import Principal
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -174,6 +176,29 @@ class DeciderState(NamedTuple):
             a.expires_at for a in self.approvals.values() if a.status == ApprovalStatus.GRANTED
         ]
         return min(times) if times else None
+
+
+def parked_fields(
+    p: ev.ToolCallProposed, principal: Principal, target: str, args: dict[str, Any]
+) -> dict[str, Any]:
+    """What a proposal parked until an answer (its target's description, its limits' usage)
+    is decided from once answered: the request for that answer carries it, and ``evolve``
+    keeps it on the parked invocation."""
+    return {
+        "tenant": principal.tenant,
+        "target": target,
+        "actor": principal.user,
+        "agent": principal.agent,
+        "delegation": principal.delegation,
+        "args_json": canonical_json(args),
+        "idempotency_key": p.idempotency_key,
+        "roles": principal.roles,
+        "session_id": principal.session_id,
+        "session_expires_at": principal.expires_at,
+        "approval_id": p.approval_id,
+        "evaluate_only": p.evaluate_only,
+        "access_request": p.access_request,
+    }
 
 
 def key_record(state: DeciderState, inv: Invocation) -> KeyRecord | None:
