@@ -34,14 +34,7 @@ def authorize(
     if claims is not None:
         # C5/C11: confirm against what the human saw: re-run the dry-run and compare.
         approved = claims.binding.dry_run_hash
-        out.emit(
-            ev.ConfirmationAccepted,
-            approval_jti=claims.jti,
-            approved_invocation_id=claims.binding.invocation_id,
-            approver=claims.approver,
-            dry_run_hash=approved,
-        )
-        inv = out.state.invocations[inv.invocation_id]
+        inv = _confirmation_accepted(inv, claims, claims.binding.invocation_id, out)
         if spec.require_dry_run:
             _request_dry_run(inv, out, approval_jti=claims.jti, approved_dry_run_hash=approved)
         elif approved != no_dry_run_hash(inv):
@@ -75,18 +68,26 @@ def continue_approved(inv: Invocation, claims: ApprovalClaims, out: Emitter) -> 
     if out.state.approvals[claims.jti].consumed_by:
         return
     approved = claims.binding.dry_run_hash
-    out.emit(
-        ev.ConfirmationAccepted,
-        approval_jti=claims.jti,
-        approved_invocation_id=inv.invocation_id,
-        approver=claims.approver,
-        dry_run_hash=approved,
-    )
-    inv = out.state.invocations[inv.invocation_id]
+    inv = _confirmation_accepted(inv, claims, inv.invocation_id, out)
     if inv.require_dry_run:
         _request_dry_run(inv, out, approval_jti=claims.jti, approved_dry_run_hash=approved)
     else:
         request_execution(inv, out)
+
+
+def _confirmation_accepted(
+    inv: Invocation, claims: ApprovalClaims, approved_invocation_id: str, out: Emitter
+) -> Invocation:
+    """C5, C11: ``inv`` uses the approval ``claims`` (single use, folded by ``evolve``);
+    ``inv`` as it is after that."""
+    out.emit(
+        ev.ConfirmationAccepted,
+        approval_jti=claims.jti,
+        approved_invocation_id=approved_invocation_id,
+        approver=claims.approver,
+        dry_run_hash=claims.binding.dry_run_hash,
+    )
+    return out.state.invocations[inv.invocation_id]
 
 
 def confirm_evaluation(

@@ -203,10 +203,8 @@ class Decider:
         """Decide, then evolve: ``out.state`` starts as ``state`` with ``event`` folded and
         folds each follow-on event as it is emitted (``Emitter``)."""
         if type(event) not in self.reacts_to:
-            return (
-                state,
-                (),
-            )  # its own output read back (folded when emitted), or none of its concern
+            # Its own output read back (folded when emitted), or none of its concern.
+            return state, ()
         out = Emitter(event, now_ms, state)
         if isinstance(event, CONTROL_EVENTS):
             self._on_control(event)
