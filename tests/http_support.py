@@ -22,7 +22,8 @@ import httpx
 import yaml
 from tools.ports import free_port
 
-from callgate.bootstrap import Settings, bootstrap
+from callgate.bootstrap import Settings
+from tests.dev_sessions import dev_token
 from tests.e2e.helpers import DEFAULT_PROFILE, REPO, callgate_argv, cli_env
 
 REFUND_BIG = {"order_id": "ORD-77", "amount_cents": 25000, "currency": "EUR"}  # high impact
@@ -113,8 +114,7 @@ class HttpServe:
 
     def token(self, user: str, tenant: str, *roles: str, ttl_seconds: int = 3600) -> str:
         """A development session token (the state directory's issuer key)."""
-        app = bootstrap(self._settings)
-        return app.session_issuer.issue(user, tenant, list(roles), app.clock(), ttl_seconds)
+        return dev_token(self._settings, user, tenant, roles, ttl_seconds)
 
     def client(self, token: str | None = None) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}

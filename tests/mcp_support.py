@@ -35,7 +35,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from tools.ports import free_port, wait_port
 
-from callgate.bootstrap import Settings, bootstrap
+from callgate.bootstrap import Settings
+from tests.dev_sessions import dev_token
 from tests.e2e.helpers import CALLGATE, cg, cli_env
 
 REPO = Path(__file__).resolve().parents[1]
@@ -292,8 +293,8 @@ class Gate:
     url: str | None = None
 
     def token(self, user: str, roles: list[str], tenant: str = "acme") -> str:
-        app = bootstrap(Settings(state_dir=self.state_dir, profile=self.profile, dev=True))
-        return app.session_issuer.issue(user, tenant, roles, app.clock())
+        settings = Settings(state_dir=self.state_dir, profile=self.profile, dev=True)
+        return dev_token(settings, user, tenant, roles)
 
     @contextlib.asynccontextmanager
     async def client(self, token: str, **kw: Any) -> AsyncIterator[mcp.Client]:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from callgate.domain.scope import OPERATOR_ROLE, bound_id
+from tests.dev_sessions import dev_token
 
 if TYPE_CHECKING:
     from callgate.domain.events import ToolCallProposed
@@ -137,11 +138,10 @@ def session(state_dir: Path, user: str, tenant: str, roles: str) -> str:
     (this state directory, its ``callgate.toml``, the clean environment in development
     mode), the same issuer and key, made in this process instead of a command start-up per
     token (the tests of ``session issue`` itself run the command: test_cli_surface.py)."""
-    from callgate.bootstrap import Settings, bootstrap
+    from callgate.bootstrap import Settings
 
     settings = Settings.from_env(state_dir=state_dir, environ=cli_env(dev=True))
-    app = bootstrap(settings)
-    token = app.session_issuer.issue(user, tenant, [r for r in roles.split(",") if r], app.clock())
+    token = dev_token(settings, user, tenant, [r for r in roles.split(",") if r])
     assert isinstance(token, str) and token
     return token
 

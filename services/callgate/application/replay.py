@@ -6,7 +6,7 @@ through the pure projections and writes nothing; the surface that asks shows pro
 Compliance replays the authoritative ``events`` log from the start through the same
 pure projections and checks that the result equals, byte for byte, the live views.
 
-Speed (issue 6): each projection is called only for the event classes it reacts to
+Speed: each projection is called only for the event classes it reacts to
 (``Projection.reacts_to``), and on the embedded backend the log is split by partition key
 into shards folded in parallel processes. Projection state is per partition key, so a
 shard folds each of its keys exactly as the whole log would. Were a view key written from
